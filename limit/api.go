@@ -1,0 +1,69 @@
+package limit
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Algorithm names a rate-limiting algorithm. Each one is a Lua script under lua/
+// and an equivalent implementation in the in-memory store.
+type Algorithm uint8
+
+const (
+	// SlidingWindow is a ring of sub-window counters per key (seed 004's LeapArray).
+	// It is the default.
+	SlidingWindow Algorithm = iota
+	// SlidingLog is a sorted set of request IDs, exact to the millisecond.
+	SlidingLog
+	// TokenBucket is a bucket with a capacity and a refill rate (seed 002).
+	TokenBucket
+)
+
+// Params are the parameters of one limit as the store sees them.
+// Limit and Window apply to the sliding algorithms; Capacity and RefillRate to
+// TokenBucket.
+type Params struct {
+	Algorithm  Algorithm
+	Limit      int64         // permits per Window (sliding algorithms)
+	Window     time.Duration // window length (sliding algorithms)
+	Capacity   int64         // bucket size (token bucket)
+	RefillRate float64       // permits per second (token bucket); 0: never refills
+}
+
+// LeaseRequest asks the store for up to Want permits of one key.
+type LeaseRequest struct {
+	// Key is the full store key, including its Redis Cluster hash tag. The store
+	// must not keep it after Lease returns.
+	Key    []byte
+	Params Params
+	// Want is the number of permits asked for (1..); the store grants 0..Want.
+	Want int64
+	// LeaseTTL is how long the caller may keep unused permits before it drops
+	// them. The store counts a lease as living until its expiry plus the window,
+	// so that no window holds more uses than the limit.
+	LeaseTTL time.Duration
+	// RequestID, when set, lets sliding_log skip a request it already counted.
+	// Callers set it only when the ID can be trusted.
+	RequestID []byte
+}
+
+// LeaseResult is the store's answer to a LeaseRequest.
+type LeaseResult struct {
+	Granted    int64         // permits granted, 0..Want
+	Remaining  int64         // budget left in the current window after this grant
+	RetryAfter time.Duration // when a permit may next be granted; 0 if granted; -1 never
+	Reset      time.Duration // until the budget is whole again
+	Duplicate  bool          // RequestID was already counted: nothing new was taken
+}
+
+// Store grants permits atomically for one key. Implementations must be safe
+// for concurrent use; Lease must honour ctx's deadline and never block past it.
+type Store interface {
+	Lease(ctx context.Context, req *LeaseRequest) (LeaseResult, error)
+	Ping(ctx context.Context) error
+	Close()
+}
+
+// ErrStoreUnavailable is returned while the store's breaker is open.
+var ErrStoreUnavailable = errors.New("limit: store unavailable")
