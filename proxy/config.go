@@ -1,0 +1,264 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Config is the proxy's part of the configuration file: the server, identity
+// and routes sections.
+type Config struct {
+	Server   ServerConfig   `mapstructure:"server"`
+	Identity IdentityConfig `mapstructure:"identity"`
+	Routes   []Route        `mapstructure:"routes"`
+}
+
+// ServerConfig is the YAML section `server`.
+type ServerConfig struct {
+	// Listen is the proxy's host:port. Default ":8080".
+	Listen string `mapstructure:"listen"`
+	// AdminListen is the admin listener's host:port. Default "127.0.0.1:9090".
+	// A non-loopback address requires AdminToken.
+	AdminListen string `mapstructure:"admin_listen"`
+	// AdminToken is the bearer token the admin API requires; "" means none
+	// (allowed only on loopback).
+	AdminToken string `mapstructure:"admin_token"`
+	// MetricsRequireToken makes /metrics on the admin listener ask for the
+	// token too. Default false.
+	MetricsRequireToken bool `mapstructure:"metrics_require_token"`
+	// TrustedProxies lists CIDRs or IPs whose X-Forwarded-For, X-Forwarded-*,
+	// Forwarded and X-Request-Id are believed. Default none.
+	TrustedProxies []string `mapstructure:"trusted_proxies"`
+	// ReadTimeout bounds reading one request (headers and body). Default 5s.
+	ReadTimeout time.Duration `mapstructure:"read_timeout"`
+	// WriteTimeout bounds writing one response. Default 30s.
+	WriteTimeout time.Duration `mapstructure:"write_timeout"`
+	// IdleTimeout closes keep-alive connections idle this long. Default 60s.
+	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
+	// MaxRequestBody is the largest request body accepted (413 above it).
+	// Default 10MB.
+	MaxRequestBody ByteSize `mapstructure:"max_request_body"`
+	// ShutdownGrace is how long shutdown waits for in-flight requests.
+	// Default 15s.
+	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
+	// Concurrency is the maximum number of concurrent client connections.
+	// Default 256*1024.
+	Concurrency int `mapstructure:"concurrency"`
+}
+
+// IdentityConfig is the YAML section `identity`.
+type IdentityConfig struct {
+	// APIKeyHeader names the request header that carries the API key.
+	// Default "X-API-Key".
+	APIKeyHeader string `mapstructure:"api_key_header"`
+	// RequestIDHeader names the request ID header, propagated to the upstream
+	// and set on every answer. Default "X-Request-Id".
+	RequestIDHeader string `mapstructure:"request_id_header"`
+}
+
+// Route is one entry of the YAML list `routes`.
+type Route struct {
+	// PathPrefix selects requests whose path starts with it on a segment
+	// boundary (see route.go). Must start with "/".
+	PathPrefix string `mapstructure:"path_prefix"`
+	// Host, when set, restricts the route to requests with this Host header
+	// (port ignored, case-insensitive).
+	Host string `mapstructure:"host"`
+	// Upstream names a pool of the `upstreams` section.
+	Upstream string `mapstructure:"upstream"`
+	// Resource names the route in limits, rules and metric labels. Default
+	// "default".
+	Resource string `mapstructure:"resource"`
+	// Heavy routes answer 503 when the adaptive mode switches heavy routes off.
+	Heavy bool `mapstructure:"heavy"`
+	// CacheTTL, when positive, stores successful GET answers in the response
+	// cache for this long; in cache-only mode they are served from it. 0: not
+	// cached.
+	CacheTTL time.Duration `mapstructure:"cache_ttl"`
+}
+
+// Defaults of ServerConfig and IdentityConfig.
+const (
+	DefaultListen          = ":8080"
+	DefaultAdminListen     = "127.0.0.1:9090"
+	DefaultReadTimeout     = 5 * time.Second
+	DefaultWriteTimeout    = 30 * time.Second
+	DefaultIdleTimeout     = 60 * time.Second
+	DefaultMaxRequestBody  = ByteSize(10 << 20)
+	DefaultShutdownGrace   = 15 * time.Second
+	DefaultConcurrency     = 256 * 1024
+	DefaultAPIKeyHeader    = "X-API-Key"
+	DefaultRequestIDHeader = "X-Request-Id"
+	DefaultResource        = "default"
+)
+
+// SetDefaults fills zero values with the defaults.
+func (c *Config) SetDefaults() {
+	c.Server.SetDefaults()
+	c.Identity.SetDefaults()
+	for i := range c.Routes {
+		if c.Routes[i].Resource == "" {
+			c.Routes[i].Resource = DefaultResource
+		}
+	}
+}
+
+// SetDefaults fills zero values with the defaults.
+func (c *ServerConfig) SetDefaults() {
+	setDefault(&c.Listen, DefaultListen)
+	setDefault(&c.AdminListen, DefaultAdminListen)
+	setDefault(&c.ReadTimeout, DefaultReadTimeout)
+	setDefault(&c.WriteTimeout, DefaultWriteTimeout)
+	setDefault(&c.IdleTimeout, DefaultIdleTimeout)
+	setDefault(&c.MaxRequestBody, DefaultMaxRequestBody)
+	setDefault(&c.ShutdownGrace, DefaultShutdownGrace)
+	setDefault(&c.Concurrency, DefaultConcurrency)
+}
+
+// SetDefaults fills zero values with the defaults.
+func (c *IdentityConfig) SetDefaults() {
+	setDefault(&c.APIKeyHeader, DefaultAPIKeyHeader)
+	setDefault(&c.RequestIDHeader, DefaultRequestIDHeader)
+}
+
+func setDefault[T comparable](p *T, def T) {
+	var zero T
+	if *p == zero {
+		*p = def
+	}
+}
+
+// Validate checks every key; upstreamNames are the configured upstream pools
+// that routes may name. The error joins one line per bad key.
+func (c *Config) Validate(upstreamNames []string) error {
+	return errors.Join(c.Server.Validate(), c.Identity.Validate(), validateRoutes(c.Routes, upstreamNames))
+}
+
+// Validate checks the server section.
+func (c *ServerConfig) Validate() error {
+	var errs []error
+	if err := checkHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("server.listen: %w", err))
+	}
+	if err := checkHostPort(c.AdminListen); err != nil {
+		errs = append(errs, fmt.Errorf("server.admin_listen: %w", err))
+	} else if c.AdminToken == "" && !isLoopback(c.AdminListen) {
+		errs = append(errs, fmt.Errorf("server.admin_token: required when server.admin_listen %q is not loopback", c.AdminListen))
+	}
+	for i, p := range c.TrustedProxies {
+		if _, err := parsePrefix(p); err != nil {
+			errs = append(errs, fmt.Errorf("server.trusted_proxies[%d]: %q is not a CIDR or IP", i, p))
+		}
+	}
+	errs = append(errs,
+		positive("server.read_timeout", c.ReadTimeout),
+		positive("server.write_timeout", c.WriteTimeout),
+		positive("server.idle_timeout", c.IdleTimeout),
+		positive("server.shutdown_grace", c.ShutdownGrace),
+	)
+	if c.MaxRequestBody <= 0 || c.MaxRequestBody > 1<<31-1 {
+		errs = append(errs, fmt.Errorf("server.max_request_body: %s is not a size between 1 byte and 2GiB", c.MaxRequestBody))
+	}
+	if c.Concurrency <= 0 {
+		errs = append(errs, fmt.Errorf("server.concurrency: %d is not a positive number of connections", c.Concurrency))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks the identity section.
+func (c *IdentityConfig) Validate() error {
+	var errs []error
+	if !isToken(c.APIKeyHeader) {
+		errs = append(errs, fmt.Errorf("identity.api_key_header: %q is not a header name", c.APIKeyHeader))
+	}
+	if !isToken(c.RequestIDHeader) {
+		errs = append(errs, fmt.Errorf("identity.request_id_header: %q is not a header name", c.RequestIDHeader))
+	}
+	return errors.Join(errs...)
+}
+
+func validateRoutes(routes []Route, upstreamNames []string) error {
+	var errs []error
+	if len(routes) == 0 {
+		errs = append(errs, errors.New("routes: at least one route is required"))
+	}
+	seen := make(map[string]int, len(routes))
+	for i, r := range routes {
+		key := fmt.Sprintf("routes[%d]", i)
+		if !strings.HasPrefix(r.PathPrefix, "/") {
+			errs = append(errs, fmt.Errorf("%s.path_prefix: must start with \"/\" (got %q)", key, r.PathPrefix))
+		}
+		if r.Host != "" && strings.ContainsAny(r.Host, "/ \t") {
+			errs = append(errs, fmt.Errorf("%s.host: %q is not a host name", key, r.Host))
+		}
+		if !slices.Contains(upstreamNames, r.Upstream) {
+			errs = append(errs, fmt.Errorf("%s.upstream: %q is not a configured upstream (%s)", key, r.Upstream, strings.Join(upstreamNames, ", ")))
+		}
+		if r.CacheTTL < 0 {
+			errs = append(errs, fmt.Errorf("%s.cache_ttl: %s is negative (0 means not cached)", key, r.CacheTTL))
+		}
+		id := strings.ToLower(r.Host) + " " + r.PathPrefix
+		if j, dup := seen[id]; dup {
+			errs = append(errs, fmt.Errorf("%s: path_prefix %q and host %q repeat routes[%d]", key, r.PathPrefix, r.Host, j))
+		}
+		seen[id] = i
+	}
+	return errors.Join(errs...)
+}
+
+func positive(key string, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("%s: %s is not a positive duration", key, d)
+	}
+	return nil
+}
+
+func checkHostPort(s string) error {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil || port == "" {
+		return fmt.Errorf("%q is not host:port", s)
+	}
+	return nil
+}
+
+func isLoopback(hostPort string) bool {
+	host, _, _ := net.SplitHostPort(hostPort)
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
+}
+
+// parsePrefix reads a CIDR or a single IP (as a /32 or /128).
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Masked(), err
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// isToken reports whether s is a non-empty RFC 9110 token (a header name).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
