@@ -1,0 +1,124 @@
+package proxy
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"unsafe"
+)
+
+// trustedSet is the compiled server.trusted_proxies list.
+type trustedSet []netip.Prefix
+
+func compileTrusted(list []string) (trustedSet, error) {
+	out := make(trustedSet, 0, len(list))
+	for _, s := range list {
+		p, err := parsePrefix(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// contains reports whether a is a trusted proxy. The list is short and
+// scanned linearly.
+func (ts trustedSet) contains(a netip.Addr) bool {
+	if !a.IsValid() {
+		return false
+	}
+	a = a.Unmap()
+	for _, p := range ts {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// maxXFFHops is how many X-Forwarded-For entries are remembered, the
+// rightmost ones; a longer chain's left part cannot matter unless every
+// remembered hop is trusted, and then the leftmost remembered one is used.
+const maxXFFHops = 16
+
+// xffChain collects the addresses of X-Forwarded-For values, left to right,
+// keeping the last maxXFFHops. Unparsable entries are kept as invalid
+// addresses so that the walk from the right stops at them.
+type xffChain struct {
+	hops [maxXFFHops]netip.Addr
+	n    int // entries seen; hops holds the last min(n, maxXFFHops)
+}
+
+func (c *xffChain) add(value []byte) {
+	for len(value) > 0 {
+		var e []byte
+		if i := bytes.IndexByte(value, ','); i >= 0 {
+			e, value = value[:i], value[i+1:]
+		} else {
+			e, value = value, nil
+		}
+		e = bytes.TrimSpace(e)
+		if len(e) == 0 {
+			continue
+		}
+		c.hops[c.n%maxXFFHops] = parseHop(e)
+		c.n++
+	}
+}
+
+// clientIP walks the chain from the right, skipping trusted proxies, and
+// returns the first address that is not trusted. peer is the direct peer,
+// already known to be trusted. An unparsable entry stops the walk: the
+// nearest trusted hop to its right is then the best that can be believed.
+// When every hop is trusted, the leftmost remembered one is the client.
+func (c *xffChain) clientIP(peer netip.Addr, trusted trustedSet) netip.Addr {
+	kept := min(c.n, maxXFFHops)
+	best := peer
+	for i := 1; i <= kept; i++ {
+		a := c.hops[(c.n-i)%maxXFFHops]
+		if !a.IsValid() {
+			return best
+		}
+		if !trusted.contains(a) {
+			return a
+		}
+		best = a
+	}
+	return best
+}
+
+// parseHop reads one X-Forwarded-For entry: an IP, an IP:port, or [IPv6]:port.
+// It returns the zero Addr when the entry is none of these.
+func parseHop(e []byte) netip.Addr {
+	if len(e) > 0 && e[0] == '[' {
+		i := bytes.IndexByte(e, ']')
+		if i < 0 {
+			return netip.Addr{}
+		}
+		e = e[1:i]
+	} else if i := bytes.IndexByte(e, ':'); i >= 0 && bytes.IndexByte(e[i+1:], ':') < 0 {
+		e = e[:i] // v4:port; a v6 address has more than one colon
+	}
+	if len(e) == 0 || len(e) > 64 {
+		return netip.Addr{}
+	}
+	// The string lives only for this call; ParseAddr copies zones.
+	a, err := netip.ParseAddr(unsafe.String(&e[0], len(e)))
+	if err != nil {
+		return netip.Addr{}
+	}
+	return a.Unmap()
+}
+
+// peerAddr returns the socket peer's IP without allocating.
+func peerAddr(addr net.Addr) netip.Addr {
+	switch a := addr.(type) {
+	case *net.TCPAddr:
+		ap := a.AddrPort()
+		return ap.Addr().Unmap()
+	case *net.UDPAddr:
+		return a.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
+}

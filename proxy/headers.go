@@ -1,0 +1,138 @@
+package proxy
+
+import (
+	"bytes"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Header hygiene, ported from net/http/httputil.ReverseProxy to fasthttp
+// (which strips nothing by itself).
+
+// hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1, the list the
+// standard library's reverse proxy removes in both directions.
+var hopHeaders = [][]byte{
+	[]byte("Connection"),
+	[]byte("Proxy-Connection"), // non-standard, sent by old user agents
+	[]byte("Keep-Alive"),
+	[]byte("Proxy-Authenticate"),
+	[]byte("Proxy-Authorization"),
+	[]byte("Te"),
+	[]byte("Trailer"),
+	[]byte("Transfer-Encoding"),
+	[]byte("Upgrade"),
+}
+
+var (
+	hdrConnection      = []byte("Connection")
+	hdrForwarded       = []byte("Forwarded")
+	hdrXForwardedFor   = []byte("X-Forwarded-For")
+	hdrXForwardedProto = []byte("X-Forwarded-Proto")
+	hdrXForwardedHost  = []byte("X-Forwarded-Host")
+	xForwardedPrefix   = []byte("x-forwarded-")
+	strHTTP            = []byte("http")
+	strHTTPS           = []byte("https")
+	strCommaSpace      = []byte(", ")
+)
+
+// maxConnectionTokens bounds the Connection header value copied for parsing;
+// a longer value is cut (its remaining tokens are left alone).
+const maxConnectionTokens = 512
+
+// stripHopRequest removes the hop-by-hop headers and every header named in
+// Connection from an outbound request header, and clears its connection-close
+// flag so that the upstream connection stays pooled.
+func stripHopRequest(h *fasthttp.RequestHeader) {
+	var buf [maxConnectionTokens]byte
+	conn := append(buf[:0], h.PeekBytes(hdrConnection)...)
+	forEachToken(conn, h.DelBytes)
+	for _, k := range hopHeaders {
+		h.DelBytes(k)
+	}
+	h.ResetConnectionClose()
+}
+
+// stripHopResponse does the same for a response header coming back from the
+// upstream. The client connection's own keep-alive is decided by the server
+// from the client's request, not by the upstream's Connection header.
+func stripHopResponse(h *fasthttp.ResponseHeader) {
+	var buf [maxConnectionTokens]byte
+	conn := append(buf[:0], h.PeekBytes(hdrConnection)...)
+	forEachToken(conn, h.DelBytes)
+	for _, k := range hopHeaders {
+		h.DelBytes(k)
+	}
+	h.ResetConnectionClose()
+}
+
+// forEachToken calls f with each comma-separated, trimmed, non-empty token of
+// v ("keep-alive, X-Foo").
+func forEachToken(v []byte, f func([]byte)) {
+	for len(v) > 0 {
+		var tok []byte
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			tok, v = v[:i], v[i+1:]
+		} else {
+			tok, v = v, nil
+		}
+		tok = bytes.TrimSpace(tok)
+		if len(tok) > 0 {
+			f(tok)
+		}
+	}
+}
+
+// stripForwarded removes Forwarded and every X-Forwarded-* header, which an
+// untrusted client may have made up.
+func stripForwarded(h *fasthttp.RequestHeader) {
+	h.DelBytes(hdrForwarded)
+	for {
+		var key [64]byte
+		k := findForwardedKey(h, key[:0])
+		if k == nil {
+			return
+		}
+		h.DelBytes(k)
+	}
+}
+
+// findForwardedKey copies the name of the first X-Forwarded-* header into dst,
+// or returns nil when there is none. Names longer than dst's capacity are
+// copied into a larger (allocated) buffer: rare, and only for hostile input.
+func findForwardedKey(h *fasthttp.RequestHeader, dst []byte) []byte {
+	for k := range h.All() {
+		if len(k) >= len(xForwardedPrefix) && bytes.EqualFold(k[:len(xForwardedPrefix)], xForwardedPrefix) {
+			return append(dst, k...)
+		}
+	}
+	return nil
+}
+
+// setForwarded sets X-Forwarded-For, -Proto and -Host on the outbound request
+// header h. peerIP is the direct peer's address in text. When the peer is a
+// trusted proxy, its X-Forwarded-For chain is extended and its -Proto and
+// -Host are kept; otherwise all three describe this hop only (stripForwarded
+// has removed the client's).
+func setForwarded(h *fasthttp.RequestHeader, peerIP []byte, trusted, tls bool, scratch []byte) []byte {
+	xff := scratch[:0]
+	if trusted {
+		if prior := h.PeekBytes(hdrXForwardedFor); len(prior) > 0 {
+			xff = append(append(xff, prior...), strCommaSpace...)
+		}
+	}
+	xff = append(xff, peerIP...)
+	h.SetBytesKV(hdrXForwardedFor, xff)
+	if !trusted || len(h.PeekBytes(hdrXForwardedProto)) == 0 {
+		proto := strHTTP
+		if tls {
+			proto = strHTTPS
+		}
+		h.SetBytesKV(hdrXForwardedProto, proto)
+	}
+	if !trusted || len(h.PeekBytes(hdrXForwardedHost)) == 0 {
+		if host := h.Host(); len(host) > 0 {
+			h.SetBytesKV(hdrXForwardedHost, host)
+		}
+	}
+	return xff
+}
