@@ -1,0 +1,135 @@
+package upstream
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// breaker is one target's circuit breaker: closed → open after `failures`
+// consecutive failures; open → half-open once openFor has passed, when it
+// admits up to `trials` requests; half-open → closed when all of them
+// succeed, → open again on the first failure.
+//
+// The closed state, the only one a healthy target is in, costs one atomic
+// load per admission and at most one atomic write per result. The other
+// states are rare and take mu, which serialises transitions.
+type breaker struct {
+	state    atomic.Int32
+	fails    atomic.Int32 // consecutive failures while closed
+	openedAt atomic.Int64 // unix nanoseconds of the last trip
+
+	mu        sync.Mutex
+	spell     int64 // number of the current half-open spell, from 1
+	admitted  int32 // trial requests let through in this half-open spell
+	succeeded int32 // of which succeeded
+
+	failures int32
+	openFor  int64
+	trials   int32
+
+	// onChange is called, under mu, after each transition.
+	onChange func(to int32)
+}
+
+func newBreaker(cfg BreakerConfig, onChange func(to int32)) *breaker {
+	return &breaker{
+		failures: int32(cfg.Failures),
+		openFor:  int64(cfg.OpenFor),
+		trials:   int32(cfg.HalfOpenRequests),
+		onChange: onChange,
+	}
+}
+
+// mayAdmit tells, without changing anything, whether admit could succeed at
+// now: the balancer uses it to skip targets.
+func (b *breaker) mayAdmit(now int64) bool {
+	return b.state.Load() != stateOpen || now-b.openedAt.Load() >= b.openFor
+}
+
+// admit reports whether a request may go to the target at now. A non-zero
+// trial names the half-open spell in which the request is a trial: its result
+// decides the breaker's state, and must be passed back to record.
+func (b *breaker) admit(now int64) (ok bool, trial int64) {
+	switch b.state.Load() {
+	case stateClosed:
+		return true, 0
+	case stateOpen:
+		if now-b.openedAt.Load() < b.openFor {
+			return false, 0
+		}
+	}
+	return b.admitTrial(now)
+}
+
+func (b *breaker) admitTrial(now int64) (ok bool, trial int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state.Load() {
+	case stateClosed:
+		return true, 0
+	case stateOpen:
+		if now-b.openedAt.Load() < b.openFor {
+			return false, 0
+		}
+		b.spell++
+		b.admitted, b.succeeded = 0, 0
+		b.setLocked(stateHalfOpen)
+	}
+	if b.admitted >= b.trials {
+		return false, 0
+	}
+	b.admitted++
+	return true, b.spell
+}
+
+// record takes the result of a request that admit let through, with the
+// trial admit returned. A result only counts in the state it was admitted
+// in: closed for non-trials, the same half-open spell for trials.
+func (b *breaker) record(failed bool, trial int64, now int64) {
+	if trial == 0 {
+		if b.state.Load() != stateClosed {
+			return
+		}
+		if !failed {
+			if b.fails.Load() != 0 {
+				b.fails.Store(0)
+			}
+			return
+		}
+		if b.fails.Add(1) < b.failures {
+			return
+		}
+		b.mu.Lock()
+		if b.state.Load() == stateClosed {
+			b.tripLocked(now)
+		}
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state.Load() != stateHalfOpen || b.spell != trial {
+		return
+	}
+	if failed {
+		b.tripLocked(now)
+		return
+	}
+	b.succeeded++
+	if b.succeeded >= b.trials {
+		b.fails.Store(0)
+		b.setLocked(stateClosed)
+	}
+}
+
+func (b *breaker) tripLocked(now int64) {
+	b.openedAt.Store(now)
+	b.setLocked(stateOpen)
+}
+
+func (b *breaker) setLocked(to int32) {
+	b.state.Store(to)
+	if b.onChange != nil {
+		b.onChange(to)
+	}
+}

@@ -1,0 +1,126 @@
+package upstream
+
+import (
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/fastcache"
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/bytebufferpool"
+	"github.com/valyala/fasthttp"
+)
+
+// Cache holds upstream responses for the cache-only fallback: the proxy fills
+// it from successful answers in every mode and serves from it when the
+// upstream must not be touched. It is a fastcache.Cache, bounded in bytes
+// (old entries are dropped in bulk when it is full) and kept off the Go heap.
+// Safe for concurrent use.
+//
+// An entry holds the status, the end-to-end headers and the body of a
+// response, and its expiry; an expired entry is a miss. Entries larger than
+// 1/64 of the cache (1MiB at the 64MB default) are not stored, so that one
+// answer cannot flush the cache. Keys are the caller's business (the proxy
+// uses method, host, path and query).
+type Cache struct {
+	fc      *fastcache.Cache
+	maxItem int
+	now     func() time.Time
+
+	hits, misses, stores, skips atomic.Uint64
+}
+
+// CacheStats counts a Cache's work since it was built.
+type CacheStats struct {
+	Hits, Misses, Stores uint64
+	// Skips are responses Set declined: not 200, not storable by their
+	// Cache-Control or Vary, streamed, or too large.
+	Skips uint64
+	// Bytes is the memory the entries take, Entries their number (an entry
+	// over 64KB counts once per 64KB chunk).
+	Bytes, Entries uint64
+}
+
+var (
+	cacheHits   = metrics.NewCounter(`sentinel_cache_hits_total`)
+	cacheMisses = metrics.NewCounter(`sentinel_cache_misses_total`)
+	cacheStores = metrics.NewCounter(`sentinel_cache_stores_total`)
+	// lastCache is the cache sentinel_cache_bytes reports: a process has one.
+	lastCache atomic.Pointer[Cache]
+	_         = metrics.NewGauge(`sentinel_cache_bytes`, func() float64 {
+		if c := lastCache.Load(); c != nil {
+			return float64(c.Stats().Bytes)
+		}
+		return 0
+	})
+)
+
+var entryPool bytebufferpool.Pool
+
+// NewCache builds a cache bounded by cfg.MaxBytes (after cfg's defaults; at
+// least 32MiB, fastcache's smallest size).
+func NewCache(cfg CacheConfig) *Cache {
+	cfg.SetDefaults()
+	maxBytes := max(int(cfg.MaxBytes), minCacheBytes)
+	c := &Cache{fc: fastcache.New(maxBytes), maxItem: maxBytes / 64, now: time.Now}
+	lastCache.Store(c)
+	return c
+}
+
+// Get copies the live entry for key into dst, with an Age header, and
+// reports whether there was one. On a miss dst is left as it was.
+func (c *Cache) Get(key []byte, dst *fasthttp.Response) bool {
+	bb := entryPool.Get()
+	defer entryPool.Put(bb)
+	bb.B = c.fc.GetBig(bb.B[:0], key)
+	now := c.now().UnixNano()
+	e, ok := parseEntry(bb.B)
+	if !ok || now >= e.expires {
+		c.misses.Add(1)
+		cacheMisses.Inc()
+		return false
+	}
+	e.writeTo(dst)
+	var age [20]byte
+	dst.Header.SetCanonical(strAge, strconv.AppendInt(age[:0], max(0, (now-e.stored)/int64(time.Second)), 10))
+	c.hits.Add(1)
+	cacheHits.Inc()
+	return true
+}
+
+// Set stores resp under key for ttl when it may be shared: status 200, no
+// `no-store` or `private` in Cache-Control, no Vary other than
+// Accept-Encoding (and then not content-encoded), a buffered body, and a
+// size within the cache's per-entry bound. Hop-by-hop headers, Set-Cookie,
+// Content-Length and Age are not stored. Set does not see the request: the
+// caller must not store answers that depend on credentials (RFC 9111 §3.5).
+func (c *Cache) Set(key []byte, resp *fasthttp.Response, ttl time.Duration) {
+	if ttl <= 0 || !storable(resp) {
+		c.skips.Add(1)
+		return
+	}
+	bb := entryPool.Get()
+	defer entryPool.Put(bb)
+	now := c.now()
+	bb.B = appendEntry(bb.B[:0], resp, now.Add(ttl).UnixNano(), now.UnixNano())
+	if len(bb.B) > c.maxItem {
+		c.skips.Add(1)
+		return
+	}
+	c.fc.SetBig(key, bb.B)
+	c.stores.Add(1)
+	cacheStores.Inc()
+}
+
+// Stats returns c's counters and size.
+func (c *Cache) Stats() CacheStats {
+	var fs fastcache.Stats
+	c.fc.UpdateStats(&fs)
+	return CacheStats{
+		Hits: c.hits.Load(), Misses: c.misses.Load(), Stores: c.stores.Load(), Skips: c.skips.Load(),
+		Bytes: fs.BytesSize, Entries: fs.EntriesCount,
+	}
+}
+
+// Reset drops every entry and frees the cache's memory; c stays usable.
+func (c *Cache) Reset() { c.fc.Reset() }

@@ -1,0 +1,279 @@
+package upstream
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Balance modes accepted in `upstreams.NAME.balance`.
+const (
+	// BalanceRoundRobin sends requests to the usable targets in turn.
+	BalanceRoundRobin = "round_robin"
+	// BalanceLeastPending sends each request to the usable target with the
+	// fewest requests in flight from this process.
+	BalanceLeastPending = "least_pending"
+)
+
+// Config is the YAML section `upstreams`: pool name → pool. Pool names are
+// the names routes refer to and the `upstream` label of the metrics.
+type Config map[string]PoolConfig
+
+// PoolConfig is one pool, `upstreams.NAME`. Zero values mean the defaults
+// given on each field.
+type PoolConfig struct {
+	// Targets are the backend base URLs, "http://host:port" or
+	// "https://host:port", without path, query or user info. At least one.
+	Targets []string `mapstructure:"targets"`
+	// Balance is "round_robin" (default) or "least_pending".
+	Balance string `mapstructure:"balance"`
+	// HealthCheck configures active health checks; none without a path.
+	HealthCheck HealthCheckConfig `mapstructure:"health_check"`
+	// Timeout bounds one proxied request, from picking a target to the last
+	// response header (to the last body byte unless the response streams),
+	// including a retry on another target. Default 30s.
+	Timeout time.Duration `mapstructure:"timeout"`
+	// ConnectTimeout bounds establishing one connection to a target.
+	// Default 2s.
+	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
+	// MaxConns is the most connections open to one target. A request that
+	// finds them all busy waits for one until its timeout. Default 512.
+	MaxConns int `mapstructure:"max_conns"`
+	// MaxIdleConnDuration closes keep-alive connections idle this long.
+	// Default 10s (fasthttp's default). Keep it below the target's own
+	// keep-alive timeout.
+	MaxIdleConnDuration time.Duration `mapstructure:"max_idle_conn_duration"`
+	// Passive configures ejection on consecutive failures of live requests.
+	Passive PassiveConfig `mapstructure:"passive"`
+	// Breaker configures the per-target circuit breaker.
+	Breaker BreakerConfig `mapstructure:"breaker"`
+}
+
+// HealthCheckConfig is `upstreams.NAME.health_check`.
+type HealthCheckConfig struct {
+	// Path is requested with GET on each target; a 2xx or 3xx answer within
+	// Timeout is a success. Empty (default): no active checks.
+	Path string `mapstructure:"path"`
+	// Interval between two checks of one target. Default 2s.
+	Interval time.Duration `mapstructure:"interval"`
+	// Timeout of one check; at most Interval. Default 1s.
+	Timeout time.Duration `mapstructure:"timeout"`
+	// HealthyThreshold is how many consecutive successes bring an unhealthy
+	// target back. Default 2.
+	HealthyThreshold int `mapstructure:"healthy_threshold"`
+	// UnhealthyThreshold is how many consecutive failures take a healthy
+	// target out. Default 2.
+	UnhealthyThreshold int `mapstructure:"unhealthy_threshold"`
+}
+
+// PassiveConfig is `upstreams.NAME.passive`: outlier ejection from live
+// traffic. A failure is a connection error, a timeout or a 502, 503 or 504
+// answer; anything else is a success and resets the count.
+type PassiveConfig struct {
+	// Failures is how many consecutive failures eject a target. Default 5.
+	Failures int `mapstructure:"failures"`
+	// EjectFor is how long an ejected target stays out before it is
+	// re-probed (health_check.path if set, else a TCP connect); a target that
+	// passes comes back on probation, where one failure ejects it again.
+	// Default 10s.
+	EjectFor time.Duration `mapstructure:"eject_for"`
+}
+
+// BreakerConfig is `upstreams.NAME.breaker`, a circuit breaker per target.
+type BreakerConfig struct {
+	// Failures is how many consecutive failures open the breaker. Default 5.
+	Failures int `mapstructure:"failures"`
+	// OpenFor is how long an open breaker refuses requests before it turns
+	// half-open. Default 5s.
+	OpenFor time.Duration `mapstructure:"open_for"`
+	// HalfOpenRequests is how many trial requests a half-open breaker lets
+	// through; all must succeed to close it, one failure opens it again.
+	// Default 1.
+	HalfOpenRequests int `mapstructure:"half_open_requests"`
+}
+
+// CacheConfig is the YAML section `cache`, the response cache.
+type CacheConfig struct {
+	// MaxBytes bounds the cache's memory. Default 64MB; at least 32MB,
+	// fastcache's smallest size.
+	MaxBytes ByteSize `mapstructure:"max_bytes"`
+}
+
+// minCacheBytes is fastcache's smallest capacity: it rounds anything smaller
+// up to this, so a smaller configured bound would be a lie.
+const minCacheBytes = 32 << 20
+
+// SetDefaults fills the zero values of every pool.
+func (c Config) SetDefaults() {
+	for name, p := range c {
+		p.SetDefaults()
+		c[name] = p
+	}
+}
+
+// SetDefaults fills the zero values of p.
+func (p *PoolConfig) SetDefaults() {
+	setDefault(&p.Balance, BalanceRoundRobin)
+	setDefault(&p.Timeout, 30*time.Second)
+	setDefault(&p.ConnectTimeout, 2*time.Second)
+	setDefault(&p.MaxConns, 512)
+	setDefault(&p.MaxIdleConnDuration, fasthttp.DefaultMaxIdleConnDuration)
+	h := &p.HealthCheck
+	setDefault(&h.Interval, 2*time.Second)
+	setDefault(&h.Timeout, time.Second)
+	setDefault(&h.HealthyThreshold, 2)
+	setDefault(&h.UnhealthyThreshold, 2)
+	setDefault(&p.Passive.Failures, 5)
+	setDefault(&p.Passive.EjectFor, 10*time.Second)
+	setDefault(&p.Breaker.Failures, 5)
+	setDefault(&p.Breaker.OpenFor, 5*time.Second)
+	setDefault(&p.Breaker.HalfOpenRequests, 1)
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// SetDefaults fills the zero values of c.
+func (c *CacheConfig) SetDefaults() {
+	setDefault(&c.MaxBytes, 64<<20)
+}
+
+// Validate checks every pool, in name order so that the errors come out in
+// the same order on every run. Each error names the full YAML key.
+func (c Config) Validate() error {
+	var errs []error
+	for _, name := range sortedNames(c) {
+		key := "upstreams." + name
+		if !validName(name) {
+			errs = append(errs, fmt.Errorf("%s: the name %q may hold only letters, digits, '_' and '-'", key, name))
+		}
+		p := c[name]
+		errs = append(errs, p.validate(key))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks c; its errors name the YAML key.
+func (c CacheConfig) Validate() error {
+	if c.MaxBytes < minCacheBytes {
+		return fmt.Errorf("cache.max_bytes: %s is below 32MiB, the smallest size the cache can bound", c.MaxBytes)
+	}
+	return nil
+}
+
+func sortedNames(c Config) []string {
+	names := make([]string, 0, len(c))
+	for name := range c {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func validName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, r := range name {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *PoolConfig) validate(key string) error {
+	errs := []error{p.validateTargets(key)}
+	if p.Balance != BalanceRoundRobin && p.Balance != BalanceLeastPending {
+		errs = append(errs, fmt.Errorf("%s.balance: %q is not one of %s, %s", key, p.Balance, BalanceRoundRobin, BalanceLeastPending))
+	}
+	errs = append(errs,
+		positive(key+".timeout", p.Timeout),
+		positive(key+".connect_timeout", p.ConnectTimeout),
+		atLeastOne(key+".max_conns", p.MaxConns),
+		positive(key+".max_idle_conn_duration", p.MaxIdleConnDuration),
+		p.HealthCheck.validate(key+".health_check"),
+		atLeastOne(key+".passive.failures", p.Passive.Failures),
+		positive(key+".passive.eject_for", p.Passive.EjectFor),
+		atLeastOne(key+".breaker.failures", p.Breaker.Failures),
+		positive(key+".breaker.open_for", p.Breaker.OpenFor),
+		atLeastOne(key+".breaker.half_open_requests", p.Breaker.HalfOpenRequests),
+	)
+	return errors.Join(errs...)
+}
+
+func (p *PoolConfig) validateTargets(key string) error {
+	if len(p.Targets) == 0 {
+		return fmt.Errorf("%s.targets: must list at least one http(s) URL", key)
+	}
+	var errs []error
+	for i, t := range p.Targets {
+		k := fmt.Sprintf("%s.targets[%d]", key, i)
+		if err := checkTargetURL(t); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %q %w", k, t, err))
+			continue
+		}
+		if slices.Index(p.Targets, t) < i {
+			errs = append(errs, fmt.Errorf("%s: %q is listed twice", k, t))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// errNotHTTP is the wording the config contract fixes for a bad target.
+var errNotHTTP = errors.New("is not an http(s) URL")
+
+func checkTargetURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "" {
+		return errNotHTTP
+	}
+	if u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return errors.New("must be scheme://host[:port] only, without user info, path, query or fragment")
+	}
+	if strings.ContainsAny(s, "\"\\\n") {
+		return errNotHTTP
+	}
+	return nil
+}
+
+func (h *HealthCheckConfig) validate(key string) error {
+	var errs []error
+	if h.Path != "" && !strings.HasPrefix(h.Path, "/") {
+		errs = append(errs, fmt.Errorf("%s.path: %q must start with '/' (or be empty: no active checks)", key, h.Path))
+	}
+	errs = append(errs,
+		positive(key+".interval", h.Interval),
+		positive(key+".timeout", h.Timeout),
+		atLeastOne(key+".healthy_threshold", h.HealthyThreshold),
+		atLeastOne(key+".unhealthy_threshold", h.UnhealthyThreshold),
+	)
+	if h.Timeout > h.Interval && h.Interval > 0 {
+		errs = append(errs, fmt.Errorf("%s.timeout: %s must not exceed %s.interval (%s)", key, h.Timeout, key, h.Interval))
+	}
+	return errors.Join(errs...)
+}
+
+func positive(key string, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("%s: %s is not a positive duration", key, d)
+	}
+	return nil
+}
+
+func atLeastOne(key string, n int) error {
+	if n < 1 {
+		return fmt.Errorf("%s: %d must be at least 1", key, n)
+	}
+	return nil
+}

@@ -1,0 +1,44 @@
+// Package upstream sends proxied requests to the configured backends and
+// keeps the response cache.
+//
+// A Set holds one Pool per `upstreams.NAME` entry of the configuration. A
+// Pool has one fasthttp.HostClient per target (so fasthttp's connection
+// pooling, MaxConns, dial and request deadlines do the transport work) and
+// picks a target for each request by round robin or least pending among the
+// targets that are
+//
+//   - healthy by the active health checks (GET health_check.path every
+//     interval; unhealthy after unhealthy_threshold failures in a row,
+//     healthy again after healthy_threshold successes),
+//   - not ejected by passive outlier detection (passive.failures consecutive
+//     failed requests eject a target for passive.eject_for; then it is
+//     re-probed and comes back on probation, where one failure ejects it
+//     again), and
+//   - admitted by their circuit breaker (closed → open after
+//     breaker.failures consecutive failures → half-open after
+//     breaker.open_for, admitting breaker.half_open_requests trials → closed
+//     when they succeed, open again when one fails).
+//
+// A failure is a connection error, a timeout, or a 502, 503 or 504 answer.
+// A request that could not be connected to its target is sent once more to
+// another target. Pool.Do's errors map onto the proxy's answers: ErrNoHealthy
+// → 503, ErrTimeout → 504, anything else → 502.
+//
+// The request path reads and updates only atomics (pending counts, health
+// flags, breaker state, failure counts); breaker transitions, which are rare,
+// take a per-target mutex. Do allocates nothing beyond what fasthttp does.
+//
+// Cache is the response cache of the cache-only fallback: a
+// VictoriaMetrics/fastcache bounded in bytes, holding status, end-to-end
+// headers and body of 200 answers that Cache-Control allows sharing, each
+// with its expiry.
+//
+// Metrics: sentinel_upstream_requests_total{upstream,target,outcome},
+// sentinel_upstream_latency_seconds{upstream},
+// sentinel_upstream_target_healthy{upstream,target},
+// sentinel_upstream_breaker_state{upstream,target} (0 closed, 1 half-open,
+// 2 open), sentinel_upstream_breaker_transitions_total{upstream,target,to},
+// sentinel_upstream_ejections_total{upstream,target}, and for the cache
+// sentinel_cache_hits_total, sentinel_cache_misses_total,
+// sentinel_cache_stores_total and sentinel_cache_bytes.
+package upstream

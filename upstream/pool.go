@@ -1,0 +1,174 @@
+package upstream
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+)
+
+// Pool is one upstream: its targets, the balancer over them and the pool
+// timeout. It is safe for concurrent use; Do takes no lock in the common case.
+type Pool struct {
+	name        string
+	targets     []*target
+	leastPend   bool
+	timeout     time.Duration
+	next        atomic.Uint32 // round-robin cursor, also the tie-breaker of least_pending
+	watched     atomic.Bool   // the Set's background loop re-probes ejected targets
+	latency     *metrics.PrometheusHistogram
+	errNoTarget error // ErrNoHealthy with the pool's name, built once
+}
+
+func newPool(name string, cfg PoolConfig) *Pool {
+	p := &Pool{
+		name:        name,
+		leastPend:   cfg.Balance == BalanceLeastPending,
+		timeout:     cfg.Timeout,
+		latency:     newLatency(name),
+		errNoTarget: fmt.Errorf("upstream %s: %w", name, ErrNoHealthy),
+	}
+	for _, u := range cfg.Targets {
+		p.targets = append(p.targets, newTarget(name, u, &cfg))
+	}
+	return p
+}
+
+// Name returns the pool's name from the configuration.
+func (p *Pool) Name() string { return p.name }
+
+// Do sends req to one of the pool's targets and reads the answer into resp.
+//
+// The target is picked among those that are healthy, not ejected and whose
+// breaker admits the request, by round robin or least pending. The
+// connection always goes to that configured target, whatever req's URI or
+// Host header says: only the scheme of req's URI is set here (to the
+// target's), and its path and query are sent as they are. The Host header
+// sent follows fasthttp's rules: the URI's host (which, unless the caller
+// changed the URI, is req's Host header), or req's Host header as it is when
+// req.UseHostHeader is set; when both are empty, the target's host.
+//
+// The whole call, including one retry on another target when the first could
+// not be connected to (nothing was sent, so any method may be retried), is
+// bounded by the pool timeout. A request body stream (req.SetBodyStream) is
+// sent as it is read; fasthttp's own retry of a dead keep-alive connection
+// covers idempotent requests without a body stream only.
+//
+// The response is buffered whole unless the caller sets resp.StreamBody
+// before the call; then Do returns after the headers and the caller must read
+// or close resp.BodyStream (the fasthttp server does so when resp is the
+// RequestCtx's response). Results and latency are then those of the headers.
+//
+// Errors: ErrNoHealthy when no target may take the request, ErrTimeout when
+// the timeout passed, any other error is a connection failure (all are
+// *TargetError but ErrNoHealthy). Test them with errors.Is.
+func (p *Pool) Do(req *fasthttp.Request, resp *fasthttp.Response) error {
+	start := time.Now()
+	deadline := start.Add(p.timeout)
+	t, trial := p.pick(start.UnixNano(), nil)
+	if t == nil {
+		return p.errNoTarget
+	}
+	dialFailed, err := p.attempt(t, trial, req, resp, deadline)
+	if dialFailed && len(p.targets) > 1 {
+		if t2, trial2 := p.pick(time.Now().UnixNano(), t); t2 != nil {
+			_, err = p.attempt(t2, trial2, req, resp, deadline)
+		}
+	}
+	p.latency.UpdateDuration(start)
+	return err
+}
+
+// attempt sends req to t and records the result.
+func (p *Pool) attempt(t *target, trial int64, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (dialFailed bool, err error) {
+	uri := req.URI()
+	uri.SetSchemeBytes(t.scheme)
+	if len(uri.Host()) == 0 && len(req.Header.Host()) == 0 {
+		uri.SetHostBytes(t.host)
+	}
+	t.pending.Add(1)
+	err = t.hc.DoDeadline(req, resp, deadline)
+	t.pending.Add(-1)
+	now := time.Now().UnixNano()
+	if err == nil {
+		failed := isFailureStatus(resp.StatusCode())
+		t.observe(failed, trial, now)
+		if failed {
+			t.m.failure.Inc()
+		} else {
+			t.m.success.Inc()
+		}
+		return false, nil
+	}
+	t.observe(true, trial, now)
+	dialFailed, timedOut := errorKind(err)
+	if timedOut {
+		t.m.timeout.Inc()
+		return false, &TargetError{Upstream: p.name, Target: t.url, Kind: ErrTimeout, Err: err}
+	}
+	t.m.failure.Inc()
+	return dialFailed, &TargetError{Upstream: p.name, Target: t.url, Err: err}
+}
+
+// isFailureStatus tells the answers that count against a target: those a
+// gateway or an overloaded server gives, not the application's own errors.
+func isFailureStatus(code int) bool {
+	return code == fasthttp.StatusBadGateway || code == fasthttp.StatusServiceUnavailable ||
+		code == fasthttp.StatusGatewayTimeout
+}
+
+// pick returns a target other than skip that admits a request at now, and
+// the breaker trial to report back; nil when there is none.
+func (p *Pool) pick(now int64, skip *target) (*target, int64) {
+	n := uint32(len(p.targets))
+	start := p.next.Add(1)
+	watched := p.watched.Load()
+	if p.leastPend {
+		if t := p.leastPending(now, start, skip, watched); t != nil {
+			if ok, trial := t.breaker.admit(now); ok {
+				return t, trial
+			}
+		}
+		// The least pending target's half-open breaker has no trial left:
+		// fall back to the first that admits.
+	}
+	for i := range n {
+		t := p.targets[(start+i)%n]
+		if t == skip || !t.usable(now, watched) {
+			continue
+		}
+		if ok, trial := t.breaker.admit(now); ok {
+			return t, trial
+		}
+	}
+	return nil, 0
+}
+
+// leastPending returns the usable target with the fewest requests in flight;
+// ties go to the first from start, which rotates.
+func (p *Pool) leastPending(now int64, start uint32, skip *target, watched bool) *target {
+	n := uint32(len(p.targets))
+	var best *target
+	var bestPending int32
+	for i := range n {
+		t := p.targets[(start+i)%n]
+		if t == skip || !t.usable(now, watched) {
+			continue
+		}
+		if pend := t.pending.Load(); best == nil || pend < bestPending {
+			best, bestPending = t, pend
+		}
+	}
+	return best
+}
+
+// Pending returns the number of requests in flight through p.
+func (p *Pool) Pending() int {
+	n := 0
+	for _, t := range p.targets {
+		n += int(t.pending.Load())
+	}
+	return n
+}

@@ -1,0 +1,178 @@
+package upstream
+
+import (
+	"log/slog"
+	"net"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// target is one backend of a pool. Everything the request path reads or
+// writes is an atomic; the rest is fixed at construction.
+type target struct {
+	pool   string
+	url    string // as configured: the `target` metric label
+	scheme []byte // "http" or "https"
+	host   []byte // host[:port] as in the URL, the Host header when req has none
+	hc     *fasthttp.HostClient
+	probe  *fasthttp.HostClient // health checks and re-probes, apart from hc's connections
+
+	pending atomic.Int32 // requests in flight through this pool
+
+	// healthy is the active health checks' verdict; true until they say
+	// otherwise (and always true without checks).
+	healthy   atomic.Bool
+	probeRun  int // consecutive probe results agreeing with the last one (checker goroutine only)
+	probeGood bool
+
+	// ejectedUntil is the unix-nanosecond end of a passive ejection, 0 when
+	// the target is not ejected. Once it has passed, the re-probe brings the
+	// target back (or, when the Set is not started, time alone).
+	ejectedUntil atomic.Int64
+	fails        atomic.Int32 // consecutive passive failures
+	ejectCh      chan struct{}
+	failLimit    int32
+	ejectFor     int64
+
+	breaker *breaker
+	m       *targetMetrics
+}
+
+func newTarget(pool, rawURL string, cfg *PoolConfig) *target {
+	u, _ := url.Parse(rawURL) // validated by Config.Validate
+	isTLS := u.Scheme == "https"
+	addr := fasthttp.AddMissingPort(u.Host, isTLS)
+	t := &target{
+		pool:      pool,
+		url:       rawURL,
+		scheme:    []byte(u.Scheme),
+		host:      []byte(u.Host),
+		ejectCh:   make(chan struct{}, 1),
+		failLimit: int32(cfg.Passive.Failures),
+		ejectFor:  int64(cfg.Passive.EjectFor),
+		m:         newTargetMetrics(pool, rawURL),
+	}
+	dial := dialer(cfg.ConnectTimeout)
+	t.hc = &fasthttp.HostClient{
+		Addr:        addr,
+		IsTLS:       isTLS,
+		DialTimeout: dial,
+		MaxConns:    cfg.MaxConns,
+		// A request that finds every connection busy waits for one; its own
+		// deadline (the pool timeout) ends the wait first.
+		MaxConnWaitTimeout:  cfg.Timeout,
+		MaxIdleConnDuration: cfg.MaxIdleConnDuration,
+		// One more attempt on the same target for idempotent requests whose
+		// pooled keep-alive connection turned out dead (fasthttp's retry).
+		MaxIdemponentCallAttempts: 2,
+		// The proxy forwards paths as the client sent them and adds no
+		// User-Agent of its own.
+		DisablePathNormalizing:   true,
+		NoDefaultUserAgentHeader: true,
+		ReadBufferSize:           8 << 10,
+		// Responses are buffered unless the caller sets resp.StreamBody,
+		// which fasthttp honours per request: see Pool.Do.
+		StreamResponseBody: false,
+	}
+	t.probe = &fasthttp.HostClient{
+		Addr:                      addr,
+		IsTLS:                     isTLS,
+		DialTimeout:               dial,
+		MaxConns:                  2,
+		MaxIdleConnDuration:       cfg.MaxIdleConnDuration,
+		MaxIdemponentCallAttempts: 1,
+		NoDefaultUserAgentHeader:  true,
+		Name:                      "sentinel-health-check",
+	}
+	t.healthy.Store(true)
+	t.breaker = newBreaker(cfg.Breaker, t.breakerChanged)
+	t.m.healthy.Set(1)
+	t.m.breakerState.Set(float64(stateClosed))
+	return t
+}
+
+// dialer connects within connectTimeout (or the request's remaining time if
+// shorter) and marks its failures as dialError.
+func dialer(connectTimeout time.Duration) fasthttp.DialFuncWithTimeout {
+	return func(addr string, timeout time.Duration) (net.Conn, error) {
+		if timeout <= 0 || timeout > connectTimeout {
+			timeout = connectTimeout
+		}
+		c, err := fasthttp.DialTimeout(addr, timeout)
+		if err != nil {
+			return nil, &dialError{err: err}
+		}
+		return c, nil
+	}
+}
+
+// usable tells whether the balancer may pick t at now.
+func (t *target) usable(now int64, watched bool) bool {
+	if !t.healthy.Load() {
+		return false
+	}
+	if u := t.ejectedUntil.Load(); u != 0 && (watched || now < u) {
+		return false
+	}
+	return t.breaker.mayAdmit(now)
+}
+
+// observe records the result of one request that breaker admission trial let
+// through.
+func (t *target) observe(failed bool, trial int64, now int64) {
+	t.breaker.record(failed, trial, now)
+	if !failed {
+		if t.fails.Load() != 0 {
+			t.fails.Store(0)
+		}
+		if u := t.ejectedUntil.Load(); u != 0 && now >= u && t.ejectedUntil.CompareAndSwap(u, 0) {
+			t.updateHealthGauge() // back by time alone: the Set is not started
+		}
+		return
+	}
+	if t.fails.Add(1) >= t.failLimit {
+		t.eject(now)
+	}
+}
+
+// eject takes t out of rotation for ejectFor and wakes its re-prober.
+func (t *target) eject(now int64) {
+	old := t.ejectedUntil.Load()
+	if old != 0 && now < old {
+		return // already out
+	}
+	if !t.ejectedUntil.CompareAndSwap(old, now+t.ejectFor) {
+		return
+	}
+	t.fails.Store(0)
+	t.m.ejections.Inc()
+	t.updateHealthGauge()
+	slog.Warn("upstream target ejected after consecutive failures",
+		"upstream", t.pool, "target", t.url, "failures", t.failLimit, "eject_for", time.Duration(t.ejectFor))
+	select {
+	case t.ejectCh <- struct{}{}:
+	default:
+	}
+}
+
+// readmit brings an ejected target back on probation: its next failure
+// ejects it again.
+func (t *target) readmit() {
+	t.fails.Store(t.failLimit - 1)
+	t.ejectedUntil.Store(0)
+	t.updateHealthGauge()
+	slog.Info("upstream target re-admitted after a passing re-probe", "upstream", t.pool, "target", t.url)
+}
+
+func (t *target) updateHealthGauge() {
+	t.m.healthy.Set(boolGauge(t.healthy.Load() && t.ejectedUntil.Load() == 0))
+}
+
+func (t *target) breakerChanged(to int32) {
+	t.m.breakerState.Set(float64(to))
+	t.m.transitions[to].Inc()
+	slog.Info("upstream breaker changed state", "upstream", t.pool, "target", t.url, "to", stateNames[to])
+}
