@@ -1,0 +1,455 @@
+package limit
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/limit/redistest"
+)
+
+// The conformance suite: one table of behaviours that every Store must show,
+// run against the MemoryStore (with an injected clock), a RedisStore on a
+// real redis-server and a RedisStore on a real 3-master Redis Cluster.
+
+// confEnv is one store under test.
+type confEnv struct {
+	name   string
+	store  Store
+	clock  *confClock     // memory only: time moves when the test says so
+	client rueidis.Client // Redis only
+}
+
+// sleep lets d pass: the injected clock moves, or the test waits for Redis'
+// clock.
+func (e *confEnv) sleep(d time.Duration) {
+	if e.clock != nil {
+		e.clock.Advance(d)
+		return
+	}
+	time.Sleep(d)
+}
+
+// now is the time a grant is recorded at: the injected clock, or the wall
+// clock before the call (Redis decides at or after it).
+func (e *confEnv) now() time.Time {
+	if e.clock != nil {
+		return e.clock.Now()
+	}
+	return time.Now()
+}
+
+// confClock is a clock that moves only when told.
+type confClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newConfClock() *confClock {
+	return &confClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+func (c *confClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *confClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+type confCase struct {
+	name string
+	run  func(t *testing.T, e *confEnv, key string)
+}
+
+var confCases = []confCase{
+	{"SlidingWindowAllowDeny", confAllowDeny(SlidingWindow)},
+	{"SlidingLogAllowDeny", confAllowDeny(SlidingLog)},
+	{"TokenBucketAllowDeny", confAllowDeny(TokenBucket)},
+	{"SlidingWindowPartial", confPartial(SlidingWindow)},
+	{"SlidingLogPartial", confPartial(SlidingLog)},
+	{"TokenBucketPartial", confPartial(TokenBucket)},
+	{"SlidingWindowFreesAfterRetry", confFreesAfterRetry(SlidingWindow)},
+	{"SlidingLogFreesAfterRetry", confFreesAfterRetry(SlidingLog)},
+	{"TokenBucketRefill", confTokenBucketRefill},
+	{"TokenBucketZeroRefill", confTokenBucketZeroRefill},
+	{"SlidingWindowLeaseCountsUntilExpiryPlusWindow", confLeaseCounted(SlidingWindow)},
+	{"SlidingLogLeaseCountsUntilExpiryPlusWindow", confLeaseCounted(SlidingLog)},
+	{"SlidingWindowBoundaryBurst", confBoundaryBurst(SlidingWindow)},
+	{"SlidingLogBoundaryBurst", confBoundaryBurst(SlidingLog)},
+	{"SlidingLogDuplicateRequestID", confDuplicateID},
+	{"SlidingWindowIgnoresRequestID", confIgnoresID},
+	{"ZeroLimit", confZeroLimit},
+	{"AlgorithmChange", confAlgorithmChange},
+	{"Concurrent", confConcurrent},
+	{"InvalidRequests", confInvalid},
+}
+
+func TestConformanceMemory(t *testing.T) {
+	for _, tc := range confCases {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newConfClock()
+			s := NewMemoryStore(MemoryOptions{Now: clock.Now})
+			t.Cleanup(s.Close)
+			tc.run(t, &confEnv{name: "memory", store: s, clock: clock}, "{conf:"+tc.name+"}")
+		})
+	}
+}
+
+func TestConformanceRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	client := confClient(t, []string{srv.Addr})
+	e := &confEnv{name: "redis", store: NewRedisStore(client, RedisStoreOptions{KeyPrefix: "test"}), client: client}
+	confRunRedis(t, e)
+}
+
+func TestConformanceRedisCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	client := confClient(t, c.Addrs)
+	_, isCluster := client.Nodes()[c.Addrs[2]]
+	require.True(t, isCluster, "the client does not see the cluster's nodes: %v", client.Nodes())
+	e := &confEnv{name: "cluster", store: NewRedisStore(client, RedisStoreOptions{KeyPrefix: "test"}), client: client}
+	confRunRedis(t, e)
+	t.Run("SlotRouting", func(t *testing.T) { confSlotRouting(t, e, c) })
+}
+
+func confRunRedis(t *testing.T, e *confEnv) {
+	for _, tc := range confCases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.run(t, e, "{conf:"+e.name+":"+tc.name+"}")
+		})
+	}
+	t.Run("EveryKeyHasTTL", func(t *testing.T) { confEveryKeyHasTTL(t, e) })
+}
+
+func confClient(t *testing.T, addrs []string) rueidis.Client {
+	t.Helper()
+	client, err := NewRedisClient(RedisConfig{Addrs: addrs})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	return client
+}
+
+// lease asks for want permits of key and fails the test on an error.
+func (e *confEnv) lease(t *testing.T, key string, p Params, want int64, ttl time.Duration, rid string) LeaseResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req := &LeaseRequest{Key: []byte(key), Params: p, Want: want, LeaseTTL: ttl}
+	if rid != "" {
+		req.RequestID = []byte(rid)
+	}
+	res, err := e.store.Lease(ctx, req)
+	require.NoError(t, err)
+	return res
+}
+
+func confParams(alg Algorithm, limit int64, window time.Duration) Params {
+	if alg == TokenBucket {
+		// A bucket that refills slowly enough to look like a window's limit
+		// for the length of a test step.
+		return Params{Algorithm: TokenBucket, Capacity: limit, RefillRate: float64(limit) / window.Seconds()}
+	}
+	return Params{Algorithm: alg, Limit: limit, Window: window}
+}
+
+func confAllowDeny(alg Algorithm) func(*testing.T, *confEnv, string) {
+	return func(t *testing.T, e *confEnv, key string) {
+		p := confParams(alg, 3, time.Minute)
+		for i := int64(1); i <= 3; i++ {
+			r := e.lease(t, key, p, 1, 0, "")
+			require.Equal(t, int64(1), r.Granted, "request %d", i)
+			assert.Equal(t, 3-i, r.Remaining, "request %d", i)
+			assert.Equal(t, time.Duration(0), r.RetryAfter, "request %d", i)
+			assert.Positive(t, r.Reset, "request %d", i)
+		}
+		r := e.lease(t, key, p, 1, 0, "")
+		assert.Equal(t, int64(0), r.Granted)
+		assert.Equal(t, int64(0), r.Remaining)
+		assert.False(t, r.Duplicate)
+		assert.Positive(t, r.RetryAfter)
+		assert.LessOrEqual(t, r.RetryAfter, time.Minute+time.Minute/20+time.Millisecond)
+		assert.LessOrEqual(t, r.RetryAfter, r.Reset)
+	}
+}
+
+func confPartial(alg Algorithm) func(*testing.T, *confEnv, string) {
+	return func(t *testing.T, e *confEnv, key string) {
+		p := confParams(alg, 5, time.Minute)
+		assert.Equal(t, int64(2), e.lease(t, key, p, 2, time.Second, "").Granted)
+		r := e.lease(t, key, p, 10, time.Second, "")
+		assert.Equal(t, int64(3), r.Granted, "want 10 with 3 left")
+		assert.Equal(t, int64(0), r.Remaining)
+		assert.Equal(t, time.Duration(0), r.RetryAfter)
+		r = e.lease(t, key, p, 10, time.Second, "")
+		assert.Equal(t, int64(0), r.Granted)
+		assert.Positive(t, r.RetryAfter)
+	}
+}
+
+// confFreesAfterRetry: once denied, waiting RetryAfter frees a permit.
+func confFreesAfterRetry(alg Algorithm) func(*testing.T, *confEnv, string) {
+	return func(t *testing.T, e *confEnv, key string) {
+		p := confParams(alg, 2, 300*time.Millisecond)
+		assert.Equal(t, int64(2), e.lease(t, key, p, 2, 0, "").Granted)
+		r := e.lease(t, key, p, 1, 0, "")
+		require.Equal(t, int64(0), r.Granted)
+		require.Positive(t, r.RetryAfter)
+		require.LessOrEqual(t, r.RetryAfter, 300*time.Millisecond+time.Millisecond*16)
+		if e.clock != nil {
+			e.sleep(r.RetryAfter - time.Millisecond)
+			assert.Equal(t, int64(0), e.lease(t, key, p, 1, 0, "").Granted, "granted before RetryAfter")
+			e.sleep(time.Millisecond)
+		} else {
+			e.sleep(r.RetryAfter + 5*time.Millisecond)
+		}
+		assert.Equal(t, int64(1), e.lease(t, key, p, 1, 0, "").Granted, "not granted after RetryAfter")
+	}
+}
+
+func confTokenBucketRefill(t *testing.T, e *confEnv, key string) {
+	p := Params{Algorithm: TokenBucket, Capacity: 4, RefillRate: 10}
+	r := e.lease(t, key, p, 4, time.Second, "")
+	require.Equal(t, int64(4), r.Granted)
+	assert.Equal(t, int64(0), r.Remaining)
+	assert.InDelta(t, 400*time.Millisecond, r.Reset, float64(5*time.Millisecond))
+	r = e.lease(t, key, p, 1, time.Second, "")
+	require.Equal(t, int64(0), r.Granted)
+	assert.Positive(t, r.RetryAfter)
+	assert.LessOrEqual(t, r.RetryAfter, 100*time.Millisecond)
+	e.sleep(250 * time.Millisecond) // 2.5 tokens
+	r = e.lease(t, key, p, 4, time.Second, "")
+	if e.clock != nil {
+		assert.Equal(t, int64(2), r.Granted)
+	} else {
+		assert.GreaterOrEqual(t, r.Granted, int64(2))
+		assert.LessOrEqual(t, r.Granted, int64(4))
+	}
+	e.sleep(time.Second) // full again, never more than the capacity
+	assert.Equal(t, int64(4), e.lease(t, key, p, 10, time.Second, "").Granted)
+}
+
+func confTokenBucketZeroRefill(t *testing.T, e *confEnv, key string) {
+	p := Params{Algorithm: TokenBucket, Capacity: 2, RefillRate: 0}
+	assert.Equal(t, int64(2), e.lease(t, key, p, 5, 0, "").Granted)
+	r := e.lease(t, key, p, 1, 0, "")
+	assert.Equal(t, int64(0), r.Granted)
+	assert.Equal(t, time.Duration(-1), r.RetryAfter, "zero refill: never")
+	assert.Equal(t, time.Duration(-1), r.Reset)
+	e.sleep(50 * time.Millisecond)
+	assert.Equal(t, int64(0), e.lease(t, key, p, 1, 0, "").Granted)
+}
+
+// confLeaseCounted: a lease may be used until its expiry, so it counts until
+// its expiry plus the window, not just the window.
+func confLeaseCounted(alg Algorithm) func(*testing.T, *confEnv, string) {
+	return func(t *testing.T, e *confEnv, key string) {
+		const window, ttl = 200 * time.Millisecond, 200 * time.Millisecond
+		p := Params{Algorithm: alg, Limit: 3, Window: window}
+		require.Equal(t, int64(3), e.lease(t, key, p, 3, ttl, "").Granted)
+		e.sleep(window + ttl/2) // past the window, not past lease expiry + window
+		r := e.lease(t, key, p, 1, ttl, "")
+		assert.Equal(t, int64(0), r.Granted, "a lease stopped counting before its expiry + window")
+		assert.Positive(t, r.RetryAfter)
+		e.sleep(r.RetryAfter + 5*time.Millisecond)
+		assert.Equal(t, int64(1), e.lease(t, key, p, 1, ttl, "").Granted)
+	}
+}
+
+// confBoundaryBurst packs requests at the end of one window and the start of
+// the next, and then offers a steady stream, and checks that no interval of
+// one window admits more than the limit, and that the limit is reached. The
+// bursts are aligned both on the clock's window grid (where a fixed window
+// would reset) and on that grid shifted by the lease lifetime (where a fixed
+// window over lease expiries would reset).
+func confBoundaryBurst(alg Algorithm) func(*testing.T, *confEnv, string) {
+	return func(t *testing.T, e *confEnv, key string) {
+		const limit, window, ttl = 5, 200 * time.Millisecond, 50 * time.Millisecond
+		p := Params{Algorithm: alg, Limit: limit, Window: window}
+		var grants []time.Time
+		take := func(want int64) {
+			at := e.now()
+			r := e.lease(t, key, p, want, ttl, "")
+			for i := int64(0); i < r.Granted; i++ {
+				grants = append(grants, at)
+			}
+		}
+		// waitPhase sleeps until (now + shift) mod window == phase.
+		waitPhase := func(shift, phase time.Duration) {
+			ms := (e.now().Add(shift).UnixMilli()) % window.Milliseconds()
+			d := (phase - time.Duration(ms)*time.Millisecond + window) % window
+			e.sleep(d)
+		}
+		burst := func() {
+			for i := 0; i < 4; i++ {
+				take(2)
+			}
+		}
+		for _, shift := range []time.Duration{0, ttl} {
+			e.sleep(window + ttl + window/10) // the budget is whole again
+			waitPhase(shift, window-15*time.Millisecond)
+			burst()
+			waitPhase(shift, 5*time.Millisecond)
+			burst()
+		}
+		e.sleep(window + ttl + window/10)
+		for i := 0; i < 40; i++ { // a steady stream over two windows
+			take(1)
+			e.sleep(10 * time.Millisecond)
+		}
+		require.GreaterOrEqual(t, len(grants), 3*limit, "the limit was not reached in each phase")
+		slices.SortFunc(grants, func(a, b time.Time) int { return a.Compare(b) })
+		for i, j := 0, 0; i < len(grants); i++ {
+			for grants[i].Sub(grants[j]) >= window {
+				j++
+			}
+			require.LessOrEqual(t, i-j+1, limit, "%d grants within %v ending at %v", i-j+1, window, grants[i].Format("15:04:05.000"))
+		}
+	}
+}
+
+func confDuplicateID(t *testing.T, e *confEnv, key string) {
+	p := Params{Algorithm: SlidingLog, Limit: 2, Window: time.Minute}
+	r := e.lease(t, key, p, 1, 0, "req-1")
+	require.Equal(t, int64(1), r.Granted)
+	assert.False(t, r.Duplicate)
+	r = e.lease(t, key, p, 1, 0, "req-1")
+	assert.True(t, r.Duplicate, "retry with the same request ID")
+	assert.Equal(t, int64(0), r.Granted, "a duplicate takes nothing")
+	assert.Equal(t, int64(1), r.Remaining)
+	assert.Equal(t, int64(1), e.lease(t, key, p, 1, 0, "req-2").Granted)
+	r = e.lease(t, key, p, 1, 0, "req-3")
+	assert.Equal(t, int64(0), r.Granted, "a new ID does not pass the limit")
+	assert.False(t, r.Duplicate)
+	assert.Positive(t, r.RetryAfter)
+	r = e.lease(t, key, p, 1, 0, "req-3")
+	assert.False(t, r.Duplicate, "a denied ID was not counted")
+	assert.True(t, e.lease(t, key, p, 1, 0, "req-1").Duplicate, "a counted ID stays counted at the limit")
+	assert.Equal(t, int64(0), e.lease(t, key, p, 1, 0, "").Granted)
+	// The same ID under another key is another request.
+	assert.Equal(t, int64(1), e.lease(t, key+":other", p, 1, 0, "req-1").Granted)
+}
+
+func confIgnoresID(t *testing.T, e *confEnv, key string) {
+	p := Params{Algorithm: SlidingWindow, Limit: 2, Window: time.Minute}
+	assert.Equal(t, int64(1), e.lease(t, key, p, 1, 0, "req-1").Granted)
+	r := e.lease(t, key, p, 1, 0, "req-1")
+	assert.Equal(t, int64(1), r.Granted)
+	assert.False(t, r.Duplicate)
+}
+
+func confZeroLimit(t *testing.T, e *confEnv, key string) {
+	for _, alg := range []Algorithm{SlidingWindow, SlidingLog} {
+		r := e.lease(t, fmt.Sprintf("%s:%d", key, alg), Params{Algorithm: alg, Limit: 0, Window: time.Second}, 1, 0, "")
+		assert.Equal(t, int64(0), r.Granted)
+		assert.Equal(t, time.Second, r.RetryAfter, "algorithm %d", alg)
+	}
+	r := e.lease(t, key+":tb", Params{Algorithm: TokenBucket, Capacity: 0, RefillRate: 5}, 1, 0, "")
+	assert.Equal(t, int64(0), r.Granted)
+	assert.Equal(t, time.Duration(-1), r.RetryAfter, "capacity 0 never grants")
+}
+
+// confAlgorithmChange: a rule reload may change a key's algorithm; the store
+// must keep working (no WRONGTYPE).
+func confAlgorithmChange(t *testing.T, e *confEnv, key string) {
+	for _, alg := range []Algorithm{SlidingWindow, SlidingLog, TokenBucket, SlidingWindow} {
+		assert.Equal(t, int64(1), e.lease(t, key, confParams(alg, 10, time.Minute), 1, 0, "").Granted, "algorithm %d", alg)
+	}
+}
+
+// confConcurrent: many callers at once never get more than the limit in total.
+func confConcurrent(t *testing.T, e *confEnv, key string) {
+	for _, alg := range []Algorithm{SlidingWindow, SlidingLog, TokenBucket} {
+		k := fmt.Sprintf("%s:%d", key, alg)
+		p := confParams(alg, 50, time.Hour)
+		var mu sync.Mutex
+		var total int64
+		var wg sync.WaitGroup
+		for g := 0; g < 8; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 10; i++ {
+					res, err := e.store.Lease(context.Background(), &LeaseRequest{Key: []byte(k), Params: p, Want: 3, LeaseTTL: time.Second})
+					if !assert.NoError(t, err) {
+						return
+					}
+					mu.Lock()
+					total += res.Granted
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		assert.Equal(t, int64(50), total, "algorithm %d", alg)
+	}
+}
+
+func confInvalid(t *testing.T, e *confEnv, key string) {
+	ok := Params{Algorithm: SlidingWindow, Limit: 1, Window: time.Second}
+	for name, req := range map[string]*LeaseRequest{
+		"nil":           nil,
+		"no key":        {Params: ok, Want: 1},
+		"want 0":        {Key: []byte(key), Params: ok, Want: 0},
+		"negative ttl":  {Key: []byte(key), Params: ok, Want: 1, LeaseTTL: -1},
+		"zero window":   {Key: []byte(key), Params: Params{Limit: 1}, Want: 1},
+		"negative rate": {Key: []byte(key), Params: Params{Algorithm: TokenBucket, Capacity: 1, RefillRate: -1}, Want: 1},
+		"unknown alg":   {Key: []byte(key), Params: Params{Algorithm: 9, Limit: 1, Window: time.Second}, Want: 1},
+	} {
+		_, err := e.store.Lease(context.Background(), req)
+		assert.Error(t, err, name)
+	}
+}
+
+// confEveryKeyHasTTL scans every node: each key the scripts wrote has a TTL.
+func confEveryKeyHasTTL(t *testing.T, e *confEnv) {
+	ctx := context.Background()
+	seen := 0
+	for addr, node := range e.client.Nodes() {
+		keys, err := node.Do(ctx, node.B().Keys().Pattern("test:*").Build()).AsStrSlice()
+		require.NoError(t, err, addr)
+		for _, k := range keys {
+			pttl, err := node.Do(ctx, node.B().Pttl().Key(k).Build()).AsInt64()
+			require.NoError(t, err, k)
+			assert.Positive(t, pttl, "key %s on %s has no TTL", k, addr)
+			assert.LessOrEqual(t, pttl, int64(tokenBucketDayMS), "key %s", k)
+			seen++
+		}
+	}
+	assert.Greater(t, seen, 10, "the suite left too few keys to check")
+}
+
+// confSlotRouting: the limits of many tenants spread over all three masters,
+// and every script runs on each of them.
+func confSlotRouting(t *testing.T, e *confEnv, c *redistest.Cluster) {
+	ctx := context.Background()
+	for i := 0; i < 30; i++ {
+		tenant := fmt.Sprintf("tenant-%d", i)
+		key := string(AppendKeyStrings(nil, "", "tenant", tenant))
+		for _, alg := range []Algorithm{SlidingWindow, SlidingLog, TokenBucket} {
+			assert.Equal(t, int64(1), e.lease(t, key, confParams(alg, 5, time.Second), 1, 0, "id").Granted)
+		}
+	}
+	for _, addr := range c.Addrs {
+		node, ok := e.client.Nodes()[addr]
+		require.True(t, ok, addr)
+		keys, err := node.Do(ctx, node.B().Keys().Pattern("test:{tenant:*").Build()).AsStrSlice()
+		require.NoError(t, err)
+		assert.NotEmpty(t, keys, "no tenant keys on %s", addr)
+		for _, k := range keys {
+			assert.True(t, strings.HasSuffix(k, "}:sw") || strings.Contains(k, "}:sl") || strings.HasSuffix(k, "}:tb"), k)
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package limit
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sentinel-gateway/sentinel/lua"
+)
+
+// The scripts, run with EVALSHA (EVAL once after NOSCRIPT) by rueidis.
+var (
+	slidingWindowScript = rueidis.NewLuaScript(lua.SlidingWindow)
+	slidingLogScript    = rueidis.NewLuaScript(lua.SlidingLog)
+	tokenBucketScript   = rueidis.NewLuaScript(lua.TokenBucket)
+)
+
+// RedisStoreOptions configure a RedisStore. The zero value is usable.
+type RedisStoreOptions struct {
+	// KeyPrefix, when not empty, is put with a ':' before every key, for
+	// example "sentinel" (main passes redis.key_prefix). Keep the hash tag
+	// out of it. Default: none.
+	KeyPrefix string
+}
+
+// RedisStore is the Store shared by every pod: one Lua script per Lease, run
+// atomically in Redis with Redis' own clock, on one node or a cluster (each
+// call touches one slot). It is safe for concurrent use.
+type RedisStore struct {
+	client rueidis.Client
+	prefix string // KeyPrefix + ":" or ""
+}
+
+var _ Store = (*RedisStore)(nil)
+
+// NewRedisStore returns a RedisStore over client. The client is shared with
+// the rest of the process: Close does not close it.
+func NewRedisStore(client rueidis.Client, opts RedisStoreOptions) *RedisStore {
+	s := &RedisStore{client: client}
+	if opts.KeyPrefix != "" {
+		s.prefix = opts.KeyPrefix + ":"
+	}
+	return s
+}
+
+// Lease runs the request's algorithm script. It returns when Redis answers
+// or ctx is done, whichever comes first.
+func (s *RedisStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult, error) {
+	if err := checkLease(req); err != nil {
+		return LeaseResult{}, err
+	}
+	c := getRedisCall()
+	script := c.build(s.prefix, req)
+	resp := script.Exec(ctx, s.client, c.keys, c.args)
+	a, err := parseAnswer(resp)
+	if err != nil {
+		// On a ctx timeout rueidis may still hold the command, whose strings
+		// point into c.buf: never reuse c then.
+		return LeaseResult{}, fmt.Errorf("limit: redis lease for %q: %w", req.Key, err)
+	}
+	putRedisCall(c)
+	return a.result(), nil
+}
+
+// Ping checks that Redis answers.
+func (s *RedisStore) Ping(ctx context.Context) error {
+	if err := s.client.Do(ctx, s.client.B().Ping().Build()).Error(); err != nil {
+		return fmt.Errorf("limit: redis ping: %w", err)
+	}
+	return nil
+}
+
+// Close does nothing: the rueidis client belongs to whoever made it.
+func (s *RedisStore) Close() {}
+
+func parseAnswer(resp rueidis.RedisResult) (leaseAnswer, error) {
+	msgs, err := resp.ToArray()
+	if err != nil {
+		return leaseAnswer{}, err
+	}
+	if len(msgs) != 5 {
+		return leaseAnswer{}, fmt.Errorf("script returned %d values, want 5", len(msgs))
+	}
+	var v [5]int64
+	for i := range msgs {
+		if v[i], err = msgs[i].AsInt64(); err != nil {
+			return leaseAnswer{}, fmt.Errorf("script value %d: %w", i, err)
+		}
+	}
+	return leaseAnswer{granted: v[0], remaining: v[1], retryMS: v[2], resetMS: v[3], duplicate: v[4] == 1}, nil
+}
+
+// redisCall holds one call's keys and arguments. They are zero-copy strings
+// over buf, valid only for the call.
+type redisCall struct {
+	buf    []byte
+	ends   [8]int // ends of the pieces written into buf
+	n      int
+	keyArr [3]string
+	argArr [5]string
+	keys   []string
+	args   []string
+}
+
+var redisCallPool sync.Pool
+
+func getRedisCall() *redisCall {
+	if c, ok := redisCallPool.Get().(*redisCall); ok {
+		return c
+	}
+	return &redisCall{buf: make([]byte, 0, 256)}
+}
+
+func putRedisCall(c *redisCall) {
+	if cap(c.buf) > 4096 {
+		return
+	}
+	c.keyArr, c.argArr = [3]string{}, [5]string{}
+	c.keys, c.args = nil, nil
+	redisCallPool.Put(c)
+}
+
+// build writes the keys and ARGV of req's script into c and returns the script.
+func (c *redisCall) build(prefix string, req *LeaseRequest) *rueidis.Lua {
+	c.buf, c.n = c.buf[:0], 0
+	p := &req.Params
+	leaseMS := ceilMS(req.LeaseTTL)
+	var script *rueidis.Lua
+	var nkeys int
+	switch p.Algorithm {
+	case SlidingLog:
+		script, nkeys = slidingLogScript, 3
+		c.key(prefix, req.Key, suffixSlidingLog)
+		c.key(prefix, req.Key, suffixSlidingLogMeta)
+		c.key(prefix, req.Key, suffixSlidingLogIDs)
+		w := ceilMS(p.Window)
+		c.ints(p.Limit, w, req.Want, leaseMS)
+		c.piece(append(c.buf, req.RequestID...))
+	case TokenBucket:
+		script, nkeys = tokenBucketScript, 1
+		c.key(prefix, req.Key, suffixTokenBucket)
+		c.ints(p.Capacity)
+		c.piece(strconv.AppendFloat(c.buf, p.RefillRate, 'g', -1, 64))
+		c.ints(req.Want, leaseMS)
+	default:
+		script, nkeys = slidingWindowScript, 1
+		c.key(prefix, req.Key, suffixSlidingWindow)
+		w := ceilMS(p.Window)
+		c.ints(p.Limit, w, req.Want, leaseMS, granularityMS(w, leaseMS))
+	}
+	c.strings(nkeys)
+	return script
+}
+
+func (c *redisCall) key(prefix string, key []byte, suffix string) {
+	b := append(c.buf, prefix...)
+	b = append(b, key...)
+	c.piece(append(b, suffix...))
+}
+
+func (c *redisCall) ints(vs ...int64) {
+	for _, v := range vs {
+		c.piece(strconv.AppendInt(c.buf, v, 10))
+	}
+}
+
+func (c *redisCall) piece(b []byte) {
+	c.buf = b
+	c.ends[c.n] = len(b)
+	c.n++
+}
+
+// strings cuts buf into the keys and args, after every append is done (an
+// append may move buf).
+func (c *redisCall) strings(nkeys int) {
+	start := 0
+	for i := 0; i < c.n; i++ {
+		s := rueidis.BinaryString(c.buf[start:c.ends[i]])
+		if i < nkeys {
+			c.keyArr[i] = s
+		} else {
+			c.argArr[i-nkeys] = s
+		}
+		start = c.ends[i]
+	}
+	c.keys, c.args = c.keyArr[:nkeys], c.argArr[:c.n-nkeys]
+}
