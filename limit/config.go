@@ -1,0 +1,336 @@
+package limit
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Failure policies: what the limiter does while the store's breaker is open
+// (limits.on_store_failure).
+const (
+	// FailLocal enforces each pod's share of every limit from local state:
+	// the limit divided by the number of live pods last seen.
+	FailLocal = "local"
+	// FailOpen allows every request.
+	FailOpen = "open"
+	// FailClosed rejects every request with 503.
+	FailClosed = "closed"
+)
+
+// Config is the `limits` section: which limits apply to every request and how
+// the limiter reaches the store.
+type Config struct {
+	// Algorithm is the default algorithm: sliding_window (default),
+	// sliding_log or token_bucket. Rules may override it.
+	Algorithm string `mapstructure:"algorithm"`
+	// Window is the window of the sliding algorithms. Default 1s.
+	Window time.Duration `mapstructure:"window"`
+	// Tenant is the base limit per tenant per window, multiplied by the
+	// tenant's plan multiplier (and by 1 − pressure under load). 0: off.
+	Tenant int64 `mapstructure:"tenant"`
+	// APIKey is the limit per API key per window. 0: off.
+	APIKey int64 `mapstructure:"api_key"`
+	// IP is the limit per client IP per window, applied to every request.
+	// 0: off.
+	IP int64 `mapstructure:"ip"`
+	// LocalFastPath lets a pod lease several permits at once and approve
+	// from them locally. false: every decision asks the store (lease size 1).
+	// Default true.
+	LocalFastPath *bool `mapstructure:"local_fast_path"`
+	// StoreTimeout is the deadline of one store call; a slower call counts as
+	// a failure. Default 5ms.
+	StoreTimeout time.Duration `mapstructure:"store_timeout"`
+	// OnStoreFailure is local (default), open or closed.
+	OnStoreFailure string `mapstructure:"on_store_failure"`
+	// Shadow decides and counts but never rejects. Default false.
+	Shadow bool `mapstructure:"shadow"`
+	// LeaseTTL is how long a pod may keep unused leased permits. Default 250ms.
+	LeaseTTL time.Duration `mapstructure:"lease_ttl"`
+	// MaxLease caps the permits leased in one store call. Default 64.
+	MaxLease int64 `mapstructure:"max_lease"`
+	// BreakerFailures is the number of consecutive store failures that open
+	// the store breaker. Default 5.
+	BreakerFailures int `mapstructure:"breaker_failures"`
+	// BreakerCooldown is how long the breaker stays open before a probe.
+	// Default 200ms.
+	BreakerCooldown time.Duration `mapstructure:"breaker_cooldown"`
+	// MaxKeys bounds the local buckets a pod keeps (idle ones are evicted).
+	// Default 100000.
+	MaxKeys int `mapstructure:"max_keys"`
+}
+
+// SetDefaults fills the zero values.
+func (c *Config) SetDefaults() {
+	if c.Algorithm == "" {
+		c.Algorithm = "sliding_window"
+	}
+	if c.Window == 0 {
+		c.Window = time.Second
+	}
+	if c.LocalFastPath == nil {
+		t := true
+		c.LocalFastPath = &t
+	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = 5 * time.Millisecond
+	}
+	if c.OnStoreFailure == "" {
+		c.OnStoreFailure = FailLocal
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 250 * time.Millisecond
+	}
+	if c.MaxLease == 0 {
+		c.MaxLease = 64
+	}
+	if c.BreakerFailures == 0 {
+		c.BreakerFailures = 5
+	}
+	if c.BreakerCooldown == 0 {
+		c.BreakerCooldown = 200 * time.Millisecond
+	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = 100000
+	}
+}
+
+// FastPath reports whether local leases are on (local_fast_path).
+func (c *Config) FastPath() bool { return c.LocalFastPath == nil || *c.LocalFastPath }
+
+// Validate checks the section; errors name the YAML key.
+func (c *Config) Validate() error {
+	if _, err := ParseAlgorithm(c.Algorithm); err != nil {
+		return &ValidationError{Field: "limits.algorithm", Msg: err.Error()}
+	}
+	checks := []struct {
+		key string
+		bad bool
+		msg string
+	}{
+		{"limits.window", c.Window < time.Millisecond, fmt.Sprintf("%v is shorter than 1ms", c.Window)},
+		{"limits.tenant", c.Tenant < 0, fmt.Sprintf("%d is negative; use 0 to switch it off", c.Tenant)},
+		{"limits.api_key", c.APIKey < 0, fmt.Sprintf("%d is negative; use 0 to switch it off", c.APIKey)},
+		{"limits.ip", c.IP < 0, fmt.Sprintf("%d is negative; use 0 to switch it off", c.IP)},
+		{"limits.store_timeout", c.StoreTimeout <= 0 || c.StoreTimeout > 10*time.Second,
+			fmt.Sprintf("%v is out of range (0, 10s]", c.StoreTimeout)},
+		{"limits.lease_ttl", c.LeaseTTL < time.Millisecond || c.LeaseTTL > time.Minute,
+			fmt.Sprintf("%v is out of range [1ms, 1m]", c.LeaseTTL)},
+		{"limits.max_lease", c.MaxLease < 1 || c.MaxLease > 1_000_000,
+			fmt.Sprintf("%d is out of range 1..1000000", c.MaxLease)},
+		{"limits.breaker_failures", c.BreakerFailures < 1, fmt.Sprintf("%d must be at least 1", c.BreakerFailures)},
+		{"limits.breaker_cooldown", c.BreakerCooldown <= 0, fmt.Sprintf("%v must be positive", c.BreakerCooldown)},
+		{"limits.max_keys", c.MaxKeys < 1, fmt.Sprintf("%d must be at least 1", c.MaxKeys)},
+	}
+	for _, ch := range checks {
+		if ch.bad {
+			return &ValidationError{Field: ch.key, Msg: ch.msg}
+		}
+	}
+	switch c.OnStoreFailure {
+	case FailLocal, FailOpen, FailClosed:
+	default:
+		return &ValidationError{Field: "limits.on_store_failure",
+			Msg: fmt.Sprintf("%q is not one of local, open, closed", c.OnStoreFailure)}
+	}
+	return nil
+}
+
+// ValidationError is a configuration or API input error: Field is the full
+// YAML key or JSON field (limits.algorithm, rules[0].capacity, capacity), Msg
+// says what is wrong and what is allowed.
+type ValidationError struct {
+	Field string
+	Msg   string
+}
+
+func (e *ValidationError) Error() string { return e.Field + ": " + e.Msg }
+
+// algorithmNames maps the configuration names to algorithms.
+var algorithmNames = map[string]Algorithm{
+	"sliding_window": SlidingWindow,
+	"sliding_log":    SlidingLog,
+	"token_bucket":   TokenBucket,
+}
+
+// ParseAlgorithm returns the algorithm of a configuration name.
+func ParseAlgorithm(name string) (Algorithm, error) {
+	a, ok := algorithmNames[name]
+	if !ok {
+		return 0, fmt.Errorf("%q is not one of sliding_window, sliding_log, token_bucket", name)
+	}
+	return a, nil
+}
+
+// String returns the configuration name of the algorithm.
+func (a Algorithm) String() string {
+	switch a {
+	case SlidingWindow:
+		return "sliding_window"
+	case SlidingLog:
+		return "sliding_log"
+	case TokenBucket:
+		return "token_bucket"
+	}
+	return fmt.Sprintf("algorithm(%d)", uint8(a))
+}
+
+// Plans are the plan names every tenant may have, from lowest to highest
+// priority. The `plans` section gives each a limit multiplier.
+var Plans = []string{"FREE", "STANDARD", "PREMIUM"}
+
+// ValidatePlans checks the `plans` section: every plan of Plans has a
+// multiplier, finite and > 0, and no other plan is named.
+func ValidatePlans(plans map[string]float64) error {
+	names := make([]string, 0, len(plans))
+	for name := range plans {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if !validPlan(name) {
+			return &ValidationError{Field: "plans." + name,
+				Msg: fmt.Sprintf("unknown plan; plans are %s", strings.Join(Plans, ", "))}
+		}
+		m := plans[name]
+		if !(m > 0) || math.IsInf(m, 0) {
+			return &ValidationError{Field: "plans." + name,
+				Msg: fmt.Sprintf("multiplier %v must be a finite number > 0", m)}
+		}
+	}
+	for _, p := range Plans {
+		if _, ok := plans[p]; !ok {
+			return &ValidationError{Field: "plans." + p, Msg: "missing; every plan needs a multiplier"}
+		}
+	}
+	return nil
+}
+
+func validPlan(name string) bool {
+	for _, p := range Plans {
+		if p == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Tenant is a customer: its plan and the API keys that identify it.
+type Tenant struct {
+	ID      string   `mapstructure:"id" json:"id"`
+	Plan    string   `mapstructure:"plan" json:"plan"`
+	APIKeys []string `mapstructure:"api_keys" json:"api_keys"`
+}
+
+// Validate checks a tenant; field is its YAML key or JSON path prefix
+// (tenants[0]); errors name field.key.
+func (t *Tenant) Validate(field string) error {
+	if err := checkName(field+".id", t.ID); err != nil {
+		return err
+	}
+	if !validPlan(t.Plan) {
+		return &ValidationError{Field: field + ".plan",
+			Msg: fmt.Sprintf("%q is not one of %s", t.Plan, strings.Join(Plans, ", "))}
+	}
+	for i, k := range t.APIKeys {
+		if k == "" || len(k) > 256 || strings.TrimSpace(k) != k {
+			return &ValidationError{Field: fmt.Sprintf("%s.api_keys[%d]", field, i),
+				Msg: "an API key must be 1..256 characters without surrounding spaces"}
+		}
+	}
+	return nil
+}
+
+// Rule is a limit for one (tenant, resource): it applies on top of the IP,
+// API key and tenant limits to every request of that tenant on a route with
+// that resource.
+type Rule struct {
+	Tenant    string `mapstructure:"tenant" json:"tenant"`
+	Resource  string `mapstructure:"resource" json:"resource"`
+	Algorithm string `mapstructure:"algorithm" json:"algorithm"`
+	// Limit and Window apply to sliding_window and sliding_log.
+	Limit  int64         `mapstructure:"limit" json:"limit,omitempty"`
+	Window time.Duration `mapstructure:"window" json:"-"`
+	// Capacity and RefillRate (permits per second) apply to token_bucket.
+	Capacity   int64   `mapstructure:"capacity" json:"capacity,omitempty"`
+	RefillRate float64 `mapstructure:"refill_rate" json:"refill_rate,omitempty"`
+	// Shadow decides and counts but never rejects.
+	Shadow bool `mapstructure:"shadow" json:"shadow,omitempty"`
+}
+
+// SetDefaults fills the algorithm and window from the limits section.
+func (r *Rule) SetDefaults(c *Config) {
+	if r.Algorithm == "" {
+		r.Algorithm = c.Algorithm
+	}
+	if r.Window == 0 && r.Algorithm != "token_bucket" {
+		r.Window = c.Window
+	}
+}
+
+// Validate checks a rule; field is its YAML key or an empty string for the
+// API (errors then name the JSON field alone).
+func (r *Rule) Validate(field string) error {
+	key := func(k string) string {
+		if field == "" {
+			return k
+		}
+		return field + "." + k
+	}
+	if err := checkName(key("tenant"), r.Tenant); err != nil {
+		return err
+	}
+	if err := checkName(key("resource"), r.Resource); err != nil {
+		return err
+	}
+	alg, err := ParseAlgorithm(r.Algorithm)
+	if err != nil {
+		return &ValidationError{Field: key("algorithm"), Msg: err.Error()}
+	}
+	switch alg {
+	case SlidingWindow, SlidingLog:
+		if r.Limit < 1 {
+			return &ValidationError{Field: key("limit"), Msg: fmt.Sprintf("%d must be at least 1 for %s", r.Limit, r.Algorithm)}
+		}
+		if r.Window < time.Millisecond || r.Window > 24*time.Hour {
+			return &ValidationError{Field: key("window"), Msg: fmt.Sprintf("%v is out of range [1ms, 24h]", r.Window)}
+		}
+		if r.Capacity != 0 || r.RefillRate != 0 {
+			return &ValidationError{Field: key("capacity"), Msg: "capacity and refill_rate apply to token_bucket only; use limit and window"}
+		}
+	case TokenBucket:
+		if r.Capacity < 1 {
+			return &ValidationError{Field: key("capacity"), Msg: fmt.Sprintf("%d must be at least 1 for token_bucket", r.Capacity)}
+		}
+		if r.RefillRate < 0 || math.IsNaN(r.RefillRate) || math.IsInf(r.RefillRate, 0) {
+			return &ValidationError{Field: key("refill_rate"), Msg: fmt.Sprintf("%v must be a finite number >= 0 (permits per second)", r.RefillRate)}
+		}
+		if r.Limit != 0 {
+			return &ValidationError{Field: key("limit"), Msg: "limit and window apply to the sliding algorithms; use capacity and refill_rate"}
+		}
+	}
+	return nil
+}
+
+// Params returns the store parameters of the rule.
+func (r *Rule) Params() Params {
+	alg, _ := ParseAlgorithm(r.Algorithm)
+	return Params{Algorithm: alg, Limit: r.Limit, Window: r.Window, Capacity: r.Capacity, RefillRate: r.RefillRate}
+}
+
+// checkName accepts tenant IDs and resource names: 1..64 characters of
+// letters, digits, '-', '_' and '.', so that they fit keys and labels.
+func checkName(field, s string) error {
+	if s == "" || len(s) > 64 {
+		return &ValidationError{Field: field, Msg: fmt.Sprintf("%q must be 1..64 characters", s)}
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return &ValidationError{Field: field, Msg: fmt.Sprintf("%q may only contain letters, digits, '-', '_' and '.'", s)}
+		}
+	}
+	return nil
+}

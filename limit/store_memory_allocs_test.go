@@ -1,0 +1,29 @@
+//go:build !race
+
+package limit
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestMemoryStoreLeaseAllocs: a lease on a key the store already holds
+// allocates nothing.
+func TestMemoryStoreLeaseAllocs(t *testing.T) {
+	s := NewMemoryStore(MemoryOptions{})
+	defer s.Close()
+	ctx := context.Background()
+	for _, p := range []Params{
+		{Algorithm: SlidingWindow, Limit: 1 << 40, Window: time.Second},
+		{Algorithm: TokenBucket, Capacity: 1 << 40, RefillRate: 1e9},
+	} {
+		req := &LeaseRequest{Key: []byte("{tenant:acme}"), Params: p, Want: 1, LeaseTTL: 100 * time.Millisecond}
+		for i := 0; i < 100; i++ { // warm up: the key and its sub-windows exist
+			_, _ = s.Lease(ctx, req)
+		}
+		if n := testing.AllocsPerRun(1000, func() { _, _ = s.Lease(ctx, req) }); n != 0 {
+			t.Errorf("algorithm %d: Lease allocates %v times", p.Algorithm, n)
+		}
+	}
+}
