@@ -79,11 +79,12 @@ func (b *backend) handle(ctx *fasthttp.RequestCtx) {
 // stop closes the listener and every connection: the target is down.
 func (b *backend) stop() {
 	b.mu.Lock()
-	srv := b.srv
+	srv, ln := b.srv, b.ln
 	b.srv = nil
 	b.mu.Unlock()
 	if srv != nil {
 		_ = srv.Shutdown()
+		_ = ln.Close() // Shutdown misses a listener that Serve has not taken yet
 	}
 }
 
