@@ -1,0 +1,119 @@
+package limit
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// bucketShards is the number of independently locked parts of the local
+// bucket table.
+const bucketShards = 64
+
+// bucket holds the permits one pod leased from the store for one key, and
+// what the store last said about the key. Its mutex is per key: requests for
+// different keys never contend.
+type bucket struct {
+	key string
+
+	mu      sync.Mutex
+	permits int64 // leased, unused permits
+	expires int64 // unix nanos after which permits are dropped
+	// deniedUntil caches the store's refusal: until then the key is refused
+	// locally without a store call (a flood over the limit does not reach
+	// the store once per request).
+	deniedUntil int64
+	deniedAt    int64 // unix nanos of the cached refusal
+	retryAfter  int64 // nanos, of the cached refusal (-1: never)
+	remaining   int64 // the store's remaining budget after the last lease
+	resetAt     int64 // unix nanos when the budget is whole again
+	fill        *fill // the store call in flight for this key, or nil
+
+	lastUsed atomic.Int64 // unix nanos
+}
+
+// fill is one in-flight lease call; requests that find the bucket empty while
+// it runs wait for it instead of calling the store themselves.
+type fill struct {
+	done    chan struct{}
+	waiters int64 // requests waiting (guarded by the bucket's mutex)
+}
+
+// bucketTable maps keys to buckets: sharded maps behind RWMutexes, read
+// without allocating.
+type bucketTable struct {
+	perShard int
+	shards   [bucketShards]bucketShard
+	count    atomic.Int64
+}
+
+type bucketShard struct {
+	mu sync.RWMutex
+	m  map[string]*bucket
+}
+
+func newBucketTable(maxKeys int) *bucketTable {
+	t := &bucketTable{perShard: max(1, (maxKeys+bucketShards-1)/bucketShards)}
+	for i := range t.shards {
+		t.shards[i].m = make(map[string]*bucket)
+	}
+	return t
+}
+
+// get returns the bucket of key, creating it when missing. It allocates only
+// to create one.
+func (t *bucketTable) get(key []byte, now int64) *bucket {
+	sh := &t.shards[xxhash.Sum64(key)%bucketShards]
+	sh.mu.RLock()
+	b := sh.m[string(key)]
+	sh.mu.RUnlock()
+	if b != nil {
+		b.lastUsed.Store(now)
+		return b
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if b = sh.m[string(key)]; b != nil {
+		return b
+	}
+	if len(sh.m) >= t.perShard {
+		// Full: drop a few entries (map order is random). Their unused
+		// permits are lost, which can only under-use a limit.
+		n := 0
+		for k := range sh.m {
+			delete(sh.m, k)
+			t.count.Add(-1)
+			if n++; n == 4 {
+				break
+			}
+		}
+	}
+	b = &bucket{key: string(key), remaining: -1}
+	b.lastUsed.Store(now)
+	sh.m[b.key] = b
+	t.count.Add(1)
+	return b
+}
+
+// sweep drops buckets unused since before idleBefore that have no call in
+// flight.
+func (t *bucketTable) sweep(idleBefore int64) {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for k, b := range sh.m {
+			if b.lastUsed.Load() < idleBefore && b.mu.TryLock() {
+				if b.fill == nil {
+					delete(sh.m, k)
+					t.count.Add(-1)
+				}
+				b.mu.Unlock()
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// len is the number of buckets.
+func (t *bucketTable) len() int { return int(t.count.Load()) }

@@ -1,0 +1,543 @@
+package limit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Limiter decides whether a request may pass every limit that applies to it.
+// Each pod keeps, per active key, a local bucket of permits leased from the
+// store; a request is approved from it without a store call, and only a pod
+// whose bucket is empty asks the store for a new lease (one call shared by
+// the concurrent requests that found it empty). The store counts every lease
+// whole, so the pods together never approve more than the limit in any
+// window; the lease size shrinks to 1 as the budget nears its end.
+type Limiter struct {
+	cfg      Config
+	store    Store
+	fallback *MemoryStore // the local policy's per-pod limits
+	adj      Adjuster
+	livePods func() int
+	catalog  *Catalog
+	now      func() time.Time
+
+	table   *bucketTable
+	breaker storeBreaker
+
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+// Limits on the local refusal cache: a refusal is remembered for the store's
+// retry-after, but at most this long, so that a key comes back to the store
+// soon after budget frees up.
+const (
+	maxCachedDenial      = 50 * time.Millisecond
+	maxCachedNeverDenial = time.Second
+)
+
+// NewLimiter returns a Limiter over store. cfg must have its defaults set.
+func NewLimiter(cfg Config, store Store, opts Options) (*Limiter, error) {
+	if store == nil {
+		return nil, errors.New("limit: NewLimiter needs a store")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.LivePods == nil {
+		opts.LivePods = func() int { return 1 }
+	}
+	l := &Limiter{
+		cfg:      cfg,
+		store:    store,
+		fallback: NewMemoryStore(MemoryOptions{MaxKeys: cfg.MaxKeys, Now: opts.Now}),
+		adj:      opts.Adjuster,
+		livePods: opts.LivePods,
+		catalog:  opts.Catalog,
+		now:      opts.Now,
+		table:    newBucketTable(cfg.MaxKeys),
+		breaker:  storeBreaker{failures: int64(cfg.BreakerFailures), cooldown: cfg.BreakerCooldown},
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	l.breaker.onChange = func(to int32) {
+		if to == breakerOpen {
+			breakerOpenings.Inc()
+		}
+	}
+	live.Store(l, struct{}{})
+	go l.sweepLoop()
+	return l, nil
+}
+
+// Close stops the background sweep and the fallback store. It does not close
+// the store, which belongs to the caller. Idempotent.
+func (l *Limiter) Close() {
+	l.stopOnce.Do(func() {
+		close(l.stop)
+		<-l.done
+		l.fallback.Close()
+		live.Delete(l)
+	})
+}
+
+func (l *Limiter) sweepLoop() {
+	defer close(l.done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	idle := max(10*time.Second, 2*l.cfg.Window)
+	for {
+		select {
+		case <-l.stop:
+			return
+		case now := <-t.C:
+			l.table.sweep(now.Add(-idle).UnixNano())
+		}
+	}
+}
+
+// LimiterStatus is the limiter's state for GET /v1/state.
+type LimiterStatus struct {
+	Breaker        string `json:"store_breaker"`
+	OnStoreFailure string `json:"on_store_failure"`
+	LocalFastPath  bool   `json:"local_fast_path"`
+	LocalBuckets   int    `json:"local_buckets"`
+	LivePods       int    `json:"live_pods"`
+}
+
+// Status reports the store breaker and the local state.
+func (l *Limiter) Status() LimiterStatus {
+	return LimiterStatus{
+		Breaker:        breakerStateName(l.breaker.state.Load()),
+		OnStoreFailure: l.cfg.OnStoreFailure,
+		LocalFastPath:  l.cfg.FastPath(),
+		LocalBuckets:   l.table.len(),
+		LivePods:       max(1, l.livePods()),
+	}
+}
+
+// StoreHealthy reports whether decisions go to the store (the breaker is
+// closed).
+func (l *Limiter) StoreHealthy() bool { return l.breaker.state.Load() == breakerClosed }
+
+// keyBufLen is the room for a key on the stack; longer keys allocate.
+const keyBufLen = 160
+
+// spec is one limit that applies to a request.
+type spec struct {
+	scope  Scope
+	params Params
+	limit  int64         // Limit or Capacity, as shown in decisions
+	window time.Duration // for RateLimit-Policy
+	ttl    time.Duration // lease lifetime
+	shadow bool
+	useRID bool // sliding_log with a trusted request ID: always ask the store
+	// The key is buf[:keyLen], or big when it did not fit. The spec never
+	// holds a slice of its own buf, so that it can stay on the stack.
+	keyLen int
+	big    string
+	buf    [keyBufLen]byte
+}
+
+// setKey records a key built by appending to s.buf[:0].
+func (s *spec) setKey(k []byte) {
+	if len(k) <= keyBufLen && cap(k) == keyBufLen {
+		s.keyLen, s.big = len(k), ""
+		return
+	}
+	s.keyLen, s.big = 0, string(k)
+}
+
+// key returns the spec's key; it allocates only for a key longer than the
+// buffer.
+func (s *spec) key() []byte {
+	if s.big != "" {
+		return []byte(s.big)
+	}
+	return s.buf[:s.keyLen]
+}
+
+// Allow decides one request. It returns within the store deadline and
+// allocates nothing when every limit is served from a local lease.
+func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
+	start := l.now()
+	now := start.UnixNano()
+	tokens := max(req.Tokens, 1)
+	mult, strict := 1.0, !l.cfg.FastPath()
+	if l.adj != nil {
+		m, s := l.adj.LimitAdjustment()
+		if m > 0 && m < 1 {
+			mult = m
+		}
+		strict = strict || s
+	}
+	var specs [4]spec
+	n := l.specs(&specs, req, mult)
+	counters := countersFor(req.Tenant, req.Resource)
+	counters.requests.Inc()
+
+	var taken [4]*bucket
+	best := Decision{Allowed: true, Remaining: math.MaxInt64}
+	shadowed := false
+	for i := 0; i < n; i++ {
+		s := &specs[i]
+		d, b := l.one(ctx, s, tokens, strict, req.RequestID, now)
+		if d.Unavailable {
+			l.refund(taken[:i], tokens)
+			counters.blocked.Inc()
+			l.observe(start)
+			return d
+		}
+		if !d.Allowed {
+			if s.shadow || l.cfg.Shadow {
+				shadowed = true
+				counters.shadowBlocked.Inc()
+				if d.Remaining <= best.Remaining {
+					best = d
+				}
+				continue
+			}
+			l.refund(taken[:i], tokens)
+			counters.blocked.Inc()
+			l.observe(start)
+			return d
+		}
+		taken[i] = b
+		if d.Remaining < best.Remaining {
+			best = d
+		}
+	}
+	if n == 0 {
+		best.Remaining = 0
+	}
+	best.Allowed, best.Shadowed = true, shadowed
+	if shadowed {
+		best.RetryAfter = 0
+	}
+	counters.allowed.Inc()
+	l.observe(start)
+	return best
+}
+
+func (l *Limiter) observe(start time.Time) {
+	decisionLatency.Update(float64(l.now().Sub(start)) / 1e6)
+}
+
+// specs fills the limits that apply to req and returns how many: the rule
+// first (usually the tightest), then tenant, API key and IP.
+func (l *Limiter) specs(specs *[4]spec, req *Request, mult float64) int {
+	n := 0
+	if req.Tenant != "" && req.Resource != "" && l.catalog != nil {
+		if r := l.catalog.FindRule(req.Tenant, req.Resource); r != nil {
+			s := &specs[n]
+			s.scope = ScopeRule
+			s.params = r.Params()
+			s.shadow = r.Shadow
+			if s.params.Algorithm == TokenBucket {
+				s.params.Capacity = scale(s.params.Capacity, mult)
+				s.params.RefillRate *= mult
+			} else {
+				s.params.Limit = scale(s.params.Limit, mult)
+			}
+			s.setKey(AppendKeyStrings(s.buf[:0], "", "rule", req.Tenant, req.Resource))
+			l.finish(s, req)
+			n++
+		}
+	}
+	if l.cfg.Tenant > 0 && req.Tenant != "" {
+		base := float64(l.cfg.Tenant)
+		if l.catalog != nil {
+			base *= l.catalog.PlanMultiplier(req.Plan)
+		}
+		s := &specs[n]
+		s.scope = ScopeTenant
+		l.base(s, scale(int64(math.Floor(base)), mult))
+		s.setKey(AppendKeyStrings(s.buf[:0], "", "tenant", req.Tenant))
+		l.finish(s, req)
+		n++
+	}
+	if l.cfg.APIKey > 0 && len(req.APIKey) > 0 {
+		s := &specs[n]
+		s.scope = ScopeAPIKey
+		l.base(s, scale(l.cfg.APIKey, mult))
+		s.setKey(AppendKey(s.buf[:0], "", "key", req.APIKey))
+		l.finish(s, req)
+		n++
+	}
+	if l.cfg.IP > 0 && len(req.IP) > 0 {
+		s := &specs[n]
+		s.scope = ScopeIP
+		l.base(s, scale(l.cfg.IP, mult))
+		s.setKey(AppendKey(s.buf[:0], "", "ip", req.IP))
+		l.finish(s, req)
+		n++
+	}
+	return n
+}
+
+// scale applies the adaptive multiplier; a limit that is on stays >= 1.
+func scale(limit int64, mult float64) int64 {
+	if mult >= 1 || limit <= 0 {
+		return limit
+	}
+	return max(1, int64(float64(limit)*mult))
+}
+
+// base sets the params of a base limit (tenant, API key, IP) under the
+// configured default algorithm.
+func (l *Limiter) base(s *spec, limit int64) {
+	alg, _ := ParseAlgorithm(l.cfg.Algorithm)
+	s.shadow = false
+	s.params = Params{Algorithm: alg, Limit: limit, Window: l.cfg.Window}
+	if alg == TokenBucket {
+		s.params = Params{Algorithm: alg, Capacity: limit, RefillRate: float64(limit) / l.cfg.Window.Seconds()}
+	}
+}
+
+// finish derives the shown limit and window and the lease lifetime.
+func (l *Limiter) finish(s *spec, req *Request) {
+	p := &s.params
+	s.useRID = p.Algorithm == SlidingLog && len(req.RequestID) > 0
+	if p.Algorithm == TokenBucket {
+		s.limit = p.Capacity
+		s.window = 0
+		if p.RefillRate > 0 {
+			s.window = time.Duration(float64(p.Capacity) / p.RefillRate * float64(time.Second))
+		}
+		// A leased token is taken at once: the lifetime only bounds how
+		// long unused tokens stay local.
+		s.ttl = min(l.cfg.LeaseTTL, 100*time.Millisecond)
+		return
+	}
+	s.limit, s.window = p.Limit, p.Window
+	// A lease counts in the store until it expires plus a window, so a
+	// long lifetime wastes budget: keep it to 1/50 of the window.
+	s.ttl = max(time.Millisecond, min(l.cfg.LeaseTTL, p.Window/50))
+}
+
+// one decides one limit. It returns the bucket the permits came from (for a
+// refund when a later limit rejects), or nil.
+func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, rid []byte, now int64) (Decision, *bucket) {
+	if s.useRID {
+		return l.direct(ctx, s, tokens, rid), nil
+	}
+	b := l.table.get(s.key(), now)
+	for attempt := 0; ; attempt++ {
+		b.mu.Lock()
+		if b.permits > 0 && now >= b.expires {
+			b.permits = 0
+		}
+		if b.permits >= tokens {
+			b.permits -= tokens
+			d := s.decision(true, b.remaining+b.permits, 0, b.resetAt-now)
+			b.mu.Unlock()
+			localHits.Inc()
+			return d, b
+		}
+		if now < b.deniedUntil {
+			d := s.decision(false, 0, b.retryFrom(now), b.resetAt-now)
+			b.mu.Unlock()
+			cachedDenials.Inc()
+			return d, nil
+		}
+		if f := b.fill; f != nil && attempt < 2 {
+			b.mu.Unlock()
+			l.wait(f)
+			now = l.now().UnixNano()
+			continue
+		}
+		f := &fill{done: make(chan struct{})}
+		b.fill = f
+		want := l.leaseSize(s, b, tokens, strict)
+		b.mu.Unlock()
+		return l.refill(ctx, s, b, f, tokens, want), b
+	}
+}
+
+// wait blocks until the in-flight lease call ends, at most the store deadline.
+func (l *Limiter) wait(f *fill) {
+	t := time.NewTimer(l.cfg.StoreTimeout)
+	defer t.Stop()
+	select {
+	case <-f.done:
+	case <-t.C:
+	}
+}
+
+// leaseSize is how many permits to ask for: a share of the remaining budget
+// that is large while plenty remains and 1 near the limit; exactly tokens
+// when strict.
+func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64 {
+	if strict {
+		return tokens
+	}
+	budget := b.remaining
+	if budget < 0 {
+		budget = s.limit
+	}
+	pods := int64(max(1, l.livePods()))
+	size := min(max(budget/(4*pods), 1), l.cfg.MaxLease)
+	return max(size, tokens)
+}
+
+// refill asks the store for a lease of want permits and takes tokens from
+// it. The caller holds the bucket's fill; refill releases it.
+func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64) Decision {
+	sent := l.now().UnixNano()
+	res, err := l.lease(ctx, s, []byte(b.key), want, s.ttl, nil)
+	now := l.now().UnixNano()
+	b.mu.Lock()
+	defer func() {
+		b.fill = nil
+		b.mu.Unlock()
+		close(f.done)
+	}()
+	if err != nil {
+		return l.fallbackDecision(ctx, s, tokens)
+	}
+	leaseSize.Update(float64(want))
+	b.remaining = res.Remaining
+	b.resetAt = now + int64(res.Reset)
+	if b.permits > 0 && now >= b.expires {
+		b.permits = 0
+	}
+	if res.Granted > 0 {
+		// Leftover permits keep their earlier expiry; new ones expire one
+		// lease lifetime after the call was sent (before the store dated it).
+		if b.permits == 0 {
+			b.expires = sent + int64(s.ttl)
+		}
+		b.permits += res.Granted
+	}
+	if b.permits >= tokens {
+		b.permits -= tokens
+		b.deniedUntil = 0
+		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now)
+	}
+	b.retryAfter, b.deniedAt = int64(res.RetryAfter), now
+	switch {
+	case res.RetryAfter < 0:
+		b.deniedUntil = now + int64(maxCachedNeverDenial)
+	case res.RetryAfter > 0:
+		b.deniedUntil = now + int64(min(res.RetryAfter, maxCachedDenial))
+	}
+	return s.decision(false, 0, b.retryFrom(now), b.resetAt-now)
+}
+
+// retryFrom is the retry-after of the cached refusal, seen at now.
+func (b *bucket) retryFrom(now int64) time.Duration {
+	if b.retryAfter < 0 {
+		return -1
+	}
+	return time.Duration(max(b.retryAfter-(now-b.deniedAt), int64(time.Millisecond)))
+}
+
+// direct decides with one store call, outside the local buckets: sliding_log
+// with a trusted request ID, which the store must see to skip a retry.
+func (l *Limiter) direct(ctx context.Context, s *spec, tokens int64, rid []byte) Decision {
+	res, err := l.lease(ctx, s, bytes.Clone(s.key()), tokens, 0, bytes.Clone(rid))
+	if err != nil {
+		return l.fallbackDecision(ctx, s, tokens)
+	}
+	leaseSize.Update(float64(tokens))
+	return s.decision(res.Granted >= tokens || res.Duplicate, res.Remaining, res.RetryAfter, int64(res.Reset))
+}
+
+// lease makes one store call under the deadline and the breaker.
+func (l *Limiter) lease(ctx context.Context, s *spec, key []byte, want int64, ttl time.Duration, rid []byte) (LeaseResult, error) {
+	ok, probe := l.breaker.allow(l.now().UnixNano())
+	if !ok {
+		storeCallsSkipped.Inc()
+		return LeaseResult{}, ErrStoreUnavailable
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.StoreTimeout)
+	res, err := l.store.Lease(cctx, &LeaseRequest{Key: key, Params: s.params, Want: want, LeaseTTL: ttl, RequestID: rid})
+	timedOut := cctx.Err() != nil
+	cancel()
+	if err != nil {
+		storeErrors.Inc()
+		if timedOut {
+			storeCallsTimeout.Inc()
+		} else {
+			storeCallsError.Inc()
+		}
+		l.breaker.failure(probe, l.now().UnixNano())
+		return LeaseResult{}, fmt.Errorf("limit: store lease: %w", err)
+	}
+	storeCallsOK.Inc()
+	l.breaker.success(probe)
+	return res, nil
+}
+
+// fallbackDecision decides while the store is unavailable, per
+// limits.on_store_failure.
+func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64) Decision {
+	switch l.cfg.OnStoreFailure {
+	case FailOpen:
+		fallbackOpen.Inc()
+		return s.decision(true, s.limit, 0, 0)
+	case FailClosed:
+		fallbackClosed.Inc()
+		d := s.decision(false, 0, l.cfg.BreakerCooldown, 0)
+		d.Unavailable = true
+		return d
+	}
+	fallbackLocal.Inc()
+	pods := max(1, l.livePods())
+	p := s.params
+	if p.Algorithm == TokenBucket {
+		p.Capacity = (p.Capacity + int64(pods) - 1) / int64(pods)
+		p.RefillRate /= float64(pods)
+	} else {
+		p.Limit = (p.Limit + int64(pods) - 1) / int64(pods)
+	}
+	res, err := l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: tokens})
+	if err != nil { // only a malformed request: decide like the store would
+		return s.decision(false, 0, l.cfg.BreakerCooldown, 0)
+	}
+	d := s.decision(res.Granted >= tokens, res.Remaining, res.RetryAfter, int64(res.Reset))
+	d.Limit = p.Limit
+	if p.Algorithm == TokenBucket {
+		d.Limit = p.Capacity
+	}
+	return d
+}
+
+// decision builds a Decision about this limit.
+func (s *spec) decision(allowed bool, remaining int64, retry time.Duration, reset int64) Decision {
+	return Decision{
+		Allowed:    allowed,
+		Scope:      s.scope,
+		Limit:      s.limit,
+		Remaining:  max(min(remaining, s.limit), 0),
+		RetryAfter: retry,
+		Reset:      time.Duration(max(reset, 0)),
+		Window:     s.window,
+	}
+}
+
+// refund puts the permits taken from earlier limits back into their local
+// buckets when a later limit rejects the request: they stay usable until
+// their lease expires.
+func (l *Limiter) refund(taken []*bucket, tokens int64) {
+	now := l.now().UnixNano()
+	for _, b := range taken {
+		if b == nil {
+			continue
+		}
+		b.mu.Lock()
+		if now < b.expires {
+			b.permits += tokens
+		}
+		b.mu.Unlock()
+	}
+}

@@ -1,0 +1,380 @@
+package limit
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/limit/redistest"
+)
+
+// countingStore counts the calls to a real store and can slow them down.
+type countingStore struct {
+	Store
+	calls atomic.Int64
+	delay time.Duration
+}
+
+func (c *countingStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult, error) {
+	c.calls.Add(1)
+	if c.delay > 0 {
+		time.Sleep(c.delay)
+	}
+	return c.Store.Lease(ctx, req)
+}
+
+func testLimitsConfig(mod func(*Config)) Config {
+	var c Config
+	c.SetDefaults()
+	c.StoreTimeout = time.Second // the race detector slows every call
+	if mod != nil {
+		mod(&c)
+	}
+	return c
+}
+
+func newTestLimiter(t testing.TB, cfg Config, store Store, opts Options) *Limiter {
+	t.Helper()
+	l, err := NewLimiter(cfg, store, opts)
+	require.NoError(t, err)
+	t.Cleanup(l.Close)
+	return l
+}
+
+func memStore(t testing.TB) *countingStore {
+	s := NewMemoryStore(MemoryOptions{})
+	t.Cleanup(s.Close)
+	return &countingStore{Store: s}
+}
+
+func testCatalog(t testing.TB, rules ...Rule) *Catalog {
+	t.Helper()
+	c, err := NewCatalog(map[string]float64{"FREE": 1, "STANDARD": 2, "PREMIUM": 3},
+		[]Tenant{{ID: "acme", Plan: "PREMIUM", APIKeys: []string{"k1"}}, {ID: "free", Plan: "FREE", APIKeys: []string{"k2"}}},
+		rules)
+	require.NoError(t, err)
+	return c
+}
+
+func allowN(l *Limiter, req *Request, n int) (allowed int, last Decision) {
+	for range n {
+		last = l.Allow(context.Background(), req)
+		if last.Allowed {
+			allowed++
+		}
+	}
+	return allowed, last
+}
+
+func TestLimiterEachScope(t *testing.T) {
+	cases := []struct {
+		name  string
+		cfg   func(*Config)
+		req   Request
+		want  int
+		scope Scope
+	}{
+		{"ip", func(c *Config) { c.IP = 7 }, Request{IP: []byte("10.0.0.1")}, 7, ScopeIP},
+		{"api key", func(c *Config) { c.APIKey = 4 }, Request{APIKey: []byte("k1"), Tenant: "acme", Plan: "PREMIUM"}, 4, ScopeAPIKey},
+		{"tenant × plan", func(c *Config) { c.Tenant = 5 }, Request{Tenant: "acme", Plan: "PREMIUM"}, 15, ScopeTenant},
+		{"tenant free", func(c *Config) { c.Tenant = 5 }, Request{Tenant: "free", Plan: "FREE"}, 5, ScopeTenant},
+		{"token bucket default", func(c *Config) { c.IP = 6; c.Algorithm = "token_bucket"; c.Window = time.Hour },
+			Request{IP: []byte("10.0.0.2")}, 6, ScopeIP},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newTestLimiter(t, testLimitsConfig(tc.cfg), memStore(t), Options{Catalog: testCatalog(t)})
+			got, last := allowN(l, &tc.req, tc.want+5)
+			assert.Equal(t, tc.want, got)
+			assert.False(t, last.Allowed)
+			assert.Equal(t, tc.scope, last.Scope)
+			assert.EqualValues(t, tc.want, last.Limit)
+			assert.Positive(t, last.RetryAfter)
+		})
+	}
+}
+
+func TestLimiterRule(t *testing.T) {
+	cat := testCatalog(t, Rule{Tenant: "acme", Resource: "bids", Algorithm: "token_bucket", Capacity: 3, RefillRate: 0})
+	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.Tenant = 100 }), memStore(t), Options{Catalog: cat})
+	req := &Request{Tenant: "acme", Plan: "PREMIUM", Resource: "bids"}
+	got, last := allowN(l, req, 5)
+	assert.Equal(t, 3, got)
+	assert.Equal(t, ScopeRule, last.Scope)
+	assert.Equal(t, time.Duration(-1), last.RetryAfter, "a bucket that never refills: retry -1")
+	// Another resource of the same tenant is not under the rule.
+	got, _ = allowN(l, &Request{Tenant: "acme", Plan: "PREMIUM", Resource: "other"}, 5)
+	assert.Equal(t, 5, got)
+}
+
+func TestLimiterRefundsWhenALaterLimitRejects(t *testing.T) {
+	// Rule (checked first) allows plenty; the IP limit rejects. The rule's
+	// permits taken for rejected requests must come back.
+	cat := testCatalog(t, Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 10, Window: time.Hour})
+	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 2; c.LeaseTTL = time.Minute }), memStore(t), Options{Catalog: cat})
+	ipA := &Request{Tenant: "acme", Plan: "PREMIUM", Resource: "r", IP: []byte("10.0.0.1")}
+	got, last := allowN(l, ipA, 8)
+	require.Equal(t, 2, got)
+	require.Equal(t, ScopeIP, last.Scope)
+	// 8 IPs × 1 request: the rule still has 8 of its 10 permits.
+	got = 0
+	for i := range 9 {
+		d := l.Allow(context.Background(), &Request{Tenant: "acme", Plan: "PREMIUM", Resource: "r", IP: []byte{'i', byte('a' + i)}})
+		if d.Allowed {
+			got++
+		}
+	}
+	assert.Equal(t, 8, got)
+}
+
+func TestLimiterTokens(t *testing.T) {
+	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 10 }), memStore(t), Options{})
+	d := l.Allow(context.Background(), &Request{IP: []byte("a"), Tokens: 7})
+	require.True(t, d.Allowed)
+	d = l.Allow(context.Background(), &Request{IP: []byte("a"), Tokens: 4})
+	require.False(t, d.Allowed)
+	d = l.Allow(context.Background(), &Request{IP: []byte("a"), Tokens: 3})
+	require.True(t, d.Allowed, "the 4-token refusal must not have taken the last 3 permits")
+}
+
+func TestLimiterShadow(t *testing.T) {
+	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 2; c.Shadow = true }), memStore(t), Options{})
+	got, last := allowN(l, &Request{IP: []byte("a")}, 5)
+	assert.Equal(t, 5, got)
+	assert.True(t, last.Shadowed)
+	assert.Equal(t, ScopeIP, last.Scope)
+}
+
+type fixedAdjuster struct {
+	mult   float64
+	strict bool
+}
+
+func (f fixedAdjuster) LimitAdjustment() (float64, bool) { return f.mult, f.strict }
+
+func TestLimiterStrictAsksTheStoreEveryTime(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  func(*Config)
+		adj  Adjuster
+	}{
+		{"local_fast_path false", func(c *Config) { c.IP = 1000; f := false; c.LocalFastPath = &f }, nil},
+		{"adaptive strict", func(c *Config) { c.IP = 1000 }, fixedAdjuster{1, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := memStore(t)
+			l := newTestLimiter(t, testLimitsConfig(tc.cfg), store, Options{Adjuster: tc.adj})
+			allowN(l, &Request{IP: []byte("a")}, 50)
+			assert.EqualValues(t, 50, store.calls.Load())
+		})
+	}
+	// With leases, far fewer calls.
+	store := memStore(t)
+	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 1000; c.LeaseTTL = time.Minute; c.Window = time.Hour }), store, Options{})
+	allowN(l, &Request{IP: []byte("a")}, 50)
+	assert.Less(t, store.calls.Load(), int64(5))
+}
+
+func TestLimiterMultiplier(t *testing.T) {
+	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 10 }), memStore(t), Options{Adjuster: fixedAdjuster{0.5, false}})
+	got, last := allowN(l, &Request{IP: []byte("a")}, 20)
+	assert.Equal(t, 5, got)
+	assert.EqualValues(t, 5, last.Limit)
+}
+
+func TestLimiterSharesOneStoreCallPerEmptyBucket(t *testing.T) {
+	store := memStore(t)
+	store.delay = 50 * time.Millisecond
+	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 100000; c.MaxLease = 1000; c.LeaseTTL = time.Minute; c.Window = time.Hour }), store, Options{})
+	var wg sync.WaitGroup
+	var allowed atomic.Int64
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if l.Allow(context.Background(), &Request{IP: []byte("a")}).Allowed {
+				allowed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.EqualValues(t, 20, allowed.Load())
+	assert.LessOrEqual(t, store.calls.Load(), int64(3), "concurrent requests on an empty bucket share the store call")
+}
+
+func newRedisStore(t testing.TB, addr string) *countingStore {
+	t.Helper()
+	c, err := NewRedisClient(RedisConfig{Addrs: []string{addr}})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return &countingStore{Store: NewRedisStore(c, RedisStoreOptions{KeyPrefix: "t"})}
+}
+
+// TestLimiterMultiPodAccuracy offers one key ten times its limit through
+// three limiters with their own Redis clients, for several windows: no
+// window may approve more than the limit, and together they must approve at
+// least 90% of it.
+func TestLimiterMultiPodAccuracy(t *testing.T) {
+	srv := redistest.Start(t)
+	multiPod(t, []string{srv.Addr}, 5*time.Second)
+}
+
+func TestLimiterMultiPodAccuracyCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	multiPod(t, c.Addrs, 3*time.Second)
+}
+
+func multiPod(t *testing.T, addrs []string, duration time.Duration) {
+	const limit, window = 50, 500 * time.Millisecond
+	cfg := testLimitsConfig(func(c *Config) { c.Tenant = limit; c.Window = window; c.StoreTimeout = 100 * time.Millisecond })
+	var stores []*countingStore
+	var pods []*Limiter
+	for range 3 {
+		cl, err := NewRedisClient(RedisConfig{Addrs: addrs})
+		require.NoError(t, err)
+		t.Cleanup(cl.Close)
+		s := &countingStore{Store: NewRedisStore(cl, RedisStoreOptions{KeyPrefix: "mp"})}
+		stores = append(stores, s)
+		pods = append(pods, newTestLimiter(t, cfg, s, Options{LivePods: func() int { return 3 }, Catalog: testCatalog(t)}))
+	}
+	var mu sync.Mutex
+	var approvals []time.Time
+	start := time.Now()
+	var wg sync.WaitGroup
+	// 10× the limit: 1000 per second over 12 workers.
+	offered := 10 * limit * int(time.Second/window)
+	const workers = 12
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(time.Duration(workers) * time.Second / time.Duration(offered))
+			defer tick.Stop()
+			for i := 0; time.Since(start) < duration; i++ {
+				if pods[(w+i)%3].Allow(context.Background(), &Request{Tenant: "free", Plan: "FREE"}).Allowed {
+					at := time.Now()
+					mu.Lock()
+					approvals = append(approvals, at)
+					mu.Unlock()
+				}
+				<-tick.C
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	worst := 0
+	for i := range approvals {
+		j := i
+		for j < len(approvals) && approvals[j].Sub(approvals[i]) < window {
+			j++
+		}
+		worst = max(worst, j-i)
+	}
+	calls := int64(0)
+	for _, s := range stores {
+		calls += s.calls.Load()
+	}
+	budget := float64(limit) * float64(elapsed) / float64(window)
+	t.Logf("3 pods, %v: %d approved of a budget of %.0f (%.1f%%); busiest window %d (limit %d); %d store calls = %.2f per approval",
+		elapsed.Round(time.Millisecond), len(approvals), budget, 100*float64(len(approvals))/budget, worst, limit, calls,
+		float64(calls)/float64(max(len(approvals), 1)))
+	assert.LessOrEqual(t, worst, limit, "a window approved more than the limit")
+	assert.GreaterOrEqual(t, float64(len(approvals)), 0.9*budget, "less than 90% of the budget approved")
+}
+
+func TestLimiterStoreFailure(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, policy := range []string{FailLocal, FailOpen, FailClosed} {
+		t.Run(policy, func(t *testing.T) {
+			store := newRedisStore(t, srv.Addr)
+			cfg := testLimitsConfig(func(c *Config) {
+				c.IP = 10
+				c.Window = time.Hour
+				c.OnStoreFailure = policy
+				c.StoreTimeout = 50 * time.Millisecond
+				c.BreakerFailures = 2
+				c.BreakerCooldown = 100 * time.Millisecond
+			})
+			l := newTestLimiter(t, cfg, store, Options{LivePods: func() int { return 2 }})
+			req := &Request{IP: []byte("10.1.1." + policy)}
+			require.True(t, l.Allow(context.Background(), req).Allowed)
+			require.True(t, l.StoreHealthy())
+
+			srv.Stop()
+			var decisions []Decision
+			for range 20 {
+				// Use a fresh key each time so that no local lease serves it.
+				decisions = append(decisions, l.Allow(context.Background(), &Request{IP: []byte("fresh-" + policy)}))
+			}
+			assert.False(t, l.StoreHealthy(), "the breaker opens")
+			allowed, unavailable := 0, 0
+			for _, d := range decisions {
+				if d.Allowed {
+					allowed++
+				}
+				if d.Unavailable {
+					unavailable++
+				}
+			}
+			switch policy {
+			case FailLocal:
+				assert.Equal(t, 5, allowed, "each of 2 pods enforces half of the limit")
+				assert.Zero(t, unavailable)
+			case FailOpen:
+				assert.Equal(t, 20, allowed)
+			case FailClosed:
+				assert.Zero(t, allowed)
+				assert.Equal(t, 20, unavailable)
+			}
+
+			srv.Restart()
+			back := time.Now()
+			for !l.StoreHealthy() {
+				l.Allow(context.Background(), &Request{IP: []byte("probe-" + policy)})
+				require.Less(t, time.Since(back), 5*time.Second, "decisions did not come back to the store")
+				time.Sleep(5 * time.Millisecond)
+			}
+			t.Logf("%s: back to store decisions %v after the restart", policy, time.Since(back).Round(time.Millisecond))
+		})
+	}
+}
+
+func TestLimiterSlowStoreOpensTheBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	store := newRedisStore(t, srv.Addr)
+	cfg := testLimitsConfig(func(c *Config) {
+		c.IP = 10
+		c.StoreTimeout = 20 * time.Millisecond
+		c.BreakerFailures = 3
+		c.BreakerCooldown = 100 * time.Millisecond
+	})
+	l := newTestLimiter(t, cfg, store, Options{})
+	require.True(t, l.Allow(context.Background(), &Request{IP: []byte("warm")}).Allowed)
+	srv.Pause()
+	for i := range 5 {
+		d := l.Allow(context.Background(), &Request{IP: []byte{'s', byte('0' + i)}})
+		assert.True(t, d.Allowed, "local policy decides while Redis is slow")
+	}
+	calls := store.calls.Load()
+	for i := range 20 {
+		l.Allow(context.Background(), &Request{IP: []byte{'t', byte('0' + i)}})
+	}
+	assert.LessOrEqual(t, store.calls.Load()-calls, int64(1), "no store calls while the breaker is open (one half-open probe at most)")
+	assert.False(t, l.StoreHealthy())
+	srv.Resume()
+	back := time.Now()
+	for !l.StoreHealthy() {
+		l.Allow(context.Background(), &Request{IP: []byte("probe")})
+		require.Less(t, time.Since(back), 5*time.Second)
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+var _ rueidis.Client // the Redis tests use real clients
