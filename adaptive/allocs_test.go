@@ -1,0 +1,54 @@
+//go:build !race
+
+package adaptive
+
+import (
+	"testing"
+	"time"
+)
+
+func TestRequestPathAllocatesNothing(t *testing.T) {
+	c, err := New(Config{}, Options{PodID: "p", Upstreams: []string{"api"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	l := c.Concurrency("api")
+	n := testing.AllocsPerRun(1000, func() {
+		_ = c.Policy()
+		_, _ = c.LimitAdjustment()
+		c.RequestStarted()
+		tk, ok := l.Acquire(PriorityPremium)
+		if !ok {
+			t.Fatal("shed")
+		}
+		tk.Release(time.Millisecond, false)
+		c.ObserveUpstream(time.Millisecond, false)
+		c.RequestFinished()
+	})
+	if n != 0 {
+		t.Fatalf("the request path allocates %.1f times", n)
+	}
+}
+
+func BenchmarkPolicy(b *testing.B) {
+	c, _ := New(Config{}, Options{PodID: "p"})
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = c.Policy()
+	}
+}
+
+func BenchmarkAcquireRelease(b *testing.B) {
+	c, _ := New(Config{}, Options{PodID: "p", Upstreams: []string{"api"}})
+	l := c.Concurrency("api")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			tk, ok := l.Acquire(PriorityPremium)
+			if ok {
+				tk.Release(time.Millisecond, false)
+			}
+		}
+	})
+}

@@ -1,0 +1,49 @@
+package adaptive
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/limit/redistest"
+)
+
+func newClusterController(t *testing.T, addr, pod string) *Controller {
+	t.Helper()
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	c, err := New(Config{}, Options{Redis: client, PodID: pod, KeyPrefix: "test", Logf: t.Logf})
+	require.NoError(t, err)
+	return c
+}
+
+func TestClusterViewAndLivePods(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newClusterController(t, srv.Addr, "a")
+	b := newClusterController(t, srv.Addr, "b")
+	ctx := context.Background()
+	a.local, b.local = 0.8, 0.2
+	a.exchange(ctx)
+	b.exchange(ctx)
+	a.exchange(ctx)
+	assert.Equal(t, 2, a.LivePods())
+	assert.Equal(t, 2, b.LivePods())
+	assert.InDelta(t, 0.5, a.cluster, 1e-3)
+	assert.InDelta(t, 0.5, b.cluster, 1e-3)
+
+	b.Stop() // leaves the view
+	a.exchange(ctx)
+	assert.Equal(t, 1, a.LivePods())
+	assert.InDelta(t, 0.8, a.cluster, 1e-3)
+
+	srv.Stop()
+	a.local = 0.3
+	a.exchange(ctx)
+	assert.Equal(t, 1, a.LivePods(), "without Redis: this pod alone")
+	assert.InDelta(t, 0.3, a.cluster, 1e-3, "without Redis: the pod's own score")
+	a.Stop()
+}

@@ -1,0 +1,204 @@
+package adaptive
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Config is the `adaptive` section.
+type Config struct {
+	// Enabled switches the whole layer on (default true); false: rate limits
+	// only, Normal policy always.
+	Enabled *bool `mapstructure:"enabled"`
+	// SampleInterval is how often the signals are read. Default 100ms.
+	SampleInterval time.Duration `mapstructure:"sample_interval"`
+	// ClusterInterval is how often the pod publishes its score to Redis and
+	// reads the cluster's average. Default 500ms.
+	ClusterInterval time.Duration `mapstructure:"cluster_interval"`
+	// PressureTTL is how long a pod's published score counts. Default 3s.
+	PressureTTL time.Duration `mapstructure:"pressure_ttl"`
+	// Weights of the signals in the pressure score (seed 001 plus upstream
+	// latency). They need not sum to 1: the sum is normalised.
+	Weights Weights `mapstructure:"weights"`
+	// Thresholds of the modes.
+	Thresholds Thresholds `mapstructure:"thresholds"`
+	// ExitCritical and ExitCriticalHold: leave Critical only after the
+	// pressure stayed below ExitCritical for ExitCriticalHold. Defaults 0.7, 5s.
+	ExitCritical     float64       `mapstructure:"exit_critical"`
+	ExitCriticalHold time.Duration `mapstructure:"exit_critical_hold"`
+	// ExitMargin and ExitHold: leave another mode only after the pressure
+	// stayed ExitMargin below its threshold for ExitHold. Defaults 0.05, 1s.
+	ExitMargin float64       `mapstructure:"exit_margin"`
+	ExitHold   time.Duration `mapstructure:"exit_hold"`
+	// MinDwell is the least time spent in a mode before stepping down.
+	// Default 2s.
+	MinDwell time.Duration `mapstructure:"min_dwell"`
+	// RampUp is how long limits take to grow back after stepping down.
+	// Default 5s.
+	RampUp time.Duration `mapstructure:"ramp_up"`
+	// SpikeFactor and SpikeCut: a request rate above SpikeFactor × its
+	// moving average, while the pressure is elevated, cuts limits by
+	// SpikeCut ahead of the pressure. Defaults 1.5, 0.2.
+	SpikeFactor float64 `mapstructure:"spike_factor"`
+	SpikeCut    float64 `mapstructure:"spike_cut"`
+	// MaxInflight is the capacity the in-flight signal is measured against.
+	// Default 2000.
+	MaxInflight int `mapstructure:"max_inflight"`
+	// UpstreamLatencyObjective is the upstream latency that counts as no
+	// pressure; four times it is full pressure. Default 250ms.
+	UpstreamLatencyObjective time.Duration `mapstructure:"upstream_latency_objective"`
+	// SchedLatencyObjective is the Go scheduler latency (p99) that counts as
+	// full pressure. Default 20ms.
+	SchedLatencyObjective time.Duration `mapstructure:"sched_latency_objective"`
+	// Concurrency configures the per-upstream adaptive concurrency limit.
+	Concurrency ConcurrencyConfig `mapstructure:"concurrency"`
+}
+
+// Weights of the pressure signals.
+type Weights struct {
+	CPU             float64 `mapstructure:"cpu"`
+	Memory          float64 `mapstructure:"memory"`
+	Scheduler       float64 `mapstructure:"scheduler"`
+	Inflight        float64 `mapstructure:"inflight"`
+	UpstreamErrors  float64 `mapstructure:"upstream_errors"`
+	UpstreamLatency float64 `mapstructure:"upstream_latency"`
+}
+
+// Thresholds are the pressures at which each mode starts.
+type Thresholds struct {
+	Moderate   float64 `mapstructure:"moderate"`
+	Aggressive float64 `mapstructure:"aggressive"`
+	Critical   float64 `mapstructure:"critical"`
+}
+
+// ConcurrencyConfig is `adaptive.concurrency`.
+type ConcurrencyConfig struct {
+	// Enabled (default true) puts a limiter in front of every upstream.
+	Enabled *bool `mapstructure:"enabled"`
+	// InitialLimit, MinLimit, MaxLimit bound the requests in flight to one
+	// upstream from this pod. Defaults 100, 8, 2000.
+	InitialLimit int `mapstructure:"initial_limit"`
+	MinLimit     int `mapstructure:"min_limit"`
+	MaxLimit     int `mapstructure:"max_limit"`
+	// QueueTimeout is the longest a PREMIUM or STANDARD request waits for a
+	// slot; FREE and anonymous requests do not wait. Default 10ms.
+	QueueTimeout time.Duration `mapstructure:"queue_timeout"`
+	// StandardShare and FreeShare are the fractions of the limit that
+	// STANDARD and FREE (and anonymous) requests may fill; PREMIUM may fill
+	// all of it. Defaults 0.85 and 0.6.
+	StandardShare float64 `mapstructure:"standard_share"`
+	FreeShare     float64 `mapstructure:"free_share"`
+}
+
+// SetDefaults fills the zero values.
+func (c *Config) SetDefaults() {
+	if c.Enabled == nil {
+		t := true
+		c.Enabled = &t
+	}
+	def(&c.SampleInterval, 100*time.Millisecond)
+	def(&c.ClusterInterval, 500*time.Millisecond)
+	def(&c.PressureTTL, 3*time.Second)
+	if c.Weights == (Weights{}) {
+		c.Weights = Weights{CPU: 0.30, Memory: 0.20, Scheduler: 0.10, Inflight: 0.15, UpstreamErrors: 0.10, UpstreamLatency: 0.15}
+	}
+	def(&c.Thresholds.Moderate, 0.5)
+	def(&c.Thresholds.Aggressive, 0.75)
+	def(&c.Thresholds.Critical, 0.9)
+	def(&c.ExitCritical, 0.7)
+	def(&c.ExitCriticalHold, 5*time.Second)
+	def(&c.ExitMargin, 0.05)
+	def(&c.ExitHold, time.Second)
+	def(&c.MinDwell, 2*time.Second)
+	def(&c.RampUp, 5*time.Second)
+	def(&c.SpikeFactor, 1.5)
+	def(&c.SpikeCut, 0.2)
+	def(&c.MaxInflight, 2000)
+	def(&c.UpstreamLatencyObjective, 250*time.Millisecond)
+	def(&c.SchedLatencyObjective, 20*time.Millisecond)
+	cc := &c.Concurrency
+	if cc.Enabled == nil {
+		t := true
+		cc.Enabled = &t
+	}
+	def(&cc.InitialLimit, 100)
+	def(&cc.MinLimit, 8)
+	def(&cc.MaxLimit, 2000)
+	def(&cc.QueueTimeout, 10*time.Millisecond)
+	def(&cc.StandardShare, 0.85)
+	def(&cc.FreeShare, 0.6)
+}
+
+func def[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
+
+// On reports whether the layer is enabled.
+func (c *Config) On() bool { return c.Enabled == nil || *c.Enabled }
+
+// Validate checks the section; errors name the YAML key.
+func (c *Config) Validate() error {
+	t := c.Thresholds
+	if !(0 < t.Moderate && t.Moderate < t.Aggressive && t.Aggressive < t.Critical && t.Critical < 1) {
+		return fmt.Errorf("adaptive.thresholds: moderate %v, aggressive %v, critical %v must increase strictly within (0, 1)",
+			t.Moderate, t.Aggressive, t.Critical)
+	}
+	if !(0 < c.ExitCritical && c.ExitCritical < t.Critical) {
+		return fmt.Errorf("adaptive.exit_critical: %v must be in (0, thresholds.critical %v)", c.ExitCritical, t.Critical)
+	}
+	w := c.Weights
+	for _, f := range []struct {
+		k string
+		v float64
+	}{{"cpu", w.CPU}, {"memory", w.Memory}, {"scheduler", w.Scheduler}, {"inflight", w.Inflight},
+		{"upstream_errors", w.UpstreamErrors}, {"upstream_latency", w.UpstreamLatency}} {
+		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			return fmt.Errorf("adaptive.weights.%s: %v must be a finite number >= 0", f.k, f.v)
+		}
+	}
+	if w.CPU+w.Memory+w.Scheduler+w.Inflight+w.UpstreamErrors+w.UpstreamLatency <= 0 {
+		return fmt.Errorf("adaptive.weights: all zero; at least one weight must be > 0")
+	}
+	for _, d := range []struct {
+		k string
+		v time.Duration
+	}{{"sample_interval", c.SampleInterval}, {"cluster_interval", c.ClusterInterval}, {"pressure_ttl", c.PressureTTL},
+		{"exit_critical_hold", c.ExitCriticalHold}, {"exit_hold", c.ExitHold}, {"min_dwell", c.MinDwell},
+		{"ramp_up", c.RampUp}, {"upstream_latency_objective", c.UpstreamLatencyObjective},
+		{"sched_latency_objective", c.SchedLatencyObjective}, {"concurrency.queue_timeout", c.Concurrency.QueueTimeout}} {
+		if d.v <= 0 {
+			return fmt.Errorf("adaptive.%s: %v must be a positive duration", d.k, d.v)
+		}
+	}
+	if c.SampleInterval < 10*time.Millisecond {
+		return fmt.Errorf("adaptive.sample_interval: %v is shorter than 10ms", c.SampleInterval)
+	}
+	if c.PressureTTL <= c.ClusterInterval {
+		return fmt.Errorf("adaptive.pressure_ttl: %v must be longer than adaptive.cluster_interval %v", c.PressureTTL, c.ClusterInterval)
+	}
+	if c.ExitMargin < 0 || c.ExitMargin >= t.Moderate {
+		return fmt.Errorf("adaptive.exit_margin: %v must be in [0, thresholds.moderate)", c.ExitMargin)
+	}
+	if c.SpikeFactor <= 1 {
+		return fmt.Errorf("adaptive.spike_factor: %v must be > 1", c.SpikeFactor)
+	}
+	if c.SpikeCut < 0 || c.SpikeCut >= 1 {
+		return fmt.Errorf("adaptive.spike_cut: %v must be in [0, 1)", c.SpikeCut)
+	}
+	if c.MaxInflight < 1 {
+		return fmt.Errorf("adaptive.max_inflight: %d must be at least 1", c.MaxInflight)
+	}
+	cc := c.Concurrency
+	if !(1 <= cc.MinLimit && cc.MinLimit <= cc.InitialLimit && cc.InitialLimit <= cc.MaxLimit) {
+		return fmt.Errorf("adaptive.concurrency: min_limit %d <= initial_limit %d <= max_limit %d must hold, all >= 1",
+			cc.MinLimit, cc.InitialLimit, cc.MaxLimit)
+	}
+	if !(0 < cc.FreeShare && cc.FreeShare <= cc.StandardShare && cc.StandardShare <= 1) {
+		return fmt.Errorf("adaptive.concurrency: free_share %v <= standard_share %v must hold within (0, 1]", cc.FreeShare, cc.StandardShare)
+	}
+	return nil
+}
