@@ -117,12 +117,10 @@ func (c *Controller) Start(ctx context.Context) {
 
 // Stop ends the loops and removes this pod from the cluster view.
 func (c *Controller) Stop() {
-	if c.cancel == nil {
-		unregister(c)
-		return
+	if c.cancel != nil {
+		c.cancel()
+		c.wg.Wait()
 	}
-	c.cancel()
-	c.wg.Wait()
 	if c.opts.Redis != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		c.opts.Redis.Do(ctx, c.opts.Redis.B().Hdel().Key(c.key()).Field(c.opts.PodID).Build())
