@@ -227,16 +227,22 @@ type Tenant struct {
 // Validate checks a tenant; field is its YAML key or JSON path prefix
 // (tenants[0]); errors name field.key.
 func (t *Tenant) Validate(field string) error {
-	if err := checkName(field+".id", t.ID); err != nil {
+	key := func(k string) string {
+		if field == "" {
+			return k
+		}
+		return field + "." + k
+	}
+	if err := checkName(key("id"), t.ID); err != nil {
 		return err
 	}
 	if !validPlan(t.Plan) {
-		return &ValidationError{Field: field + ".plan",
+		return &ValidationError{Field: key("plan"),
 			Msg: fmt.Sprintf("%q is not one of %s", t.Plan, strings.Join(Plans, ", "))}
 	}
 	for i, k := range t.APIKeys {
 		if k == "" || len(k) > 256 || strings.TrimSpace(k) != k {
-			return &ValidationError{Field: fmt.Sprintf("%s.api_keys[%d]", field, i),
+			return &ValidationError{Field: fmt.Sprintf("%s[%d]", key("api_keys"), i),
 				Msg: "an API key must be 1..256 characters without surrounding spaces"}
 		}
 	}

@@ -1,0 +1,114 @@
+package limit
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/limit/redistest"
+)
+
+func startSync(t *testing.T, addr string, resync time.Duration, rules ...Rule) (*Catalog, *CatalogSync) {
+	t.Helper()
+	cat := testCatalog(t, rules...)
+	client, err := NewRedisClient(RedisConfig{Addrs: []string{addr}})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	s := NewCatalogSync(client, cat, CatalogSyncOptions{KeyPrefix: "cs", Resync: resync, Logf: t.Logf})
+	require.NoError(t, s.Start(context.Background()))
+	t.Cleanup(s.Stop)
+	return cat, s
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 1s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestCatalogSyncAcrossPods(t *testing.T) {
+	srv := redistest.Start(t)
+	base := Rule{Tenant: "acme", Resource: "bids", Algorithm: "sliding_window", Limit: 10, Window: time.Second}
+	catA, syncA := startSync(t, srv.Addr, time.Minute, base)
+	catB, _ := startSync(t, srv.Addr, time.Minute, base)
+	ctx := context.Background()
+
+	// A write through A reaches B within a second (pub/sub).
+	over := Rule{Tenant: "acme", Resource: "bids", Algorithm: "token_bucket", Capacity: 3, RefillRate: 1}
+	require.NoError(t, syncA.PutRule(ctx, over))
+	r, _ := catA.Rule("acme", "bids")
+	assert.Equal(t, over, r)
+	waitFor(t, "rule on pod B", func() bool { r, _ := catB.Rule("acme", "bids"); return r == over })
+
+	// Tenants too.
+	require.NoError(t, syncA.PutTenant(ctx, Tenant{ID: "newco", Plan: "STANDARD", APIKeys: []string{"nk"}}))
+	waitFor(t, "tenant on pod B", func() bool { _, ok := catB.LookupAPIKey([]byte("nk")); return ok })
+	var ve *ValidationError
+	assert.ErrorAs(t, syncA.PutTenant(ctx, Tenant{ID: "thief", Plan: "FREE", APIKeys: []string{"k1"}}), &ve, "a key of another tenant")
+
+	// New pods read the API entries back (restart of every pod).
+	catC, syncC := startSync(t, srv.Addr, time.Minute, base)
+	r, _ = catC.Rule("acme", "bids")
+	assert.Equal(t, over, r)
+
+	// Deleting the API rule restores the config rule everywhere.
+	require.NoError(t, syncC.DeleteRule(ctx, "acme", "bids"))
+	waitFor(t, "config rule back on A", func() bool { r, _ := catA.Rule("acme", "bids"); return r == base })
+	assert.ErrorIs(t, syncC.DeleteRule(ctx, "acme", "bids"), ErrConfigEntry)
+	assert.ErrorIs(t, syncC.DeleteRule(ctx, "acme", "nope"), ErrEntryNotFound)
+}
+
+func TestCatalogSyncResyncRepairsAMissedMessage(t *testing.T) {
+	srv := redistest.Start(t)
+	cat, _ := startSync(t, srv.Addr, 100*time.Millisecond)
+	client, err := NewRedisClient(RedisConfig{Addrs: []string{srv.Addr}})
+	require.NoError(t, err)
+	defer client.Close()
+	ctx := context.Background()
+	// Written without a message, as if the message had been lost.
+	require.NoError(t, client.Do(ctx, client.B().Set().Key("cs:rule:free:x").Value(`{"tenant":"free","resource":"x","algorithm":"sliding_window","limit":4,"window_ms":1000}`).Build()).Error())
+	require.NoError(t, client.Do(ctx, client.B().Sadd().Key("cs:rules").Member("rule:free:x").Build()).Error())
+	waitFor(t, "resync", func() bool { _, ok := cat.Rule("free", "x"); return ok })
+}
+
+func TestCatalogSyncRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	_, s := startSync(t, srv.Addr, time.Minute)
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err := s.PutRule(ctx, Rule{Tenant: "acme", Resource: "r", Algorithm: "token_bucket", Capacity: 1, RefillRate: 1})
+	require.Error(t, err)
+	var ve *ValidationError
+	assert.NotErrorAs(t, err, &ve, "a store failure is not a validation error")
+	srv.Restart()
+	require.Eventually(t, func() bool {
+		return s.PutRule(context.Background(), Rule{Tenant: "acme", Resource: "r", Algorithm: "token_bucket", Capacity: 1, RefillRate: 1}) == nil
+	}, 5*time.Second, 50*time.Millisecond)
+}
+
+func TestCatalogInProcessWrites(t *testing.T) {
+	cat := testCatalog(t)
+	ctx := context.Background()
+	require.NoError(t, cat.PutRule(ctx, Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 2, Window: time.Second}))
+	assert.NotNil(t, cat.FindRule("acme", "r"))
+	require.NoError(t, cat.DeleteRule(ctx, "acme", "r"))
+	assert.Nil(t, cat.FindRule("acme", "r"))
+	assert.ErrorIs(t, cat.DeleteRule(ctx, "acme", "r"), ErrEntryNotFound)
+	var ve *ValidationError
+	require.ErrorAs(t, cat.PutTenant(ctx, Tenant{ID: "x", Plan: "GOLD"}), &ve)
+	assert.Equal(t, "plan", ve.Field)
+	require.ErrorAs(t, cat.PutTenant(ctx, Tenant{ID: "x", Plan: "FREE", APIKeys: []string{"k1"}}), &ve)
+	require.NoError(t, cat.PutTenant(ctx, Tenant{ID: "x", Plan: "FREE", APIKeys: []string{"kx"}}))
+	tn, ok := cat.LookupAPIKey([]byte("kx"))
+	require.True(t, ok)
+	assert.Equal(t, "x", tn.ID)
+}
