@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sentinel-gateway/sentinel/adaptive"
+	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/proxy"
+	"github.com/sentinel-gateway/sentinel/upstream"
+)
+
+// app holds the wired parts of one gateway process.
+type app struct {
+	cfg       *Config
+	redis     rueidis.Client // nil: the embedded in-memory store
+	store     limit.Store
+	storeName string
+	catalog   *limit.Catalog
+	sync      *limit.CatalogSync // nil without Redis
+	adaptive  *adaptive.Controller
+	limiter   *limit.Limiter
+	upstreams *upstream.Set
+	proxy     *proxy.Server
+	admin     *proxy.Admin
+	cancel    context.CancelFunc
+	errc      chan error
+}
+
+// build wires the parts; nothing listens or runs in the background yet.
+func build(cfg *Config) (*app, error) {
+	a := &app{cfg: cfg, errc: make(chan error, 2)}
+	var err error
+	if len(cfg.Redis.Addrs) > 0 {
+		if a.redis, err = limit.NewRedisClient(cfg.Redis); err != nil {
+			return nil, fmt.Errorf("cannot connect to redis %v: %w", cfg.Redis.Addrs, err)
+		}
+		a.store = limit.NewRedisStore(a.redis, limit.RedisStoreOptions{KeyPrefix: cfg.Redis.KeyPrefix})
+		a.storeName = "redis " + fmt.Sprint(cfg.Redis.Addrs)
+	} else {
+		a.store = limit.NewMemoryStore(limit.MemoryOptions{})
+		a.storeName = "in-memory"
+	}
+	if a.catalog, err = limit.NewCatalog(cfg.Plans, cfg.Tenants, cfg.Rules); err != nil {
+		a.close()
+		return nil, err
+	}
+	if a.redis != nil {
+		a.sync = limit.NewCatalogSync(a.redis, a.catalog, limit.CatalogSyncOptions{KeyPrefix: cfg.Redis.KeyPrefix})
+	}
+	if a.upstreams, err = upstream.New(cfg.Upstreams); err != nil {
+		a.close()
+		return nil, err
+	}
+	if a.adaptive, err = adaptive.New(cfg.Adaptive, adaptive.Options{
+		Redis: a.redis, PodID: podID(), Upstreams: a.upstreams.Names(),
+	}); err != nil {
+		a.close()
+		return nil, err
+	}
+	if a.limiter, err = limit.NewLimiter(cfg.Limits, a.store, limit.Options{
+		Adjuster: a.adaptive, LivePods: a.adaptive.LivePods, Catalog: a.catalog,
+	}); err != nil {
+		a.close()
+		return nil, err
+	}
+	if a.proxy, err = proxy.New(proxy.Deps{
+		Config:    cfg.proxyConfig(),
+		Limiter:   a.limiter,
+		Tenants:   a.catalog,
+		Adaptive:  a.adaptive,
+		Upstreams: a.upstreams,
+		Cache:     upstream.NewCache(cfg.Cache),
+	}); err != nil {
+		a.close()
+		return nil, err
+	}
+	if a.admin, err = proxy.NewAdmin(a.adminDeps()); err != nil {
+		a.close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// start listens on server.listen and server.admin_listen, then runs the
+// background loops and serves.
+func (a *app) start(ctx context.Context) error {
+	ln, err := net.Listen("tcp", a.cfg.Server.Listen)
+	if err != nil {
+		return fmt.Errorf("cannot listen on server.listen %q: %w", a.cfg.Server.Listen, err)
+	}
+	adminLn, err := net.Listen("tcp", a.cfg.Server.AdminListen)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("cannot listen on server.admin_listen %q: %w", a.cfg.Server.AdminListen, err)
+	}
+	return a.serve(ctx, ln, adminLn)
+}
+
+// serve runs the background loops and serves the proxy on ln and the admin
+// API on adminLn (tests pass listeners on free ports).
+func (a *app) serve(ctx context.Context, ln, adminLn net.Listener) error {
+	ctx, a.cancel = context.WithCancel(ctx)
+	if a.sync != nil {
+		if err := a.sync.Start(ctx); err != nil {
+			ln.Close()
+			adminLn.Close()
+			return fmt.Errorf("cannot load rules and tenants from redis: %w", err)
+		}
+	}
+	a.upstreams.Start(ctx)
+	a.adaptive.Start(ctx)
+	go func() { a.errc <- fmt.Errorf("proxy: %w", a.proxy.Serve(ln)) }()
+	go func() { a.errc <- fmt.Errorf("admin: %w", a.admin.Serve(adminLn)) }()
+	return nil
+}
+
+// shutdown stops accepting, drains in-flight requests until ctx ends, then
+// stops the background loops and closes the store.
+func (a *app) shutdown(ctx context.Context) error {
+	err := errors.Join(a.proxy.Shutdown(ctx), a.admin.Shutdown(ctx))
+	a.close()
+	return err
+}
+
+func (a *app) close() {
+	if a.cancel != nil {
+		a.cancel()
+	}
+	if a.sync != nil {
+		a.sync.Stop()
+	}
+	if a.adaptive != nil {
+		a.adaptive.Stop()
+	}
+	if a.upstreams != nil {
+		a.upstreams.Stop()
+	}
+	if a.store != nil {
+		a.store.Close()
+	}
+	if a.redis != nil {
+		a.redis.Close()
+	}
+}
+
+// podID names this process in the cluster view: host name and process ID.
+func podID() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "pod"
+	}
+	return host + "-" + strconv.Itoa(os.Getpid())
+}
+
+// adminDeps are the parts the admin listener serves.
+func (a *app) adminDeps() proxy.AdminDeps {
+	deps := proxy.AdminDeps{
+		Config:  a.cfg.Server,
+		Limiter: a.limiter,
+		Catalog: a.catalog,
+		Writer:  a.catalog,
+		State:   func() any { return a.adaptive.State() },
+		Status:  func() any { return a.limiter.Status() },
+		Ready:   a.ready,
+	}
+	if a.sync != nil {
+		deps.Writer = a.sync
+	}
+	return deps
+}
+
+// ready says whether the pod may take traffic: the configuration is loaded
+// (it is, or the process would not run), and the store answers or the
+// failure policy lets the pod decide without it.
+func (a *app) ready(ctx context.Context) (bool, string) {
+	err := a.store.Ping(ctx)
+	switch {
+	case err == nil:
+		return true, "store " + a.storeName + " answers"
+	case a.cfg.Limits.OnStoreFailure == limit.FailClosed:
+		return false, fmt.Sprintf("store %s does not answer (%v) and limits.on_store_failure is closed", a.storeName, err)
+	default:
+		return true, fmt.Sprintf("store %s does not answer (%v); deciding per limits.on_store_failure: %s",
+			a.storeName, err, a.cfg.Limits.OnStoreFailure)
+	}
+}

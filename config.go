@@ -1,0 +1,213 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/viper"
+
+	"github.com/sentinel-gateway/sentinel/adaptive"
+	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/proxy"
+	"github.com/sentinel-gateway/sentinel/upstream"
+)
+
+// envPrefix is the prefix of the environment variables that override config keys:
+// SENTINEL_SERVER_LISTEN overrides server.listen.
+const envPrefix = "SENTINEL"
+
+// Config is the whole configuration file. Each section is owned, defaulted and
+// validated by the package that uses it; this type only assembles them.
+type Config struct {
+	Server    proxy.ServerConfig   `mapstructure:"server"`
+	Identity  proxy.IdentityConfig `mapstructure:"identity"`
+	Routes    []proxy.Route        `mapstructure:"routes"`
+	Upstreams upstream.Config      `mapstructure:"upstreams"`
+	Cache     upstream.CacheConfig `mapstructure:"cache"`
+	Redis     limit.RedisConfig    `mapstructure:"redis"`
+	Plans     map[string]float64   `mapstructure:"plans"`
+	Tenants   []limit.Tenant       `mapstructure:"tenants"`
+	Limits    limit.Config         `mapstructure:"limits"`
+	Rules     []limit.Rule         `mapstructure:"rules"`
+	Adaptive  adaptive.Config      `mapstructure:"adaptive"`
+}
+
+// loadConfig reads the YAML file at path (empty: defaults only), applies the
+// SENTINEL_ environment overrides, fills defaults and validates every section.
+// Its errors name the offending key.
+func loadConfig(path string, environ []string) (*Config, error) {
+	v := viper.New()
+	v.SetConfigType("yaml")
+	if path != "" {
+		v.SetConfigFile(path)
+		if err := v.ReadInConfig(); err != nil {
+			return nil, fmt.Errorf("cannot read config %q: %w", path, err)
+		}
+	}
+	if err := applyEnv(v, environ); err != nil {
+		return nil, err
+	}
+	var cfg Config
+	err := v.Unmarshal(&cfg, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
+		mapstructure.StringToTimeDurationHookFunc(),
+		mapstructure.StringToSliceHookFunc(","),
+		mapstructure.TextUnmarshallerHookFunc(),
+	)), func(dc *mapstructure.DecoderConfig) {
+		dc.ErrorUnused = true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cannot parse config: %w", cleanDecodeError(err))
+	}
+	cfg.normalize()
+	if err := cfg.setDefaultsAndValidate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+// applyEnv sets every SENTINEL_* variable that names a known key. Viper's
+// AutomaticEnv only consults the environment for keys it already knows, and a
+// key absent from the file is unknown to it, so the keys are derived from the
+// Config struct instead. Keys inside maps (upstreams.NAME.x) are reachable only
+// when NAME is in the file.
+func applyEnv(v *viper.Viper, environ []string) error {
+	env := make(map[string]string)
+	for _, kv := range environ {
+		k, val, ok := strings.Cut(kv, "=")
+		if ok && strings.HasPrefix(k, envPrefix+"_") {
+			env[k] = val
+		}
+	}
+	if len(env) == 0 {
+		return nil
+	}
+	keys := structKeys(reflect.TypeOf(Config{}), "")
+	keys = append(keys, v.AllKeys()...)
+	seen := make(map[string]bool, len(keys))
+	for _, key := range keys {
+		name := envPrefix + "_" + strings.ToUpper(strings.NewReplacer(".", "_").Replace(key))
+		if val, ok := env[name]; ok && !seen[name] {
+			seen[name] = true
+			v.Set(key, val)
+		}
+	}
+	var unknown []string
+	for name := range env {
+		if !seen[name] && name != envPrefix+"_CONFIG" {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return fmt.Errorf("environment: %s names no config key", strings.Join(unknown, ", "))
+	}
+	return nil
+}
+
+// structKeys lists the dotted mapstructure keys of t's leaf fields.
+func structKeys(t reflect.Type, prefix string) []string {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	var keys []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag, _, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+		if tag == "-" {
+			continue
+		}
+		if tag == "" {
+			tag = strings.ToLower(f.Name)
+		}
+		key := tag
+		if prefix != "" {
+			key = prefix + "." + tag
+		}
+		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if ft.Kind() == reflect.Struct && ft.PkgPath() != "time" && !implementsTextUnmarshaler(ft) {
+			keys = append(keys, structKeys(ft, key)...)
+			continue
+		}
+		keys = append(keys, key)
+	}
+	return keys
+}
+
+func implementsTextUnmarshaler(t reflect.Type) bool {
+	return reflect.PointerTo(t).Implements(reflect.TypeFor[interface{ UnmarshalText([]byte) error }]())
+}
+
+// normalize undoes viper's lower-casing of map keys where case matters: plan
+// names are upper case (FREE, STANDARD, PREMIUM).
+func (c *Config) normalize() {
+	if c.Plans != nil {
+		plans := make(map[string]float64, len(c.Plans))
+		for name, m := range c.Plans {
+			plans[strings.ToUpper(name)] = m
+		}
+		c.Plans = plans
+	}
+	for i := range c.Tenants {
+		c.Tenants[i].Plan = strings.ToUpper(c.Tenants[i].Plan)
+	}
+}
+
+func (c *Config) proxyConfig() proxy.Config {
+	return proxy.Config{Server: c.Server, Identity: c.Identity, Routes: c.Routes}
+}
+
+func (c *Config) setDefaultsAndValidate() error {
+	if c.Plans == nil {
+		c.Plans = map[string]float64{"FREE": 1, "STANDARD": 2, "PREMIUM": 3}
+	}
+	pc := c.proxyConfig()
+	pc.SetDefaults()
+	c.Server, c.Identity, c.Routes = pc.Server, pc.Identity, pc.Routes
+	c.Upstreams.SetDefaults()
+	c.Cache.SetDefaults()
+	c.Redis.SetDefaults()
+	c.Limits.SetDefaults()
+	for i := range c.Rules {
+		c.Rules[i].SetDefaults(&c.Limits)
+	}
+	c.Adaptive.SetDefaults()
+
+	names := make([]string, 0, len(c.Upstreams))
+	for name := range c.Upstreams {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return errors.Join(
+		pc.Validate(names),
+		c.Upstreams.Validate(),
+		c.Cache.Validate(),
+		c.Redis.Validate(),
+		limit.ValidatePlans(c.Plans),
+		c.Limits.Validate(),
+		c.validateCatalog(),
+		c.Adaptive.Validate(),
+	)
+}
+
+// validateCatalog checks tenants and rules by building the catalog they make.
+func (c *Config) validateCatalog() error {
+	_, err := limit.NewCatalog(c.Plans, c.Tenants, c.Rules)
+	return err
+}
+
+// cleanDecodeError turns mapstructure's messages into "key: reason" lines.
+func cleanDecodeError(err error) error {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "decoding failed due to the following error(s):\n\n")
+	return errors.New(msg)
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestBadConfigs loads every testdata/config/bad_*.yaml and checks that loading
+// fails with a message that names the key given on the file's "# want:" line.
+func TestBadConfigs(t *testing.T) {
+	files, err := filepath.Glob("testdata/config/bad_*.yaml")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			want := wantLine(t, file)
+			_, err := loadConfig(file, nil)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), want)
+		})
+	}
+}
+
+func wantLine(t *testing.T, file string) string {
+	t.Helper()
+	f, err := os.Open(file)
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	require.True(t, sc.Scan())
+	want, ok := strings.CutPrefix(sc.Text(), "# want: ")
+	require.True(t, ok, "%s: the first line must be '# want: <message>'", file)
+	return want
+}
+
+func TestRootConfigIsValid(t *testing.T) {
+	cfg, err := loadConfig("config.yaml", nil)
+	require.NoError(t, err)
+	assert.Empty(t, cfg.Redis.Addrs, "the root config runs on the in-memory store")
+	assert.Equal(t, 3.0, cfg.Plans["PREMIUM"])
+	assert.Equal(t, "PREMIUM", cfg.Tenants[0].Plan)
+	assert.Equal(t, int64(10<<20), int64(cfg.Server.MaxRequestBody))
+}
+
+func TestEnvOverrides(t *testing.T) {
+	env := []string{
+		"SENTINEL_SERVER_LISTEN=127.0.0.1:9999",
+		"SENTINEL_SERVER_READ_TIMEOUT=7s",
+		"SENTINEL_REDIS_ADDRS=10.0.0.5:6379,10.0.0.6:6379",
+		"SENTINEL_LIMITS_IP=7",
+		"SENTINEL_UPSTREAMS_API_TARGETS=http://127.0.0.1:9001,http://127.0.0.1:9002",
+		"PATH=/usr/bin",
+	}
+	cfg, err := loadConfig("testdata/config/good_minimal.yaml", env)
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:9999", cfg.Server.Listen)
+	assert.Equal(t, 7*time.Second, cfg.Server.ReadTimeout)
+	assert.Equal(t, []string{"10.0.0.5:6379", "10.0.0.6:6379"}, cfg.Redis.Addrs)
+	assert.EqualValues(t, 7, cfg.Limits.IP)
+	assert.Equal(t, []string{"http://127.0.0.1:9001", "http://127.0.0.1:9002"}, cfg.Upstreams["api"].Targets)
+}
+
+func TestEnvUnknownKeyIsAnError(t *testing.T) {
+	_, err := loadConfig("testdata/config/good_minimal.yaml", []string{"SENTINEL_SERVER_LISTN=:1"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "SENTINEL_SERVER_LISTN")
+}
+
+func TestMissingConfigFile(t *testing.T) {
+	_, err := loadConfig("testdata/config/does-not-exist.yaml", nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "does-not-exist.yaml")
+}
+
+func TestRunExitsWithStatus2OnBadConfig(t *testing.T) {
+	code := run([]string{"-config", "testdata/config/bad_algorithm.yaml"}, nil)
+	assert.Equal(t, 2, code)
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/limit/redistest"
+)
+
+// testConfig is a gateway config in front of upstreamURL; extra YAML sections
+// (limits, redis, rules, ...) are appended.
+func testConfig(upstreamURL, extra string) string {
+	return fmt.Sprintf(`
+upstreams:
+  api:
+    targets: [%q]
+    health_check: {path: /healthz, interval: 1s}
+routes:
+  - {path_prefix: /, upstream: api, resource: default}
+tenants:
+  - {id: hot, plan: FREE, api_keys: [hot-key]}
+  - {id: gold, plan: PREMIUM, api_keys: [gold-key]}
+adaptive: {enabled: false}
+%s`, upstreamURL, extra)
+}
+
+// TestQuickStart runs the root config.yaml (the README's quick start) in
+// front of a real upstream: a request passes with rate-limit headers, and the
+// demo tenant's sixth request in ten seconds is limited.
+func TestQuickStart(t *testing.T) {
+	up := startUpstream(t)
+	g := startGateway(t, mustRead(t, "config.yaml"), "SENTINEL_UPSTREAMS_API_TARGETS="+up.url)
+
+	a := do(t, "GET", g.url+"/hello?x=1", "", "X-API-Key", "acme-live-1")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	assert.Equal(t, `{"path":"/hello"}`, string(a.body))
+	assert.NotEmpty(t, a.header.Get("X-Request-Id"))
+	assert.NotEmpty(t, a.header.Get("RateLimit-Policy"))
+	assert.NotEmpty(t, a.header.Get("X-RateLimit-Remaining"))
+
+	for i := range 5 {
+		a = do(t, "GET", g.url+"/hello", "", "X-API-Key", "demo-key-1")
+		require.Equal(t, http.StatusOK, a.status, "request %d: %s", i+1, a.body)
+	}
+	a = do(t, "GET", g.url+"/hello", "", "X-API-Key", "demo-key-1")
+	require.Equal(t, http.StatusTooManyRequests, a.status, "%s", a.body)
+	assert.NotEmpty(t, a.header.Get("Retry-After"))
+	body := a.json(t)
+	assert.Contains(t, body, "error")
+	assert.EqualValues(t, 5, body["limit"])
+	assert.Greater(t, body["retry_after_ms"], 0.0)
+	assert.Equal(t, a.header.Get("X-Request-Id"), body["request_id"])
+	assert.Equal(t, 6, up.count(), "the limited request must not reach the upstream")
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// TestMultiPodLimitHolds offers one tenant ten times its limit through three
+// gateways that share one Redis, for several windows. The upstream counts what
+// passed: no sliding window of the limit's length may hold more than the
+// limit, and the pods together must approve at least 90% of it.
+func TestMultiPodLimitHolds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-pod load test (runs in make test)")
+	}
+	const (
+		limitPerWindow = 40
+		window         = time.Second
+		duration       = 6 * time.Second
+		offeredPerSec  = 10 * limitPerWindow
+		workers        = 12
+	)
+	srv := redistest.Start(t)
+	up := startUpstream(t)
+	cfg := testConfig(up.url, fmt.Sprintf(`
+redis: {addrs: [%q]}
+limits: {tenant: %d, window: %v, ip: 0, store_timeout: 50ms}
+`, srv.Addr, limitPerWindow, window))
+	gws := []*gateway{startGateway(t, cfg), startGateway(t, cfg), startGateway(t, cfg)}
+
+	callsBefore := scrape(t, gws[0].admin, "sentinel_limit_store_calls_total")
+	var sent, ok, limited, other atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			period := time.Duration(workers) * time.Second / offeredPerSec
+			tick := time.NewTicker(period)
+			defer tick.Stop()
+			for i := 0; time.Since(start) < duration; i++ {
+				g := gws[(w+i)%len(gws)]
+				switch status("GET", g.url+"/bid", "X-API-Key", "hot-key") {
+				case http.StatusOK:
+					ok.Add(1)
+				case http.StatusTooManyRequests:
+					limited.Add(1)
+				default:
+					other.Add(1)
+				}
+				sent.Add(1)
+				<-tick.C
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	calls := scrape(t, gws[0].admin, "sentinel_limit_store_calls_total") - callsBefore
+
+	got := up.arrivals("hot-key")
+	slices.SortFunc(got, func(a, b time.Time) int { return a.Compare(b) })
+	worst := 0
+	for i := range got {
+		j, _ := slices.BinarySearchFunc(got, got[i].Add(window), func(a, b time.Time) int { return a.Compare(b) })
+		worst = max(worst, j-i)
+	}
+	// Windows after the first: the sliding budget is whole from then on.
+	steady := 0
+	for _, at := range got {
+		if at.Sub(start) >= window {
+			steady++
+		}
+	}
+	wantSteady := 0.9 * limitPerWindow * float64(elapsed-window) / float64(window)
+	t.Logf("offered %d (%.0f/s) through 3 pods for %v: %d approved, %d limited, %d other; "+
+		"busiest %v window held %d (limit %d); after the first window %d approved (90%% of the budget: %.0f); "+
+		"store calls %.0f = %.2f per approved request",
+		sent.Load(), float64(sent.Load())/elapsed.Seconds(), elapsed.Round(time.Millisecond), ok.Load(), limited.Load(), other.Load(),
+		window, worst, limitPerWindow, steady, wantSteady, calls, calls/float64(max(ok.Load(), 1)))
+	assert.Zero(t, other.Load(), "every answer is 200 or 429")
+	assert.Equal(t, int(ok.Load()), len(got), "the upstream saw every approved request")
+	assert.LessOrEqual(t, worst, limitPerWindow, "a window held more approvals than the limit")
+	assert.GreaterOrEqual(t, float64(steady), wantSteady, "the pods approved less than 90%% of the budget")
+}

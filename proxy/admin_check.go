@@ -1,0 +1,132 @@
+package proxy
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/limit"
+)
+
+// check serves POST /v1/ratelimit/check: one decision from the proxy's
+// limiter. A decision (allowed or not) answers 200 with the rate-limit
+// headers; a refusal by on_store_failure: closed answers 503. Invalid requests
+// answer 400 and never reach the limiter, so they are not counted.
+func (a *Admin) check(ctx *fasthttp.RequestCtx) {
+	req, fe := parseCheck(ctx.PostBody())
+	if fe == nil {
+		fe = a.knownTenant("", req.TenantID)
+	}
+	if fe != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, fe.Field, fe.Msg)
+		return
+	}
+	d := a.decide(&req)
+	setRateLimitHeaders(&ctx.Response.Header, &d)
+	status := fasthttp.StatusOK
+	if d.Unavailable {
+		status = fasthttp.StatusServiceUnavailable
+	}
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.SetStatusCode(status)
+	buf := appendCheckResult(ctx.Response.Body()[:0], &d)
+	ctx.Response.SetBodyRaw(append(buf, '\n'))
+}
+
+// checkBatch serves POST /v1/ratelimit/check/batch: up to MaxBatchChecks
+// checks, decided in order; the answer's results follow the checks' order.
+// One invalid check rejects the batch before any is counted.
+func (a *Admin) checkBatch(ctx *fasthttp.RequestCtx) {
+	b, fe := parseBatch(ctx.PostBody())
+	for i := 0; fe == nil && i < len(b.Checks); i++ {
+		fe = a.knownTenant("checks["+strconv.Itoa(i)+"].", b.Checks[i].TenantID)
+	}
+	if fe != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, fe.Field, fe.Msg)
+		return
+	}
+	buf := append(make([]byte, 0, 96*len(b.Checks)+16), `{"results":[`...)
+	for i := range b.Checks {
+		d := a.decide(&b.Checks[i])
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = appendCheckResult(buf, &d)
+	}
+	buf = append(buf, "]}\n"...)
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.Response.SetBodyRaw(buf)
+}
+
+// knownTenant answers a 400 for a tenant the catalog does not know: the
+// check API limits tenants as the proxy does, with their plan, so a tenant is
+// added through the tenants API (or config) before it is checked.
+func (a *Admin) knownTenant(prefix, id string) *fieldError {
+	if _, ok := a.deps.Catalog.Tenant(id); ok {
+		return nil
+	}
+	return &fieldError{prefix + "tenant_id", strconv.Quote(id) + " is not a known tenant; add it with PUT /v1/tenants/{id}"}
+}
+
+// decide runs one valid check through the limiter: tenant_id and its plan,
+// resource, key as the API key, tokens_requested permits, request_id as a
+// trusted request ID.
+func (a *Admin) decide(c *checkRequest) limit.Decision {
+	req := limit.Request{
+		Tenant:   c.TenantID,
+		Resource: c.Resource,
+		Tokens:   c.tokens(),
+	}
+	if t, ok := a.deps.Catalog.Tenant(c.TenantID); ok {
+		req.Plan = t.Plan
+	}
+	if c.Key != "" {
+		req.APIKey = []byte(c.Key)
+	}
+	if c.RequestID != "" {
+		req.RequestID = []byte(c.RequestID)
+	}
+	return a.deps.Limiter.Allow(context.Background(), &req)
+}
+
+// appendCheckResult appends the JSON answer of one decision:
+// {"allowed":true,"remaining":4,"retry_after_ms":0,"limit":5,"reset_ms":1000}.
+// retry_after_ms is -1 when the budget never comes back (token bucket with
+// refill 0). shadowed and unavailable appear only when true.
+func appendCheckResult(dst []byte, d *limit.Decision) []byte {
+	dst = append(dst, `{"allowed":`...)
+	dst = strconv.AppendBool(dst, d.Allowed)
+	dst = append(dst, `,"remaining":`...)
+	dst = strconv.AppendInt(dst, max(d.Remaining, 0), 10)
+	dst = append(dst, `,"retry_after_ms":`...)
+	dst = strconv.AppendInt(dst, retryAfterMS(d.RetryAfter), 10)
+	dst = append(dst, `,"limit":`...)
+	dst = strconv.AppendInt(dst, d.Limit, 10)
+	dst = append(dst, `,"reset_ms":`...)
+	dst = strconv.AppendInt(dst, ceilMillis(d.Reset), 10)
+	if d.Shadowed {
+		dst = append(dst, `,"shadowed":true`...)
+	}
+	if d.Unavailable {
+		dst = append(dst, `,"unavailable":true,"error":"rate-limit store unavailable"`...)
+	}
+	return append(dst, '}')
+}
+
+// retryAfterMS is the retry-after in milliseconds, rounded up; -1 means never.
+func retryAfterMS(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return ceilMillis(d)
+}
+
+func ceilMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}

@@ -1,0 +1,189 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// Limits of the check API's fields.
+const (
+	// MaxTokensRequested is the largest tokens_requested one check may ask for.
+	MaxTokensRequested = 1_000_000
+	// MaxBatchChecks is the largest number of checks in one batch.
+	MaxBatchChecks = 100
+	maxNameLen     = 128 // tenant_id, resource
+	maxKeyLen      = 256 // key, request_id
+)
+
+// checkRequest is the body of POST /v1/ratelimit/check.
+//
+// Key is the limited entity inside the tenant (seed 002: a user ID or an API
+// key); the limiter treats it as the request's API key, so limits.api_key and
+// the tenant's budget apply to it exactly as to a proxied request carrying that
+// key. RequestID is trusted (the caller holds the admin token): sliding_log
+// does not count a request ID twice.
+type checkRequest struct {
+	TenantID        string `json:"tenant_id"`
+	Resource        string `json:"resource"`
+	Key             string `json:"key"`
+	TokensRequested *int64 `json:"tokens_requested"`
+	RequestID       string `json:"request_id"`
+}
+
+// tokens is tokens_requested with its default of 1.
+func (r *checkRequest) tokens() int64 {
+	if r.TokensRequested == nil {
+		return 1
+	}
+	return *r.TokensRequested
+}
+
+// checkBatch is the body of POST /v1/ratelimit/check/batch.
+type checkBatch struct {
+	Checks []checkRequest `json:"checks"`
+}
+
+// fieldError is a 400 answer: the field (or "body") and what is wrong.
+type fieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *fieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// parseCheck decodes and validates one check request. It accepts exactly one
+// JSON object with known fields only.
+func parseCheck(body []byte) (checkRequest, *fieldError) {
+	var r checkRequest
+	if fe := decodeStrict(body, &r); fe != nil {
+		return r, fe
+	}
+	return r, r.validate("")
+}
+
+// parseBatch decodes and validates a batch; one bad check rejects the batch.
+func parseBatch(body []byte) (checkBatch, *fieldError) {
+	var b checkBatch
+	if fe := decodeStrict(body, &b); fe != nil {
+		return b, fe
+	}
+	if len(b.Checks) == 0 {
+		return b, &fieldError{"checks", "missing or empty; want 1 to " + strconv.Itoa(MaxBatchChecks) + " checks"}
+	}
+	if len(b.Checks) > MaxBatchChecks {
+		return b, &fieldError{"checks", strconv.Itoa(len(b.Checks)) + " checks; at most " + strconv.Itoa(MaxBatchChecks) + " allowed"}
+	}
+	for i := range b.Checks {
+		if fe := b.Checks[i].validate("checks[" + strconv.Itoa(i) + "]."); fe != nil {
+			return b, fe
+		}
+	}
+	return b, nil
+}
+
+// validate checks the fields' presence and ranges; prefix goes before each
+// field name in the error.
+func (r *checkRequest) validate(prefix string) *fieldError {
+	if fe := checkName(prefix+"tenant_id", r.TenantID, true, maxNameLen); fe != nil {
+		return fe
+	}
+	if fe := checkName(prefix+"resource", r.Resource, true, maxNameLen); fe != nil {
+		return fe
+	}
+	if fe := checkName(prefix+"key", r.Key, false, maxKeyLen); fe != nil {
+		return fe
+	}
+	if fe := checkName(prefix+"request_id", r.RequestID, false, maxKeyLen); fe != nil {
+		return fe
+	}
+	if n := r.tokens(); n < 1 || n > MaxTokensRequested {
+		return &fieldError{prefix + "tokens_requested", "must be between 1 and " + strconv.Itoa(MaxTokensRequested) + ", got " + strconv.FormatInt(n, 10)}
+	}
+	return nil
+}
+
+// checkName checks a string field: required or not, at most max bytes, no
+// control characters.
+func checkName(field, v string, required bool, max int) *fieldError {
+	if v == "" {
+		if required {
+			return &fieldError{field, "missing; want a non-empty string"}
+		}
+		return nil
+	}
+	if len(v) > max {
+		return &fieldError{field, strconv.Itoa(len(v)) + " bytes long; at most " + strconv.Itoa(max) + " allowed"}
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] == 0x7f {
+			return &fieldError{field, "contains a control character"}
+		}
+	}
+	return nil
+}
+
+// decodeStrict decodes body into v, rejecting unknown fields and anything
+// after the first JSON value, and names the field in its errors.
+func decodeStrict(body []byte, v any) *fieldError {
+	if len(body) > MaxAdminBody {
+		return &fieldError{"body", bodyTooLargeMsg}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonFieldError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return &fieldError{"body", "unexpected data after the JSON object"}
+	}
+	return nil
+}
+
+// jsonFieldError turns an encoding/json error into the field it is about.
+func jsonFieldError(err error) *fieldError {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return &fieldError{"body", "empty; want a JSON object"}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &fieldError{"body", "truncated JSON"}
+	case errors.As(err, &syntax):
+		return &fieldError{"body", "malformed JSON at offset " + strconv.FormatInt(syntax.Offset, 10) + ": " + syntax.Error()}
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return &fieldError{"body", "want a JSON object, got " + typ.Value}
+		}
+		return &fieldError{typ.Field, "want " + jsonTypeName(typ.Type.Kind().String()) + ", got " + typ.Value}
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		if f, err := strconv.Unquote(name); err == nil {
+			name = f
+		}
+		return &fieldError{name, "unknown field"}
+	}
+	return &fieldError{"body", msg}
+}
+
+func jsonTypeName(kind string) string {
+	switch kind {
+	case "string":
+		return "a string"
+	case "int64", "int", "int32", "uint64", "uint32", "uint8", "uint16", "int8", "int16":
+		return "an integer"
+	case "float64", "float32":
+		return "a number"
+	case "bool":
+		return "true or false"
+	case "slice":
+		return "an array"
+	case "struct", "map", "ptr":
+		return "an object"
+	}
+	return kind
+}

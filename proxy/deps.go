@@ -1,0 +1,99 @@
+package proxy
+
+import (
+	"context"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/adaptive"
+	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/upstream"
+)
+
+// The interfaces below are what the proxy calls; each is implemented by a
+// concrete type of limit, adaptive or upstream (guards at the bottom) and by
+// func-field fakes in tests. All of them are called on the request path,
+// concurrently, and must be safe for concurrent use.
+
+// Limiter decides whether a request may pass. *limit.Limiter implements it.
+// Allow must return within the store deadline (limits.store_timeout) and
+// allocate nothing when served from a local lease. The proxy does not keep
+// req after Allow returns.
+type Limiter interface {
+	Allow(ctx context.Context, req *limit.Request) limit.Decision
+}
+
+// Tenants maps an API key to its tenant. *limit.Catalog implements it.
+// LookupAPIKey must allocate nothing and not keep key; the returned tenant is
+// read-only and stays valid for the request.
+type Tenants interface {
+	LookupAPIKey(key []byte) (*limit.Tenant, bool)
+}
+
+// Gate is the adaptive layer as the request path sees it.
+// *adaptive.Controller implements it. Policy, RequestStarted,
+// RequestFinished and ObserveUpstream are atomic operations ("needs to be
+// instantaneous"). Concurrency is called once per upstream at New; it may
+// return nil (no concurrency limit for that upstream).
+type Gate interface {
+	Policy() adaptive.Policy
+	RequestStarted()
+	RequestFinished()
+	ObserveUpstream(latency time.Duration, failed bool)
+	Concurrency(upstream string) *adaptive.ConcurrencyLimiter
+}
+
+// Upstreams resolves a route's upstream name to its pool. *upstream.Set
+// implements it. It is called once per route at New.
+type Upstreams interface {
+	Pool(name string) *upstream.Pool
+}
+
+// Doer forwards one request to an upstream pool. *upstream.Pool implements
+// it. Errors: upstream.ErrNoHealthy (→ 503), upstream.ErrTimeout (→ 504),
+// anything else is a connection failure (→ 502), tested with errors.Is.
+type Doer interface {
+	Do(req *fasthttp.Request, resp *fasthttp.Response) error
+}
+
+// Cache is the response cache. *upstream.Cache implements it. Get copies a
+// fresh entry into dst and reports whether there was one; Set stores resp
+// for ttl (skipping Cache-Control: no-store/private answers). Neither keeps
+// key; both must be safe for concurrent use.
+type Cache interface {
+	Get(key []byte, dst *fasthttp.Response) bool
+	Set(key []byte, resp *fasthttp.Response, ttl time.Duration)
+}
+
+// concurrency is the per-upstream adaptive concurrency limit.
+// *adaptive.ConcurrencyLimiter implements it: Acquire waits briefly for a
+// slot and reports false when the request must be shed.
+type concurrency interface {
+	Acquire(prio adaptive.Priority) (adaptive.Ticket, bool)
+}
+
+// Interface guards.
+var (
+	_ Limiter     = (*limit.Limiter)(nil)
+	_ Tenants     = (*limit.Catalog)(nil)
+	_ concurrency = (*adaptive.ConcurrencyLimiter)(nil)
+)
+
+// Deps are the configuration and the parts a Server uses. Only Config and
+// Upstreams are required; a nil Limiter, Tenants, Adaptive or Cache switches
+// that feature off.
+type Deps struct {
+	Config    Config
+	Limiter   Limiter
+	Tenants   Tenants
+	Adaptive  Gate
+	Upstreams Upstreams
+	Cache     Cache
+	// Now is the clock (nil: time.Now). It dates latencies and request
+	// durations.
+	Now func() time.Time
+	// Pools, when set, replaces Upstreams' lookup (tests; and a main that
+	// wants its own Doer per upstream name). A nil Doer means "unknown".
+	Pools func(name string) Doer
+}

@@ -1,0 +1,94 @@
+package proxy
+
+import (
+	"strconv"
+	"sync/atomic"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// Process-wide metrics (labels from fixed sets).
+var (
+	inflight       atomic.Int64
+	_              = metrics.NewGauge(`sentinel_http_inflight`, func() float64 { return float64(inflight.Load()) })
+	clientCanceled = metrics.NewCounter(`sentinel_http_client_canceled_total`)
+)
+
+// Rejection reasons, the values of sentinel_proxy_rejections_total{reason}.
+const (
+	reasonRateLimit        = "rate_limit"
+	reasonModeFreeBlocked  = "mode_free_blocked"
+	reasonModeHeavyOff     = "mode_heavy_off"
+	reasonModePremiumOnly  = "mode_premium_only"
+	reasonConcurrency      = "concurrency"
+	reasonStoreUnavailable = "store_unavailable"
+	reasonNoRoute          = "no_route"
+	reasonBodyTooLarge     = "body_too_large"
+)
+
+var (
+	rejectRateLimit        = rejection(reasonRateLimit)
+	rejectModeFreeBlocked  = rejection(reasonModeFreeBlocked)
+	rejectModeHeavyOff     = rejection(reasonModeHeavyOff)
+	rejectModePremiumOnly  = rejection(reasonModePremiumOnly)
+	rejectConcurrency      = rejection(reasonConcurrency)
+	rejectStoreUnavailable = rejection(reasonStoreUnavailable)
+	rejectNoRoute          = rejection(reasonNoRoute)
+	rejectBodyTooLarge     = rejection(reasonBodyTooLarge)
+)
+
+func rejection(reason string) *metrics.Counter {
+	return metrics.NewCounter(`sentinel_proxy_rejections_total{reason="` + reason + `"}`)
+}
+
+// trackedCodes are the status codes counted under their own label; any other
+// code is counted as its class ("2xx" ... "5xx"), so the label set is bounded.
+var trackedCodes = [...]int{200, 201, 204, 206, 301, 302, 304, 400, 401, 403, 404, 405, 408, 413, 429, 500, 502, 503, 504}
+
+// routeMetrics are one route's counters, created at New in the Server's
+// metrics.Set (one set per Server, unregistered at Shutdown).
+type routeMetrics struct {
+	codes    [len(trackedCodes)]*metrics.Counter
+	classes  [6]*metrics.Counter // index code/100; 0 for nonsense codes
+	duration *metrics.PrometheusHistogram
+}
+
+func newRouteMetrics(set *metrics.Set, route string) *routeMetrics {
+	m := &routeMetrics{}
+	name := func(code string) string {
+		return `sentinel_http_requests_total{route="` + route + `",code="` + code + `"}`
+	}
+	for i, c := range trackedCodes {
+		m.codes[i] = set.GetOrCreateCounter(name(strconv.Itoa(c)))
+	}
+	m.classes[0] = set.GetOrCreateCounter(name("other"))
+	for c := 1; c <= 5; c++ {
+		m.classes[c] = set.GetOrCreateCounter(name(strconv.Itoa(c) + "xx"))
+	}
+	m.duration = set.GetOrCreatePrometheusHistogram(`sentinel_http_request_duration_seconds{route="` + route + `"}`)
+	return m
+}
+
+func (m *routeMetrics) count(code int, seconds float64) {
+	m.counter(code).Inc()
+	m.duration.Update(seconds)
+}
+
+func (m *routeMetrics) counter(code int) *metrics.Counter {
+	for i, c := range trackedCodes {
+		if c == code {
+			return m.codes[i]
+		}
+	}
+	if c := code / 100; c >= 1 && c <= 5 {
+		return m.classes[c]
+	}
+	return m.classes[0]
+}
+
+// Upstream failures as the proxy answers them.
+var (
+	upstreamNoHealthy = metrics.NewCounter(`sentinel_proxy_upstream_errors_total{kind="no_healthy"}`)
+	upstreamTimeouts  = metrics.NewCounter(`sentinel_proxy_upstream_errors_total{kind="timeout"}`)
+	upstreamFailures  = metrics.NewCounter(`sentinel_proxy_upstream_errors_total{kind="connect"}`)
+)

@@ -1,0 +1,42 @@
+package proxy
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/limit"
+)
+
+// setRateLimitHeaders sets the rate-limit headers of a decision, on proxied
+// answers and on check API answers: the IETF draft's RateLimit-Policy and
+// RateLimit fields (draft-ietf-httpapi-ratelimit-headers: policy "sentinel"
+// with quota q and window w in seconds; remaining r and seconds to reset t)
+// and the seed's X-RateLimit-Limit, -Remaining and -Retry-After-Ms. It
+// allocates nothing.
+func setRateLimitHeaders(h *fasthttp.ResponseHeader, d *limit.Decision) {
+	var buf [64]byte
+	b := append(buf[:0], `"sentinel";q=`...)
+	b = strconv.AppendInt(b, d.Limit, 10)
+	b = append(b, ";w="...)
+	b = strconv.AppendInt(b, ceilSeconds(d.Window), 10)
+	h.SetBytesV("RateLimit-Policy", b)
+
+	b = append(buf[:0], `"sentinel";r=`...)
+	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, ceilSeconds(d.Reset), 10)
+	h.SetBytesV("RateLimit", b)
+
+	h.SetBytesV("X-RateLimit-Limit", strconv.AppendInt(buf[:0], d.Limit, 10))
+	h.SetBytesV("X-RateLimit-Remaining", strconv.AppendInt(buf[:0], max(d.Remaining, 0), 10))
+	h.SetBytesV("X-RateLimit-Retry-After-Ms", strconv.AppendInt(buf[:0], retryAfterMS(d.RetryAfter), 10))
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}

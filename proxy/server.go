@@ -1,0 +1,159 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+)
+
+// Server is the proxy listener: every request is identified, routed, passed
+// through the adaptive gate and the limiter, and forwarded to its route's
+// upstream pool.
+type Server struct {
+	cfg     Config
+	routes  *routeTable
+	trusted trustedSet
+
+	tenants Tenants
+	limiter Limiter
+	gate    Gate
+	cache   Cache
+	now     func() time.Time
+
+	pools   []Doer          // by route index
+	conc    []concurrency   // by route index; nil entries: no limit
+	metrics []*routeMetrics // by route index
+	noRoute *routeMetrics
+	set     *metrics.Set
+
+	apiKeyHeader    []byte
+	requestIDHeader []byte
+	ids             *idGen
+	idents          sync.Pool // *Identity
+
+	server *fasthttp.Server
+}
+
+// New builds the proxy server from deps. Every route's upstream must resolve
+// to a pool.
+func New(deps Deps) (*Server, error) {
+	cfg := deps.Config
+	cfg.SetDefaults()
+	trusted, err := compileTrusted(cfg.Server.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
+	if deps.Upstreams == nil && deps.Pools == nil {
+		return nil, errors.New("proxy: New needs the upstream pools")
+	}
+	s := &Server{
+		cfg:             cfg,
+		routes:          compileRoutes(cfg.Routes),
+		trusted:         trusted,
+		tenants:         deps.Tenants,
+		limiter:         deps.Limiter,
+		gate:            deps.Adaptive,
+		cache:           deps.Cache,
+		now:             deps.Now,
+		set:             metrics.NewSet(),
+		apiKeyHeader:    []byte(cfg.Identity.APIKeyHeader),
+		requestIDHeader: []byte(cfg.Identity.RequestIDHeader),
+		ids:             newIDGen(),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.idents.New = func() any { return new(Identity) }
+	for i, r := range cfg.Routes {
+		var d Doer
+		if deps.Pools != nil {
+			d = deps.Pools(r.Upstream)
+		} else if p := deps.Upstreams.Pool(r.Upstream); p != nil {
+			d = p
+		}
+		if d == nil {
+			return nil, fmt.Errorf("routes[%d].upstream: %q names no upstream pool", i, r.Upstream)
+		}
+		s.pools = append(s.pools, d)
+		var c concurrency
+		if s.gate != nil {
+			if l := s.gate.Concurrency(r.Upstream); l != nil {
+				c = l
+			}
+		}
+		s.conc = append(s.conc, c)
+		s.metrics = append(s.metrics, newRouteMetrics(s.set, r.Resource))
+	}
+	s.noRoute = newRouteMetrics(s.set, "none")
+	metrics.RegisterSet(s.set)
+	srv := cfg.Server
+	s.server = &fasthttp.Server{
+		Handler:                       s.handle,
+		ErrorHandler:                  s.handleError,
+		Name:                          "sentinel",
+		Concurrency:                   srv.Concurrency,
+		ReadTimeout:                   srv.ReadTimeout,
+		WriteTimeout:                  srv.WriteTimeout,
+		IdleTimeout:                   srv.IdleTimeout,
+		MaxRequestBodySize:            int(srv.MaxRequestBody),
+		StreamRequestBody:             true,
+		DisablePreParseMultipartForm:  true,
+		NoDefaultServerHeader:         true,
+		NoDefaultContentType:          true,
+		DisableHeaderNamesNormalizing: false,
+		CloseOnShutdown:               true,
+		ReduceMemoryUsage:             false,
+	}
+	return s, nil
+}
+
+// Serve serves the proxy on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.server.Serve(ln) }
+
+// ListenAndServe listens on server.listen and serves until Shutdown.
+func (s *Server) ListenAndServe() error {
+	ln, err := net.Listen("tcp", s.cfg.Server.Listen)
+	if err != nil {
+		return fmt.Errorf("cannot listen on server.listen %q: %w", s.cfg.Server.Listen, err)
+	}
+	return s.Serve(ln)
+}
+
+// Shutdown stops accepting connections and waits for in-flight requests
+// until ctx ends; then it closes the remaining connections.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.server.ShutdownWithContext(ctx)
+	metrics.UnregisterSet(s.set, true)
+	return err
+}
+
+// handleError answers the requests fasthttp could not read: 413 for a body
+// over server.max_request_body, 408 for a read timeout, 400 otherwise.
+func (s *Server) handleError(ctx *fasthttp.RequestCtx, err error) {
+	status, msg := fasthttp.StatusBadRequest, "malformed request"
+	var tooLarge bool
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		tooLarge = true
+	}
+	switch {
+	case tooLarge:
+		status, msg = fasthttp.StatusRequestEntityTooLarge, "request body larger than server.max_request_body"
+		rejectBodyTooLarge.Inc()
+	case isTimeout(err):
+		status, msg = fasthttp.StatusRequestTimeout, "request not received in time"
+	}
+	var id [maxRequestIDLen]byte
+	s.writeProblem(ctx, status, msg, s.ids.appendID(id[:0]))
+	ctx.SetConnectionClose()
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
