@@ -29,6 +29,12 @@ type bucket struct {
 	remaining   int64 // the store's remaining budget after the last lease
 	resetAt     int64 // unix nanos when the budget is whole again
 	fill        *fill // the store call in flight for this key, or nil
+	// size is the lease size that fits this pod's traffic on the key: it
+	// doubles while leases run out before they expire and halves when
+	// permits expire unused (wasted budget).
+	size   int64
+	wasted bool  // permits expired unused since the last lease
+	demand int64 // tokens wanted by requests that waited for a fill
 
 	lastUsed atomic.Int64 // unix nanos
 }

@@ -334,7 +334,7 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 	for attempt := 0; ; attempt++ {
 		b.mu.Lock()
 		if b.permits > 0 && now >= b.expires {
-			b.permits = 0
+			b.permits, b.wasted = 0, true
 		}
 		if b.permits >= tokens {
 			b.permits -= tokens
@@ -350,8 +350,12 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 			return d, nil
 		}
 		if f := b.fill; f != nil && attempt < 2 {
+			b.demand += tokens
 			b.mu.Unlock()
 			l.wait(f)
+			b.mu.Lock()
+			b.demand -= tokens
+			b.mu.Unlock()
 			now = l.now().UnixNano()
 			continue
 		}
@@ -373,9 +377,11 @@ func (l *Limiter) wait(f *fill) {
 	}
 }
 
-// leaseSize is how many permits to ask for: a share of the remaining budget
-// that is large while plenty remains and 1 near the limit; exactly tokens
-// when strict.
+// leaseSize is how many permits to ask for: what this pod's traffic on the
+// key uses within a lease lifetime (learned: doubled while leases run out,
+// halved when permits expire unused), capped by a share of the remaining
+// budget so that it falls to 1 near the limit; exactly tokens when strict.
+// The caller holds b.mu.
 func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64 {
 	if strict {
 		return tokens
@@ -385,8 +391,20 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 		budget = s.limit
 	}
 	pods := int64(max(1, l.livePods()))
-	size := min(max(budget/(4*pods), 1), l.cfg.MaxLease)
-	return max(size, tokens)
+	limit := min(max(budget/(4*pods), 1), l.cfg.MaxLease)
+	switch {
+	case b.size == 0:
+		b.size = 1
+	case b.wasted:
+		b.size = max(1, b.size/2)
+	default:
+		b.size = min(2*b.size, l.cfg.MaxLease)
+	}
+	b.wasted = false
+	// Requests waiting on the fill in flight will retry after it: ask for
+	// them too, so that they do not each make a call.
+	demand := min(b.demand+tokens, max(budget, 1), l.cfg.MaxLease)
+	return max(min(b.size, limit), demand, tokens)
 }
 
 // refill asks the store for a lease of want permits and takes tokens from
@@ -408,7 +426,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	b.remaining = res.Remaining
 	b.resetAt = now + int64(res.Reset)
 	if b.permits > 0 && now >= b.expires {
-		b.permits = 0
+		b.permits, b.wasted = 0, true
 	}
 	if res.Granted > 0 {
 		// Leftover permits keep their earlier expiry; new ones expire one

@@ -178,7 +178,7 @@ func TestLimiterStrictAsksTheStoreEveryTime(t *testing.T) {
 	store := memStore(t)
 	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 1000; c.LeaseTTL = time.Minute; c.Window = time.Hour }), store, Options{})
 	allowN(l, &Request{IP: []byte("a")}, 50)
-	assert.Less(t, store.calls.Load(), int64(5))
+	assert.Less(t, store.calls.Load(), int64(8), "leases grow 1, 2, 4, ... while they run out")
 }
 
 func TestLimiterMultiplier(t *testing.T) {
