@@ -97,7 +97,7 @@ func TestRulesAcrossPods(t *testing.T) {
 
 	// Bad rules are refused with the field named.
 	for body, field := range map[string]string{
-		`{"algorithm":"leaky","limit":2,"window":"1m"}`:       "algorithm",
+		`{"algorithm":"leaky","limit":2,"window":"1m"}`:          "algorithm",
 		`{"algorithm":"sliding_window","limit":0,"window":"1m"}`: "limit",
 		`{"algorithm":"sliding_window","limit":2,"window":"x"}`:  "window",
 		`{"algorithm":"token_bucket","capacity":0}`:              "capacity",
