@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"io"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
@@ -124,6 +125,26 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 	}
 
 	req := &ctx.Request
+	// The server streams request bodies, so it does not enforce
+	// max_request_body itself: a declared length over it is refused here, a
+	// chunked body is cut off (and refused) when it grows past it.
+	maxBody := int64(s.cfg.Server.MaxRequestBody)
+	var limited *limitedBody
+	if cl := req.Header.ContentLength(); cl > 0 && int64(cl) > maxBody {
+		ticket.Release(0, false)
+		s.bodyTooLarge(ctx, id)
+		return
+	} else if cl == -1 && req.IsBodyStream() {
+		// Replacing the server's body stream would release it: forward a
+		// copy of the request whose body reads through the limit instead.
+		limited = &id.body
+		*limited = limitedBody{r: ctx.RequestBodyStream(), left: maxBody}
+		fwd := fasthttp.AcquireRequest()
+		defer fasthttp.ReleaseRequest(fwd)
+		req.Header.CopyTo(&fwd.Header)
+		fwd.SetBodyStream(limited, -1)
+		req = fwd
+	}
 	stripHopRequest(&req.Header)
 	if !id.PeerTrusted {
 		stripForwarded(&req.Header)
@@ -142,6 +163,12 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 	if s.gate != nil {
 		s.gate.ObserveUpstream(latency, failed)
 	}
+	if limited != nil && limited.exceeded {
+		ctx.Response.Reset()
+		s.bodyTooLarge(ctx, id)
+		ctx.SetConnectionClose()
+		return
+	}
 	if err != nil {
 		s.upstreamError(ctx, id, err)
 		return
@@ -154,6 +181,39 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 		len(req.Header.PeekBytes(hdrAuthorization)) == 0 && len(req.Header.PeekBytes(hdrCookie)) == 0 {
 		s.cache.Set(s.cacheKey(ctx, id), resp, r.CacheTTL)
 	}
+}
+
+// bodyTooLarge answers 413.
+func (s *Server) bodyTooLarge(ctx *fasthttp.RequestCtx, id *Identity) {
+	rejectBodyTooLarge.Inc()
+	s.problem(ctx, id, fasthttp.StatusRequestEntityTooLarge, "request body larger than server.max_request_body")
+}
+
+// limitedBody passes a streamed request body through until it grows past
+// the limit, then fails the upload.
+type limitedBody struct {
+	r        io.Reader
+	left     int64
+	exceeded bool
+}
+
+var errBodyTooLarge = errors.New("proxy: request body larger than server.max_request_body")
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left < 0 {
+		b.exceeded = true
+		return 0, errBodyTooLarge
+	}
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	if b.left < 0 {
+		b.exceeded = true
+		return 0, errBodyTooLarge
+	}
+	return n, err
 }
 
 // serveCached answers from the response cache; false on a miss.

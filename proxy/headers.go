@@ -45,7 +45,12 @@ const maxConnectionTokens = 512
 func stripHopRequest(h *fasthttp.RequestHeader) {
 	var buf [maxConnectionTokens]byte
 	conn := append(buf[:0], h.PeekBytes(hdrConnection)...)
-	forEachToken(conn, h.DelBytes)
+	for len(conn) > 0 {
+		var tok []byte
+		if tok, conn = nextToken(conn); len(tok) > 0 {
+			h.DelBytes(tok)
+		}
+	}
 	for _, k := range hopHeaders {
 		h.DelBytes(k)
 	}
@@ -58,28 +63,26 @@ func stripHopRequest(h *fasthttp.RequestHeader) {
 func stripHopResponse(h *fasthttp.ResponseHeader) {
 	var buf [maxConnectionTokens]byte
 	conn := append(buf[:0], h.PeekBytes(hdrConnection)...)
-	forEachToken(conn, h.DelBytes)
+	for len(conn) > 0 {
+		var tok []byte
+		if tok, conn = nextToken(conn); len(tok) > 0 {
+			h.DelBytes(tok)
+		}
+	}
 	for _, k := range hopHeaders {
 		h.DelBytes(k)
 	}
 	h.ResetConnectionClose()
 }
 
-// forEachToken calls f with each comma-separated, trimmed, non-empty token of
-// v ("keep-alive, X-Foo").
-func forEachToken(v []byte, f func([]byte)) {
-	for len(v) > 0 {
-		var tok []byte
-		if i := bytes.IndexByte(v, ','); i >= 0 {
-			tok, v = v[:i], v[i+1:]
-		} else {
-			tok, v = v, nil
-		}
-		tok = bytes.TrimSpace(tok)
-		if len(tok) > 0 {
-			f(tok)
-		}
+// nextToken splits the first comma-separated token, trimmed, off v
+// ("keep-alive, X-Foo"). It is a plain function rather than an iterator
+// with a callback so that the caller's stack buffer does not escape.
+func nextToken(v []byte) (tok, rest []byte) {
+	if i := bytes.IndexByte(v, ','); i >= 0 {
+		return bytes.TrimSpace(v[:i]), v[i+1:]
 	}
+	return bytes.TrimSpace(v), nil
 }
 
 // stripForwarded removes Forwarded and every X-Forwarded-* header, which an

@@ -1,0 +1,73 @@
+//go:build !race
+
+package proxy
+
+import (
+	"net"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/limit"
+)
+
+// doerFunc is a Doer that answers in process.
+type doerFunc func(req *fasthttp.Request, resp *fasthttp.Response) error
+
+func (f doerFunc) Do(req *fasthttp.Request, resp *fasthttp.Response) error { return f(req, resp) }
+
+func newInProcessServer(tb testing.TB) *Server {
+	lim := &fakeLimiter{allow: func(*limit.Request) limit.Decision {
+		return limit.Decision{Allowed: true, Scope: limit.ScopeTenant, Limit: 100, Remaining: 50}
+	}}
+	s, err := New(Deps{
+		Config:  Config{Routes: []Route{{PathPrefix: "/api", Upstream: "api", Resource: "api"}}},
+		Limiter: lim,
+		Tenants: testTenants(tb),
+		Pools: func(string) Doer {
+			return doerFunc(func(_ *fasthttp.Request, resp *fasthttp.Response) error {
+				resp.SetStatusCode(200)
+				resp.SetBodyString("ok")
+				return nil
+			})
+		},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+func newCtx() *fasthttp.RequestCtx {
+	var req fasthttp.Request
+	req.SetRequestURI("/api/items?id=7")
+	req.Header.SetHost("gw.example")
+	req.Header.Set("X-API-Key", "acme-key")
+	ctx := &fasthttp.RequestCtx{}
+	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 9), Port: 4000}, nil)
+	return ctx
+}
+
+// TestRequestPathAllocatesNothing runs the whole handler (identify, route,
+// gate, limiter, headers, forward to an in-process upstream) on a reused
+// context.
+func TestRequestPathAllocatesNothing(t *testing.T) {
+	s := newInProcessServer(t)
+	ctx := newCtx()
+	var req fasthttp.Request
+	ctx.Request.CopyTo(&req)
+	run := func() {
+		req.CopyTo(&ctx.Request)
+		ctx.Response.Reset()
+		s.handle(ctx)
+		if ctx.Response.StatusCode() != 200 {
+			t.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+	for range 10 {
+		run()
+	}
+	if n := testing.AllocsPerRun(1000, run); n != 0 {
+		t.Fatalf("the request path allocates %.1f times per request", n)
+	}
+}
