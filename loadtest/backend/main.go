@@ -1,0 +1,51 @@
+// Command demo-backend is the demo upstream of `make run`, the tests and the
+// load tests (see package demobackend for what it serves).
+package main
+
+import (
+	"flag"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/loadtest/demobackend"
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:9000", "address to listen on")
+	latency := flag.Duration("latency", 0, "service time of one request")
+	slots := flag.Int("slots", 0, "workers (0: unlimited); with -latency this is the capacity model")
+	thrash := flag.Float64("thrash", 2, "queue length, in multiples of -slots, past which the backend thrashes")
+	queueTimeout := flag.Duration("queue-timeout", time.Second, "longest wait for a worker before 503")
+	duration := flag.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
+	flag.Parse()
+
+	b := demobackend.New(demobackend.Options{Latency: *latency, Slots: *slots, Thrash: *thrash, QueueTimeout: *queueTimeout})
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Fatalf("demo-backend: %v", err)
+	}
+	srv := &fasthttp.Server{Handler: b.Handler, Name: "demo-backend", Concurrency: 1 << 20}
+	go func() {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+		var stop <-chan time.Time
+		if *duration > 0 {
+			stop = time.After(*duration)
+		}
+		select {
+		case <-sig:
+		case <-stop:
+		}
+		_ = srv.Shutdown()
+	}()
+	log.Printf("demo-backend on %s (latency %v, slots %d)", ln.Addr(), *latency, *slots)
+	if err := srv.Serve(ln); err != nil {
+		log.Fatalf("demo-backend: %v", err)
+	}
+}
