@@ -13,7 +13,8 @@ COPY config.yaml /etc/sentinel/config.yaml
 USER nonroot:nonroot
 # The admin listener must be reachable by the health check inside the container;
 # bind it to loopback (the default) and protect it with a token when exposing it.
-ENV SENTINEL_CONFIG=/etc/sentinel/config.yaml
+ENV SENTINEL_CONFIG=/etc/sentinel/config.yaml \
+    SENTINEL_SERVER_LISTEN=:8080
 EXPOSE 8080 9090
 HEALTHCHECK --interval=10s --timeout=2s --retries=3 CMD ["/usr/local/bin/sentinel", "-healthcheck"]
 ENTRYPOINT ["/usr/local/bin/sentinel"]

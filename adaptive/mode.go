@@ -31,20 +31,20 @@ func (m Mode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 // Policy is what the request path does in the current mode. It is a small
 // value read with one atomic load.
 type Policy struct {
-	Mode Mode
+	Mode Mode `json:"mode"`
 	// BlockFree rejects FREE and anonymous requests (Aggressive and up).
-	BlockFree bool
+	BlockFree bool `json:"block_free"`
 	// HeavyOff answers 503 on routes marked heavy (Aggressive and up).
-	HeavyOff bool
+	HeavyOff bool `json:"heavy_off"`
 	// PremiumOnly lets only PREMIUM requests reach the upstream; the others
 	// get a cached answer or a degraded one (Critical).
-	PremiumOnly bool
+	PremiumOnly bool `json:"premium_only"`
 	// CacheOnly serves GETs on cached routes from the response cache (Critical).
-	CacheOnly bool
+	CacheOnly bool `json:"cache_only"`
 	// Strict asks the store for every decision (lease size 1) (Moderate and up).
-	Strict bool
+	Strict bool `json:"strict"`
 	// Multiplier scales every rate limit: exactly 1 in Normal mode.
-	Multiplier float64
+	Multiplier float64 `json:"multiplier"`
 }
 
 // Transition is one mode change.
