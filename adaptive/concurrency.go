@@ -181,8 +181,8 @@ func (c *ConcurrencyLimiter) update(rtt float64, now time.Time) {
 // Gradient parameters: latency up to tolerance × the baseline is no
 // congestion; the baseline forgets with a time constant of longWindow.
 const (
-	tolerance  = 1.5
-	longWindow = 30 * time.Second
+	tolerance  = 1.2
+	longWindow = 5 * time.Minute
 )
 
 // shedCount returns the requests shed so far, by priority and reason.

@@ -46,7 +46,7 @@ type Config struct {
 	// Default 2000.
 	MaxInflight int `mapstructure:"max_inflight"`
 	// UpstreamLatencyObjective is the upstream latency that counts as no
-	// pressure; four times it is full pressure. Default 250ms.
+	// pressure; 2.25 times it is full pressure. Default 250ms.
 	UpstreamLatencyObjective time.Duration `mapstructure:"upstream_latency_objective"`
 	// SchedLatencyObjective is the Go scheduler latency (p99) that counts as
 	// full pressure. Default 20ms.
@@ -86,7 +86,7 @@ type ConcurrencyConfig struct {
 	QueueTimeout time.Duration `mapstructure:"queue_timeout"`
 	// StandardShare and FreeShare are the fractions of the limit that
 	// STANDARD and FREE (and anonymous) requests may fill; PREMIUM may fill
-	// all of it. Defaults 0.85 and 0.6.
+	// all of it. Defaults 0.8 and 0.5.
 	StandardShare float64 `mapstructure:"standard_share"`
 	FreeShare     float64 `mapstructure:"free_share"`
 }
@@ -126,8 +126,8 @@ func (c *Config) SetDefaults() {
 	def(&cc.MinLimit, 8)
 	def(&cc.MaxLimit, 2000)
 	def(&cc.QueueTimeout, 10*time.Millisecond)
-	def(&cc.StandardShare, 0.85)
-	def(&cc.FreeShare, 0.6)
+	def(&cc.StandardShare, 0.8)
+	def(&cc.FreeShare, 0.5)
 }
 
 func def[T comparable](p *T, v T) {

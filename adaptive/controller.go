@@ -238,7 +238,8 @@ func (c *Controller) readSignals(now time.Time) Signals {
 	if count >= 5 { // too few answers say nothing
 		s.UpstreamErrors = clamp(float64(failed) / float64(count) / 0.5)
 		obj := c.cfg.UpstreamLatencyObjective.Seconds()
-		s.UpstreamLatency = clamp((mean.Seconds()/obj - 1) / 3)
+		// At the objective: no pressure; at 2.25× the objective: full.
+		s.UpstreamLatency = clamp((mean.Seconds()/obj - 1) / 1.25)
 	}
 	return s
 }
