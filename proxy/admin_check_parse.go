@@ -165,6 +165,9 @@ func jsonFieldError(err error) *fieldError {
 		if f, err := strconv.Unquote(name); err == nil {
 			name = f
 		}
+		if name == "" {
+			return &fieldError{"body", `unknown field ""`}
+		}
 		return &fieldError{name, "unknown field"}
 	}
 	return &fieldError{"body", msg}
