@@ -45,8 +45,8 @@ lint: vet ## go vet, gofmt check and staticcheck (pinned).
 
 check: lint test ## Lint and test.
 
-loadtest: build ## A short k6-free load run against a local gateway (see loadtest/README.md).
-	$(GO) run ./loadtest/gen -help
+loadtest: ## A 20 s open-loop run through a local gateway on config.yaml (see loadtest/README.md).
+	bash loadtest/quick.sh
 
 loadtest-overload: ## The overload scenario: backend alone vs behind Sentinel under a 10x spike (< 3 min).
 	bash loadtest/overload.sh

@@ -33,7 +33,8 @@ type bucket struct {
 	// doubles while leases run out before they expire and halves when
 	// permits expire unused (wasted budget).
 	size   int64
-	wasted bool  // permits expired unused since the last lease
+	wasted   bool  // permits expired unused since the last lease
+	leasedAt int64 // unix nanos when the last lease call was sent
 	demand int64 // tokens wanted by requests that waited for a fill
 
 	lastUsed atomic.Int64 // unix nanos

@@ -378,8 +378,8 @@ func (l *Limiter) wait(f *fill) {
 }
 
 // leaseSize is how many permits to ask for: what this pod's traffic on the
-// key uses within a lease lifetime (learned: doubled while leases run out,
-// halved when permits expire unused), capped by a share of the remaining
+// key uses within a lease lifetime (learned: doubled when a lease ran out
+// within half its lifetime, halved when permits expired unused), capped by a share of the remaining
 // budget so that it falls to 1 near the limit; exactly tokens when strict.
 // The caller holds b.mu.
 func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64 {
@@ -392,15 +392,16 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 	}
 	pods := int64(max(1, l.livePods()))
 	limit := min(max(budget/(4*pods), 1), l.cfg.MaxLease)
+	now := l.now().UnixNano()
 	switch {
 	case b.size == 0:
 		b.size = 1
 	case b.wasted:
 		b.size = max(1, b.size/2)
-	default:
+	case now-b.leasedAt < int64(s.ttl)/2:
 		b.size = min(2*b.size, l.cfg.MaxLease)
 	}
-	b.wasted = false
+	b.wasted, b.leasedAt = false, now
 	// Requests waiting on the fill in flight will retry after it: ask for
 	// them too, so that they do not each make a call.
 	demand := min(b.demand+tokens, max(budget, 1), l.cfg.MaxLease)

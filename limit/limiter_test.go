@@ -378,3 +378,19 @@ func TestLimiterSlowStoreOpensTheBreaker(t *testing.T) {
 }
 
 var _ rueidis.Client // the Redis tests use real clients
+
+// TestLimiterUnderTheLimitIsNeverRefused: a client at 70% of its limit, at a
+// steady pace, gets no refusal: leases must not waste the budget.
+func TestLimiterUnderTheLimitIsNeverRefused(t *testing.T) {
+	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 50 }), memStore(t), Options{})
+	tick := time.NewTicker(time.Second / 35)
+	defer tick.Stop()
+	refused := 0
+	for range 3 * 35 {
+		<-tick.C
+		if !l.Allow(context.Background(), &Request{IP: []byte("10.0.0.1")}).Allowed {
+			refused++
+		}
+	}
+	assert.Zero(t, refused)
+}

@@ -73,6 +73,22 @@ func parsePhases(s string) ([]phase, error) {
 	return out, nil
 }
 
+// setKeys overrides the plans' API keys: "P=key,F=key".
+func setKeys(spec string) error {
+	if spec == "" {
+		return nil
+	}
+	for _, kv := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		i := planIndex(k)
+		if !ok || i < 0 || v == "" {
+			return fmt.Errorf("-keys: %q: want P=key, S=key or F=key", kv)
+		}
+		plans[i].key = v
+	}
+	return nil
+}
+
 func planIndex(k string) int {
 	for i, p := range plans {
 		if p.short == k || p.name == k {
@@ -245,7 +261,12 @@ func main() {
 	maxOutstanding := flag.Int("max-outstanding", 8000, "bound on requests in flight; past it requests are dropped and counted")
 	timeout := flag.Duration("timeout", 2*time.Second, "request timeout")
 	label := flag.String("label", "", "title of the table")
+	keys := flag.String("keys", "", "API keys per plan, overriding loadtest/overload.yaml's: P=key,S=key,F=key")
 	flag.Parse()
+	if err := setKeys(*keys); err != nil {
+		fmt.Fprintln(os.Stderr, "gen:", err)
+		os.Exit(2)
+	}
 	phases, err := parsePhases(*spec)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gen:", err)
