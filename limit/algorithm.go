@@ -45,12 +45,12 @@ func ceilMS(d time.Duration) int64 {
 }
 
 // granularityMS is the sliding window's sub-window width for a window and a
-// lease lifetime: 1/20 of the window, but wide enough that the counters alive
+// lease lifetime: 1/40 of the window, but wide enough that the counters alive
 // at once (they span window + lease) stay under about 64. Counting by
 // sub-windows makes a grant count up to one width longer than exact: a small
 // under-use, never an overshoot.
 func granularityMS(windowMS, leaseMS int64) int64 {
-	g := (windowMS + 19) / 20
+	g := (windowMS + 39) / 40
 	if h := (windowMS + leaseMS + 63) / 64; h > g {
 		g = h
 	}

@@ -32,10 +32,10 @@ type bucket struct {
 	// size is the lease size that fits this pod's traffic on the key: it
 	// doubles while leases run out before they expire and halves when
 	// permits expire unused (wasted budget).
-	size   int64
+	size     int64
 	wasted   bool  // permits expired unused since the last lease
 	leasedAt int64 // unix nanos when the last lease call was sent
-	demand int64 // tokens wanted by requests that waited for a fill
+	demand   int64 // tokens wanted by requests that waited for a fill
 
 	lastUsed atomic.Int64 // unix nanos
 }

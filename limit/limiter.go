@@ -379,7 +379,7 @@ func (l *Limiter) wait(f *fill) {
 
 // leaseSize is how many permits to ask for: what this pod's traffic on the
 // key uses within a lease lifetime (learned: doubled when a lease ran out
-// within half its lifetime, halved when permits expired unused), capped by a share of the remaining
+// within 3/4 of its lifetime, halved when permits expired unused), capped by a share of the remaining
 // budget so that it falls to 1 near the limit; exactly tokens when strict.
 // The caller holds b.mu.
 func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64 {
@@ -398,7 +398,7 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 		b.size = 1
 	case b.wasted:
 		b.size = max(1, b.size/2)
-	case now-b.leasedAt < int64(s.ttl)/2:
+	case now-b.leasedAt < int64(s.ttl)*3/4:
 		b.size = min(2*b.size, l.cfg.MaxLease)
 	}
 	b.wasted, b.leasedAt = false, now
