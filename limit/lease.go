@@ -43,8 +43,7 @@ type bucket struct {
 // fill is one in-flight lease call; requests that find the bucket empty while
 // it runs wait for it instead of calling the store themselves.
 type fill struct {
-	done    chan struct{}
-	waiters int64 // requests waiting (guarded by the bucket's mutex)
+	done chan struct{}
 }
 
 // bucketTable maps keys to buckets: sharded maps behind RWMutexes, read

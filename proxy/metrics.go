@@ -9,9 +9,8 @@ import (
 
 // Process-wide metrics (labels from fixed sets).
 var (
-	inflight       atomic.Int64
-	_              = metrics.NewGauge(`sentinel_http_inflight`, func() float64 { return float64(inflight.Load()) })
-	clientCanceled = metrics.NewCounter(`sentinel_http_client_canceled_total`)
+	inflight atomic.Int64
+	_        = metrics.NewGauge(`sentinel_http_inflight`, func() float64 { return float64(inflight.Load()) })
 )
 
 // Rejection reasons, the values of sentinel_proxy_rejections_total{reason}.

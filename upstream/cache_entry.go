@@ -20,15 +20,14 @@ const (
 )
 
 var (
-	strAge             = []byte("Age")
-	strCacheControl    = []byte("Cache-Control")
-	strVary            = []byte("Vary")
-	strContentEncoding = []byte("Content-Encoding")
-	strAcceptEncoding  = []byte("Accept-Encoding")
-	strIdentity        = []byte("identity")
-	strNoStore         = []byte("no-store")
-	strPrivate         = []byte("private")
-	strConnection      = []byte("Connection")
+	strAge            = []byte("Age")
+	strCacheControl   = []byte("Cache-Control")
+	strVary           = []byte("Vary")
+	strAcceptEncoding = []byte("Accept-Encoding")
+	strIdentity       = []byte("identity")
+	strNoStore        = []byte("no-store")
+	strPrivate        = []byte("private")
+	strConnection     = []byte("Connection")
 
 	// notStored are the response headers an entry leaves out: hop-by-hop
 	// ones (RFC 9110 §7.6.1), cookies, and those Get recomputes.
