@@ -59,7 +59,7 @@ func build(cfg *Config) (*app, error) {
 		return nil, err
 	}
 	if a.adaptive, err = adaptive.New(cfg.Adaptive, adaptive.Options{
-		Redis: a.redis, PodID: podID(), Upstreams: a.upstreams.Names(),
+		Redis: a.redis, KeyPrefix: cfg.Redis.KeyPrefix, PodID: podID(), Upstreams: a.upstreams.Names(),
 	}); err != nil {
 		a.close()
 		return nil, err
