@@ -136,6 +136,9 @@ func (a *app) close() {
 	if a.sync != nil {
 		a.sync.Stop()
 	}
+	if a.limiter != nil {
+		a.limiter.Close()
+	}
 	if a.adaptive != nil {
 		a.adaptive.Stop()
 	}
