@@ -2,6 +2,8 @@ package adaptive
 
 import (
 	"math"
+
+	"github.com/VictoriaMetrics/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,12 +60,19 @@ type ConcurrencyLimiter struct {
 	last    time.Time  // of the last update
 	samples int64
 
-	shed [3][2]atomic.Int64 // by priority, by reason (0 limit, 1 queue timeout)
+	shed        [3][2]atomic.Int64     // by priority, by reason (0 limit, 1 queue timeout)
+	shedMetrics [3][2]*metrics.Counter // sentinel_shed_total{upstream,plan,reason}
 }
 
 func newConcurrencyLimiter(name string, cfg ConcurrencyConfig) *ConcurrencyLimiter {
 	c := &ConcurrencyLimiter{name: name, cfg: cfg, slot: make(chan struct{}, 1)}
 	c.limit.Store(math.Float64bits(float64(cfg.InitialLimit)))
+	for _, p := range []Priority{PriorityFree, PriorityStandard, PriorityPremium} {
+		for r, reason := range []string{"concurrency", "queue_timeout"} {
+			c.shedMetrics[p][r] = metrics.GetOrCreateCounter(`sentinel_shed_total{upstream="` + name +
+				`",plan="` + p.String() + `",reason="` + reason + `"}`)
+		}
+	}
 	return c
 }
 
@@ -109,6 +118,7 @@ func (c *ConcurrencyLimiter) Acquire(p Priority) (Ticket, bool) {
 	}
 	if p == PriorityFree {
 		c.shed[p][0].Add(1)
+		c.shedMetrics[p][0].Inc()
 		return Ticket{}, false
 	}
 	t := time.NewTimer(c.cfg.QueueTimeout)
@@ -124,6 +134,7 @@ func (c *ConcurrencyLimiter) Acquire(p Priority) (Ticket, bool) {
 				return Ticket{c}, true
 			}
 			c.shed[p][1].Add(1)
+			c.shedMetrics[p][1].Inc()
 			return Ticket{}, false
 		}
 	}

@@ -20,8 +20,7 @@ func register(c *Controller) {
 	ctrlMu.Lock()
 	ctrls[c] = struct{}{}
 	ctrlMu.Unlock()
-	for name, l := range c.concurrency {
-		_ = l
+	for name := range c.concurrency {
 		labels := `{upstream="` + name + `"}`
 		metrics.GetOrCreateGauge(`sentinel_concurrency_limit`+labels, func() float64 {
 			return worst(func(c *Controller) float64 {
@@ -39,13 +38,6 @@ func register(c *Controller) {
 				return 0
 			})
 		})
-		for _, p := range []Priority{PriorityFree, PriorityStandard, PriorityPremium} {
-			p := p
-			metrics.GetOrCreateGauge(`sentinel_shed_total{upstream="`+name+`",plan="`+p.String()+`",reason="concurrency"}`,
-				func() float64 { return float64(shedSum(name, p, false)) })
-			metrics.GetOrCreateGauge(`sentinel_shed_total{upstream="`+name+`",plan="`+p.String()+`",reason="queue_timeout"}`,
-				func() float64 { return float64(shedSum(name, p, true)) })
-		}
 	}
 }
 
@@ -64,18 +56,6 @@ func worst(f func(c *Controller) float64) float64 {
 		v = max(v, f(c))
 	}
 	return v
-}
-
-func shedSum(upstream string, p Priority, queue bool) int64 {
-	ctrlMu.Lock()
-	defer ctrlMu.Unlock()
-	var n int64
-	for c := range ctrls {
-		if l := c.concurrency[upstream]; l != nil {
-			n += l.shedCount(p, queue)
-		}
-	}
-	return n
 }
 
 func signal(name string, f func(s *Signals) float64) {
