@@ -52,7 +52,8 @@ type ConcurrencyLimiter struct {
 	cfg      ConcurrencyConfig
 	limit    atomic.Uint64 // float64 bits
 	inflight atomic.Int64
-	slot     chan struct{} // a Release wakes one waiter
+	slot     chan struct{}   // a Release wakes one waiter
+	waiting  [3]atomic.Int32 // requests waiting for a slot, by priority
 
 	mu      sync.Mutex // guards the gradient state; updates are skipped when busy
 	short   float64    // seconds, EWMA over ~10 samples
@@ -97,6 +98,12 @@ func (c *ConcurrencyLimiter) capFor(p Priority) int64 {
 }
 
 func (c *ConcurrencyLimiter) tryAcquire(p Priority) bool {
+	// A freed slot goes to a waiting request of higher priority first.
+	for q := p + 1; q <= PriorityPremium; q++ {
+		if c.waiting[q].Load() > 0 {
+			return false
+		}
+	}
 	limit := c.capFor(p)
 	for {
 		n := c.inflight.Load()
@@ -121,6 +128,8 @@ func (c *ConcurrencyLimiter) Acquire(p Priority) (Ticket, bool) {
 		c.shedMetrics[p][0].Inc()
 		return Ticket{}, false
 	}
+	c.waiting[p].Add(1)
+	defer c.waiting[p].Add(-1)
 	t := time.NewTimer(c.cfg.QueueTimeout)
 	defer t.Stop()
 	for {

@@ -90,3 +90,14 @@ func TestPriorityOf(t *testing.T) {
 	assert.Equal(t, PriorityFree, PriorityOf("FREE"))
 	assert.Equal(t, PriorityFree, PriorityOf(""))
 }
+
+func TestConcurrencyWaitingPremiumGoesFirst(t *testing.T) {
+	l := testConcurrency(10)
+	l.waiting[PriorityPremium].Store(1) // a PREMIUM request waits for a slot
+	_, ok := l.Acquire(PriorityFree)
+	assert.False(t, ok, "a FREE arrival does not take the slot a PREMIUM request waits for")
+	assert.False(t, l.tryAcquire(PriorityStandard), "nor a STANDARD one")
+	assert.True(t, l.tryAcquire(PriorityPremium))
+	l.waiting[PriorityPremium].Store(0)
+	assert.True(t, l.tryAcquire(PriorityFree))
+}
