@@ -23,7 +23,7 @@ type app struct {
 	store     limit.Store
 	storeName string
 	catalog   *limit.Catalog
-	sync      *limit.CatalogSync // nil without Redis
+	sync      *limit.CatalogSync // in-process only without Redis
 	adaptive  *adaptive.Controller
 	limiter   *limit.Limiter
 	upstreams *upstream.Set
@@ -51,9 +51,8 @@ func build(cfg *Config) (*app, error) {
 		a.close()
 		return nil, err
 	}
-	if a.redis != nil {
-		a.sync = limit.NewCatalogSync(a.redis, a.catalog, limit.CatalogSyncOptions{KeyPrefix: cfg.Redis.KeyPrefix})
-	}
+	// Without Redis the sync keeps the same rules semantics in the process.
+	a.sync = limit.NewCatalogSync(a.redis, a.catalog, limit.CatalogSyncOptions{KeyPrefix: cfg.Redis.KeyPrefix})
 	if a.upstreams, err = upstream.New(cfg.Upstreams); err != nil {
 		a.close()
 		return nil, err
@@ -168,13 +167,10 @@ func (a *app) adminDeps() proxy.AdminDeps {
 		Config:  a.cfg.Server,
 		Limiter: a.limiter,
 		Catalog: a.catalog,
-		Writer:  a.catalog,
+		Writer:  a.sync,
 		State:   func() any { return a.adaptive.State() },
 		Status:  func() any { return a.limiter.Status() },
 		Ready:   a.ready,
-	}
-	if a.sync != nil {
-		deps.Writer = a.sync
 	}
 	return deps
 }

@@ -95,7 +95,9 @@ var (
 	syncWrites         = metrics.NewCounter(`sentinel_catalog_writes_total`)
 )
 
-// NewCatalogSync returns a sync between cat and Redis. The catalog's current
+// NewCatalogSync returns a sync between cat and Redis. With a nil client it
+// keeps the same semantics (config entries as the base, API entries over
+// them) in this process only. The catalog's current
 // rules and tenants (those of config.yaml) become the base that Redis entries
 // override. Nothing runs until Start.
 func NewCatalogSync(client rueidis.Client, cat *Catalog, opts CatalogSyncOptions) *CatalogSync {
@@ -117,6 +119,9 @@ func NewCatalogSync(client rueidis.Client, cat *Catalog, opts CatalogSyncOptions
 // to the change channel and starts the periodic resync. It returns an error
 // when the first load fails; the background work stops with ctx or Stop.
 func (s *CatalogSync) Start(ctx context.Context) error {
+	if s.client == nil {
+		return nil // in-process only: nothing to load or follow
+	}
 	if err := s.reloadAll(ctx); err != nil {
 		return err
 	}

@@ -166,6 +166,9 @@ func (s *CatalogSync) applyLocked() error {
 // write stores (doc != "") or deletes an entry, updates the index and
 // publishes the change.
 func (s *CatalogSync) write(ctx context.Context, name, index, doc string) error {
+	if s.client == nil {
+		return nil // in-process only
+	}
 	c := s.client
 	var cmds rueidis.Commands
 	if doc != "" {

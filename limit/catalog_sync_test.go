@@ -112,3 +112,20 @@ func TestCatalogInProcessWrites(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, "x", tn.ID)
 }
+
+func TestCatalogSyncWithoutRedis(t *testing.T) {
+	base := Rule{Tenant: "acme", Resource: "bids", Algorithm: "sliding_window", Limit: 10, Window: time.Second}
+	cat := testCatalog(t, base)
+	s := NewCatalogSync(nil, cat, CatalogSyncOptions{})
+	require.NoError(t, s.Start(context.Background()))
+	defer s.Stop()
+	ctx := context.Background()
+	over := Rule{Tenant: "acme", Resource: "bids", Algorithm: "token_bucket", Capacity: 3, RefillRate: 1}
+	require.NoError(t, s.PutRule(ctx, over))
+	r, _ := cat.Rule("acme", "bids")
+	assert.Equal(t, over, r)
+	require.NoError(t, s.DeleteRule(ctx, "acme", "bids"))
+	r, _ = cat.Rule("acme", "bids")
+	assert.Equal(t, base, r, "the config rule is back")
+	assert.ErrorIs(t, s.DeleteRule(ctx, "acme", "bids"), ErrConfigEntry)
+}
