@@ -100,15 +100,20 @@ func New(cfg Config, opts Options) (*Controller, error) {
 }
 
 // Start runs the sampling and cluster loops until ctx ends or Stop.
+//
+// With the layer disabled, a pod with Redis still sends heartbeats, so that
+// the limits' local fallback knows how many pods share a limit.
 func (c *Controller) Start(ctx context.Context) {
-	if !c.on || c.cancel != nil {
+	if c.cancel != nil || (!c.on && c.opts.Redis == nil) {
 		return
 	}
 	ctx, c.cancel = context.WithCancel(ctx)
-	c.host = newHostSampler()
-	c.lastSample = c.opts.Now()
-	c.wg.Add(1)
-	go c.sampleLoop(ctx)
+	if c.on {
+		c.host = newHostSampler()
+		c.lastSample = c.opts.Now()
+		c.wg.Add(1)
+		go c.sampleLoop(ctx)
+	}
 	if c.opts.Redis != nil {
 		c.wg.Add(1)
 		go c.clusterLoop(ctx)
