@@ -121,6 +121,8 @@ limits: {tenant: %d, window: %v, ip: 0, store_timeout: 50ms}
 	wg.Wait()
 	elapsed := time.Since(start)
 	calls := scrape(t, gws[0].admin, "sentinel_limit_store_calls_total") - callsBefore
+	t.Logf("leased permits that expired unused: %.0f; refusals from the local cache: %.0f",
+		scrape(t, gws[0].admin, "sentinel_limit_expired_permits_total"), scrape(t, gws[0].admin, "sentinel_limit_cached_denials_total"))
 
 	got := up.arrivals("hot-key")
 	slices.SortFunc(got, func(a, b time.Time) int { return a.Compare(b) })

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,6 +29,7 @@ type Limiter struct {
 
 	table   *bucketTable
 	breaker storeBreaker
+	rtt     atomic.Int64 // moving average of a store call, nanos
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -320,8 +322,9 @@ func (l *Limiter) finish(s *spec, req *Request) {
 	}
 	s.limit, s.window = p.Limit, p.Window
 	// A lease counts in the store until it expires plus a window, so a
-	// long lifetime wastes budget: keep it to 1/50 of the window.
-	s.ttl = max(time.Millisecond, min(l.cfg.LeaseTTL, p.Window/50))
+	// long lifetime wastes budget: keep it to 1/50 of the window, but at
+	// least four store round trips, or leases would expire on arrival.
+	s.ttl = max(time.Millisecond, min(l.cfg.LeaseTTL, max(p.Window/50, 4*time.Duration(l.rtt.Load()))))
 }
 
 // one decides one limit. It returns the bucket the permits came from (for a
@@ -334,6 +337,7 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 	for attempt := 0; ; attempt++ {
 		b.mu.Lock()
 		if b.permits > 0 && now >= b.expires {
+			expiredPermits.Add(int(b.permits))
 			b.permits, b.wasted = 0, true
 		}
 		if b.permits >= tokens {
@@ -427,6 +431,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	b.remaining = res.Remaining
 	b.resetAt = now + int64(res.Reset)
 	if b.permits > 0 && now >= b.expires {
+		expiredPermits.Add(int(b.permits))
 		b.permits, b.wasted = 0, true
 	}
 	if res.Granted > 0 {
@@ -473,7 +478,8 @@ func (l *Limiter) direct(ctx context.Context, s *spec, tokens int64, rid []byte)
 
 // lease makes one store call under the deadline and the breaker.
 func (l *Limiter) lease(ctx context.Context, s *spec, key []byte, want int64, ttl time.Duration, rid []byte) (LeaseResult, error) {
-	ok, probe := l.breaker.allow(l.now().UnixNano())
+	start := l.now().UnixNano()
+	ok, probe := l.breaker.allow(start)
 	if !ok {
 		storeCallsSkipped.Inc()
 		return LeaseResult{}, ErrStoreUnavailable
@@ -494,6 +500,10 @@ func (l *Limiter) lease(ctx context.Context, s *spec, key []byte, want int64, tt
 	}
 	storeCallsOK.Inc()
 	l.breaker.success(probe)
+	if took := l.now().UnixNano() - start; took > 0 {
+		old := l.rtt.Load()
+		l.rtt.Store(old + (took-old)/8) // a lost update among racing calls is harmless
+	}
 	return res, nil
 }
 
