@@ -80,7 +80,7 @@ func TestMultiPodLimitHolds(t *testing.T) {
 	const (
 		limitPerWindow = 40
 		window         = time.Second
-		duration       = 6 * time.Second
+		duration       = 8 * time.Second
 		offeredPerSec  = 10 * limitPerWindow
 		workers        = 12
 	)
