@@ -155,3 +155,18 @@ func TestConfigValidation(t *testing.T) {
 	assert.ErrorContains(t, c.Validate(), "adaptive.weights.cpu")
 	assert.NoError(t, testConfig().Validate())
 }
+
+// TestCPUIsTheProcesssOwn: an idle gateway reads little CPU pressure even
+// when the host is busy (other test binaries run beside this one).
+func TestCPUIsTheProcesssOwn(t *testing.T) {
+	h := newHostSampler()
+	now := time.Now()
+	_, err := h.cpuLoad(now)
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond)
+	v, err := h.cpuLoad(time.Now())
+	require.NoError(t, err)
+	if !h.cgroupCPU {
+		assert.Less(t, v, 0.5, "a sleeping process is not under CPU pressure")
+	}
+}

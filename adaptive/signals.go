@@ -3,12 +3,13 @@ package adaptive
 import (
 	"errors"
 	"os"
+	"runtime"
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
-	"github.com/shirou/gopsutil/v3/cpu"
 	"github.com/shirou/gopsutil/v3/mem"
 )
 
@@ -25,9 +26,10 @@ type Signals struct {
 	Unavailable []string `json:"unavailable,omitempty"`
 }
 
-// hostSampler reads CPU, memory and scheduler latency. CPU and memory are
-// measured against the cgroup (v2) limits when the process has any, else
-// against the host.
+// hostSampler reads CPU, memory and scheduler latency. CPU is the
+// container's use against its cgroup (v2) quota when there is one, else the
+// process's own use against GOMAXPROCS cores; memory is against the cgroup
+// limit when there is one, else the host's.
 type hostSampler struct {
 	cgroupCPU   bool
 	quotaCores  float64 // cpu.max quota / period
@@ -44,7 +46,6 @@ func newHostSampler() *hostSampler {
 	if q, ok := cgroupCPUQuota(); ok {
 		h.cgroupCPU, h.quotaCores = true, q
 	}
-	_, _ = cpu.Percent(0, false) // primes gopsutil's delta
 	return h
 }
 
@@ -84,11 +85,24 @@ func (h *hostSampler) cpuLoad(now time.Time) (float64, error) {
 		}
 		return clamp(float64(usage-h.lastUsage) / 1e6 / el / h.quotaCores), nil
 	}
-	p, err := cpu.Percent(0, false)
-	if err != nil || len(p) == 0 {
-		return 0, errors.Join(err, errors.New("no cpu reading"))
+	// No quota: the process's own CPU time against the cores it may use.
+	// Host-wide CPU would make a gateway shed its traffic because a
+	// neighbour is busy; the neighbour's effect on us shows in the
+	// scheduler latency signal instead.
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, err
 	}
-	return clamp(p[0] / 100), nil
+	usage := (ru.Utime.Nano() + ru.Stime.Nano()) / 1000
+	defer func() { h.lastUsage, h.lastAt = usage, now }()
+	if h.lastAt.IsZero() {
+		return 0, nil
+	}
+	el := now.Sub(h.lastAt).Seconds()
+	if el <= 0 {
+		return 0, nil
+	}
+	return clamp(float64(usage-h.lastUsage) / 1e6 / el / float64(runtime.GOMAXPROCS(0))), nil
 }
 
 func cgroupUsageUsec() (int64, error) {
