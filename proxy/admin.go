@@ -16,6 +16,9 @@ import (
 // bytes. Larger bodies get 400 with error "body: larger than 65536 bytes".
 const MaxAdminBody = 64 << 10
 
+// maxAdminRead is the most the admin listener reads of a body.
+const maxAdminRead = 1 << 20
+
 // adminChecker decides one request. *limit.Limiter implements it; the check
 // API calls the same limiter as the proxy, so both count against one budget.
 // Allow must be safe for concurrent use and return within the store deadline.
@@ -104,10 +107,14 @@ func NewAdmin(deps AdminDeps) (*Admin, error) {
 		a.token = []byte(cfg.AdminToken)
 	}
 	a.server = &fasthttp.Server{
-		Handler:               a.handle,
-		ErrorHandler:          a.handleError,
-		Name:                  "sentinel-admin",
-		MaxRequestBodySize:    MaxAdminBody,
+		Handler:      a.handle,
+		ErrorHandler: a.handleError,
+		Name:         "sentinel-admin",
+		// Bodies up to MaxAdminBody are accepted; larger ones up to
+		// maxAdminRead are read whole and answered 400 by the handler (a
+		// server that refuses before reading resets a client still
+		// writing, which then sees no answer at all).
+		MaxRequestBodySize:    maxAdminRead,
 		ReadTimeout:           orDefault(cfg.ReadTimeout, 5*time.Second),
 		WriteTimeout:          orDefault(cfg.WriteTimeout, 30*time.Second),
 		IdleTimeout:           orDefault(cfg.IdleTimeout, 60*time.Second),
