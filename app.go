@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -38,8 +40,8 @@ func build(cfg *Config) (*app, error) {
 	a := &app{cfg: cfg, errc: make(chan error, 2)}
 	var err error
 	if len(cfg.Redis.Addrs) > 0 {
-		if a.redis, err = limit.NewRedisClient(cfg.Redis); err != nil {
-			return nil, fmt.Errorf("cannot connect to redis %v: %w", cfg.Redis.Addrs, err)
+		if a.redis, err = connectRedis(cfg.Redis); err != nil {
+			return nil, err
 		}
 		a.store = limit.NewRedisStore(a.redis, limit.RedisStoreOptions{KeyPrefix: cfg.Redis.KeyPrefix})
 		a.storeName = "redis " + fmt.Sprint(cfg.Redis.Addrs)
@@ -188,5 +190,22 @@ func (a *app) ready(ctx context.Context) (bool, string) {
 	default:
 		return true, fmt.Sprintf("store %s does not answer (%v); deciding per limits.on_store_failure: %s",
 			a.storeName, err, a.cfg.Limits.OnStoreFailure)
+	}
+}
+
+// connectRedis connects, retrying for redis.connect_wait while Redis does not
+// answer yet, so that a pod and its Redis may start together.
+func connectRedis(cfg limit.RedisConfig) (rueidis.Client, error) {
+	deadline := time.Now().Add(cfg.ConnectWait)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		client, err := limit.NewRedisClient(cfg)
+		if err == nil {
+			return client, nil
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return nil, fmt.Errorf("%w (gave up after redis.connect_wait %v)", err, cfg.ConnectWait)
+		}
+		log.Printf("sentinel: %v; retrying in %v", err, wait)
+		time.Sleep(wait)
 	}
 }

@@ -240,3 +240,16 @@ limits: {ip: 0, tenant: 100000, store_timeout: 20ms, breaker_cooldown: 100ms}
 		return g.app.limiter.StoreHealthy()
 	})
 }
+
+// TestStartsWhenRedisComesUpLate: a pod started before its Redis waits for it.
+func TestStartsWhenRedisComesUpLate(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Stop()
+	up := startUpstream(t)
+	go func() {
+		time.Sleep(700 * time.Millisecond)
+		srv.Restart()
+	}()
+	g := startGateway(t, testConfig(up.url, fmt.Sprintf("redis: {addrs: [%q], connect_wait: 20s}\n", srv.Addr)))
+	assert.Equal(t, http.StatusOK, do(t, "GET", g.url+"/late", "", "X-API-Key", "gold-key").status)
+}

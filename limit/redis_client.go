@@ -37,6 +37,10 @@ type RedisConfig struct {
 	// KeyPrefix goes before every key Sentinel writes, with a ':'.
 	// Default "sentinel".
 	KeyPrefix string `mapstructure:"key_prefix"`
+	// ConnectWait is how long start-up keeps retrying a Redis that does not
+	// answer yet (a pod and its Redis starting together) before it gives up.
+	// Default 15s; a negative value does not retry.
+	ConnectWait time.Duration `mapstructure:"connect_wait"`
 }
 
 // SetDefaults fills the zero values.
@@ -46,6 +50,9 @@ func (c *RedisConfig) SetDefaults() {
 	}
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = "sentinel"
+	}
+	if c.ConnectWait == 0 {
+		c.ConnectWait = 15 * time.Second
 	}
 }
 
