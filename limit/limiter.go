@@ -322,9 +322,10 @@ func (l *Limiter) finish(s *spec, req *Request) {
 	}
 	s.limit, s.window = p.Limit, p.Window
 	// A lease counts in the store until it expires plus a window, so a
-	// long lifetime wastes budget: keep it to 1/50 of the window, but at
-	// least four store round trips, or leases would expire on arrival.
-	s.ttl = max(time.Millisecond, min(l.cfg.LeaseTTL, max(p.Window/50, 4*time.Duration(l.rtt.Load()))))
+	// long lifetime wastes budget: keep it to 1/30 of the window, but at
+	// least four store round trips, or leases would expire on arrival
+	// (shorter lifetimes measured worse: leases expired before use).
+	s.ttl = max(time.Millisecond, min(l.cfg.LeaseTTL, max(p.Window/30, 4*time.Duration(l.rtt.Load()))))
 }
 
 // one decides one limit. It returns the bucket the permits came from (for a
