@@ -22,8 +22,8 @@ func TestRequestPathAllocatesNothing(t *testing.T) {
 		if !ok {
 			t.Fatal("shed")
 		}
-		tk.Release(time.Millisecond, false)
-		c.ObserveUpstream(time.Millisecond, false)
+		tk.Release(time.Millisecond, OK)
+		c.ObserveUpstream(time.Millisecond, OK)
 		c.RequestFinished()
 	})
 	if n != 0 {
@@ -47,7 +47,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		for pb.Next() {
 			tk, ok := l.Acquire(PriorityPremium)
 			if ok {
-				tk.Release(time.Millisecond, false)
+				tk.Release(time.Millisecond, OK)
 			}
 		}
 	})

@@ -2,11 +2,11 @@ package adaptive
 
 import (
 	"math"
-
-	"github.com/VictoriaMetrics/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 )
 
 // Priority orders requests for admission: higher is admitted first.
@@ -55,18 +55,25 @@ type ConcurrencyLimiter struct {
 	slot     chan struct{}   // a Release wakes one waiter
 	waiting  [3]atomic.Int32 // requests waiting for a slot, by priority
 
-	mu      sync.Mutex // guards the gradient state; updates are skipped when busy
-	short   float64    // seconds, EWMA over ~10 samples
-	long    float64    // seconds, EWMA with a time constant of longWindow
-	last    time.Time  // of the last update
-	samples int64
+	mu       sync.Mutex // guards the gradient state; OK samples are skipped when busy
+	short    float64    // seconds, EWMA over ~10 samples
+	long     float64    // seconds, EWMA with a time constant of longWindow
+	last     time.Time  // of the last update
+	samples  int64
+	floor    float64   // learned floor (see sample)
+	floorAt  time.Time // when floor was last aged
+	lastDrop time.Time
+	drops    *metrics.Counter
+
+	shortBits atomic.Uint64 // short, readable without mu
 
 	shed        [3][2]atomic.Int64     // by priority, by reason (0 limit, 1 queue timeout)
 	shedMetrics [3][2]*metrics.Counter // sentinel_shed_total{upstream,plan,reason}
 }
 
 func newConcurrencyLimiter(name string, cfg ConcurrencyConfig) *ConcurrencyLimiter {
-	c := &ConcurrencyLimiter{name: name, cfg: cfg, slot: make(chan struct{}, 1)}
+	c := &ConcurrencyLimiter{name: name, cfg: cfg, slot: make(chan struct{}, 1),
+		drops: metrics.GetOrCreateCounter(`sentinel_concurrency_backoffs_total{upstream="` + name + `"}`)}
 	c.limit.Store(math.Float64bits(float64(cfg.InitialLimit)))
 	for _, p := range []Priority{PriorityFree, PriorityStandard, PriorityPremium} {
 		for r, reason := range []string{"concurrency", "queue_timeout"} {
@@ -116,6 +123,19 @@ func (c *ConcurrencyLimiter) tryAcquire(p Priority) bool {
 	}
 }
 
+// queueTimeout is how long a request of priority p may wait for a slot:
+// queue_timeout, and for PREMIUM at least two short-term round trips (up to
+// a second), the time in which the requests in flight free their slots
+// when the upstream is slow.
+func (c *ConcurrencyLimiter) queueTimeout(p Priority) time.Duration {
+	d := c.cfg.QueueTimeout
+	if p == PriorityPremium {
+		rtt := time.Duration(math.Float64frombits(c.shortBits.Load()) * float64(time.Second))
+		d = max(d, min(2*rtt, time.Second))
+	}
+	return d
+}
+
 // Acquire admits a request of priority p, or reports false when it must be
 // shed: FREE at once, PREMIUM and STANDARD after waiting at most
 // queue_timeout for a slot. Admission without waiting allocates nothing.
@@ -130,7 +150,7 @@ func (c *ConcurrencyLimiter) Acquire(p Priority) (Ticket, bool) {
 	}
 	c.waiting[p].Add(1)
 	defer c.waiting[p].Add(-1)
-	t := time.NewTimer(c.cfg.QueueTimeout)
+	t := time.NewTimer(c.queueTimeout(p))
 	defer t.Stop()
 	for {
 		select {
@@ -149,60 +169,138 @@ func (c *ConcurrencyLimiter) Acquire(p Priority) (Ticket, bool) {
 	}
 }
 
-// Release ends an admitted request and feeds its latency to the limit. A
-// failed request counts as twice its latency. The zero Ticket does nothing.
-func (t Ticket) Release(latency time.Duration, failed bool) {
+// Result is what one upstream answer tells the adaptive layer. The proxy
+// sorts every answer once; only OK, Backpressure and Failed are the
+// upstream's, and Ignored answers (a request the client broke, an answer the
+// gateway gave itself) never reach a signal.
+type Result uint8
+
+const (
+	// Ignored says nothing about the upstream.
+	Ignored Result = iota
+	// OK is an answer of a working upstream: its latency is a sample.
+	OK
+	// Backpressure is the upstream shedding load (503, 429).
+	Backpressure
+	// Failed is the upstream failing (connection, timeout, other 5xx).
+	Failed
+)
+
+// Release ends an admitted request with the upstream's result and latency
+// (from sending the request to its answer, without the time it waited for
+// a slot). OK feeds the gradient; Backpressure and Failed shrink the limit
+// multiplicatively, at most once per round trip; Ignored only frees the
+// slot. The zero Ticket does nothing.
+func (t Ticket) Release(latency time.Duration, r Result) {
 	c := t.c
 	if c == nil {
 		return
 	}
-	c.inflight.Add(-1)
+	inflight := c.inflight.Add(-1) + 1 // in flight when this one ended, itself included
 	select {
 	case c.slot <- struct{}{}:
 	default:
 	}
-	if failed {
-		latency *= 2
+	switch r {
+	case OK:
+		if !c.mu.TryLock() {
+			return // another release is updating: skip this sample
+		}
+		c.sample(latency.Seconds(), float64(inflight), time.Now())
+	case Backpressure, Failed:
+		c.mu.Lock() // a drop is never skipped
+		c.drop(time.Now())
+	default:
+		return
 	}
-	if !c.mu.TryLock() {
-		return // another release is updating: skip this sample
-	}
-	c.update(latency.Seconds(), time.Now())
 	c.mu.Unlock()
 }
 
-// update runs the gradient step (under mu).
-func (c *ConcurrencyLimiter) update(rtt float64, now time.Time) {
+// sample runs the gradient step for one successful answer (under mu).
+//
+// Congestion is a short-term latency above both tolerance × the long-term
+// baseline and the baseline plus rtt_slack. The slack is what tells the
+// gateway's own congestion from the backend's: on a busy gateway a fast
+// backend's round trip grows from microseconds to a few milliseconds of
+// scheduling, a ratio that would read as a drowning backend and collapse the
+// limit, while a backend that queues adds at least a service time.
+//
+// The limit never shrinks on latency below the learned floor: the most
+// requests the upstream has recently served at once with healthy latency
+// (it decays with a half-life of floorHalfLife). Backpressure and failures
+// may take it lower, down to min_limit.
+func (c *ConcurrencyLimiter) sample(rtt, inflight float64, now time.Time) {
 	c.samples++
 	if c.samples == 1 {
-		c.short, c.long, c.last = rtt, rtt, now
+		c.short, c.long, c.last, c.floorAt = rtt, rtt, now, now
+		c.shortBits.Store(math.Float64bits(rtt))
 		return
 	}
 	dt := now.Sub(c.last)
 	c.last = now
 	c.short += (rtt - c.short) * 0.1
+	c.shortBits.Store(math.Float64bits(c.short))
 	// The baseline moves with time, not with samples: a 10× spike of
 	// requests must not teach it the overloaded latency within a second.
 	c.long += (rtt - c.long) * min(1, float64(dt)/float64(longWindow))
 	if c.long > c.short { // the latency fell: the baseline follows at once
 		c.long = c.short
 	}
-	limit := c.Limit()
-	gradient := max(0.5, min(1, tolerance*c.long/c.short))
-	next := limit*gradient + math.Sqrt(limit)
-	if inflight := float64(c.inflight.Load()); inflight < limit/2 && next > limit {
-		next = limit // not using the room we have: do not grow
+	threshold := max(c.cfg.RTTTolerance*c.long, c.long+c.cfg.RTTSlack.Seconds())
+	floor := c.decayFloor(now)
+	if rtt <= threshold && inflight > floor {
+		c.floor, floor = inflight, inflight
 	}
-	next = limit*0.8 + next*0.2
+	limit := c.Limit()
+	var next float64
+	if c.short <= threshold {
+		if inflight < limit/2 {
+			return // not using the room it has: no evidence for more
+		}
+		next = limit + 0.2*math.Sqrt(limit)
+	} else {
+		gradient := max(0.5, threshold/c.short)
+		next = limit*0.8 + (limit*gradient+math.Sqrt(limit))*0.2
+		next = max(next, min(limit, floor))
+	}
+	c.store(next)
+}
+
+// drop shrinks the limit after the upstream pushed back or failed (under
+// mu): by backoffRatio, once per short-term round trip, so that a burst of
+// 503s from one overload counts once.
+func (c *ConcurrencyLimiter) drop(now time.Time) {
+	gap := max(minDropGap, time.Duration(c.short*float64(time.Second)))
+	if now.Sub(c.lastDrop) < gap {
+		return
+	}
+	c.lastDrop = now
+	c.drops.Inc()
+	c.store(c.Limit() * backoffRatio)
+}
+
+// decayFloor ages the learned floor to now and returns it.
+func (c *ConcurrencyLimiter) decayFloor(now time.Time) float64 {
+	if dt := now.Sub(c.floorAt); dt > 0 {
+		c.floor *= math.Exp2(-float64(dt) / float64(floorHalfLife))
+		c.floorAt = now
+	}
+	return c.floor
+}
+
+func (c *ConcurrencyLimiter) store(next float64) {
 	next = max(float64(c.cfg.MinLimit), min(float64(c.cfg.MaxLimit), next))
 	c.limit.Store(math.Float64bits(next))
 }
 
-// Gradient parameters: latency up to tolerance × the baseline is no
-// congestion; the baseline forgets with a time constant of longWindow.
+// Gradient parameters: the baseline forgets with a time constant of
+// longWindow; a drop multiplies the limit by backoffRatio, at most once per
+// max(minDropGap, round trip); the learned floor halves every floorHalfLife.
 const (
-	tolerance  = 1.2
-	longWindow = 5 * time.Minute
+	longWindow    = 5 * time.Minute
+	backoffRatio  = 0.9
+	minDropGap    = 5 * time.Millisecond
+	floorHalfLife = 30 * time.Second
 )
 
 // shedCount returns the requests shed so far, by priority and reason.

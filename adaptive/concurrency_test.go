@@ -14,31 +14,99 @@ func testConcurrency(initial int) *ConcurrencyLimiter {
 	return newConcurrencyLimiter("api", c)
 }
 
-func TestConcurrencyShrinksWhenLatencyRises(t *testing.T) {
-	l := testConcurrency(100)
-	hold := func(n int, latency time.Duration, rounds int) {
-		for range rounds {
-			var ts []Ticket
-			for range n {
-				tk, ok := l.Acquire(PriorityPremium)
-				if !ok {
-					break
-				}
-				ts = append(ts, tk)
-			}
-			for _, tk := range ts {
-				tk.Release(latency, false)
-			}
-		}
+// feed runs n successful samples of rtt with inflight requests in flight,
+// 1ms apart, and returns the clock.
+func feed(l *ConcurrencyLimiter, now time.Time, n int, rtt time.Duration, inflight float64) time.Time {
+	for range n {
+		now = now.Add(time.Millisecond)
+		l.sample(rtt.Seconds(), inflight, now)
 	}
-	hold(80, 10*time.Millisecond, 50) // learn the no-load latency under real use
+	return now
+}
+
+func TestConcurrencyShrinksWhenLatencyRises(t *testing.T) {
+	l := testConcurrency(10)
+	now := time.Unix(1000, 0)
+	now = feed(l, now, 500, 50*time.Millisecond, 5) // a backend with 5 workers, at ease
 	base := l.Limit()
-	assert.GreaterOrEqual(t, base, 100.0)
-	hold(80, 100*time.Millisecond, 50) // the upstream slows down ×10
-	assert.Less(t, l.Limit(), base/2, "the limit shrinks when latency rises")
+	// The load doubles: requests queue in the backend, latency doubles.
+	now = feed(l, now, 300, 100*time.Millisecond, 10)
+	assert.Less(t, l.Limit(), base, "the limit shrinks when the upstream queues")
+	assert.GreaterOrEqual(t, l.Limit(), 5.0, "but not below what it served with healthy latency")
+	// The backend slows down for good: the learned floor decays and the
+	// limit goes lower.
+	held := l.Limit()
+	now = feed(l, now.Add(2*time.Minute), 300, 400*time.Millisecond, 10)
+	assert.Less(t, l.Limit(), held)
 	low := l.Limit()
-	hold(int(low), 10*time.Millisecond, 200)
-	assert.Greater(t, l.Limit(), low, "and grows back when it recovers")
+	feed(l, now, 300, 50*time.Millisecond, low)
+	assert.Greater(t, l.Limit(), low, "and grows back when the latency recovers")
+}
+
+// A busy gateway in front of a fast backend sees round trips grow from
+// microseconds to milliseconds of its own scheduling: that is not the
+// backend's congestion, and the limit must not collapse.
+func TestConcurrencyIgnoresGatewayNoise(t *testing.T) {
+	l := testConcurrency(100)
+	now := time.Unix(1000, 0)
+	now = feed(l, now, 100, 200*time.Microsecond, 10)
+	for i := range 5000 {
+		rtt := time.Duration(1+i%4) * time.Millisecond // 5-20× the idle baseline
+		now = now.Add(100 * time.Microsecond)
+		l.sample(rtt.Seconds(), 64, now)
+	}
+	assert.GreaterOrEqual(t, l.Limit(), 100.0)
+}
+
+// After a collapse (here: the backend shed hard for a while), a healthy,
+// saturating load brings the limit back to what it uses within a few
+// hundred answers.
+func TestConcurrencyRecoversAfterCollapse(t *testing.T) {
+	l := testConcurrency(100)
+	now := time.Unix(1000, 0)
+	for range 100 {
+		now = now.Add(time.Second)
+		l.drop(now)
+	}
+	require.Equal(t, 4.0, l.Limit(), "at min_limit")
+	for i := 0; l.Limit() < 64; i++ {
+		require.Less(t, i, 1000, "recovered within 1000 answers (limit %.1f)", l.Limit())
+		inflight := min(64, l.Limit())
+		now = now.Add(100 * time.Microsecond)
+		l.sample((500 * time.Microsecond).Seconds(), inflight, now)
+	}
+}
+
+// A burst of 503s from one overload shrinks the limit once per round trip,
+// not once per answer.
+func TestConcurrencyBackpressureShrinksOncePerRoundTrip(t *testing.T) {
+	l := testConcurrency(100)
+	now := feed(l, time.Unix(1000, 0), 10, 20*time.Millisecond, 10)
+	before := l.Limit()
+	for range 50 {
+		now = now.Add(100 * time.Microsecond)
+		l.drop(now)
+	}
+	assert.InDelta(t, before*backoffRatio, l.Limit(), 1e-9)
+	l.drop(now.Add(25 * time.Millisecond))
+	assert.InDelta(t, before*backoffRatio*backoffRatio, l.Limit(), 1e-9)
+}
+
+// Answers that say nothing about the upstream (Ignored) free their slot and
+// move nothing; backpressure shrinks the limit.
+func TestConcurrencyReleaseResults(t *testing.T) {
+	l := testConcurrency(100)
+	for range 100 {
+		tk, ok := l.Acquire(PriorityPremium)
+		require.True(t, ok)
+		tk.Release(time.Hour, Ignored)
+	}
+	assert.Equal(t, 100.0, l.Limit())
+	assert.Zero(t, l.Inflight())
+	assert.Zero(t, l.samples)
+	tk, _ := l.Acquire(PriorityPremium)
+	tk.Release(0, Backpressure)
+	assert.Less(t, l.Limit(), 100.0)
 }
 
 func TestConcurrencyShedsFreeFirst(t *testing.T) {
@@ -80,7 +148,7 @@ func TestConcurrencyShedsFreeFirst(t *testing.T) {
 		_, ok := l.Acquire(PriorityPremium)
 		done <- ok
 	}()
-	ts[0].Release(time.Millisecond, false)
+	ts[0].Release(time.Millisecond, OK)
 	require.True(t, <-done)
 }
 

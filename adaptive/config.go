@@ -77,18 +77,51 @@ type ConcurrencyConfig struct {
 	// Enabled (default true) puts a limiter in front of every upstream.
 	Enabled *bool `mapstructure:"enabled"`
 	// InitialLimit, MinLimit, MaxLimit bound the requests in flight to one
-	// upstream from this pod. Defaults 100, 8, 2000.
+	// upstream from this pod. Defaults 100, 4, 2000. MinLimit is the floor
+	// under backpressure; on latency alone the limit also stays above what
+	// the upstream recently served with healthy latency (a learned floor).
 	InitialLimit int `mapstructure:"initial_limit"`
 	MinLimit     int `mapstructure:"min_limit"`
 	MaxLimit     int `mapstructure:"max_limit"`
-	// QueueTimeout is the longest a PREMIUM or STANDARD request waits for a
-	// slot; FREE and anonymous requests do not wait. Default 10ms.
+	// Upstreams overrides InitialLimit, MinLimit and MaxLimit per upstream
+	// name, e.g. a floor at a backend's known worker count.
+	Upstreams map[string]ConcurrencyBounds `mapstructure:"upstreams"`
+	// RTTTolerance and RTTSlack: a short-term upstream latency up to
+	// max(RTTTolerance × the long-term baseline, baseline + RTTSlack) is
+	// not congestion. The slack keeps a gateway's own CPU contention (a few
+	// milliseconds on a fast backend) from reading as a drowning backend.
+	// Defaults 1.2 and 5ms.
+	RTTTolerance float64       `mapstructure:"rtt_tolerance"`
+	RTTSlack     time.Duration `mapstructure:"rtt_slack"`
+	// QueueTimeout is the longest a STANDARD request waits for a slot, and
+	// the least a PREMIUM one does (PREMIUM waits up to two upstream round
+	// trips, at most 1s); FREE and anonymous requests do not wait.
+	// Default 10ms.
 	QueueTimeout time.Duration `mapstructure:"queue_timeout"`
 	// StandardShare and FreeShare are the fractions of the limit that
 	// STANDARD and FREE (and anonymous) requests may fill; PREMIUM may fill
 	// all of it. Defaults 0.8 and 0.5.
 	StandardShare float64 `mapstructure:"standard_share"`
 	FreeShare     float64 `mapstructure:"free_share"`
+}
+
+// ConcurrencyBounds is `adaptive.concurrency.upstreams.NAME`; zero fields
+// keep the section's value.
+type ConcurrencyBounds struct {
+	InitialLimit int `mapstructure:"initial_limit"`
+	MinLimit     int `mapstructure:"min_limit"`
+	MaxLimit     int `mapstructure:"max_limit"`
+}
+
+// For returns the section with upstream's bounds applied.
+func (cc ConcurrencyConfig) For(upstream string) ConcurrencyConfig {
+	b := cc.Upstreams[upstream]
+	def(&b.InitialLimit, cc.InitialLimit)
+	def(&b.MinLimit, cc.MinLimit)
+	def(&b.MaxLimit, cc.MaxLimit)
+	cc.InitialLimit, cc.MinLimit, cc.MaxLimit = b.InitialLimit, b.MinLimit, b.MaxLimit
+	cc.InitialLimit = max(cc.MinLimit, min(cc.MaxLimit, cc.InitialLimit))
+	return cc
 }
 
 // SetDefaults fills the zero values.
@@ -123,7 +156,9 @@ func (c *Config) SetDefaults() {
 		cc.Enabled = &t
 	}
 	def(&cc.InitialLimit, 100)
-	def(&cc.MinLimit, 8)
+	def(&cc.MinLimit, 4)
+	def(&cc.RTTTolerance, 1.2)
+	def(&cc.RTTSlack, 5*time.Millisecond)
 	def(&cc.MaxLimit, 2000)
 	def(&cc.QueueTimeout, 10*time.Millisecond)
 	def(&cc.StandardShare, 0.8)
@@ -196,6 +231,19 @@ func (c *Config) Validate() error {
 	if !(1 <= cc.MinLimit && cc.MinLimit <= cc.InitialLimit && cc.InitialLimit <= cc.MaxLimit) {
 		return fmt.Errorf("adaptive.concurrency: min_limit %d <= initial_limit %d <= max_limit %d must hold, all >= 1",
 			cc.MinLimit, cc.InitialLimit, cc.MaxLimit)
+	}
+	for name, b := range cc.Upstreams {
+		u := cc.For(name)
+		if b.MinLimit < 0 || b.MaxLimit < 0 || b.InitialLimit < 0 || u.MinLimit > u.MaxLimit {
+			return fmt.Errorf("adaptive.concurrency.upstreams.%s: min_limit %d <= max_limit %d must hold, all >= 0",
+				name, u.MinLimit, u.MaxLimit)
+		}
+	}
+	if cc.RTTTolerance < 1 || math.IsNaN(cc.RTTTolerance) || math.IsInf(cc.RTTTolerance, 0) {
+		return fmt.Errorf("adaptive.concurrency.rtt_tolerance: %v must be a finite number >= 1", cc.RTTTolerance)
+	}
+	if cc.RTTSlack < 0 {
+		return fmt.Errorf("adaptive.concurrency.rtt_slack: %v must not be negative", cc.RTTSlack)
 	}
 	if !(0 < cc.FreeShare && cc.FreeShare <= cc.StandardShare && cc.StandardShare <= 1) {
 		return fmt.Errorf("adaptive.concurrency: free_share %v <= standard_share %v must hold within (0, 1]", cc.FreeShare, cc.StandardShare)

@@ -60,6 +60,10 @@ type Controller struct {
 	wg     sync.WaitGroup
 }
 
+// minSignalSample is the least number of upstream answers in the signal
+// window (2s) from which the error and latency signals are computed.
+const minSignalSample = 20
+
 // maxTransitions bounds the transitions kept for the state view.
 const maxTransitions = 20
 
@@ -92,7 +96,7 @@ func New(cfg Config, opts Options) (*Controller, error) {
 	c.livePods.Store(1)
 	if c.on && *cfg.Concurrency.Enabled {
 		for _, name := range opts.Upstreams {
-			c.concurrency[name] = newConcurrencyLimiter(name, cfg.Concurrency)
+			c.concurrency[name] = newConcurrencyLimiter(name, cfg.Concurrency.For(name))
 		}
 	}
 	register(c)
@@ -156,12 +160,13 @@ func (c *Controller) RequestStarted() {
 func (c *Controller) RequestFinished() { c.inflight.Add(-1) }
 
 // ObserveUpstream records one upstream answer for the error-rate and
-// latency signals.
-func (c *Controller) ObserveUpstream(latency time.Duration, failed bool) {
-	if !c.on {
+// latency signals. Ignored results are not counted at all: only the
+// upstream's own answers may move its signals.
+func (c *Controller) ObserveUpstream(latency time.Duration, r Result) {
+	if !c.on || r == Ignored {
 		return
 	}
-	c.upstream.observe(c.opts.Now().UnixNano(), latency, failed, c.cfg.UpstreamLatencyObjective)
+	c.upstream.observe(c.opts.Now().UnixNano(), latency, r, c.cfg.UpstreamLatencyObjective)
 }
 
 // Concurrency returns the upstream's concurrency limiter, or nil when there
@@ -239,12 +244,18 @@ func (c *Controller) readSignals(now time.Time) Signals {
 		s.Unavailable = append(s.Unavailable, "scheduler")
 	}
 	s.Inflight = clamp(float64(c.inflight.Load()) / float64(c.cfg.MaxInflight))
-	count, failed, mean := c.upstream.read(now.UnixNano())
-	if count >= 5 { // too few answers say nothing
-		s.UpstreamErrors = clamp(float64(failed) / float64(count) / 0.5)
+	w := c.upstream.read(now.UnixNano())
+	if w.count >= minSignalSample { // too few answers say nothing
+		// A failure counts whole, a 503/429 half: a backend that sheds is
+		// working and the concurrency limit answers it first. Half of all
+		// answers failing is full pressure.
+		bad := float64(w.failed) + 0.5*float64(w.pushed)
+		s.UpstreamErrors = clamp(bad / float64(w.count) / 0.5)
+	}
+	if w.ok >= minSignalSample {
 		obj := c.cfg.UpstreamLatencyObjective.Seconds()
 		// At the objective: no pressure; at 2.25× the objective: full.
-		s.UpstreamLatency = clamp((mean.Seconds()/obj - 1) / 1.25)
+		s.UpstreamLatency = clamp((w.mean.Seconds()/obj - 1) / 1.25)
 	}
 	return s
 }

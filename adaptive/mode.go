@@ -132,7 +132,7 @@ func (m *machine) step(now time.Time, p, rate float64, interval time.Duration) (
 	default:
 		m.below = time.Time{}
 	}
-	m.updateSpike(rate, p, interval)
+	m.updateSpike(rate, interval)
 	m.multiplier = m.computeMultiplier(now, p)
 	return tr, changed
 }
@@ -149,22 +149,28 @@ func (m *machine) move(now time.Time, to Mode, p float64) Transition {
 }
 
 // updateSpike keeps the request rate's moving average (about 10 s) and
-// flags a spike: a rate above SpikeFactor × the average while the pressure
-// is elevated (at least 60% of the Moderate threshold), so that a healthy
-// system's customers keep their documented limits.
-func (m *machine) updateSpike(rate, p float64, interval time.Duration) {
+// flags a spike: a rate above SpikeFactor × the average from Moderate mode
+// up. In Normal mode a spike cuts nothing: the configured limits hold
+// exactly while the system is healthy, and a burst that the limits admit is
+// the customers' right.
+func (m *machine) updateSpike(rate float64, interval time.Duration) {
 	alpha := min(1, interval.Seconds()/10)
 	if m.rateAvg == 0 {
 		m.rateAvg = rate
 	}
-	m.spiking = m.rateAvg > 1 && rate > m.cfg.SpikeFactor*m.rateAvg && p >= 0.6*m.cfg.Thresholds.Moderate
+	m.spiking = m.mode >= Moderate && m.rateAvg > 1 && rate > m.cfg.SpikeFactor*m.rateAvg
 	m.rateAvg += alpha * (rate - m.rateAvg)
 }
 
 // computeMultiplier: 1 in Normal mode, 1 − pressure from Moderate up (at
-// least 0.05, and at most 1 − the mode's threshold), cut by SpikeCut during a spike, and ramping up from its value
-// at the last step down.
+// least 0.05, and at most 1 − the mode's threshold), cut by SpikeCut during
+// a spike (Moderate and up), and ramping up from its value at the last step
+// down.
 func (m *machine) computeMultiplier(now time.Time, p float64) float64 {
+	if m.mode == Normal {
+		m.rampStart = time.Time{}
+		return 1 // configured limits hold exactly while the system is healthy
+	}
 	target := 1.0
 	if m.mode > Normal {
 		// While a mode lasts, its threshold is the least pressure it

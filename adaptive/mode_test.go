@@ -82,46 +82,53 @@ func TestModeRampUp(t *testing.T) {
 	c.RampUp = 4 * time.Second
 	now := time.Unix(1000, 0)
 	m := newMachine(c, now)
-	run(m, &now, 0.7, 3*time.Second)
-	require.Equal(t, Moderate, m.mode)
-	require.InDelta(t, 0.3, m.multiplier, 1e-9)
-	for m.mode != Normal {
-		run(m, &now, 0.0, 100*time.Millisecond)
+	run(m, &now, 0.8, 3*time.Second)
+	require.Equal(t, Aggressive, m.mode)
+	require.InDelta(t, 0.2, m.multiplier, 1e-9)
+	for m.mode != Moderate {
+		run(m, &now, 0.6, 100*time.Millisecond)
 	}
-	assert.LessOrEqual(t, m.multiplier, 0.55, "limits do not jump back at once")
+	assert.LessOrEqual(t, m.multiplier, 0.25, "limits do not jump back at once")
 	prev := m.multiplier
 	for range 30 {
-		run(m, &now, 0.0, 100*time.Millisecond)
+		run(m, &now, 0.6, 100*time.Millisecond)
 		assert.GreaterOrEqual(t, m.multiplier, prev)
 		prev = m.multiplier
 	}
-	run(m, &now, 0.0, 2*time.Second)
-	assert.Equal(t, 1.0, m.multiplier)
+	run(m, &now, 0.6, 2*time.Second)
+	assert.InDelta(t, 0.4, m.multiplier, 1e-9, "Moderate's own multiplier once the ramp is over")
+	for m.mode != Normal {
+		run(m, &now, 0.0, 100*time.Millisecond)
+	}
+	assert.Equal(t, 1.0, m.multiplier, "Normal mode: the configured limits, exactly")
 }
 
 func TestModeSpikePrediction(t *testing.T) {
 	now := time.Unix(1000, 0)
 	m := newMachine(testConfig(), now)
-	step := func(p, rate float64) {
+	step := func(m *machine, p, rate float64) {
 		now = now.Add(100 * time.Millisecond)
 		m.step(now, p, rate, 100*time.Millisecond)
 	}
 	for range 100 {
-		step(0.35, 1000)
+		step(m, 0.6, 1000)
 	}
-	require.Equal(t, 1.0, m.multiplier)
-	step(0.35, 2000) // 2× the average with elevated pressure: cut ahead of the pressure
+	require.Equal(t, Moderate, m.mode)
+	require.InDelta(t, 0.4, m.multiplier, 1e-9)
+	step(m, 0.6, 2000) // 2× the average in Moderate mode: cut ahead of the pressure
 	assert.True(t, m.spiking)
-	assert.InDelta(t, 0.8, m.multiplier, 1e-9)
-	// The same spike on a healthy system does not touch the limits.
-	m2 := newMachine(testConfig(), now)
-	for range 100 {
-		now = now.Add(100 * time.Millisecond)
-		m2.step(now, 0.1, 1000, 100*time.Millisecond)
+	assert.InDelta(t, 0.32, m.multiplier, 1e-9)
+	// In Normal mode a spike does not touch the limits, whatever the
+	// pressure below Moderate.
+	for _, p := range []float64{0.1, 0.45} {
+		m2 := newMachine(testConfig(), now)
+		for range 100 {
+			step(m2, p, 1000)
+		}
+		step(m2, p, 3000)
+		assert.False(t, m2.spiking)
+		assert.Equal(t, 1.0, m2.multiplier)
 	}
-	now = now.Add(100 * time.Millisecond)
-	m2.step(now, 0.1, 3000, 100*time.Millisecond)
-	assert.Equal(t, 1.0, m2.multiplier)
 }
 
 func TestModeNoFlappingOnNoise(t *testing.T) {

@@ -18,10 +18,12 @@ type upstreamWindow struct {
 
 type windowBucket struct {
 	start   atomic.Int64 // nanos of the bucket's span; stale when too old
-	count   atomic.Int64
+	count   atomic.Int64 // answers of the upstream (OK, Backpressure, Failed)
 	failed  atomic.Int64
-	latency atomic.Int64 // sum, nanos
-	slow    atomic.Int64 // answers slower than the objective
+	pushed  atomic.Int64 // Backpressure answers
+	ok      atomic.Int64
+	latency atomic.Int64 // sum over OK answers, nanos
+	slow    atomic.Int64 // OK answers slower than the objective
 }
 
 func newUpstreamWindow(span time.Duration) *upstreamWindow {
@@ -29,40 +31,59 @@ func newUpstreamWindow(span time.Duration) *upstreamWindow {
 }
 
 // observe records one upstream answer at now.
-func (w *upstreamWindow) observe(now int64, latency time.Duration, failed bool, objective time.Duration) {
+func (w *upstreamWindow) observe(now int64, latency time.Duration, r Result, objective time.Duration) {
 	start := now - now%w.width
 	b := &w.buckets[(now/w.width)%ringBuckets]
 	if old := b.start.Load(); old != start && b.start.CompareAndSwap(old, start) {
 		b.count.Store(0)
 		b.failed.Store(0)
+		b.pushed.Store(0)
+		b.ok.Store(0)
 		b.latency.Store(0)
 		b.slow.Store(0)
 	}
 	b.count.Add(1)
-	b.latency.Add(int64(latency))
-	if failed {
+	switch r {
+	case Failed:
 		b.failed.Add(1)
+		return
+	case Backpressure:
+		b.pushed.Add(1)
+		return
 	}
+	// Only answers that did the work say how long the work takes: a shed or
+	// a refused connection answers fast and would hide a slow upstream.
+	b.ok.Add(1)
+	b.latency.Add(int64(latency))
 	if latency > objective {
 		b.slow.Add(1)
 	}
 }
 
-// read sums the live buckets: answers, failures, mean latency.
-func (w *upstreamWindow) read(now int64) (count, failed int64, mean time.Duration) {
+// windowSums are an upstreamWindow's live buckets added up.
+type windowSums struct {
+	count, failed, pushed, ok int64
+	mean                      time.Duration // of OK answers
+}
+
+// read sums the live buckets.
+func (w *upstreamWindow) read(now int64) windowSums {
 	oldest := now - ringBuckets*w.width
+	var s windowSums
 	var lat int64
 	for i := range w.buckets {
 		b := &w.buckets[i]
 		if b.start.Load() <= oldest {
 			continue
 		}
-		count += b.count.Load()
-		failed += b.failed.Load()
+		s.count += b.count.Load()
+		s.failed += b.failed.Load()
+		s.pushed += b.pushed.Load()
+		s.ok += b.ok.Load()
 		lat += b.latency.Load()
 	}
-	if count > 0 {
-		mean = time.Duration(lat / count)
+	if s.ok > 0 {
+		s.mean = time.Duration(lat / s.ok)
 	}
-	return count, failed, mean
+	return s
 }

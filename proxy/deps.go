@@ -40,7 +40,7 @@ type Gate interface {
 	Policy() adaptive.Policy
 	RequestStarted()
 	RequestFinished()
-	ObserveUpstream(latency time.Duration, failed bool)
+	ObserveUpstream(latency time.Duration, r adaptive.Result)
 	Concurrency(upstream string) *adaptive.ConcurrencyLimiter
 }
 
@@ -51,8 +51,10 @@ type Upstreams interface {
 }
 
 // Doer forwards one request to an upstream pool. *upstream.Pool implements
-// it. Errors: upstream.ErrNoHealthy (→ 503), upstream.ErrTimeout (→ 504),
-// anything else is a connection failure (→ 502), tested with errors.Is.
+// it. Its error and the answer's status are sorted by upstream.Classify:
+// a *upstream.ClientBodyError (the client broke its body → 400/408/413),
+// upstream.ErrNoHealthy (→ 503), upstream.ErrTimeout (→ 504), anything else
+// is a connection failure (→ 502).
 type Doer interface {
 	Do(req *fasthttp.Request, resp *fasthttp.Response) error
 }

@@ -112,6 +112,17 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 		}
 	}
 
+	req := &ctx.Request
+	// The server streams request bodies, so it does not enforce
+	// max_request_body itself: a declared length over it is refused here, a
+	// streamed body is cut off (and refused) when it grows past it.
+	maxBody := int64(s.cfg.Server.MaxRequestBody)
+	cl := req.Header.ContentLength()
+	if cl > 0 && int64(cl) > maxBody {
+		s.clientFault(ctx, id, errBodyTooLarge)
+		return
+	}
+
 	var ticket adaptive.Ticket
 	if c := s.conc[r.index]; c != nil {
 		t, ok := c.Acquire(adaptive.PriorityOf(id.Plan))
@@ -124,25 +135,18 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 		ticket = t
 	}
 
-	req := &ctx.Request
-	// The server streams request bodies, so it does not enforce
-	// max_request_body itself: a declared length over it is refused here, a
-	// chunked body is cut off (and refused) when it grows past it.
-	maxBody := int64(s.cfg.Server.MaxRequestBody)
-	var limited *limitedBody
-	if cl := req.Header.ContentLength(); cl > 0 && int64(cl) > maxBody {
-		ticket.Release(0, false)
-		s.bodyTooLarge(ctx, id)
-		return
-	} else if cl == -1 && req.IsBodyStream() {
-		// Replacing the server's body stream would release it: forward a
-		// copy of the request whose body reads through the limit instead.
-		limited = &id.body
-		*limited = limitedBody{r: ctx.RequestBodyStream(), left: maxBody}
+	var body *clientBody
+	if (cl > 0 || cl == -1) && req.IsBodyStream() {
+		// Every streamed body is read through clientBody, which tells the
+		// client's failures (malformed framing, too large, too slow, gone)
+		// from the upstream's. Replacing the server's body stream would
+		// release it: forward a copy of the request instead.
+		body = &id.body
+		*body = clientBody{r: ctx.RequestBodyStream(), left: maxBody}
 		fwd := fasthttp.AcquireRequest()
 		defer fasthttp.ReleaseRequest(fwd)
 		req.Header.CopyTo(&fwd.Header)
-		fwd.SetBodyStream(limited, -1)
+		fwd.SetBodyStream(body, cl)
 		req = fwd
 	}
 	stripHopRequest(&req.Header)
@@ -158,20 +162,27 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 	sent := s.now()
 	err := s.pools[r.index].Do(req, resp)
 	latency := s.now().Sub(sent)
-	failed := err != nil || resp.StatusCode() >= 500
-	ticket.Release(latency, failed)
+	status := 0
+	if err == nil {
+		status = resp.StatusCode()
+	}
+	class := upstream.Classify(err, status)
+	res := adaptiveResult[class]
+	ticket.Release(latency, res)
 	if s.gate != nil {
-		s.gate.ObserveUpstream(latency, failed)
+		s.gate.ObserveUpstream(latency, res)
 	}
-	if limited != nil && limited.exceeded {
-		ctx.Response.Reset()
-		s.bodyTooLarge(ctx, id)
-		ctx.SetConnectionClose()
+	switch {
+	case class == upstream.ClientFault:
+		s.clientFault(ctx, id, body.fault)
 		return
-	}
-	if err != nil {
+	case err != nil:
 		s.upstreamError(ctx, id, err)
 		return
+	case body != nil && body.fault != nil:
+		// The upstream answered before the client's body broke: pass the
+		// answer on, but the connection's framing is lost.
+		ctx.SetConnectionClose()
 	}
 	stripHopResponse(&resp.Header)
 	if d.Scope != limit.ScopeNone {
@@ -183,37 +194,72 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 	}
 }
 
+// adaptiveResult is what each class of answer tells the adaptive layer:
+// only the upstream's own answers are results; the client's faults and the
+// gateway's answers are Ignored.
+var adaptiveResult = [...]adaptive.Result{
+	upstream.Success:      adaptive.OK,
+	upstream.ClientFault:  adaptive.Ignored,
+	upstream.Gateway:      adaptive.Ignored,
+	upstream.Backpressure: adaptive.Backpressure,
+	upstream.Failure:      adaptive.Failed,
+}
+
+// clientFault answers a request whose body the client broke: 413 over
+// max_request_body, 408 when it came too slowly, 400 otherwise. It is one
+// answer, and the last on the connection: what follows the broken body on
+// the wire cannot be framed.
+func (s *Server) clientFault(ctx *fasthttp.RequestCtx, id *Identity, err error) {
+	ctx.Response.Reset()
+	ctx.SetConnectionClose()
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		s.bodyTooLarge(ctx, id)
+	case isTimeout(err):
+		clientFaultTimeout.Inc()
+		s.problem(ctx, id, fasthttp.StatusRequestTimeout, "request body not received in time")
+	default:
+		clientFaultMalformed.Inc()
+		s.problem(ctx, id, fasthttp.StatusBadRequest, "malformed or incomplete request body")
+	}
+}
+
 // bodyTooLarge answers 413.
 func (s *Server) bodyTooLarge(ctx *fasthttp.RequestCtx, id *Identity) {
 	rejectBodyTooLarge.Inc()
 	s.problem(ctx, id, fasthttp.StatusRequestEntityTooLarge, "request body larger than server.max_request_body")
 }
 
-// limitedBody passes a streamed request body through until it grows past
-// the limit, then fails the upload.
-type limitedBody struct {
-	r        io.Reader
-	left     int64
-	exceeded bool
+// clientBody passes a streamed request body through, until it grows past
+// the limit or the client fails to deliver it; then it fails the upload
+// with an *upstream.ClientBodyError, so that the pool counts nothing against
+// the target, and keeps the cause in fault.
+type clientBody struct {
+	r     io.Reader
+	left  int64
+	fault error
 }
 
 var errBodyTooLarge = errors.New("proxy: request body larger than server.max_request_body")
 
-func (b *limitedBody) Read(p []byte) (int, error) {
-	if b.left < 0 {
-		b.exceeded = true
-		return 0, errBodyTooLarge
+func (b *clientBody) Read(p []byte) (int, error) {
+	if b.fault != nil {
+		return 0, &upstream.ClientBodyError{Err: b.fault}
 	}
 	if int64(len(p)) > b.left+1 {
 		p = p[:b.left+1]
 	}
 	n, err := b.r.Read(p)
 	b.left -= int64(n)
-	if b.left < 0 {
-		b.exceeded = true
-		return 0, errBodyTooLarge
+	switch {
+	case b.left < 0:
+		b.fault = errBodyTooLarge
+	case err != nil && err != io.EOF:
+		b.fault = err
+	default:
+		return n, err
 	}
-	return n, err
+	return 0, &upstream.ClientBodyError{Err: b.fault}
 }
 
 // serveCached answers from the response cache; false on a miss.

@@ -59,7 +59,7 @@ type Identity struct {
 	// path allocates nothing: the limiter's request, the X-Forwarded-For
 	// value, answer bodies and cache keys.
 	limitReq limit.Request
-	body     limitedBody
+	body     clientBody
 	scratch  []byte
 	keyBuf   []byte
 }

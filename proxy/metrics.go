@@ -91,3 +91,12 @@ var (
 	upstreamTimeouts  = metrics.NewCounter(`sentinel_proxy_upstream_errors_total{kind="timeout"}`)
 	upstreamFailures  = metrics.NewCounter(`sentinel_proxy_upstream_errors_total{kind="connect"}`)
 )
+
+// Requests the client broke (malformed framing, too slow, gone), answered
+// without counting against the upstream:
+// sentinel_proxy_client_faults_total{kind}. Bodies over max_request_body are
+// counted as rejections (body_too_large).
+var (
+	clientFaultMalformed = metrics.NewCounter(`sentinel_proxy_client_faults_total{kind="malformed"}`)
+	clientFaultTimeout   = metrics.NewCounter(`sentinel_proxy_client_faults_total{kind="timeout"}`)
+)

@@ -147,6 +147,9 @@ func (s *Server) handleError(ctx *fasthttp.RequestCtx, err error) {
 		rejectBodyTooLarge.Inc()
 	case isTimeout(err):
 		status, msg = fasthttp.StatusRequestTimeout, "request not received in time"
+		clientFaultTimeout.Inc()
+	default:
+		clientFaultMalformed.Inc()
 	}
 	var id [maxRequestIDLen]byte
 	s.writeProblem(ctx, status, msg, s.ids.appendID(id[:0]))

@@ -95,7 +95,7 @@ type fakeGate struct {
 func (g *fakeGate) Policy() adaptive.Policy                         { return g.policy }
 func (g *fakeGate) RequestStarted()                                 {}
 func (g *fakeGate) RequestFinished()                                {}
-func (g *fakeGate) ObserveUpstream(time.Duration, bool)             {}
+func (g *fakeGate) ObserveUpstream(time.Duration, adaptive.Result)  {}
 func (g *fakeGate) Concurrency(string) *adaptive.ConcurrencyLimiter { return g.conc }
 
 type testProxy struct {
@@ -314,21 +314,36 @@ func TestErrorStatuses(t *testing.T) {
 	assert.Equal(t, http.StatusGatewayTimeout, resp.StatusCode)
 }
 
-func TestHealthCheckEjectionAndRecovery(t *testing.T) {
-	be := startBackend(t)
+func TestHealthCheckEjectionAndPanicMode(t *testing.T) {
+	be, be2 := startBackend(t), startBackend(t)
 	p := startProxy(t, be.url, func(_ *Deps, u *upstream.Config) {
 		pc := (*u)["api"]
+		pc.Targets = append(pc.Targets, be2.url)
 		pc.HealthCheck = upstream.HealthCheckConfig{Path: "/healthz", Interval: 50 * time.Millisecond, Timeout: 40 * time.Millisecond, HealthyThreshold: 1, UnhealthyThreshold: 1}
 		(*u)["api"] = pc
 	})
 	resp, _ := get(t, p.url+"/")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	be.healthy.Store(false)
-	require.Eventually(t, func() bool { r, _ := get(t, p.url+"/"); return r.StatusCode == http.StatusServiceUnavailable },
-		5*time.Second, 20*time.Millisecond, "no healthy target → 503")
+	require.Eventually(t, func() bool {
+		before := be.hits.Load()
+		for range 4 {
+			if r, _ := get(t, p.url+"/"); r.StatusCode != http.StatusOK {
+				return false
+			}
+		}
+		return be.hits.Load() == before
+	}, 5*time.Second, 20*time.Millisecond, "the unhealthy target gets no traffic")
+	// Every target unhealthy: the pool balances over all of them (panic
+	// mode) instead of answering 503 for everything.
+	be2.healthy.Store(false)
+	time.Sleep(200 * time.Millisecond)
+	for range 4 {
+		r, _ := get(t, p.url+"/")
+		assert.Equal(t, http.StatusOK, r.StatusCode)
+	}
 	be.healthy.Store(true)
-	require.Eventually(t, func() bool { r, _ := get(t, p.url+"/"); return r.StatusCode == http.StatusOK },
-		5*time.Second, 20*time.Millisecond, "the target comes back")
+	be2.healthy.Store(true)
 }
 
 func TestGracefulShutdownCompletesInFlight(t *testing.T) {

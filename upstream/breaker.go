@@ -29,6 +29,9 @@ type breaker struct {
 
 	// onChange is called, under mu, after each transition.
 	onChange func(to int32)
+	// mayTrip, when set, is asked (under mu) before the closed breaker
+	// opens; false keeps it closed and starts the count again.
+	mayTrip func() bool
 }
 
 func newBreaker(cfg BreakerConfig, onChange func(to int32)) *breaker {
@@ -101,7 +104,11 @@ func (b *breaker) record(failed bool, trial int64, now int64) {
 		}
 		b.mu.Lock()
 		if b.state.Load() == stateClosed {
-			b.tripLocked(now)
+			if b.mayTrip == nil || b.mayTrip() {
+				b.tripLocked(now)
+			} else {
+				b.fails.Store(0)
+			}
 		}
 		b.mu.Unlock()
 		return
@@ -120,6 +127,19 @@ func (b *breaker) record(failed bool, trial int64, now int64) {
 		b.fails.Store(0)
 		b.setLocked(stateClosed)
 	}
+}
+
+// cancel hands back a trial whose request gave no verdict (the client
+// broke it, or the upstream pushed back): another request may take it.
+func (b *breaker) cancel(trial int64) {
+	if trial == 0 {
+		return
+	}
+	b.mu.Lock()
+	if b.state.Load() == stateHalfOpen && b.spell == trial && b.admitted > 0 {
+		b.admitted--
+	}
+	b.mu.Unlock()
 }
 
 func (b *breaker) tripLocked(now int64) {

@@ -75,11 +75,12 @@ func TestBreakerStateMachine(t *testing.T) {
 }
 
 func TestBreakerThroughThePool(t *testing.T) {
-	b := startBackend(t)
-	b.status.Store(503)
+	b, other := startBackend(t), startBackend(t)
+	b.status.Store(500)
 	_, p := testPool(t, func(c *PoolConfig) {
 		c.Breaker = BreakerConfig{Failures: 3, OpenFor: 50 * time.Millisecond, HalfOpenRequests: 1}
-	}, b.URL)
+		c.Passive.Failures = 1000
+	}, b.URL, other.URL)
 	tg := p.target(b.URL)
 	transitions := func(to string) uint64 {
 		return metrics.GetOrCreateCounter(`sentinel_upstream_breaker_transitions_total{upstream="` + p.name +
@@ -87,21 +88,25 @@ func TestBreakerThroughThePool(t *testing.T) {
 	}
 	state := metrics.GetOrCreateGauge(`sentinel_upstream_breaker_state{upstream="`+p.name+`",target="`+b.URL+`"}`, nil)
 
-	for range 3 {
-		_, code, err := get(t, p, "/")
+	for i := 0; b.hits.Load() < 3; i++ {
+		require.Less(t, i, 6, "round robin reaches the failing target every other request")
+		_, _, err := get(t, p, "/")
 		require.NoError(t, err)
-		require.Equal(t, 503, code)
 	}
 	assert.Equal(t, stateOpen, tg.breaker.state.Load())
 	assert.EqualValues(t, 2, state.Get())
-	_, _, err := get(t, p, "/")
-	require.ErrorIs(t, err, ErrNoHealthy, "an open breaker refuses")
 	hits := b.hits.Load()
+	for range 4 {
+		addr, code, err := get(t, p, "/")
+		require.NoError(t, err)
+		require.Equal(t, 200, code)
+		require.Equal(t, other.addr, addr, "an open breaker refuses: the other target serves")
+	}
 
 	// half-open → open: the trial fails.
 	require.Eventually(t, func() bool {
 		_, code, err := get(t, p, "/")
-		return err == nil && code == 503
+		return err == nil && code == 500
 	}, 5*time.Second, 5*time.Millisecond)
 	assert.Equal(t, hits+1, b.hits.Load(), "exactly one trial")
 	assert.Equal(t, stateOpen, tg.breaker.state.Load())
@@ -109,8 +114,8 @@ func TestBreakerThroughThePool(t *testing.T) {
 	// half-open → closed: the trial succeeds.
 	b.status.Store(200)
 	require.Eventually(t, func() bool {
-		_, code, err := get(t, p, "/")
-		return err == nil && code == 200
+		addr, code, err := get(t, p, "/")
+		return err == nil && code == 200 && addr == b.addr
 	}, 5*time.Second, 5*time.Millisecond)
 	assert.Equal(t, stateClosed, tg.breaker.state.Load())
 	assert.EqualValues(t, 0, state.Get())
@@ -195,20 +200,24 @@ func TestPassiveReprobeFailsWhileTargetIsDown(t *testing.T) {
 }
 
 func TestEjectionExpiresWithoutStart(t *testing.T) {
-	b := startBackend(t)
-	b.status.Store(503)
+	b, other := startBackend(t), startBackend(t)
+	b.status.Store(502)
 	_, p := testPool(t, func(c *PoolConfig) {
 		c.Passive = PassiveConfig{Failures: 2, EjectFor: 20 * time.Millisecond}
-	}, b.URL)
-	for range 2 {
+	}, b.URL, other.URL)
+	for i := 0; p.target(b.URL).ejectedUntil.Load() == 0; i++ {
+		require.Less(t, i, 4)
 		_, _, err := get(t, p, "/")
 		require.NoError(t, err)
 	}
-	_, _, err := get(t, p, "/")
-	require.ErrorIs(t, err, ErrNoHealthy)
+	for range 4 {
+		addr, _, err := get(t, p, "/")
+		require.NoError(t, err)
+		require.Equal(t, other.addr, addr)
+	}
 	b.status.Store(200)
 	require.Eventually(t, func() bool {
-		_, code, err := get(t, p, "/")
-		return err == nil && code == 200
+		addr, code, err := get(t, p, "/")
+		return err == nil && code == 200 && addr == b.addr
 	}, 5*time.Second, time.Millisecond)
 }

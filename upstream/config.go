@@ -52,6 +52,10 @@ type PoolConfig struct {
 	Passive PassiveConfig `mapstructure:"passive"`
 	// Breaker configures the per-target circuit breaker.
 	Breaker BreakerConfig `mapstructure:"breaker"`
+	// MaxEjectionPercent caps the share of the pool's targets that passive
+	// ejection and open breakers may hold out at once; at least one target
+	// always stays (a single-target pool never loses it). Default 50.
+	MaxEjectionPercent int `mapstructure:"max_ejection_percent"`
 }
 
 // HealthCheckConfig is `upstreams.NAME.health_check`.
@@ -72,8 +76,9 @@ type HealthCheckConfig struct {
 }
 
 // PassiveConfig is `upstreams.NAME.passive`: outlier ejection from live
-// traffic. A failure is a connection error, a timeout or a 502, 503 or 504
-// answer; anything else is a success and resets the count.
+// traffic. A failure is a connection error, a timeout or a 5xx answer other
+// than 503; a 503 or 429 (the backend shedding load) and a request the client
+// broke count neither way; anything else is a success and resets the count.
 type PassiveConfig struct {
 	// Failures is how many consecutive failures eject a target. Default 5.
 	Failures int `mapstructure:"failures"`
@@ -133,6 +138,7 @@ func (p *PoolConfig) SetDefaults() {
 	setDefault(&p.Breaker.Failures, 5)
 	setDefault(&p.Breaker.OpenFor, 5*time.Second)
 	setDefault(&p.Breaker.HalfOpenRequests, 1)
+	setDefault(&p.MaxEjectionPercent, 50)
 }
 
 func setDefault[T comparable](v *T, def T) {
@@ -209,6 +215,9 @@ func (p *PoolConfig) validate(key string) error {
 		positive(key+".breaker.open_for", p.Breaker.OpenFor),
 		atLeastOne(key+".breaker.half_open_requests", p.Breaker.HalfOpenRequests),
 	)
+	if p.MaxEjectionPercent < 0 || p.MaxEjectionPercent > 100 {
+		errs = append(errs, fmt.Errorf("%s.max_ejection_percent: %d must be within 0..100", key, p.MaxEjectionPercent))
+	}
 	return errors.Join(errs...)
 }
 

@@ -19,10 +19,16 @@
 //     breaker.open_for, admitting breaker.half_open_requests trials → closed
 //     when they succeed, open again when one fails).
 //
-// A failure is a connection error, a timeout, or a 502, 503 or 504 answer.
+// Classify sorts every answer into one class (Success, ClientFault, Gateway,
+// Backpressure, Failure); only Failure (a connection error, a timeout, a 5xx
+// other than 503) counts against a target, Backpressure (503, 429) and
+// ClientFault count neither way. Ejection and open breakers together hold
+// out at most max_ejection_percent of a pool's targets, never the last one;
+// when no target is usable the pool balances over all of them (panic mode).
 // A request that could not be connected to its target is sent once more to
-// another target. Pool.Do's errors map onto the proxy's answers: ErrNoHealthy
-// → 503, ErrTimeout → 504, anything else → 502.
+// another target. Pool.Do's errors map onto the proxy's answers: a
+// *ClientBodyError → 400/408/413, ErrTimeout → 504, anything else → 502
+// (ErrNoHealthy → 503 only for a pool without targets).
 //
 // The request path reads and updates only atomics (pending counts, health
 // flags, breaker state, failure counts); breaker transitions, which are rare,
@@ -38,7 +44,9 @@
 // sentinel_upstream_target_healthy{upstream,target},
 // sentinel_upstream_breaker_state{upstream,target} (0 closed, 1 half-open,
 // 2 open), sentinel_upstream_breaker_transitions_total{upstream,target,to},
-// sentinel_upstream_ejections_total{upstream,target}, and for the cache
+// sentinel_upstream_ejections_total{upstream,target},
+// sentinel_upstream_removals_refused_total{upstream,target},
+// sentinel_upstream_panic_total{upstream}, and for the cache
 // sentinel_cache_hits_total, sentinel_cache_misses_total,
 // sentinel_cache_stores_total and sentinel_cache_bytes.
 package upstream

@@ -19,6 +19,8 @@ var stateNames = [...]string{stateClosed: "closed", stateHalfOpen: "half_open", 
 // labels come from the configuration, so their number is bounded.
 type targetMetrics struct {
 	success, failure, timeout *metrics.Counter
+	backpressure              *metrics.Counter
+	removalRefused            *metrics.Counter
 	healthy, breakerState     *metrics.Gauge
 	transitions               [3]*metrics.Counter // indexed by breaker state
 	ejections                 *metrics.Counter
@@ -27,12 +29,14 @@ type targetMetrics struct {
 func newTargetMetrics(pool, target string) *targetMetrics {
 	l := `upstream="` + escapeLabel(pool) + `",target="` + escapeLabel(target) + `"`
 	m := &targetMetrics{
-		success:      metrics.GetOrCreateCounter(`sentinel_upstream_requests_total{` + l + `,outcome="success"}`),
-		failure:      metrics.GetOrCreateCounter(`sentinel_upstream_requests_total{` + l + `,outcome="error"}`),
-		timeout:      metrics.GetOrCreateCounter(`sentinel_upstream_requests_total{` + l + `,outcome="timeout"}`),
-		healthy:      metrics.GetOrCreateGauge(`sentinel_upstream_target_healthy{`+l+`}`, nil),
-		breakerState: metrics.GetOrCreateGauge(`sentinel_upstream_breaker_state{`+l+`}`, nil),
-		ejections:    metrics.GetOrCreateCounter(`sentinel_upstream_ejections_total{` + l + `}`),
+		success:        metrics.GetOrCreateCounter(`sentinel_upstream_requests_total{` + l + `,outcome="success"}`),
+		failure:        metrics.GetOrCreateCounter(`sentinel_upstream_requests_total{` + l + `,outcome="error"}`),
+		timeout:        metrics.GetOrCreateCounter(`sentinel_upstream_requests_total{` + l + `,outcome="timeout"}`),
+		backpressure:   metrics.GetOrCreateCounter(`sentinel_upstream_requests_total{` + l + `,outcome="backpressure"}`),
+		removalRefused: metrics.GetOrCreateCounter(`sentinel_upstream_removals_refused_total{` + l + `}`),
+		healthy:        metrics.GetOrCreateGauge(`sentinel_upstream_target_healthy{`+l+`}`, nil),
+		breakerState:   metrics.GetOrCreateGauge(`sentinel_upstream_breaker_state{`+l+`}`, nil),
+		ejections:      metrics.GetOrCreateCounter(`sentinel_upstream_ejections_total{` + l + `}`),
 	}
 	for s, name := range stateNames {
 		m.transitions[s] = metrics.GetOrCreateCounter(`sentinel_upstream_breaker_transitions_total{` + l + `,to="` + name + `"}`)

@@ -17,9 +17,12 @@ type Pool struct {
 	leastPend   bool
 	timeout     time.Duration
 	next        atomic.Uint32 // round-robin cursor, also the tie-breaker of least_pending
+	panicNext   atomic.Uint32 // round-robin cursor of panic mode
 	watched     atomic.Bool   // the Set's background loop re-probes ejected targets
 	latency     *metrics.PrometheusHistogram
+	panics      *metrics.Counter
 	errNoTarget error // ErrNoHealthy with the pool's name, built once
+	removal     removal
 }
 
 func newPool(name string, cfg PoolConfig) *Pool {
@@ -28,10 +31,12 @@ func newPool(name string, cfg PoolConfig) *Pool {
 		leastPend:   cfg.Balance == BalanceLeastPending,
 		timeout:     cfg.Timeout,
 		latency:     newLatency(name),
+		panics:      metrics.GetOrCreateCounter(`sentinel_upstream_panic_total{upstream="` + escapeLabel(name) + `"}`),
 		errNoTarget: fmt.Errorf("upstream %s: %w", name, ErrNoHealthy),
 	}
+	p.removal.max = maxRemoved(len(cfg.Targets), cfg.MaxEjectionPercent)
 	for _, u := range cfg.Targets {
-		p.targets = append(p.targets, newTarget(name, u, &cfg))
+		p.targets = append(p.targets, newTarget(name, u, &cfg, &p.removal))
 	}
 	return p
 }
@@ -42,7 +47,10 @@ func (p *Pool) Name() string { return p.name }
 // Do sends req to one of the pool's targets and reads the answer into resp.
 //
 // The target is picked among those that are healthy, not ejected and whose
-// breaker admits the request, by round robin or least pending. The
+// breaker admits the request, by round robin or least pending. When none is,
+// the pool is in panic mode: it balances over all its targets, whatever
+// their state, rather than refuse everything (an outage of the health view
+// must not become an outage of the service). The
 // connection always goes to that configured target, whatever req's URI or
 // Host header says: only the scheme of req's URI is set here (to the
 // target's), and its path and query are sent as they are. The Host header
@@ -61,15 +69,23 @@ func (p *Pool) Name() string { return p.name }
 // or close resp.BodyStream (the fasthttp server does so when resp is the
 // RequestCtx's response). Results and latency are then those of the headers.
 //
-// Errors: ErrNoHealthy when no target may take the request, ErrTimeout when
-// the timeout passed, any other error is a connection failure (all are
-// *TargetError but ErrNoHealthy). Test them with errors.Is.
+// Only answers of the upstream count against a target (see Classify): a
+// request body that the client fails to deliver (a *ClientBodyError from
+// req's body stream) is returned as it is, and a 503 or 429 answer
+// (backpressure) neither trips the breaker nor ejects.
+//
+// Errors: a *ClientBodyError when the client's body failed, ErrTimeout when
+// the timeout passed, any other error is a connection failure (all but the
+// first are *TargetError). Test them with errors.Is / errors.As, or sort
+// them with Classify.
 func (p *Pool) Do(req *fasthttp.Request, resp *fasthttp.Response) error {
 	start := time.Now()
 	deadline := start.Add(p.timeout)
 	t, trial := p.pick(start.UnixNano(), nil)
 	if t == nil {
-		return p.errNoTarget
+		if t = p.panicPick(); t == nil {
+			return p.errNoTarget
+		}
 	}
 	dialFailed, err := p.attempt(t, trial, req, resp, deadline)
 	if dialFailed && len(p.targets) > 1 {
@@ -92,17 +108,28 @@ func (p *Pool) attempt(t *target, trial int64, req *fasthttp.Request, resp *fast
 	err = t.hc.DoDeadline(req, resp, deadline)
 	t.pending.Add(-1)
 	now := time.Now().UnixNano()
+	var status int
 	if err == nil {
-		failed := isFailureStatus(resp.StatusCode())
-		t.observe(failed, trial, now)
-		if failed {
-			t.m.failure.Inc()
-		} else {
-			t.m.success.Inc()
-		}
+		status = resp.StatusCode()
+	}
+	switch Classify(err, status) {
+	case Success:
+		t.observe(false, trial, now)
+		t.m.success.Inc()
 		return false, nil
+	case Backpressure:
+		t.breaker.cancel(trial) // alive and answering: no verdict either way
+		t.m.backpressure.Inc()
+		return false, nil
+	case ClientFault:
+		t.breaker.cancel(trial)
+		return false, err
 	}
 	t.observe(true, trial, now)
+	if err == nil {
+		t.m.failure.Inc()
+		return false, nil
+	}
 	dialFailed, timedOut := errorKind(err)
 	if timedOut {
 		t.m.timeout.Inc()
@@ -110,13 +137,6 @@ func (p *Pool) attempt(t *target, trial int64, req *fasthttp.Request, resp *fast
 	}
 	t.m.failure.Inc()
 	return dialFailed, &TargetError{Upstream: p.name, Target: t.url, Err: err}
-}
-
-// isFailureStatus tells the answers that count against a target: those a
-// gateway or an overloaded server gives, not the application's own errors.
-func isFailureStatus(code int) bool {
-	return code == fasthttp.StatusBadGateway || code == fasthttp.StatusServiceUnavailable ||
-		code == fasthttp.StatusGatewayTimeout
 }
 
 // pick returns a target other than skip that admits a request at now, and
@@ -144,6 +164,17 @@ func (p *Pool) pick(now int64, skip *target) (*target, int64) {
 		}
 	}
 	return nil, 0
+}
+
+// panicPick returns the next target by round robin among all of them,
+// usable or not: see Do.
+func (p *Pool) panicPick() *target {
+	n := uint32(len(p.targets))
+	if n == 0 {
+		return nil
+	}
+	p.panics.Inc()
+	return p.targets[p.panicNext.Add(1)%n]
 }
 
 // leastPending returns the usable target with the fewest requests in flight;

@@ -60,15 +60,23 @@ func TestLeastPendingAvoidsBusyTarget(t *testing.T) {
 	assert.Equal(t, busy.addr, <-done)
 }
 
-func TestNoHealthyWhenEveryTargetIsDown(t *testing.T) {
-	b := startBackend(t)
+func TestPanicModeWhenEveryTargetIsDown(t *testing.T) {
+	b1, b2 := startBackend(t), startBackend(t)
 	_, p := testPool(t, func(c *PoolConfig) {
 		c.HealthCheck = HealthCheckConfig{Path: "/healthz", Interval: 10 * time.Millisecond, Timeout: 10 * time.Millisecond}
-	}, b.URL)
-	p.target(b.URL).healthy.Store(false)
-	_, _, err := get(t, p, "/")
-	require.ErrorIs(t, err, ErrNoHealthy)
-	assert.NotErrorIs(t, err, ErrTimeout)
+	}, b1.URL, b2.URL)
+	p.target(b1.URL).healthy.Store(false)
+	p.target(b2.URL).healthy.Store(false)
+	panics := p.panics.Get()
+	seen := map[string]bool{}
+	for range 4 {
+		addr, code, err := get(t, p, "/")
+		require.NoError(t, err, "no usable target: the pool balances over all of them")
+		assert.Equal(t, 200, code)
+		seen[addr] = true
+	}
+	assert.Len(t, seen, 2, "panic mode spreads over every target")
+	assert.EqualValues(t, 4, p.panics.Get()-panics)
 }
 
 func TestTimeoutOnSlowTarget(t *testing.T) {

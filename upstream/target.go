@@ -39,9 +39,12 @@ type target struct {
 
 	breaker *breaker
 	m       *targetMetrics
+
+	removal    *removal     // the pool's cap on targets held out
+	outReasons atomic.Int32 // outEjected | outBreaker while held out
 }
 
-func newTarget(pool, rawURL string, cfg *PoolConfig) *target {
+func newTarget(pool, rawURL string, cfg *PoolConfig, rm *removal) *target {
 	u, _ := url.Parse(rawURL) // validated by Config.Validate
 	isTLS := u.Scheme == "https"
 	addr := fasthttp.AddMissingPort(u.Host, isTLS)
@@ -54,6 +57,7 @@ func newTarget(pool, rawURL string, cfg *PoolConfig) *target {
 		failLimit: int32(cfg.Passive.Failures),
 		ejectFor:  int64(cfg.Passive.EjectFor),
 		m:         newTargetMetrics(pool, rawURL),
+		removal:   rm,
 	}
 	dial := dialer(cfg.ConnectTimeout)
 	t.hc = &fasthttp.HostClient{
@@ -89,6 +93,7 @@ func newTarget(pool, rawURL string, cfg *PoolConfig) *target {
 	}
 	t.healthy.Store(true)
 	t.breaker = newBreaker(cfg.Breaker, t.breakerChanged)
+	t.breaker.mayTrip = func() bool { return t.takeOut(outBreaker) }
 	t.m.healthy.Set(1)
 	t.m.breakerState.Set(float64(stateClosed))
 	return t
@@ -129,6 +134,7 @@ func (t *target) observe(failed bool, trial int64, now int64) {
 			t.fails.Store(0)
 		}
 		if u := t.ejectedUntil.Load(); u != 0 && now >= u && t.ejectedUntil.CompareAndSwap(u, 0) {
+			t.putBack(outEjected)
 			t.updateHealthGauge() // back by time alone: the Set is not started
 		}
 		return
@@ -138,13 +144,21 @@ func (t *target) observe(failed bool, trial int64, now int64) {
 	}
 }
 
-// eject takes t out of rotation for ejectFor and wakes its re-prober.
+// eject takes t out of rotation for ejectFor and wakes its re-prober,
+// unless the pool's max_ejection_percent already holds enough targets out.
 func (t *target) eject(now int64) {
 	old := t.ejectedUntil.Load()
 	if old != 0 && now < old {
 		return // already out
 	}
+	if !t.takeOut(outEjected) {
+		t.fails.Store(0)
+		return
+	}
 	if !t.ejectedUntil.CompareAndSwap(old, now+t.ejectFor) {
+		if old == 0 {
+			t.putBack(outEjected)
+		}
 		return
 	}
 	t.fails.Store(0)
@@ -163,6 +177,7 @@ func (t *target) eject(now int64) {
 func (t *target) readmit() {
 	t.fails.Store(t.failLimit - 1)
 	t.ejectedUntil.Store(0)
+	t.putBack(outEjected)
 	t.updateHealthGauge()
 	slog.Info("upstream target re-admitted after a passing re-probe", "upstream", t.pool, "target", t.url)
 }
@@ -172,6 +187,9 @@ func (t *target) updateHealthGauge() {
 }
 
 func (t *target) breakerChanged(to int32) {
+	if to == stateClosed {
+		t.putBack(outBreaker)
+	}
 	t.m.breakerState.Set(float64(to))
 	t.m.transitions[to].Inc()
 	slog.Info("upstream breaker changed state", "upstream", t.pool, "target", t.url, "to", stateNames[to])

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/limit/redistest"
+)
+
+// These tests try to turn the gateway's protection against the traffic it
+// protects: a client that breaks its requests, a backend that sheds with
+// 503, a backend that is down. Only the upstream's own failures may eject a
+// target, trip a breaker or move the adaptive signals.
+
+// steeredUpstream is a real HTTP backend whose answer status the test sets.
+type steeredUpstream struct {
+	url    string
+	status atomic.Int32
+	hits   atomic.Int64
+}
+
+func startSteeredUpstream(t *testing.T) *steeredUpstream {
+	t.Helper()
+	u := &steeredUpstream{}
+	u.status.Store(200)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			return
+		}
+		u.hits.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(int(u.status.Load()))
+		fmt.Fprint(w, `{"ok":true}`)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	u.url = "http://" + ln.Addr().String()
+	return u
+}
+
+// protectionConfig: adaptive protection on, Redis store, one upstream with
+// quick passive ejection and breaker, a small body limit and a short read
+// timeout.
+func protectionConfig(redisAddr string, targets ...string) string {
+	return fmt.Sprintf(`
+server: {read_timeout: 400ms, max_request_body: 1KB}
+redis: {addrs: [%q]}
+upstreams:
+  api:
+    targets: [%s]
+    passive: {failures: 3, eject_for: 10s}
+    breaker: {failures: 3, open_for: 10s}
+routes:
+  - {path_prefix: /, upstream: api, resource: default}
+tenants:
+  - {id: gold, plan: PREMIUM, api_keys: [gold-key]}
+limits: {ip: 0, tenant: 100000, store_timeout: 50ms}
+adaptive: {enabled: true}
+`, redisAddr, `"`+strings.Join(targets, `","`)+`"`)
+}
+
+// rawExchange writes head (and body) on a fresh connection, then reads every
+// response the gateway sends until it closes the connection or goes quiet
+// for a second. It returns their status codes and whether the gateway
+// closed the connection.
+func rawExchange(t *testing.T, addr, request string, stall time.Duration, hangUp bool) (codes []int, closed bool) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = io.WriteString(c, request)
+	require.NoError(t, err)
+	if hangUp {
+		_ = c.(*net.TCPConn).CloseWrite()
+	}
+	time.Sleep(stall)
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	br := bufio.NewReader(c)
+	for {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return codes, err == io.EOF || strings.Contains(err.Error(), "reset") || strings.Contains(err.Error(), "EOF")
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+	}
+}
+
+// adaptiveState reads GET /v1/state.
+func adaptiveState(t *testing.T, g *gateway) map[string]any {
+	t.Helper()
+	a := do(t, "GET", g.admin+"/v1/state", "")
+	require.Equal(t, http.StatusOK, a.status)
+	st, ok := a.json(t)["adaptive"].(map[string]any)
+	require.True(t, ok, "%s", a.body)
+	return st
+}
+
+// assertUpstreamUntouched checks that nothing counted against the upstream:
+// no ejection, no breaker trip, no upstream error, no error signal, Normal
+// mode; and that a client is served.
+// Metrics are per process, so every series is read for the test's own
+// target URL (a fresh port).
+func assertUpstreamUntouched(t *testing.T, g *gateway, target string) {
+	t.Helper()
+	assert.Zero(t, scrape(t, g.admin, "sentinel_upstream_ejections_total", "target", target), "ejections")
+	assert.Zero(t, scrape(t, g.admin, "sentinel_upstream_breaker_transitions_total", "target", target), "breaker transitions")
+	assert.Zero(t, scrape(t, g.admin, "sentinel_upstream_requests_total", "target", target, "outcome", "error"), "upstream errors")
+	assert.Zero(t, scrape(t, g.admin, "sentinel_upstream_requests_total", "target", target, "outcome", "timeout"), "upstream timeouts")
+	st := adaptiveState(t, g)
+	assert.Equal(t, "normal", st["mode"])
+	assert.Zero(t, st["signals"].(map[string]any)["upstream_errors"], "error signal")
+	assert.Equal(t, http.StatusOK, status("GET", g.url+"/after"), "other clients are served")
+}
+
+func TestClientFaultsCountAgainstNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	up := startSteeredUpstream(t)
+	g := startGateway(t, protectionConfig(srv.Addr, up.url))
+	addr := strings.TrimPrefix(g.url, "http://")
+	head := "POST /upload HTTP/1.1\r\nHost: example\r\n"
+
+	t.Run("malformed chunked body", func(t *testing.T) {
+		for range 10 {
+			codes, closed := rawExchange(t, addr, head+"Transfer-Encoding: chunked\r\n\r\nZZ\r\nabc\r\n0\r\n\r\n", 0, false)
+			assert.Equal(t, []int{400}, codes, "one answer, 400")
+			assert.True(t, closed, "and the connection is closed")
+		}
+	})
+	t.Run("body over the limit", func(t *testing.T) {
+		big := strings.Repeat("x", 4096)
+		for range 5 {
+			codes, closed := rawExchange(t, addr, head+"Transfer-Encoding: chunked\r\n\r\n1000\r\n"+big+"\r\n0\r\n\r\n", 0, false)
+			assert.Equal(t, []int{413}, codes)
+			assert.True(t, closed)
+			codes, closed = rawExchange(t, addr, head+"Content-Length: 4096\r\n\r\n"+big, 0, false)
+			assert.Equal(t, []int{413}, codes)
+			assert.True(t, closed)
+		}
+	})
+	t.Run("slow upload", func(t *testing.T) {
+		for range 5 {
+			codes, closed := rawExchange(t, addr, head+"Content-Length: 100\r\n\r\n0123456789", 0, false)
+			assert.Equal(t, []int{408}, codes, "the body did not come within read_timeout")
+			assert.True(t, closed)
+		}
+	})
+	t.Run("client disconnect", func(t *testing.T) {
+		for range 10 {
+			codes, _ := rawExchange(t, addr, head+"Content-Length: 100\r\n\r\n0123456789", 0, true)
+			assert.LessOrEqual(t, len(codes), 1, "at most one answer to a client that left")
+		}
+	})
+	assertUpstreamUntouched(t, g, up.url)
+	assert.NotZero(t, scrape(t, g.admin, "sentinel_proxy_client_faults_total", "kind", "malformed"))
+	assert.NotZero(t, scrape(t, g.admin, "sentinel_proxy_client_faults_total", "kind", "timeout"))
+	assert.NotZero(t, scrape(t, g.admin, "sentinel_proxy_rejections_total", "reason", "body_too_large"))
+}
+
+// A backend that sheds with 503 is backpressure: its only target is never
+// ejected, its breaker never opens, the concurrency limit backs off, and
+// the moment it stops shedding every request is served again.
+func TestUpstream503BurstIsBackpressure(t *testing.T) {
+	srv := redistest.Start(t)
+	up := startSteeredUpstream(t)
+	g := startGateway(t, protectionConfig(srv.Addr, up.url))
+	up.status.Store(503)
+	gatewayErrors := scrape(t, g.admin, "sentinel_proxy_upstream_errors_total")
+	backoffs := scrape(t, g.admin, "sentinel_concurrency_backoffs_total")
+	for range 100 {
+		assert.Equal(t, http.StatusServiceUnavailable, status("GET", g.url+"/x", "X-API-Key", "gold-key"))
+	}
+	assert.Zero(t, scrape(t, g.admin, "sentinel_upstream_ejections_total", "target", up.url))
+	assert.Zero(t, scrape(t, g.admin, "sentinel_upstream_breaker_transitions_total", "target", up.url))
+	assert.EqualValues(t, 100, scrape(t, g.admin, "sentinel_upstream_requests_total", "target", up.url, "outcome", "backpressure"))
+	assert.Greater(t, scrape(t, g.admin, "sentinel_concurrency_backoffs_total"), backoffs)
+	assert.Equal(t, gatewayErrors, scrape(t, g.admin, "sentinel_proxy_upstream_errors_total"), "every 503 was the backend's")
+	up.status.Store(200)
+	hits := up.hits.Load()
+	for range 20 {
+		assert.Equal(t, http.StatusOK, status("GET", g.url+"/x", "X-API-Key", "gold-key"))
+	}
+	assert.EqualValues(t, 20, up.hits.Load()-hits, "served at once: nothing was held out")
+}
+
+// Connection refused is a target failure: the dead target is ejected (one of
+// two: within max_ejection_percent) and the live one serves everything; a
+// pool whose only target is down answers 502 and serves again the moment it
+// is back.
+func TestUpstreamConnectionRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	live := startSteeredUpstream(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	deadAddr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	g := startGateway(t, protectionConfig(srv.Addr, live.url, "http://"+deadAddr))
+	for range 20 {
+		assert.Equal(t, http.StatusOK, status("GET", g.url+"/x"), "a refused connection is retried on the live target")
+	}
+	assert.EqualValues(t, 1, scrape(t, g.admin, "sentinel_upstream_ejections_total", "target", "http://"+deadAddr))
+	assertUpstreamUntouched(t, g, live.url)
+	assert.Zero(t, scrape(t, g.admin, "sentinel_upstream_ejections_total", "target", live.url))
+
+	// (metrics are per process: the lone pool gets a target URL of its own)
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	deadAddr = ln.Addr().String()
+	require.NoError(t, ln.Close())
+	alone := startGateway(t, protectionConfig(srv.Addr, "http://"+deadAddr))
+	for range 10 {
+		assert.Equal(t, http.StatusBadGateway, status("GET", alone.url+"/x"))
+	}
+	deadURL := "http://" + deadAddr
+	assert.Zero(t, scrape(t, alone.admin, "sentinel_upstream_ejections_total", "target", deadURL), "the only target stays in")
+	assert.Zero(t, scrape(t, alone.admin, "sentinel_upstream_breaker_transitions_total", "target", deadURL, "to", "open"))
+	back, err := net.Listen("tcp", deadAddr)
+	require.NoError(t, err)
+	backSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}
+	go func() { _ = backSrv.Serve(back) }()
+	t.Cleanup(func() { _ = backSrv.Close() })
+	assert.Equal(t, http.StatusOK, status("GET", alone.url+"/x"), "served as soon as it is back")
+}
