@@ -53,6 +53,11 @@ func build(cfg *Config) (*app, error) {
 		a.close()
 		return nil, err
 	}
+	resources := make([]string, 0, len(cfg.Routes))
+	for _, r := range cfg.Routes {
+		resources = append(resources, r.Resource)
+	}
+	a.catalog.SetRouteResources(resources)
 	// Without Redis the sync keeps the same rules semantics in the process.
 	a.sync = limit.NewCatalogSync(a.redis, a.catalog, limit.CatalogSyncOptions{KeyPrefix: cfg.Redis.KeyPrefix})
 	if a.upstreams, err = upstream.New(cfg.Upstreams); err != nil {
@@ -139,6 +144,9 @@ func (a *app) close() {
 	}
 	if a.limiter != nil {
 		a.limiter.Close()
+	}
+	if a.catalog != nil {
+		a.catalog.Close()
 	}
 	if a.adaptive != nil {
 		a.adaptive.Stop()

@@ -20,8 +20,9 @@ import (
 // a CatalogSync writes through to Redis and replaces the catalog's contents on
 // every pod.
 type Catalog struct {
-	mu   sync.Mutex // serializes writers
-	snap atomic.Pointer[catalogSnapshot]
+	mu     sync.Mutex // serializes writers; guards routes
+	snap   atomic.Pointer[catalogSnapshot]
+	routes []string // resources of the proxy's routes (metric labels)
 }
 
 type catalogSnapshot struct {
@@ -50,7 +51,42 @@ func NewCatalog(plans map[string]float64, tenants []Tenant, rules []Rule) (*Cata
 	}
 	c := &Catalog{}
 	c.snap.Store(s)
+	c.publishLabels(s)
 	return c, nil
+}
+
+// SetRouteResources names the resources of the proxy's routes: with the
+// tenants and the rules' resources, they are the names that metrics label
+// (any other resource is counted as "other").
+func (c *Catalog) SetRouteResources(names []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.routes = slices.Clone(names)
+	c.publishLabels(c.snap.Load())
+}
+
+// Close stops the catalog's names from labelling metrics (the series of
+// names no other catalog knows are unregistered). The catalog stays usable.
+func (c *Catalog) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	forgetLabels(c)
+}
+
+// publishLabels tells the metrics which tenants and resources s names (c.mu
+// held, or c not yet shared).
+func (c *Catalog) publishLabels(s *catalogSnapshot) {
+	n := knownNames{tenants: make(map[string]struct{}, len(s.tenants)), resources: map[string]struct{}{}}
+	for id := range s.tenants {
+		n.tenants[id] = struct{}{}
+	}
+	for k := range s.rules {
+		n.resources[k.resource] = struct{}{}
+	}
+	for _, r := range c.routes {
+		n.resources[r] = struct{}{}
+	}
+	setKnownLabels(c, n)
 }
 
 // buildSnapshot validates and indexes; tfield and rfield prefix error keys.
@@ -192,17 +228,21 @@ func (c *Catalog) replaceLocked(tenants []Tenant, rules []Rule) error {
 	}
 	s.version = old.version + 1
 	c.snap.Store(s)
+	c.publishLabels(s)
 	return nil
 }
 
 // PutRule creates or replaces a rule in this process. Errors are
-// *ValidationError naming the JSON field.
+// *ValidationError naming the JSON field, or ErrUnknownTenant.
 func (c *Catalog) PutRule(_ context.Context, r Rule) error {
 	if err := r.Validate(""); err != nil {
 		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.checkRuleTenant(r.Tenant); err != nil {
+		return err
+	}
 	old := c.snap.Load()
 	rules := slices.DeleteFunc(slices.Clone(old.rlist), func(x Rule) bool {
 		return x.Tenant == r.Tenant && x.Resource == r.Resource

@@ -17,15 +17,16 @@ import (
 // CatalogSyncOptions configures a CatalogSync. Zero values take the defaults.
 type CatalogSyncOptions struct {
 	// KeyPrefix goes before every key, with a ':' (redis.key_prefix).
-	// Default "sentinel": rules live at sentinel:rule:{tenant}:{resource},
-	// tenants at sentinel:tenant:{id}.
+	// Default "sentinel": rules live in the hash sentinel:{catalog}:rules,
+	// tenants in sentinel:{catalog}:tenants.
 	KeyPrefix string
 	// Resync is the period of the full reload that repairs a missed change
 	// message. Default 5s.
 	Resync time.Duration
 	// Timeout bounds each Redis round trip. Default 2s.
 	Timeout time.Duration
-	// Logf logs reload failures (throttled to state changes). Default log.Printf.
+	// Logf logs reload failures (throttled to state changes). Default
+	// log.Printf. A restore of the catalog is logged with slog.Warn.
 	Logf func(format string, args ...any)
 }
 
@@ -48,12 +49,21 @@ func (o *CatalogSyncOptions) setDefaults() {
 // through the admin API are stored in Redis and applied by every pod within a
 // second.
 //
-// Layout: each rule is a JSON document at <prefix>:rule:<tenant>:<resource>,
-// each tenant at <prefix>:tenant:<id>; the sets <prefix>:rules and
-// <prefix>:tenants index them; every write publishes the changed entry's name
-// ("rule:<tenant>:<resource>", "tenant:<id>") on <prefix>:catalog. Each pod
-// subscribes, reloads the named entry, and reloads everything every Resync
-// so that a missed message cannot leave it stale.
+// Layout: the API's rules are the hash <prefix>:{catalog}:rules (field
+// "<tenant>:<resource>", a JSON document), its tenants the hash
+// <prefix>:{catalog}:tenants (field "<id>"), and <prefix>:{catalog}:gen is the
+// catalog's generation, incremented by every write. Each write publishes the
+// changed entry's name ("rule:<tenant>:<resource>", "tenant:<id>") on
+// <prefix>:catalog. Each pod subscribes, re-reads the catalog on a message
+// and every Resync, so that a missed message cannot leave it stale.
+//
+// Redis losing its data: each pod remembers the newest generation it has
+// read or written. A pod that finds Redis at an older generation (0 when the
+// keys are gone) writes its own catalog back, atomically and only over an
+// older one, instead of adopting the loss; a write through such a pod
+// restores first. Of several pods restoring at once the newest snapshot
+// wins, so an entry deleted at generation g never comes back from a pod that
+// last saw g-1.
 //
 // The entries from config.yaml are the initial set and stay in the process:
 // Redis holds only the API's writes, which override a config entry with the
@@ -71,17 +81,18 @@ type CatalogSync struct {
 	baseRules   []Rule   // from config.yaml, never changed
 	baseTenants []Tenant // from config.yaml, never changed
 
-	// mu serializes writes and reloads, and guards rules and tenants.
+	// mu serializes writes and reloads, and guards rules, tenants and seen.
 	mu      sync.Mutex
 	rules   map[ruleName]Rule // API rules, as last read from Redis or written
 	tenants map[string]Tenant // API tenants, by ID
+	seen    int64             // newest generation read, written or restored
 	failing bool              // the last reload failed (log throttling)
 
-	events chan string // entry names from the channel; "" asks a full reload
-	hello  string      // this sync's own subscription probe
-	helloc chan struct{}
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	changed chan struct{} // a change message arrived: re-read the catalog
+	hello   string        // this sync's own subscription probe
+	helloc  chan struct{}
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 // ErrConfigEntry is returned by DeleteRule and DeleteTenant for an entry that
@@ -93,6 +104,7 @@ var (
 	syncReloadsFull    = metrics.NewCounter(`sentinel_catalog_reloads_total{kind="full"}`)
 	syncErrors         = metrics.NewCounter(`sentinel_catalog_sync_errors_total`)
 	syncWrites         = metrics.NewCounter(`sentinel_catalog_writes_total`)
+	syncRestores       = metrics.NewCounter(`sentinel_catalog_restores_total`)
 )
 
 // NewCatalogSync returns a sync between cat and Redis. With a nil client it
@@ -110,7 +122,7 @@ func NewCatalogSync(client rueidis.Client, cat *Catalog, opts CatalogSyncOptions
 		baseTenants: cat.Tenants(),
 		rules:       map[ruleName]Rule{},
 		tenants:     map[string]Tenant{},
-		events:      make(chan string, 256),
+		changed:     make(chan struct{}, 1),
 		helloc:      make(chan struct{}, 1),
 	}
 }
@@ -122,7 +134,8 @@ func (s *CatalogSync) Start(ctx context.Context) error {
 	if s.client == nil {
 		return nil // in-process only: nothing to load or follow
 	}
-	if err := s.reloadAll(ctx); err != nil {
+	syncReloadsFull.Inc()
+	if err := s.reload(ctx); err != nil {
 		return err
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
@@ -167,21 +180,27 @@ func (s *CatalogSync) waitSubscribed(ctx context.Context) {
 	}
 }
 
-// subscribe listens to the change channel, resubscribing after a broken
-// connection; each (re)subscription asks a full reload, since messages sent
-// meanwhile are lost.
+// subscribe listens to the change channel. rueidis resubscribes by itself
+// after a broken connection; every subscription (the first one too) asks a
+// reload, since messages sent meanwhile are lost and a Redis that restarted
+// empty must be restored at once, not at the next resync.
 func (s *CatalogSync) subscribe(ctx context.Context) {
 	defer s.wg.Done()
 	backoff := 50 * time.Millisecond
+	rctx := rueidis.WithOnSubscriptionHook(ctx, func(sub rueidis.PubSubSubscription) {
+		if sub.Kind == "subscribe" {
+			s.notify() // runs on rueidis' pipeline goroutine: it only signals
+		}
+	})
 	for ctx.Err() == nil {
-		err := s.client.Receive(ctx, s.client.B().Subscribe().Channel(s.channel()).Build(), s.onMessage)
+		err := s.client.Receive(rctx, s.client.B().Subscribe().Channel(s.channel()).Build(), s.onMessage)
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
 			syncErrors.Inc()
 		}
-		s.enqueue("")
+		s.notify()
 		select {
 		case <-ctx.Done():
 			return
@@ -191,7 +210,7 @@ func (s *CatalogSync) subscribe(ctx context.Context) {
 	}
 }
 
-// onMessage runs on rueidis' reading goroutine: it only queues.
+// onMessage runs on rueidis' reading goroutine: it only signals.
 func (s *CatalogSync) onMessage(m rueidis.PubSubMessage) {
 	if strings.HasPrefix(m.Message, "hello:") {
 		if m.Message == s.hello {
@@ -202,42 +221,48 @@ func (s *CatalogSync) onMessage(m rueidis.PubSubMessage) {
 		}
 		return
 	}
-	s.enqueue(m.Message)
+	s.notify()
 }
 
-// enqueue queues a reload; when the queue is full it asks a full reload,
-// which covers every queued entry.
-func (s *CatalogSync) enqueue(name string) {
+// notify asks a reload; messages that arrive before it runs share it.
+func (s *CatalogSync) notify() {
 	select {
-	case s.events <- name:
-	default:
-		select {
-		case s.events <- "":
-		default: // a full reload is already due
-		}
+	case s.changed <- struct{}{}:
+	default: // a reload is already due
 	}
 }
 
-// run applies queued changes and the periodic resync, one at a time.
+// run applies change messages and the periodic resync, one at a time. A
+// failed reload is retried soon (from 100ms, doubling up to Resync): the
+// first command after Redis restarts meets the dead connection, and a Redis
+// that came back empty should be restored at once.
 func (s *CatalogSync) run(ctx context.Context) {
 	defer s.wg.Done()
 	tick := time.NewTicker(s.opts.Resync)
 	defer tick.Stop()
+	const firstRetry = 100 * time.Millisecond
+	backoff := firstRetry
+	var retry <-chan time.Time
 	for {
-		var err error
 		select {
 		case <-ctx.Done():
 			return
-		case name := <-s.events:
-			if name == "" {
-				err = s.reloadAll(ctx)
-			} else {
-				err = s.reloadEntry(ctx, name)
-			}
+		case <-s.changed:
+			syncReloadsMessage.Inc()
 		case <-tick.C:
-			err = s.reloadAll(ctx)
+			syncReloadsFull.Inc()
+		case <-retry:
+			syncReloadsFull.Inc()
 		}
+		err := s.reload(ctx)
 		s.noteResult(err)
+		retry = nil
+		if err != nil {
+			retry = time.After(backoff)
+			backoff = min(2*backoff, s.opts.Resync)
+		} else {
+			backoff = firstRetry
+		}
 	}
 }
 
@@ -259,16 +284,19 @@ func (s *CatalogSync) noteResult(err error) {
 }
 
 func (s *CatalogSync) channel() string { return s.opts.KeyPrefix + ":catalog" }
-func (s *CatalogSync) key(name string) string {
-	return s.opts.KeyPrefix + ":" + name
-}
-func (s *CatalogSync) rulesIndex() string   { return s.opts.KeyPrefix + ":rules" }
-func (s *CatalogSync) tenantsIndex() string { return s.opts.KeyPrefix + ":tenants" }
 
-// ruleEntry and tenantEntry name entries as the index sets and the channel
-// carry them. A tenant ID never contains ':' (checkSyncID), so
-// "rule:<tenant>:<resource>" splits at its second ':'.
-func ruleEntry(tenant, resource string) string { return "rule:" + tenant + ":" + resource }
+// keys are the catalog's keys: rules hash, tenants hash, generation. They
+// share the hash tag {catalog}, so that each script touches one slot.
+func (s *CatalogSync) keys() []string {
+	p := s.opts.KeyPrefix + ":{catalog}:"
+	return []string{p + "rules", p + "tenants", p + "gen"}
+}
+
+// ruleEntry and tenantEntry name entries in change messages; ruleField is a
+// rule's field in the rules hash. A tenant ID never contains ':'
+// (checkSyncID).
+func ruleEntry(tenant, resource string) string { return "rule:" + ruleField(tenant, resource) }
+func ruleField(tenant, resource string) string { return tenant + ":" + resource }
 func tenantEntry(id string) string             { return "tenant:" + id }
 
 // checkSyncID rejects tenant IDs that would make entry names ambiguous.

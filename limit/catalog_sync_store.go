@@ -3,11 +3,20 @@ package limit
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"strings"
+	"log/slog"
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/sentinel-gateway/sentinel/lua"
+)
+
+var (
+	catalogRead    = rueidis.NewLuaScript(lua.CatalogRead)
+	catalogWrite   = rueidis.NewLuaScript(lua.CatalogWrite)
+	catalogRestore = rueidis.NewLuaScript(lua.CatalogRestore)
 )
 
 // ruleDoc is a rule as stored in Redis.
@@ -32,106 +41,131 @@ func (d ruleDoc) rule() Rule {
 		Window: time.Duration(d.WindowMS) * time.Millisecond, Capacity: d.Capacity, RefillRate: d.RefillRate, Shadow: d.Shadow}
 }
 
-// reloadAll reads every API rule and tenant from Redis and applies them.
-func (s *CatalogSync) reloadAll(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	c := s.client
-	idx := c.DoMulti(ctx, c.B().Smembers().Key(s.rulesIndex()).Build(), c.B().Smembers().Key(s.tenantsIndex()).Build())
-	ruleNames, err := idx[0].AsStrSlice()
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", s.rulesIndex(), err)
-	}
-	tenantNames, err := idx[1].AsStrSlice()
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", s.tenantsIndex(), err)
-	}
-	names := append(ruleNames, tenantNames...)
-	cmds := make(rueidis.Commands, 0, len(names))
-	for _, n := range names {
-		cmds = append(cmds, c.B().Get().Key(s.key(n)).Build())
-	}
-	rules := map[ruleName]Rule{}
-	tenants := map[string]Tenant{}
-	if len(cmds) > 0 {
-		for i, res := range c.DoMulti(ctx, cmds...) {
-			v, err := res.ToString()
-			if rueidis.IsRedisNil(err) {
-				continue // deleted meanwhile
-			}
-			if err != nil {
-				return fmt.Errorf("reading %s: %w", s.key(names[i]), err)
-			}
-			if err := decodeEntry(names[i], v, rules, tenants); err != nil {
-				s.opts.Logf("limit: catalog sync: skipping %s: %v", s.key(names[i]), err)
-			}
-		}
-	}
-	syncReloadsFull.Inc()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.rules, s.tenants = rules, tenants
-	return s.applyLocked()
+func ruleJSON(r Rule) string {
+	b, _ := json.Marshal(toDoc(r)) // plain fields: never fails
+	return string(b)
 }
 
-// reloadEntry reads one entry named by a change message and applies it.
-func (s *CatalogSync) reloadEntry(ctx context.Context, name string) error {
-	if !strings.HasPrefix(name, "rule:") && !strings.HasPrefix(name, "tenant:") {
-		return nil
-	}
+func tenantJSON(t Tenant) string {
+	b, _ := json.Marshal(t) // plain fields: never fails
+	return string(b)
+}
+
+// stored is the catalog as one read found it.
+type stored struct {
+	gen     int64
+	rules   map[ruleName]Rule
+	tenants map[string]Tenant
+}
+
+// reload reads the catalog and applies it; when Redis holds an older
+// generation than this pod has seen, it restores this pod's catalog instead.
+func (s *CatalogSync) reload(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	v, err := s.client.Do(ctx, s.client.B().Get().Key(s.key(name)).Build()).ToString()
-	missing := rueidis.IsRedisNil(err)
-	if err != nil && !missing {
-		return fmt.Errorf("reading %s: %w", s.key(name), err)
-	}
-	syncReloadsMessage.Inc()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if missing {
-		if t, r, ok := splitRuleEntry(name); ok {
-			delete(s.rules, ruleName{t, r})
+	return s.reloadLocked(ctx)
+}
+
+func (s *CatalogSync) reloadLocked(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		st, err := s.read(ctx)
+		if err != nil {
+			return err
+		}
+		if st.gen >= s.seen || attempt == 2 {
+			s.rules, s.tenants, s.seen = st.rules, st.tenants, st.gen
+			return s.applyLocked()
+		}
+		restored, err := s.restoreLocked(ctx, st.gen)
+		if err != nil || restored {
+			return err
+		}
+		// Another pod restored a snapshot at least as new: read it.
+	}
+}
+
+// read runs catalog_read.lua.
+func (s *CatalogSync) read(ctx context.Context) (stored, error) {
+	arr, err := catalogRead.Exec(ctx, s.client, s.keys(), []string{"0"}).ToArray()
+	if err != nil {
+		return stored{}, fmt.Errorf("reading the catalog from redis: %w", err)
+	}
+	if len(arr) != 3 {
+		return stored{}, fmt.Errorf("reading the catalog from redis: %d replies, want 3", len(arr))
+	}
+	st := stored{rules: map[ruleName]Rule{}, tenants: map[string]Tenant{}}
+	if st.gen, err = arr[0].AsInt64(); err != nil {
+		return stored{}, fmt.Errorf("reading the catalog's generation: %w", err)
+	}
+	rules, err := arr[1].AsStrMap()
+	if err != nil {
+		return stored{}, fmt.Errorf("reading %s: %w", s.keys()[0], err)
+	}
+	tenants, err := arr[2].AsStrMap()
+	if err != nil {
+		return stored{}, fmt.Errorf("reading %s: %w", s.keys()[1], err)
+	}
+	for f, doc := range rules {
+		if r, err := decodeRule(doc); err != nil {
+			s.opts.Logf("limit: catalog sync: skipping rule %s in %s: %v", f, s.keys()[0], err)
 		} else {
-			delete(s.tenants, strings.TrimPrefix(name, "tenant:"))
+			st.rules[ruleName{r.Tenant, r.Resource}] = r
 		}
-	} else if err := decodeEntry(name, v, s.rules, s.tenants); err != nil {
-		return fmt.Errorf("%s: %w", s.key(name), err)
 	}
-	return s.applyLocked()
+	for f, doc := range tenants {
+		if t, err := decodeTenant(doc); err != nil {
+			s.opts.Logf("limit: catalog sync: skipping tenant %s in %s: %v", f, s.keys()[1], err)
+		} else {
+			st.tenants[t.ID] = t
+		}
+	}
+	return st, nil
 }
 
-func splitRuleEntry(name string) (tenant, resource string, ok bool) {
-	rest, ok := strings.CutPrefix(name, "rule:")
-	if !ok {
-		return "", "", false
+func decodeRule(doc string) (Rule, error) {
+	var d ruleDoc
+	if err := json.Unmarshal([]byte(doc), &d); err != nil {
+		return Rule{}, err
 	}
-	return strings.Cut(rest, ":")
+	r := d.rule()
+	return r, r.Validate("")
 }
 
-// decodeEntry parses one stored document into rules or tenants.
-func decodeEntry(name, v string, rules map[ruleName]Rule, tenants map[string]Tenant) error {
-	if strings.HasPrefix(name, "rule:") {
-		var d ruleDoc
-		if err := json.Unmarshal([]byte(v), &d); err != nil {
-			return err
-		}
-		r := d.rule()
-		if err := r.Validate(""); err != nil {
-			return err
-		}
-		rules[ruleName{r.Tenant, r.Resource}] = r
-		return nil
-	}
+func decodeTenant(doc string) (Tenant, error) {
 	var t Tenant
-	if err := json.Unmarshal([]byte(v), &t); err != nil {
-		return err
+	if err := json.Unmarshal([]byte(doc), &t); err != nil {
+		return Tenant{}, err
 	}
-	if err := t.Validate(""); err != nil {
-		return err
+	return t, t.Validate("")
+}
+
+// restoreLocked writes this pod's API entries back when Redis holds a
+// generation older than s.seen (found: what the caller read). It reports
+// whether this pod's snapshot was written; false means Redis already held one
+// at least as new.
+func (s *CatalogSync) restoreLocked(ctx context.Context, found int64) (bool, error) {
+	args := make([]string, 0, 3+2*(len(s.rules)+len(s.tenants)))
+	args = append(args, fmt.Sprint(s.seen), s.channel(), fmt.Sprint(len(s.rules)))
+	for _, r := range s.rules {
+		args = append(args, ruleField(r.Tenant, r.Resource), ruleJSON(r))
 	}
-	tenants[t.ID] = t
-	return nil
+	for _, t := range s.tenants {
+		args = append(args, t.ID, tenantJSON(t))
+	}
+	res, err := catalogRestore.Exec(ctx, s.client, s.keys(), args).AsIntSlice()
+	if err != nil || len(res) != 2 {
+		return false, fmt.Errorf("restoring the catalog in redis: %v %w", res, err)
+	}
+	if res[0] != 1 {
+		return false, nil
+	}
+	syncRestores.Inc()
+	slog.Warn("redis held an older rules-and-tenants catalog than this pod (it lost its data or came back from an old snapshot): wrote this pod's catalog back",
+		"generation_found", found, "generation_restored", s.seen, "rules", len(s.rules), "tenants", len(s.tenants),
+		"keys", s.opts.KeyPrefix+":{catalog}:*")
+	return true, nil
 }
 
 // merged is the config entries overlaid with the API entries.
@@ -163,31 +197,49 @@ func (s *CatalogSync) applyLocked() error {
 	return s.cat.Replace(ts, rs)
 }
 
-// write stores (doc != "") or deletes an entry, updates the index and
-// publishes the change.
-func (s *CatalogSync) write(ctx context.Context, name, index, doc string) error {
+// errStale is catalog_write.lua's answer when Redis is older than this pod.
+var errStale = errors.New("redis holds an older catalog")
+
+// write stores (doc != "") or deletes one entry in Redis, then changes the
+// local copy with apply (s.mu held). When Redis lost the catalog it restores
+// this pod's first; when other writes came in between since the last read,
+// it re-reads the catalog (which holds this write) instead of applying.
+func (s *CatalogSync) write(ctx context.Context, hash int, field, doc, name string, apply func()) error {
 	if s.client == nil {
-		return nil // in-process only
+		apply() // in-process only
+		return s.applyLocked()
 	}
-	c := s.client
-	var cmds rueidis.Commands
-	if doc != "" {
-		cmds = append(cmds, c.B().Set().Key(s.key(name)).Value(doc).Build(), c.B().Sadd().Key(index).Member(name).Build())
-	} else {
-		cmds = append(cmds, c.B().Del().Key(s.key(name)).Build(), c.B().Srem().Key(index).Member(name).Build())
-	}
-	cmds = append(cmds, c.B().Publish().Channel(s.channel()).Message(name).Build())
-	for _, res := range c.DoMulti(ctx, cmds...) {
-		if err := res.Error(); err != nil {
-			return fmt.Errorf("limit: cannot store %s in redis: %w", s.key(name), err)
+	keys := s.keys()
+	for attempt := 0; attempt < 2; attempt++ {
+		gen, err := catalogWrite.Exec(ctx, s.client, []string{keys[hash], keys[2]},
+			[]string{fmt.Sprint(s.seen), field, doc, s.channel(), name}).AsInt64()
+		if err != nil {
+			return fmt.Errorf("limit: cannot store %s in redis: %w", name, err)
 		}
+		if gen < 0 {
+			if _, err := s.restoreLocked(ctx, -1); err != nil {
+				return fmt.Errorf("limit: cannot store %s in redis: %w", name, err)
+			}
+			continue
+		}
+		syncWrites.Inc()
+		if gen == s.seen+1 {
+			s.seen = gen
+			apply()
+			return s.applyLocked()
+		}
+		if err := s.reloadLocked(ctx); err != nil {
+			apply() // stored; the next resync brings the rest
+			return s.applyLocked()
+		}
+		return nil
 	}
-	syncWrites.Inc()
-	return nil
+	return fmt.Errorf("limit: cannot store %s in redis: %w", name, errStale)
 }
 
 // PutRule creates or replaces an API rule on every pod. Errors:
-// *ValidationError for a bad rule, any other for Redis.
+// *ValidationError for a bad rule, ErrUnknownTenant for a tenant that does
+// not exist, any other for Redis.
 func (s *CatalogSync) PutRule(ctx context.Context, r Rule) error {
 	if err := r.Validate(""); err != nil {
 		return err
@@ -195,14 +247,14 @@ func (s *CatalogSync) PutRule(ctx context.Context, r Rule) error {
 	if err := checkSyncID("tenant", r.Tenant); err != nil {
 		return err
 	}
-	doc, _ := json.Marshal(toDoc(r))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.write(ctx, ruleEntry(r.Tenant, r.Resource), s.rulesIndex(), string(doc)); err != nil {
+	if err := s.cat.checkRuleTenant(r.Tenant); err != nil {
 		return err
 	}
-	s.rules[ruleName{r.Tenant, r.Resource}] = r
-	return s.applyLocked()
+	return s.write(ctx, 0, ruleField(r.Tenant, r.Resource), ruleJSON(r), ruleEntry(r.Tenant, r.Resource), func() {
+		s.rules[ruleName{r.Tenant, r.Resource}] = r
+	})
 }
 
 // DeleteRule removes an API rule on every pod; the config rule of the same
@@ -219,11 +271,9 @@ func (s *CatalogSync) DeleteRule(ctx context.Context, tenant, resource string) e
 		}
 		return ErrEntryNotFound
 	}
-	if err := s.write(ctx, ruleEntry(tenant, resource), s.rulesIndex(), ""); err != nil {
-		return err
-	}
-	delete(s.rules, ruleName{tenant, resource})
-	return s.applyLocked()
+	return s.write(ctx, 0, ruleField(tenant, resource), "", ruleEntry(tenant, resource), func() {
+		delete(s.rules, ruleName{tenant, resource})
+	})
 }
 
 // PutTenant creates or replaces an API tenant on every pod. An API key of
@@ -252,12 +302,7 @@ func (s *CatalogSync) PutTenant(ctx context.Context, t Tenant) error {
 			seen[k] = x.ID
 		}
 	}
-	doc, _ := json.Marshal(t)
-	if err := s.write(ctx, tenantEntry(t.ID), s.tenantsIndex(), string(doc)); err != nil {
-		return err
-	}
-	s.tenants[t.ID] = t
-	return s.applyLocked()
+	return s.write(ctx, 1, t.ID, tenantJSON(t), tenantEntry(t.ID), func() { s.tenants[t.ID] = t })
 }
 
 // pick names the tenant that is not the one being written.
@@ -281,9 +326,5 @@ func (s *CatalogSync) DeleteTenant(ctx context.Context, id string) error {
 		}
 		return ErrEntryNotFound
 	}
-	if err := s.write(ctx, tenantEntry(id), s.tenantsIndex(), ""); err != nil {
-		return err
-	}
-	delete(s.tenants, id)
-	return s.applyLocked()
+	return s.write(ctx, 1, id, "", tenantEntry(id), func() { delete(s.tenants, id) })
 }

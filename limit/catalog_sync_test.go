@@ -74,8 +74,9 @@ func TestCatalogSyncResyncRepairsAMissedMessage(t *testing.T) {
 	defer client.Close()
 	ctx := context.Background()
 	// Written without a message, as if the message had been lost.
-	require.NoError(t, client.Do(ctx, client.B().Set().Key("cs:rule:free:x").Value(`{"tenant":"free","resource":"x","algorithm":"sliding_window","limit":4,"window_ms":1000}`).Build()).Error())
-	require.NoError(t, client.Do(ctx, client.B().Sadd().Key("cs:rules").Member("rule:free:x").Build()).Error())
+	require.NoError(t, client.Do(ctx, client.B().Hset().Key("cs:{catalog}:rules").FieldValue().
+		FieldValue("free:x", `{"tenant":"free","resource":"x","algorithm":"sliding_window","limit":4,"window_ms":1000}`).Build()).Error())
+	require.NoError(t, client.Do(ctx, client.B().Incr().Key("cs:{catalog}:gen").Build()).Error())
 	waitFor(t, "resync", func() bool { _, ok := cat.Rule("free", "x"); return ok })
 }
 

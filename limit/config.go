@@ -251,7 +251,8 @@ func (t *Tenant) Validate(field string) error {
 
 // Rule is a limit for one (tenant, resource): it applies on top of the IP,
 // API key and tenant limits to every request of that tenant on a route with
-// that resource.
+// that resource. A rule for AnonymousTenant applies to each client IP without
+// a known API key.
 type Rule struct {
 	Tenant    string `mapstructure:"tenant" json:"tenant"`
 	Resource  string `mapstructure:"resource" json:"resource"`
@@ -285,8 +286,10 @@ func (r *Rule) Validate(field string) error {
 		}
 		return field + "." + k
 	}
-	if err := checkName(key("tenant"), r.Tenant); err != nil {
-		return err
+	if r.Tenant != AnonymousTenant {
+		if err := checkName(key("tenant"), r.Tenant); err != nil {
+			return err
+		}
 	}
 	if err := checkName(key("resource"), r.Resource); err != nil {
 		return err

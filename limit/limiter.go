@@ -238,8 +238,8 @@ func (l *Limiter) observe(start time.Time) {
 // first (usually the tightest), then tenant, API key and IP.
 func (l *Limiter) specs(specs *[4]spec, req *Request, mult float64) int {
 	n := 0
-	if req.Tenant != "" && req.Resource != "" && l.catalog != nil {
-		if r := l.catalog.FindRule(req.Tenant, req.Resource); r != nil {
+	if l.catalog != nil {
+		if r, anon := l.catalog.requestRule(req); r != nil {
 			s := &specs[n]
 			s.scope = ScopeRule
 			s.params = r.Params()
@@ -250,7 +250,7 @@ func (l *Limiter) specs(specs *[4]spec, req *Request, mult float64) int {
 			} else {
 				s.params.Limit = scale(s.params.Limit, mult)
 			}
-			s.setKey(AppendKeyStrings(s.buf[:0], "", "rule", req.Tenant, req.Resource))
+			s.setKey(appendRuleKey(s.buf[:0], req, anon))
 			l.finish(s, req)
 			n++
 		}

@@ -10,7 +10,7 @@ type Request struct {
 	// APIKey is the client's API key. Empty: anonymous (no API key limit).
 	APIKey []byte
 	// Tenant and Plan identify the customer; empty Tenant: anonymous (no
-	// tenant limit and no rule).
+	// tenant limit; the rule of AnonymousTenant for Resource, per IP).
 	Tenant string
 	Plan   string
 	// Resource is the route's resource name (rules are per tenant and resource).

@@ -1,0 +1,55 @@
+package limit
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func labelSetCount() int {
+	labelMu.RLock()
+	defer labelMu.RUnlock()
+	return len(labelSets)
+}
+
+func labelSet(tenant, resource string) *decisionCounters {
+	labelMu.RLock()
+	defer labelMu.RUnlock()
+	return labelSets[labelKey{tenant, resource}]
+}
+
+// TestLabelsOnlyForKnownNames: unknown resources and tenants share the
+// "other" label values; a deleted tenant or rule frees its label sets.
+func TestLabelsOnlyForKnownNames(t *testing.T) {
+	cat := testCatalog(t, Rule{Tenant: "acme", Resource: "lbl-bids", Algorithm: "sliding_window", Limit: 5, Window: time.Second})
+	defer cat.Close()
+	cat.SetRouteResources([]string{"lbl-route"})
+	before := labelSetCount()
+	var base uint64
+	if c := labelSet("acme", labelOther); c != nil {
+		base = c.requests.Get()
+	}
+	for i := range 2000 {
+		countersFor("acme", fmt.Sprintf("lbl-unknown-%d", i)).requests.Inc()
+		countersFor(fmt.Sprintf("lbl-nobody-%d", i), "lbl-bids").requests.Inc()
+	}
+	assert.LessOrEqual(t, labelSetCount()-before, 2, "(acme, other) and (other, lbl-bids)")
+	assert.Equal(t, uint64(2000), labelSet("acme", labelOther).requests.Get()-base)
+	assert.NotNil(t, labelSet(labelOther, "lbl-bids"))
+	assert.Same(t, countersFor("acme", "lbl-route"), labelSet("acme", "lbl-route"), "a route's resource has its labels")
+	assert.Same(t, countersFor("", "lbl-bids"), labelSet(labelAnonymous, "lbl-bids"))
+
+	ctx := context.Background()
+	require.NoError(t, cat.PutTenant(ctx, Tenant{ID: "lbl-new", Plan: "FREE"}))
+	countersFor("lbl-new", "lbl-bids")
+	require.NotNil(t, labelSet("lbl-new", "lbl-bids"))
+	require.NoError(t, cat.DeleteTenant(ctx, "lbl-new"))
+	assert.Nil(t, labelSet("lbl-new", "lbl-bids"), "freed with its tenant")
+	require.NoError(t, cat.DeleteRule(ctx, "acme", "lbl-bids"))
+	assert.Nil(t, labelSet("acme", "lbl-bids"), "freed with the last rule of its resource")
+	assert.Nil(t, labelSet(labelAnonymous, "lbl-bids"))
+}
