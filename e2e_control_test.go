@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 )
 
@@ -252,4 +255,148 @@ func TestStartsWhenRedisComesUpLate(t *testing.T) {
 	}()
 	g := startGateway(t, testConfig(up.url, fmt.Sprintf("redis: {addrs: [%q], connect_wait: 20s}\n", srv.Addr)))
 	assert.Equal(t, http.StatusOK, do(t, "GET", g.url+"/late", "", "X-API-Key", "gold-key").status)
+}
+
+// TestRedisLosesItsData: a tenant and a rule created through the admin API
+// survive a Redis that shuts down without saving and comes back empty on the
+// same port: a pod writes them back within one resync, and both pods go on
+// enforcing them.
+func TestRedisLosesItsData(t *testing.T) {
+	srv := redistest.Start(t)
+	up := startUpstream(t)
+	cfg := testConfig(up.url, fmt.Sprintf("redis: {addrs: [%q]}\nlimits: {ip: 0, tenant: 0}\n", srv.Addr))
+	a, b := startGateway(t, cfg), startGateway(t, cfg)
+	require.Equal(t, http.StatusOK, do(t, "PUT", a.admin+"/v1/tenants/lostco", `{"plan":"STANDARD","api_keys":["lostco-key"]}`).status)
+	resp := do(t, "PUT", a.admin+"/v1/rules/lostco/default", `{"algorithm":"sliding_window","limit":3,"window":"1m"}`)
+	require.Equal(t, http.StatusOK, resp.status, "%s", resp.body)
+	eventually(t, 3*time.Second, "rule on pod B", func() bool {
+		return do(t, "GET", b.admin+"/v1/rules/lostco/default", "").status == http.StatusOK
+	})
+	require.Equal(t, 3, allowedOf(t, []*gateway{a, b}, 6, "lostco-key"), "the rule holds before")
+	restores := scrape(t, a.admin, "sentinel_catalog_restores_total")
+
+	rc, err := limit.NewRedisClient(limit.RedisConfig{Addrs: []string{srv.Addr}})
+	require.NoError(t, err)
+	defer rc.Close()
+	_ = rc.Do(context.Background(), rc.B().Shutdown().Nosave().Build()).Error() // the connection drops
+	srv.Restart()                                                               // empty, same port
+	held := func() bool {
+		ctx := context.Background()
+		rules, err1 := rc.Do(ctx, rc.B().Hkeys().Key("sentinel:{catalog}:rules").Build()).AsStrSlice()
+		tenants, err2 := rc.Do(ctx, rc.B().Hkeys().Key("sentinel:{catalog}:tenants").Build()).AsStrSlice()
+		return err1 == nil && err2 == nil && slices.Contains(rules, "lostco:default") && slices.Contains(tenants, "lostco")
+	}
+	took := eventually(t, 6*time.Second, "redis holds the tenant and the rule again", held)
+	t.Logf("catalog back in redis %v after it restarted empty", took.Round(time.Millisecond))
+	assert.Less(t, took, 5*time.Second, "within one resync (5s)")
+	assert.Equal(t, 1.0, scrape(t, a.admin, "sentinel_catalog_restores_total")-restores, "one pod restores")
+
+	time.Sleep(200 * time.Millisecond) // both pods have reloaded since
+	for name, g := range map[string]*gateway{"A": a, "B": b} {
+		require.Equal(t, http.StatusOK, do(t, "GET", g.admin+"/v1/tenants/lostco", "").status, "pod %s", name)
+		require.Equal(t, http.StatusOK, do(t, "GET", g.admin+"/v1/rules/lostco/default", "").status, "pod %s", name)
+	}
+	// The counters went with Redis' data: the budget is whole again, and
+	// still enforced by both pods together.
+	assert.Equal(t, 3, allowedOf(t, []*gateway{a, b}, 6, "lostco-key"), "the rule holds after")
+	// A pod started now reads them from Redis.
+	c := startGateway(t, cfg)
+	assert.Equal(t, http.StatusOK, do(t, "GET", c.admin+"/v1/rules/lostco/default", "").status)
+}
+
+// allowedOf sends n requests with key, alternating between gateways, and
+// counts the 200s.
+func allowedOf(t *testing.T, gws []*gateway, n int, key string) int {
+	t.Helper()
+	ok := 0
+	for i := range n {
+		a := do(t, "GET", gws[i%len(gws)].url+"/r", "", "X-API-Key", key)
+		if a.status == http.StatusOK {
+			ok++
+		}
+	}
+	return ok
+}
+
+// TestRulesForTenantsThatCannotApply: a rule for an unknown tenant (or for
+// "anonymous", a tenant no request has) is 404 naming the tenant; rules for
+// clients without an API key use the tenant *anonymous* and limit each
+// client IP.
+func TestRulesForTenantsThatCannotApply(t *testing.T) {
+	up := startUpstream(t)
+	g := startGateway(t, testConfig(up.url, "server: {trusted_proxies: [127.0.0.1/32]}\nlimits: {ip: 0, tenant: 0}\n"))
+	rule := `{"algorithm":"sliding_window","limit":2,"window":"1m"}`
+	for _, tenant := range []string{"nosuch", "anonymous"} {
+		a := do(t, "PUT", g.admin+"/v1/rules/"+tenant+"/default", rule)
+		require.Equal(t, http.StatusNotFound, a.status, "%s: %s", tenant, a.body)
+		body := a.json(t)
+		assert.Equal(t, "tenant", body["field"])
+		assert.Contains(t, body["error"], `"`+tenant+`"`)
+		assert.Contains(t, body["error"], "*anonymous*")
+		assert.Equal(t, http.StatusNotFound, do(t, "GET", g.admin+"/v1/rules/"+tenant+"/default", "").status, "nothing stored")
+	}
+
+	a := do(t, "PUT", g.admin+"/v1/rules/*anonymous*/default", rule)
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	assert.Equal(t, "*anonymous*", a.json(t)["tenant"])
+	for _, ip := range []string{"10.0.0.1", "10.0.0.2"} {
+		var got []int
+		for range 3 {
+			got = append(got, do(t, "GET", g.url+"/a", "", "X-Forwarded-For", ip).status)
+		}
+		assert.Equal(t, []int{200, 200, 429}, got, "client %s: each IP has its own budget", ip)
+	}
+	for range 3 {
+		assert.Equal(t, http.StatusOK, do(t, "GET", g.url+"/a", "", "X-Forwarded-For", "10.0.0.1", "X-API-Key", "hot-key").status,
+			"a tenant's requests are not anonymous")
+	}
+	require.Equal(t, http.StatusNoContent, do(t, "DELETE", g.admin+"/v1/rules/*anonymous*/default", "").status)
+	assert.Equal(t, http.StatusOK, do(t, "GET", g.url+"/a", "", "X-Forwarded-For", "10.0.0.1").status, "no anonymous rule any more")
+}
+
+// TestMetricLabelsBounded: resource names the configuration does not know,
+// sent through the check API, are counted under resource="other" without
+// creating series; the series of an API-created tenant and rule go away when
+// they are deleted.
+func TestMetricLabelsBounded(t *testing.T) {
+	up := startUpstream(t)
+	g := startGateway(t, testConfig(up.url, "limits: {ip: 0, tenant: 1000000}\n"))
+	series := func() []string {
+		var out []string
+		for _, line := range strings.Split(string(do(t, "GET", g.admin+"/metrics", "").body), "\n") {
+			if strings.HasPrefix(line, "rate_limit_requests_total{") {
+				out = append(out, line)
+			}
+		}
+		return out
+	}
+	other0 := scrape(t, g.admin, "rate_limit_requests_total", "tenant", "hot", "resource", "other")
+	for batch := range 20 {
+		var checks []string
+		for i := range 100 {
+			checks = append(checks, fmt.Sprintf(`{"tenant_id":"hot","resource":"unknown-%d","key":"k"}`, batch*100+i))
+		}
+		a := do(t, "POST", g.admin+"/v1/ratelimit/check/batch", `{"checks":[`+strings.Join(checks, ",")+`]}`)
+		require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	}
+	all := series()
+	t.Logf("%d label sets of rate_limit_requests_total after 2000 unknown resources", len(all))
+	assert.Less(t, len(all), 50)
+	for _, s := range all {
+		assert.NotContains(t, s, `resource="unknown-`)
+	}
+	assert.Equal(t, 2000.0, scrape(t, g.admin, "rate_limit_requests_total", "tenant", "hot", "resource", "other")-other0)
+
+	// API-created names get their labels, and lose them when deleted.
+	require.Equal(t, http.StatusOK, do(t, "PUT", g.admin+"/v1/tenants/labelco", `{"plan":"FREE","api_keys":[]}`).status)
+	require.Equal(t, http.StatusOK, do(t, "PUT", g.admin+"/v1/rules/labelco/labelres", `{"algorithm":"token_bucket","capacity":5,"refill_rate":1}`).status)
+	require.Equal(t, http.StatusOK, do(t, "POST", g.admin+"/v1/ratelimit/check", `{"tenant_id":"labelco","resource":"labelres","key":"k"}`).status)
+	require.Equal(t, http.StatusOK, do(t, "POST", g.admin+"/v1/ratelimit/check", `{"tenant_id":"labelco","resource":"default","key":"k"}`).status)
+	assert.Equal(t, 1.0, scrape(t, g.admin, "rate_limit_requests_total", "tenant", "labelco", "resource", "labelres"))
+	assert.Equal(t, 1.0, scrape(t, g.admin, "rate_limit_requests_total", "tenant", "labelco", "resource", "default"))
+	require.Equal(t, http.StatusNoContent, do(t, "DELETE", g.admin+"/v1/rules/labelco/labelres", "").status)
+	assert.NotContains(t, strings.Join(series(), "\n"), `resource="labelres"`, "the rule's last resource is gone")
+	assert.Contains(t, strings.Join(series(), "\n"), `tenant="labelco",resource="default"`, "the tenant stays")
+	require.Equal(t, http.StatusNoContent, do(t, "DELETE", g.admin+"/v1/tenants/labelco", "").status)
+	assert.NotContains(t, strings.Join(series(), "\n"), `tenant="labelco"`, "the tenant's series are gone")
 }

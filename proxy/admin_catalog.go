@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -88,6 +89,11 @@ func (a *Admin) rule(ctx *fasthttp.RequestCtx) {
 		c, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		defer cancel()
 		if err := a.deps.Writer.PutRule(c, r); err != nil {
+			if errors.Is(err, limit.ErrUnknownTenant) {
+				writeError(ctx, fasthttp.StatusNotFound, "tenant", "no tenant "+strconv.Quote(tenant)+
+					": create it first with PUT /v1/tenants/"+tenant+"; rules for clients without an API key use the tenant "+limit.AnonymousTenant+" (limited per client IP)")
+				return
+			}
 			a.writeFailed(ctx, err)
 			return
 		}
