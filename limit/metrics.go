@@ -70,7 +70,7 @@ const (
 	labelOther     = "other"     // names no catalog knows
 )
 
-// decisionCounters are the per (tenant, resource) counters of seed 002.
+// decisionCounters are the rate_limit_* counters of one (tenant, resource).
 type decisionCounters struct {
 	requests, allowed, blocked, shadowBlocked *metrics.Counter
 	names                                     [4]string // for unregistering
