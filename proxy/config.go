@@ -49,7 +49,23 @@ type ServerConfig struct {
 	// Concurrency is the maximum number of concurrent client connections.
 	// Default 256*1024.
 	Concurrency int `mapstructure:"concurrency"`
+	// HeadersWithUnderscores is what happens to a request header whose name
+	// has an underscore ("X_API_Key"), which some backends read as the
+	// hyphenated name: "drop" removes it before the request is read or
+	// forwarded, "reject" answers 400, "allow" forwards it. Default "drop".
+	HeadersWithUnderscores string `mapstructure:"headers_with_underscores"`
+	// ParseErrorLogRate is how many malformed-request lines a second are
+	// logged at most; the rest are counted and summed up in one line.
+	// Default 10.
+	ParseErrorLogRate int `mapstructure:"parse_error_log_rate"`
 }
+
+// Values of server.headers_with_underscores.
+const (
+	UnderscoresDrop   = "drop"
+	UnderscoresReject = "reject"
+	UnderscoresAllow  = "allow"
+)
 
 // IdentityConfig is the YAML section `identity`.
 type IdentityConfig struct {
@@ -80,21 +96,26 @@ type Route struct {
 	// cache for this long; in cache-only mode they are served from it. 0: not
 	// cached.
 	CacheTTL time.Duration `mapstructure:"cache_ttl"`
+	// PathCaseInsensitive matches PathPrefix ignoring ASCII case ("/SEARCH"
+	// takes the "/search" route) and forwards the prefix as configured.
+	// Default false: paths are case-sensitive.
+	PathCaseInsensitive bool `mapstructure:"path_case_insensitive"`
 }
 
 // Defaults of ServerConfig and IdentityConfig.
 const (
-	DefaultListen          = ":8080"
-	DefaultAdminListen     = "127.0.0.1:9090"
-	DefaultReadTimeout     = 5 * time.Second
-	DefaultWriteTimeout    = 30 * time.Second
-	DefaultIdleTimeout     = 60 * time.Second
-	DefaultMaxRequestBody  = ByteSize(10 << 20)
-	DefaultShutdownGrace   = 15 * time.Second
-	DefaultConcurrency     = 256 * 1024
-	DefaultAPIKeyHeader    = "X-API-Key"
-	DefaultRequestIDHeader = "X-Request-Id"
-	DefaultResource        = "default"
+	DefaultListen            = ":8080"
+	DefaultAdminListen       = "127.0.0.1:9090"
+	DefaultReadTimeout       = 5 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+	DefaultMaxRequestBody    = ByteSize(10 << 20)
+	DefaultShutdownGrace     = 15 * time.Second
+	DefaultConcurrency       = 256 * 1024
+	DefaultAPIKeyHeader      = "X-API-Key"
+	DefaultRequestIDHeader   = "X-Request-Id"
+	DefaultResource          = "default"
+	DefaultParseErrorLogRate = 10
 )
 
 // SetDefaults fills zero values with the defaults.
@@ -118,6 +139,8 @@ func (c *ServerConfig) SetDefaults() {
 	setDefault(&c.MaxRequestBody, DefaultMaxRequestBody)
 	setDefault(&c.ShutdownGrace, DefaultShutdownGrace)
 	setDefault(&c.Concurrency, DefaultConcurrency)
+	setDefault(&c.HeadersWithUnderscores, UnderscoresDrop)
+	setDefault(&c.ParseErrorLogRate, DefaultParseErrorLogRate)
 }
 
 // SetDefaults fills zero values with the defaults.
@@ -136,7 +159,15 @@ func setDefault[T comparable](p *T, def T) {
 // Validate checks every key; upstreamNames are the configured upstream pools
 // that routes may name. The error joins one line per bad key.
 func (c *Config) Validate(upstreamNames []string) error {
-	return errors.Join(c.Server.Validate(), c.Identity.Validate(), validateRoutes(c.Routes, upstreamNames))
+	var errs []error
+	if c.Server.HeadersWithUnderscores != UnderscoresAllow {
+		for _, kv := range [][2]string{{"identity.api_key_header", c.Identity.APIKeyHeader}, {"identity.request_id_header", c.Identity.RequestIDHeader}} {
+			if key, name := kv[0], kv[1]; strings.Contains(name, "_") {
+				errs = append(errs, fmt.Errorf("%s: %q has an underscore, which server.headers_with_underscores %q would %s", key, name, c.Server.HeadersWithUnderscores, c.Server.HeadersWithUnderscores))
+			}
+		}
+	}
+	return errors.Join(c.Server.Validate(), c.Identity.Validate(), validateRoutes(c.Routes, upstreamNames), errors.Join(errs...))
 }
 
 // Validate checks the server section.
@@ -166,6 +197,14 @@ func (c *ServerConfig) Validate() error {
 	}
 	if c.Concurrency <= 0 {
 		errs = append(errs, fmt.Errorf("server.concurrency: %d is not a positive number of connections", c.Concurrency))
+	}
+	switch c.HeadersWithUnderscores {
+	case UnderscoresDrop, UnderscoresReject, UnderscoresAllow:
+	default:
+		errs = append(errs, fmt.Errorf("server.headers_with_underscores: %q is not drop, reject or allow", c.HeadersWithUnderscores))
+	}
+	if c.ParseErrorLogRate <= 0 {
+		errs = append(errs, fmt.Errorf("server.parse_error_log_rate: %d is not a positive number of lines a second", c.ParseErrorLogRate))
 	}
 	return errors.Join(errs...)
 }

@@ -26,8 +26,6 @@ const (
 var (
 	hdrRetryAfter    = []byte("Retry-After")
 	hdrSentinelCache = []byte("X-Sentinel-Cache")
-	hdrAuthorization = []byte("Authorization")
-	hdrCookie        = []byte("Cookie")
 	strHit           = []byte("HIT")
 	strJSON          = []byte("application/json")
 )
@@ -40,16 +38,29 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.gate.RequestStarted()
 	}
 	id := s.idents.Get().(*Identity)
-	r := s.routes.match(ctx.Host(), ctx.Path())
+	path, query, ref := s.prepare(ctx, id)
+	var r *route
+	if ref == nil {
+		r = s.routes.match(ctx.Request.Header.Host(), path)
+		s.setTarget(ctx, r, id, query)
+	}
 	s.identify(ctx, r, id)
+	if ref == nil {
+		ref = s.checkHeaders(ctx, id)
+	}
 	m := s.noRoute
-	if r == nil {
+	switch {
+	case ref != nil:
+		s.refuse(ctx, id, ref)
+	case r == nil:
 		rejectNoRoute.Inc()
 		s.problem(ctx, id, fasthttp.StatusNotFound, "no route for this path")
-	} else {
+	default:
 		m = s.metrics[r.index]
 		s.serve(ctx, r, id)
 	}
+	// Answer with no Content-Type when the upstream sent none.
+	ctx.Response.Header.SetNoDefaultContentType(true)
 	ctx.Response.Header.SetBytesKV(s.requestIDHeader, id.RequestID)
 	m.count(ctx.Response.StatusCode(), s.now().Sub(start).Seconds())
 	s.idents.Put(id)
@@ -66,24 +77,16 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 		pol = s.gate.Policy()
 	}
 	cacheable := s.cache != nil && r.CacheTTL > 0 && ctx.IsGet()
+	if s.planGate(ctx, id, pol) {
+		return
+	}
 	if cacheable && pol.CacheOnly && s.serveCached(ctx, id) {
 		return // Critical mode: a cached read never touches the upstream
 	}
-	switch {
-	case pol.PremiumOnly && id.Plan != planPremium:
-		rejectModePremiumOnly.Inc()
-		ctx.Response.Header.SetBytesKV(hdrRetryAfter, []byte(overloadRetryAfter))
-		s.problem(ctx, id, fasthttp.StatusServiceUnavailable, "overload: degraded service, only PREMIUM traffic is served; retry later")
-		return
-	case pol.HeavyOff && r.Heavy:
+	if pol.HeavyOff && r.Heavy {
 		rejectModeHeavyOff.Inc()
 		ctx.Response.Header.SetBytesKV(hdrRetryAfter, []byte(overloadRetryAfter))
 		s.problem(ctx, id, fasthttp.StatusServiceUnavailable, "overload: this route is switched off while the backend is under pressure; retry later")
-		return
-	case pol.BlockFree && id.Plan == PlanFree:
-		rejectModeFreeBlocked.Inc()
-		ctx.Response.Header.SetBytesKV(hdrRetryAfter, []byte(overloadRetryAfter))
-		s.problem(ctx, id, fasthttp.StatusTooManyRequests, "overload: the FREE tier is paused while the backend is under pressure; retry later")
 		return
 	}
 
@@ -188,8 +191,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 	if d.Scope != limit.ScopeNone {
 		setRateLimitHeaders(&resp.Header, &d)
 	}
-	if cacheable && resp.StatusCode() == fasthttp.StatusOK &&
-		len(req.Header.PeekBytes(hdrAuthorization)) == 0 && len(req.Header.PeekBytes(hdrCookie)) == 0 {
+	if cacheable && resp.StatusCode() == fasthttp.StatusOK && s.sharable(&req.Header, &resp.Header) {
 		s.cache.Set(s.cacheKey(ctx, id), resp, r.CacheTTL)
 	}
 }
@@ -269,16 +271,6 @@ func (s *Server) serveCached(ctx *fasthttp.RequestCtx, id *Identity) bool {
 	}
 	ctx.Response.Header.SetBytesKV(hdrSentinelCache, strHit)
 	return true
-}
-
-// cacheKey is the method, host and request URI.
-func (s *Server) cacheKey(ctx *fasthttp.RequestCtx, id *Identity) []byte {
-	k := append(id.keyBuf[:0], ctx.Method()...)
-	k = append(k, ' ')
-	k = append(k, ctx.Host()...)
-	k = append(k, ctx.RequestURI()...)
-	id.keyBuf = k
-	return k
 }
 
 // upstreamError answers a failed forward: 503 when no target is usable, 504

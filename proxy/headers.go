@@ -85,13 +85,26 @@ func nextToken(v []byte) (tok, rest []byte) {
 	return bytes.TrimSpace(v), nil
 }
 
-// stripForwarded removes Forwarded and every X-Forwarded-* header, which an
-// untrusted client may have made up.
+// clientIPHeaders are the headers other proxies and CDNs use to pass the
+// client's address on; like Forwarded and X-Forwarded-*, they are removed
+// from an untrusted peer's request, whose backend might believe them.
+var clientIPHeaders = [][]byte{
+	[]byte("X-Real-IP"),
+	[]byte("True-Client-IP"),
+	[]byte("CF-Connecting-IP"),
+	[]byte("X-Client-IP"),
+}
+
+// stripForwarded removes Forwarded, every X-Forwarded-* header and the
+// clientIPHeaders, which an untrusted client may have made up.
 func stripForwarded(h *fasthttp.RequestHeader) {
 	h.DelBytes(hdrForwarded)
+	for _, k := range clientIPHeaders {
+		h.DelBytes(k)
+	}
 	for {
 		var key [64]byte
-		k := findForwardedKey(h, key[:0])
+		k := findHeader(h, key[:0], isForwardedKey)
 		if k == nil {
 			return
 		}
@@ -99,12 +112,18 @@ func stripForwarded(h *fasthttp.RequestHeader) {
 	}
 }
 
-// findForwardedKey copies the name of the first X-Forwarded-* header into dst,
-// or returns nil when there is none. Names longer than dst's capacity are
-// copied into a larger (allocated) buffer: rare, and only for hostile input.
-func findForwardedKey(h *fasthttp.RequestHeader, dst []byte) []byte {
+func isForwardedKey(k []byte) bool {
+	return len(k) >= len(xForwardedPrefix) && bytes.EqualFold(k[:len(xForwardedPrefix)], xForwardedPrefix)
+}
+
+// findHeader copies the name of the first header that match accepts into
+// dst, or returns nil when there is none. Names longer than dst's capacity
+// are copied into a larger (allocated) buffer: rare, and only for hostile
+// input. (The name is copied because deleting a header while iterating
+// would move the others.)
+func findHeader(h *fasthttp.RequestHeader, dst []byte, match func(k []byte) bool) []byte {
 	for k := range h.All() {
-		if len(k) >= len(xForwardedPrefix) && bytes.EqualFold(k[:len(xForwardedPrefix)], xForwardedPrefix) {
+		if match(k) {
 			return append(dst, k...)
 		}
 	}

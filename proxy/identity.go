@@ -62,6 +62,7 @@ type Identity struct {
 	body     clientBody
 	scratch  []byte
 	keyBuf   []byte
+	uriBuf   []byte // the normalised path and the query: the forwarded URI
 }
 
 // idGen makes request IDs "<8 hex pod prefix>-<16 hex counter>" into a fixed

@@ -23,6 +23,9 @@ const (
 	reasonStoreUnavailable = "store_unavailable"
 	reasonNoRoute          = "no_route"
 	reasonBodyTooLarge     = "body_too_large"
+	reasonBadPath          = "bad_path"
+	reasonBadHeader        = "bad_header"
+	reasonFraming          = "framing"
 )
 
 var (
@@ -34,6 +37,13 @@ var (
 	rejectStoreUnavailable = rejection(reasonStoreUnavailable)
 	rejectNoRoute          = rejection(reasonNoRoute)
 	rejectBodyTooLarge     = rejection(reasonBodyTooLarge)
+	rejectBadPath          = rejection(reasonBadPath)
+	rejectBadHeader        = rejection(reasonBadHeader)
+	rejectFraming          = rejection(reasonFraming)
+
+	// underscoreDropped counts request headers dropped for an underscore in
+	// their name (server.headers_with_underscores: drop).
+	underscoreDropped = metrics.NewCounter(`sentinel_proxy_headers_dropped_total{reason="underscore"}`)
 )
 
 func rejection(reason string) *metrics.Counter {
@@ -42,7 +52,7 @@ func rejection(reason string) *metrics.Counter {
 
 // trackedCodes are the status codes counted under their own label; any other
 // code is counted as its class ("2xx" ... "5xx"), so the label set is bounded.
-var trackedCodes = [...]int{200, 201, 204, 206, 301, 302, 304, 400, 401, 403, 404, 405, 408, 413, 429, 500, 502, 503, 504}
+var trackedCodes = [...]int{200, 201, 204, 206, 301, 302, 304, 400, 401, 403, 404, 405, 408, 413, 414, 429, 431, 500, 502, 503, 504, 505}
 
 // routeMetrics are one route's counters, created at New in the Server's
 // metrics.Set (one set per Server, unregistered at Shutdown).

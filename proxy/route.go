@@ -18,8 +18,12 @@ import (
 // location: when the request's Host (port dropped, case-insensitive) equals a
 // route's host, the longest matching prefix among that host's routes wins;
 // otherwise the longest matching prefix among the host-less routes. Paths are
-// the ones fasthttp has already decoded and normalised ("/a/../b" is "/b"),
-// so "/api/../admin" cannot slip past a route.
+// normalised by normalizePath first ("/a/../b" is "/b"), and the same path
+// is forwarded, so "/api/../admin" cannot slip past a route. A ";" ends a
+// segment as "/" does ("/search;x=1" is under "/search"), since some
+// backends drop such parameters. A route with path_case_insensitive
+// compares its prefix ignoring ASCII case; the forwarded path then carries
+// the prefix as configured (canonicalize).
 //
 // The compiled table is immutable; match allocates nothing. Routes are kept
 // sorted by prefix length, longest first, and scanned linearly: route tables
@@ -86,10 +90,35 @@ func matchPrefix(rs []*route, path []byte) *route {
 }
 
 func (r *route) matches(path []byte) bool {
-	if !bytes.HasPrefix(path, r.prefix) {
+	if !r.hasPrefix(path) {
 		return false
 	}
-	return r.subdir || len(path) == len(r.prefix) || path[len(r.prefix)] == '/'
+	return r.subdir || len(path) == len(r.prefix) || path[len(r.prefix)] == '/' || path[len(r.prefix)] == ';'
+}
+
+// hasPrefix is bytes.HasPrefix, ignoring ASCII case for a case-insensitive
+// route.
+func (r *route) hasPrefix(path []byte) bool {
+	if !r.PathCaseInsensitive {
+		return bytes.HasPrefix(path, r.prefix)
+	}
+	if len(path) < len(r.prefix) {
+		return false
+	}
+	for i, c := range r.prefix {
+		if lowerASCII(path[i]) != lowerASCII(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// canonicalize rewrites the matched prefix of path in place to the route's
+// own spelling, so that a case-insensitive route forwards what it matched.
+func (r *route) canonicalize(path []byte) {
+	if r.PathCaseInsensitive {
+		copy(path, r.prefix)
+	}
 }
 
 // lowerHost drops the port from a Host header value and lower-cases it into

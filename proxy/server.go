@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -36,6 +37,7 @@ type Server struct {
 	requestIDHeader []byte
 	ids             *idGen
 	idents          sync.Pool // *Identity
+	errLog          *errorLog
 
 	server *fasthttp.Server
 }
@@ -93,9 +95,11 @@ func New(deps Deps) (*Server, error) {
 	s.noRoute = newRouteMetrics(s.set, "none")
 	metrics.RegisterSet(s.set)
 	srv := cfg.Server
+	s.errLog = newErrorLog(slog.Default(), srv.ParseErrorLogRate)
 	s.server = &fasthttp.Server{
 		Handler:                       s.handle,
 		ErrorHandler:                  s.handleError,
+		Logger:                        s.errLog,
 		Name:                          "sentinel",
 		Concurrency:                   srv.Concurrency,
 		ReadTimeout:                   srv.ReadTimeout,
@@ -136,6 +140,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // handleError answers the requests fasthttp could not read: 413 for a body
 // over server.max_request_body, 408 for a read timeout, 400 otherwise.
 func (s *Server) handleError(ctx *fasthttp.RequestCtx, err error) {
+	if s.headError(ctx, err) {
+		return // 431 or 414
+	}
 	status, msg := fasthttp.StatusBadRequest, "malformed request"
 	var tooLarge bool
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {

@@ -70,6 +70,9 @@ func (b *backend) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Hop", "secret")
 	w.Header().Set("Keep-Alive", "timeout=5")
 	w.Header().Set("Content-Type", "application/json")
+	if cc := r.URL.Query().Get("cc"); cc != "" {
+		w.Header().Set("Cache-Control", cc)
+	}
 	h := map[string]string{}
 	for k := range r.Header {
 		h[k] = r.Header.Get(k)
@@ -404,8 +407,8 @@ func TestModePolicies(t *testing.T) {
 		d.Adaptive = gate
 		d.Cache = upstream.NewCache(upstream.CacheConfig{})
 	})
-	// Normal: the cached route fills the cache.
-	resp, _ := get(t, p.url+"/cached/item", "X-API-Key", "free-key")
+	// Normal: the cached route fills the cache (the tenant's partition).
+	resp, _ := get(t, p.url+"/cached/item?cc=public", "X-API-Key", "acme-key")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
 	gate.policy = adaptive.Policy{Mode: adaptive.Aggressive, BlockFree: true, HeavyOff: true, Strict: true, Multiplier: 0.2}
@@ -422,10 +425,12 @@ func TestModePolicies(t *testing.T) {
 
 	gate.policy = adaptive.Policy{Mode: adaptive.Critical, BlockFree: true, HeavyOff: true, PremiumOnly: true, CacheOnly: true, Strict: true, Multiplier: 0.05}
 	hits := be.hits.Load()
-	resp, _ = get(t, p.url+"/cached/item", "X-API-Key", "free-key")
+	resp, _ = get(t, p.url+"/cached/item?cc=public", "X-API-Key", "acme-key")
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "a cached read is served in Critical mode")
 	assert.Equal(t, "HIT", resp.Header.Get("X-Sentinel-Cache"))
 	assert.Equal(t, hits, be.hits.Load(), "without touching the upstream")
+	resp, _ = get(t, p.url+"/cached/item?cc=public", "X-API-Key", "free-key")
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "the plan gate comes before the cache")
 	resp, body = get(t, p.url+"/cached/miss", "X-API-Key", "free-key")
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	assert.Contains(t, string(body), "only PREMIUM")

@@ -1,0 +1,96 @@
+package proxy
+
+import (
+	"bytes"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/adaptive"
+)
+
+// The response cache is shared by every client, so what goes in and who gets
+// it out is decided here:
+//
+//   - the key is the method, the Host (lower case), the forwarded URI
+//     (normalised path and query) and the tenant: each tenant has its own
+//     partition, and anonymous requests have theirs;
+//   - an answer to a request that carries credentials (Authorization,
+//     Cookie or the API key header) is stored only when the backend marks
+//     it shareable with Cache-Control "public" or "s-maxage" (RFC 9111
+//     §3.5); the cache itself refuses "private", "no-store" and any Vary
+//     but Accept-Encoding (upstream.Cache.Set);
+//   - the mode's plan gate runs before the cache, so a cached answer is no
+//     way around "PREMIUM only" or "FREE blocked".
+
+var (
+	hdrAuthorization = []byte("Authorization")
+	hdrCookie        = []byte("Cookie")
+	hdrCacheControl  = []byte("Cache-Control")
+	strPublic        = []byte("public")
+	strSMaxAge       = []byte("s-maxage")
+)
+
+// planGate answers the requests the mode refuses for their plan and reports
+// whether it did.
+func (s *Server) planGate(ctx *fasthttp.RequestCtx, id *Identity, pol adaptive.Policy) bool {
+	switch {
+	case pol.PremiumOnly && id.Plan != planPremium:
+		rejectModePremiumOnly.Inc()
+		ctx.Response.Header.SetBytesKV(hdrRetryAfter, []byte(overloadRetryAfter))
+		s.problem(ctx, id, fasthttp.StatusServiceUnavailable, "overload: degraded service, only PREMIUM traffic is served; retry later")
+	case pol.BlockFree && id.Plan == PlanFree:
+		rejectModeFreeBlocked.Inc()
+		ctx.Response.Header.SetBytesKV(hdrRetryAfter, []byte(overloadRetryAfter))
+		s.problem(ctx, id, fasthttp.StatusTooManyRequests, "overload: the FREE tier is paused while the backend is under pressure; retry later")
+	default:
+		return false
+	}
+	return true
+}
+
+// cacheKey is "METHOD host/uri\x00" followed by "t" and the tenant, or "a"
+// for anonymous requests, built in id's buffer.
+func (s *Server) cacheKey(ctx *fasthttp.RequestCtx, id *Identity) []byte {
+	k := append(id.keyBuf[:0], ctx.Method()...)
+	k = append(k, ' ')
+	for _, c := range ctx.Request.Header.Host() {
+		k = append(k, lowerASCII(c))
+	}
+	k = append(k, ctx.Request.Header.RequestURI()...)
+	k = append(k, 0)
+	if id.Anonymous {
+		k = append(k, 'a')
+	} else {
+		k = append(k, 't')
+		k = append(k, id.Tenant...)
+	}
+	id.keyBuf = k
+	return k
+}
+
+// sharable tells whether the answer resp to req may be stored: always when
+// req carries no credentials, otherwise only when resp says it is public.
+func (s *Server) sharable(req *fasthttp.RequestHeader, resp *fasthttp.ResponseHeader) bool {
+	if len(req.PeekBytes(hdrAuthorization)) == 0 && len(req.PeekBytes(hdrCookie)) == 0 &&
+		len(req.PeekBytes(s.apiKeyHeader)) == 0 {
+		return true
+	}
+	cc := resp.PeekBytes(hdrCacheControl)
+	return hasDirective(cc, strPublic) || hasDirective(cc, strSMaxAge)
+}
+
+// hasDirective tells whether the comma-separated list holds the directive
+// name (ignoring case and any "=value").
+func hasDirective(list, name []byte) bool {
+	for len(list) > 0 {
+		var tok []byte
+		tok, list = nextToken(list)
+		if i := bytes.IndexByte(tok, '='); i >= 0 {
+			tok = bytes.TrimSpace(tok[:i])
+		}
+		if bytes.EqualFold(tok, name) {
+			return true
+		}
+	}
+	return false
+}
