@@ -54,6 +54,11 @@ func TestConfigValidateMessages(t *testing.T) {
 		{"cache ttl", func(c *Config) { c.Routes[0].CacheTTL = -time.Second }, `routes[0].cache_ttl: -1s is negative`},
 		{"duplicate", func(c *Config) { c.Routes = append(c.Routes, Route{PathPrefix: "/", Upstream: "api"}) }, `routes[1]: path_prefix "/" and host "" repeat routes[0]`},
 		{"no routes", func(c *Config) { c.Routes = nil }, `routes: at least one route is required`},
+		{"underscores", func(c *Config) { c.Server.HeadersWithUnderscores = "ignore" },
+			`server.headers_with_underscores: "ignore" is not drop, reject or allow`},
+		{"underscore key", func(c *Config) { c.Identity.APIKeyHeader = "X_Key" },
+			`identity.api_key_header: "X_Key" has an underscore, which server.headers_with_underscores "drop" would drop`},
+		{"log rate", func(c *Config) { c.Server.ParseErrorLogRate = -1 }, `server.parse_error_log_rate: -1`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

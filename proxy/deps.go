@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -95,6 +96,9 @@ type Deps struct {
 	// Now is the clock (nil: time.Now). It dates latencies and request
 	// durations.
 	Now func() time.Time
+	// Log receives the proxy server's own log lines: unreadable requests,
+	// rate-limited (nil: slog.Default()).
+	Log *slog.Logger
 	// Pools, when set, replaces Upstreams' lookup (tests; and a main that
 	// wants its own Doer per upstream name). A nil Doer means "unknown".
 	Pools func(name string) Doer

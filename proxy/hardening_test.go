@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bufio"
+	"crypto/tls"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -347,4 +349,64 @@ func TestFraming(t *testing.T) {
 	resp, _ = raw(t, p.url, "POST /up HTTP/1.1\r\nHost: gw.test\r\nContent-Type: text/csv\r\nContent-Length: 1\r\n\r\nx")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "text/csv", rec.request().Header.Get("Content-Type"))
+}
+
+// lockedBuffer is a bytes.Buffer for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestParseErrorLog(t *testing.T) {
+	rec := startRecorder(t)
+	var out lockedBuffer
+	p := startProxy(t, rec.url, func(d *Deps, _ *upstream.Config) {
+		d.Log = slog.New(slog.NewTextHandler(&out, nil))
+		d.Config.Server.ParseErrorLogRate = 5
+	})
+	addr := strings.TrimPrefix(p.url, "http://")
+
+	// A TLS client on the plain port is one short line.
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // no server certificate to check
+	require.NoError(t, tc.SetDeadline(time.Now().Add(5*time.Second)))
+	assert.Error(t, tc.Handshake())
+	conn.Close()
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "TLS handshake on a plain-HTTP port") },
+		5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 1, strings.Count(out.String(), "\n"), out.String())
+	tlsSeen := parseErrTLS.Get()
+	assert.NotZero(t, tlsSeen)
+
+	malformed := parseErrMalformed.Get()
+	for range 200 {
+		resp, _ := raw(t, p.url, "GET / HTTP/1.1\r\nHost: gw.test\r\nAuthorization: Bearer top-secret\r\nX-Api-Key: acme-key\r\nBad Header\r\n\r\n")
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	}
+	assert.EqualValues(t, 200, parseErrMalformed.Get()-malformed)
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "suppressed=") },
+		5*time.Second, 10*time.Millisecond, "the dropped lines are summed up")
+	log := out.String()
+	assert.NotContains(t, log, "top-secret")
+	assert.NotContains(t, log, "acme-key")
+	assert.NotContains(t, log, "Bad Header")
+	assert.Contains(t, log, "malformed mime header")
+	assert.Contains(t, log, "peer=")
+	// 200 connections in (at most) a few seconds: 5 lines a second and one
+	// summary line per second.
+	assert.Less(t, strings.Count(log, "\n"), 40, log)
+	assert.Less(t, len(log), 8<<10)
 }

@@ -87,6 +87,8 @@ func normalizePath(dst, raw []byte) ([]byte, pathError) {
 			return dst[:base], pathDotParams
 		case hasEdgeSpace(seg):
 			return dst[:base], pathEdgeSpace
+		case hasDoubleEncoding(seg):
+			return dst[:base], pathDoubleEncoded
 		case i < len(raw): // raw[i] is '/'
 			out = append(out, '/')
 		}
@@ -113,11 +115,6 @@ func appendSegment(out, raw []byte, i int) ([]byte, int, pathError) {
 				return out, i, pathBackslash
 			case v < 0x20 || v == 0x7f:
 				return out, i, pathControl
-			case v == '%':
-				if doubleEncoded(raw[i+3:]) {
-					return out, i, pathDoubleEncoded
-				}
-				out = append(out, '%', '2', '5')
 			case isUnreserved(v):
 				out = append(out, v)
 			default:
@@ -138,9 +135,27 @@ func appendSegment(out, raw []byte, i int) ([]byte, int, pathError) {
 	return out, i, pathOK
 }
 
-// doubleEncoded tells whether rest, which follows a "%25", starts with the
-// hex code of a character refused encoded: "%252F" is "%2F" to a backend
-// that decodes twice.
+var strEncodedPercent = []byte("%25")
+
+// hasDoubleEncoding tells whether the decoded segment has a "%25" followed
+// by the hex code of a character refused encoded: "%252F" is "%2F" to a
+// backend that decodes twice. It looks at the decoded segment, since
+// "%250%61" is "%250a" once "%61" is decoded.
+func hasDoubleEncoding(seg []byte) bool {
+	for {
+		i := bytes.Index(seg, strEncodedPercent)
+		if i < 0 {
+			return false
+		}
+		seg = seg[i+3:]
+		if doubleEncoded(seg) {
+			return true
+		}
+	}
+}
+
+// doubleEncoded tells whether rest starts with the hex code of a character
+// refused encoded.
 func doubleEncoded(rest []byte) bool {
 	if len(rest) < 2 {
 		return false

@@ -95,7 +95,11 @@ func New(deps Deps) (*Server, error) {
 	s.noRoute = newRouteMetrics(s.set, "none")
 	metrics.RegisterSet(s.set)
 	srv := cfg.Server
-	s.errLog = newErrorLog(slog.Default(), srv.ParseErrorLogRate)
+	log := deps.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	s.errLog = newErrorLog(log, srv.ParseErrorLogRate)
 	s.server = &fasthttp.Server{
 		Handler:                       s.handle,
 		ErrorHandler:                  s.handleError,
