@@ -51,8 +51,9 @@ type ServerConfig struct {
 	Concurrency int `mapstructure:"concurrency"`
 	// HeadersWithUnderscores is what happens to a request header whose name
 	// has an underscore ("X_API_Key"), which some backends read as the
-	// hyphenated name: "drop" removes it before the request is read or
-	// forwarded, "reject" answers 400, "allow" forwards it. Default "drop".
+	// hyphenated name: "drop" removes it (the gateway does not read it
+	// and the backend does not get it), "reject" answers 400, "allow"
+	// forwards it. Default "drop".
 	HeadersWithUnderscores string `mapstructure:"headers_with_underscores"`
 	// ParseErrorLogRate is how many malformed-request lines a second are
 	// logged at most; the rest are counted and summed up in one line.

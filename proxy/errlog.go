@@ -56,6 +56,7 @@ func (s *Server) headError(ctx *fasthttp.RequestCtx, err error) bool {
 	msg := err.Error()
 	switch {
 	case errors.As(err, &small):
+		clientFaultMalformed.Inc()
 		status, text := fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers larger than the read buffer"
 		if !requestLineEnded(msg) {
 			status, text = fasthttp.StatusRequestURITooLong, "request URI larger than the read buffer"
