@@ -30,22 +30,15 @@ var (
 	strSMaxAge       = []byte("s-maxage")
 )
 
-// planGate answers the requests the mode refuses for their plan and reports
-// whether it did.
-func (s *Server) planGate(ctx *fasthttp.RequestCtx, id *Identity, pol adaptive.Policy) bool {
+// planGate is the mode's refusal of id's plan, or nil.
+func planGate(id *Identity, pol adaptive.Policy) *reason {
 	switch {
 	case pol.PremiumOnly && id.Plan != planPremium:
-		rejectModePremiumOnly.Inc()
-		ctx.Response.Header.SetBytesKV(hdrRetryAfter, []byte(overloadRetryAfter))
-		s.problem(ctx, id, fasthttp.StatusServiceUnavailable, "overload: degraded service, only PREMIUM traffic is served; retry later")
+		return reasonPremiumOnly
 	case pol.BlockFree && id.Plan == PlanFree:
-		rejectModeFreeBlocked.Inc()
-		ctx.Response.Header.SetBytesKV(hdrRetryAfter, []byte(overloadRetryAfter))
-		s.problem(ctx, id, fasthttp.StatusTooManyRequests, "overload: the FREE tier is paused while the backend is under pressure; retry later")
-	default:
-		return false
+		return reasonFreeBlocked
 	}
-	return true
+	return nil
 }
 
 // cacheKey is "METHOD host/uri\x00" followed by "t" and the tenant, or "a"

@@ -16,13 +16,6 @@ import (
 // planPremium is the plan that passes in Critical mode.
 const planPremium = "PREMIUM"
 
-// Retry-After of the overload answers, in seconds: modes last at least a
-// few seconds.
-const (
-	overloadRetryAfter = "5"
-	shedRetryAfter     = "1"
-)
-
 var (
 	hdrRetryAfter    = []byte("Retry-After")
 	hdrSentinelCache = []byte("X-Sentinel-Cache")
@@ -51,10 +44,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	m := s.noRoute
 	switch {
 	case ref != nil:
-		s.refuse(ctx, id, ref)
+		s.reject(ctx, id, ref)
 	case r == nil:
-		rejectNoRoute.Inc()
-		s.problem(ctx, id, fasthttp.StatusNotFound, "no route for this path")
+		s.reject(ctx, id, reasonNoRoute)
 	default:
 		m = s.metrics[r.index]
 		s.serve(ctx, r, id)
@@ -70,84 +62,115 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	inflight.Add(-1)
 }
 
-// serve decides and forwards one routed request.
+// serve decides and forwards one routed request, in phases: admit (mode
+// gates and limits), acquire (a concurrency slot), outbound (body cap,
+// hop-by-hop and forwarded headers), forward, respond. A phase that refuses
+// answers with a reason and ends the request.
 func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 	var pol adaptive.Policy
 	if s.gate != nil {
 		pol = s.gate.Policy()
 	}
 	cacheable := s.cache != nil && r.CacheTTL > 0 && ctx.IsGet()
-	if s.planGate(ctx, id, pol) {
+	if why := s.gates(ctx, r, id, pol, cacheable); why != nil {
+		if why != servedFromCache {
+			s.reject(ctx, id, why)
+		}
 		return
+	}
+	d, why := s.admit(id)
+	switch {
+	case why != nil:
+		s.reject(ctx, id, why)
+		return
+	case !d.Allowed:
+		rejectRateLimit.Inc()
+		s.tooMany(ctx, id, &d)
+		return
+	}
+	// A declared body over the limit is refused before it takes a slot.
+	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > int64(s.cfg.Server.MaxRequestBody) {
+		s.reject(ctx, id, reasonBodyTooLarge)
+		return
+	}
+	ticket, why := s.acquire(r, id)
+	if why != nil {
+		s.reject(ctx, id, why)
+		return
+	}
+	req, body := s.outbound(ctx, id)
+	if req != &ctx.Request {
+		defer fasthttp.ReleaseRequest(req)
+	}
+	class, err := s.forward(ctx, r, req, ticket, cacheable)
+	s.respond(ctx, r, id, req, body, class, err, &d, cacheable)
+}
+
+// servedFromCache is the gates' word for a request answered from the cache.
+var servedFromCache = &reason{}
+
+// gates applies the mode's policy: the plan gate first (no cached answer is
+// a way around it), then Critical mode's cached reads, then heavy routes.
+func (s *Server) gates(ctx *fasthttp.RequestCtx, r *route, id *Identity, pol adaptive.Policy, cacheable bool) *reason {
+	if why := planGate(id, pol); why != nil {
+		return why
 	}
 	if cacheable && pol.CacheOnly && s.serveCached(ctx, id) {
-		return // Critical mode: a cached read never touches the upstream
+		return servedFromCache // a cached read never touches the upstream
 	}
 	if pol.HeavyOff && r.Heavy {
-		rejectModeHeavyOff.Inc()
-		ctx.Response.Header.SetBytesKV(hdrRetryAfter, []byte(overloadRetryAfter))
-		s.problem(ctx, id, fasthttp.StatusServiceUnavailable, "overload: this route is switched off while the backend is under pressure; retry later")
-		return
+		return reasonHeavyOff
 	}
+	return nil
+}
 
-	var d limit.Decision
-	if s.limiter != nil {
-		lr := &id.limitReq
-		*lr = limit.Request{IP: id.IPText, Resource: id.Resource, Tokens: 1}
-		if !id.Anonymous {
-			lr.APIKey, lr.Tenant, lr.Plan = id.APIKey, id.Tenant, id.Plan
-		}
-		if id.RequestIDTrusted {
-			lr.RequestID = id.RequestID
-		}
-		d = s.limiter.Allow(context.Background(), lr) // not ctx: fasthttp reuses RequestCtx
-		*lr = limit.Request{}
-		switch {
-		case d.Unavailable:
-			rejectStoreUnavailable.Inc()
-			ctx.Response.Header.SetBytesKV(hdrRetryAfter, []byte(shedRetryAfter))
-			s.problem(ctx, id, fasthttp.StatusServiceUnavailable, "rate limit store unavailable; retry later")
-			return
-		case !d.Allowed:
-			rejectRateLimit.Inc()
-			s.tooMany(ctx, id, &d)
-			return
-		}
+// admit asks the limiter. The decision's headers go on the answer; a store
+// that cannot decide (on_store_failure: closed) is a reason.
+func (s *Server) admit(id *Identity) (limit.Decision, *reason) {
+	if s.limiter == nil {
+		return limit.Decision{Allowed: true}, nil
 	}
+	lr := &id.limitReq
+	*lr = limit.Request{IP: id.IPText, Resource: id.Resource, Tokens: 1}
+	if !id.Anonymous {
+		lr.APIKey, lr.Tenant, lr.Plan = id.APIKey, id.Tenant, id.Plan
+	}
+	if id.RequestIDTrusted {
+		lr.RequestID = id.RequestID
+	}
+	d := s.limiter.Allow(context.Background(), lr) // not ctx: fasthttp reuses RequestCtx
+	*lr = limit.Request{}
+	if d.Unavailable {
+		return d, reasonStoreUnavailable
+	}
+	return d, nil
+}
 
+// acquire takes a slot of the route's upstream concurrency limit.
+func (s *Server) acquire(r *route, id *Identity) (adaptive.Ticket, *reason) {
+	c := s.conc[r.index]
+	if c == nil {
+		return adaptive.Ticket{}, nil
+	}
+	t, ok := c.Acquire(adaptive.PriorityOf(id.Plan))
+	if !ok {
+		return adaptive.Ticket{}, reasonConcurrency
+	}
+	return t, nil
+}
+
+// outbound prepares the request to forward: the client's, or, when it has a
+// streamed body, a pooled copy whose body reads through clientBody (the
+// caller releases it). Replacing the server's own body stream would release
+// it, hence the copy. clientBody tells the client's failures (malformed
+// framing, too large, too slow, gone) from the upstream's.
+func (s *Server) outbound(ctx *fasthttp.RequestCtx, id *Identity) (*fasthttp.Request, *clientBody) {
 	req := &ctx.Request
-	// The server streams request bodies, so it does not enforce
-	// max_request_body itself: a declared length over it is refused here, a
-	// streamed body is cut off (and refused) when it grows past it.
-	maxBody := int64(s.cfg.Server.MaxRequestBody)
-	cl := req.Header.ContentLength()
-	if cl > 0 && int64(cl) > maxBody {
-		s.clientFault(ctx, id, errBodyTooLarge)
-		return
-	}
-
-	var ticket adaptive.Ticket
-	if c := s.conc[r.index]; c != nil {
-		t, ok := c.Acquire(adaptive.PriorityOf(id.Plan))
-		if !ok {
-			rejectConcurrency.Inc()
-			ctx.Response.Header.SetBytesKV(hdrRetryAfter, []byte(shedRetryAfter))
-			s.problem(ctx, id, fasthttp.StatusServiceUnavailable, "overload: upstream at its concurrency limit; retry later")
-			return
-		}
-		ticket = t
-	}
-
 	var body *clientBody
-	if (cl > 0 || cl == -1) && req.IsBodyStream() {
-		// Every streamed body is read through clientBody, which tells the
-		// client's failures (malformed framing, too large, too slow, gone)
-		// from the upstream's. Replacing the server's body stream would
-		// release it: forward a copy of the request instead.
+	if cl := req.Header.ContentLength(); (cl > 0 || cl == -1) && req.IsBodyStream() {
 		body = &id.body
-		*body = clientBody{r: ctx.RequestBodyStream(), left: maxBody}
+		*body = clientBody{r: ctx.RequestBodyStream(), left: int64(s.cfg.Server.MaxRequestBody)}
 		fwd := fasthttp.AcquireRequest()
-		defer fasthttp.ReleaseRequest(fwd)
 		req.Header.CopyTo(&fwd.Header)
 		fwd.SetBodyStream(body, cl)
 		req = fwd
@@ -159,7 +182,13 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 	peer := id.Peer.AppendTo(id.peerBuf[:0])
 	id.scratch = setForwarded(&req.Header, peer, id.PeerTrusted, ctx.IsTLS(), id.scratch[:0])
 	req.Header.SetBytesKV(s.requestIDHeader, id.RequestID)
+	return req, body
+}
 
+// forward sends req to the route's pool, classifies the result once and
+// feeds it, with the upstream's latency (not the time queued for a slot),
+// to the concurrency limit and the adaptive signals.
+func (s *Server) forward(ctx *fasthttp.RequestCtx, r *route, req *fasthttp.Request, ticket adaptive.Ticket, cacheable bool) (upstream.Class, error) {
 	resp := &ctx.Response
 	resp.StreamBody = !cacheable // stream answers unless they may be cached
 	sent := s.now()
@@ -175,21 +204,32 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 	if s.gate != nil {
 		s.gate.ObserveUpstream(latency, res)
 	}
+	return class, err
+}
+
+// respond finishes the answer: the reason of a failed forward, or the
+// upstream's answer with its hop-by-hop headers removed, the rate-limit
+// headers added, and a copy in the cache when it may be shared.
+func (s *Server) respond(ctx *fasthttp.RequestCtx, r *route, id *Identity, req *fasthttp.Request, body *clientBody,
+	class upstream.Class, err error, d *limit.Decision, cacheable bool) {
 	switch {
 	case class == upstream.ClientFault:
-		s.clientFault(ctx, id, body.fault)
+		ctx.Response.Reset()
+		s.reject(ctx, id, clientFaultReason(body.fault))
 		return
 	case err != nil:
-		s.upstreamError(ctx, id, err)
+		ctx.Response.Reset()
+		s.reject(ctx, id, upstreamErrorReason(err))
 		return
 	case body != nil && body.fault != nil:
 		// The upstream answered before the client's body broke: pass the
 		// answer on, but the connection's framing is lost.
 		ctx.SetConnectionClose()
 	}
+	resp := &ctx.Response
 	stripHopResponse(&resp.Header)
 	if d.Scope != limit.ScopeNone {
-		setRateLimitHeaders(&resp.Header, &d)
+		setRateLimitHeaders(&resp.Header, d)
 	}
 	if cacheable && resp.StatusCode() == fasthttp.StatusOK && s.sharable(&req.Header, &resp.Header) {
 		s.cache.Set(s.cacheKey(ctx, id), resp, r.CacheTTL)
@@ -207,29 +247,16 @@ var adaptiveResult = [...]adaptive.Result{
 	upstream.Failure:      adaptive.Failed,
 }
 
-// clientFault answers a request whose body the client broke: 413 over
-// max_request_body, 408 when it came too slowly, 400 otherwise. It is one
-// answer, and the last on the connection: what follows the broken body on
-// the wire cannot be framed.
-func (s *Server) clientFault(ctx *fasthttp.RequestCtx, id *Identity, err error) {
-	ctx.Response.Reset()
-	ctx.SetConnectionClose()
+// clientFaultReason answers a request whose body the client broke: 413
+// over max_request_body, 408 when it came too slowly, 400 otherwise.
+func clientFaultReason(err error) *reason {
 	switch {
 	case errors.Is(err, errBodyTooLarge):
-		s.bodyTooLarge(ctx, id)
+		return reasonBodyTooLarge
 	case isTimeout(err):
-		clientFaultTimeout.Inc()
-		s.problem(ctx, id, fasthttp.StatusRequestTimeout, "request body not received in time")
-	default:
-		clientFaultMalformed.Inc()
-		s.problem(ctx, id, fasthttp.StatusBadRequest, "malformed or incomplete request body")
+		return reasonBodyTimeout
 	}
-}
-
-// bodyTooLarge answers 413.
-func (s *Server) bodyTooLarge(ctx *fasthttp.RequestCtx, id *Identity) {
-	rejectBodyTooLarge.Inc()
-	s.problem(ctx, id, fasthttp.StatusRequestEntityTooLarge, "request body larger than server.max_request_body")
+	return reasonBodyMalformed
 }
 
 // clientBody passes a streamed request body through, until it grows past
@@ -273,22 +300,16 @@ func (s *Server) serveCached(ctx *fasthttp.RequestCtx, id *Identity) bool {
 	return true
 }
 
-// upstreamError answers a failed forward: 503 when no target is usable, 504
-// on a timeout, 502 otherwise.
-func (s *Server) upstreamError(ctx *fasthttp.RequestCtx, id *Identity, err error) {
-	ctx.Response.Reset()
+// upstreamErrorReason answers a failed forward: 503 when no target is
+// usable, 504 on a timeout, 502 otherwise.
+func upstreamErrorReason(err error) *reason {
 	switch {
 	case errors.Is(err, upstream.ErrNoHealthy):
-		upstreamNoHealthy.Inc()
-		ctx.Response.Header.SetBytesKV(hdrRetryAfter, []byte(shedRetryAfter))
-		s.problem(ctx, id, fasthttp.StatusServiceUnavailable, "no healthy upstream target")
+		return reasonNoHealthy
 	case errors.Is(err, upstream.ErrTimeout):
-		upstreamTimeouts.Inc()
-		s.problem(ctx, id, fasthttp.StatusGatewayTimeout, "upstream timed out")
-	default:
-		upstreamFailures.Inc()
-		s.problem(ctx, id, fasthttp.StatusBadGateway, "upstream connection failed")
+		return reasonUpstreamTimeout
 	}
+	return reasonUpstreamFailed
 }
 
 // tooMany writes the 429 answer of a rate limit.

@@ -13,33 +13,19 @@ var (
 	_        = metrics.NewGauge(`sentinel_http_inflight`, func() float64 { return float64(inflight.Load()) })
 )
 
-// Rejection reasons, the values of sentinel_proxy_rejections_total{reason}.
-const (
-	reasonRateLimit        = "rate_limit"
-	reasonModeFreeBlocked  = "mode_free_blocked"
-	reasonModeHeavyOff     = "mode_heavy_off"
-	reasonModePremiumOnly  = "mode_premium_only"
-	reasonConcurrency      = "concurrency"
-	reasonStoreUnavailable = "store_unavailable"
-	reasonNoRoute          = "no_route"
-	reasonBodyTooLarge     = "body_too_large"
-	reasonBadPath          = "bad_path"
-	reasonBadHeader        = "bad_header"
-	reasonFraming          = "framing"
-)
-
+// Rejections, by sentinel_proxy_rejections_total{reason}.
 var (
-	rejectRateLimit        = rejection(reasonRateLimit)
-	rejectModeFreeBlocked  = rejection(reasonModeFreeBlocked)
-	rejectModeHeavyOff     = rejection(reasonModeHeavyOff)
-	rejectModePremiumOnly  = rejection(reasonModePremiumOnly)
-	rejectConcurrency      = rejection(reasonConcurrency)
-	rejectStoreUnavailable = rejection(reasonStoreUnavailable)
-	rejectNoRoute          = rejection(reasonNoRoute)
-	rejectBodyTooLarge     = rejection(reasonBodyTooLarge)
-	rejectBadPath          = rejection(reasonBadPath)
-	rejectBadHeader        = rejection(reasonBadHeader)
-	rejectFraming          = rejection(reasonFraming)
+	rejectRateLimit        = rejection("rate_limit")
+	rejectModeFreeBlocked  = rejection("mode_free_blocked")
+	rejectModeHeavyOff     = rejection("mode_heavy_off")
+	rejectModePremiumOnly  = rejection("mode_premium_only")
+	rejectConcurrency      = rejection("concurrency")
+	rejectStoreUnavailable = rejection("store_unavailable")
+	rejectNoRoute          = rejection("no_route")
+	rejectBodyTooLarge     = rejection("body_too_large")
+	rejectBadPath          = rejection("bad_path")
+	rejectBadHeader        = rejection("bad_header")
+	rejectFraming          = rejection("framing")
 
 	// underscoreDropped counts request headers dropped for an underscore in
 	// their name (server.headers_with_underscores: drop).

@@ -3,47 +3,38 @@ package proxy
 import (
 	"bytes"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 )
 
 // Request checks that run before routing: framing the proxy does not
 // forward, the request-target's form and path, and the identity headers.
-// Each refusal is one fixed answer; none allocates.
-
-// refusal is a fixed answer to a request the proxy will not forward.
-type refusal struct {
-	status  int
-	msg     string
-	counter *metrics.Counter
-	close   bool   // close the connection after the answer
-	allow   []byte // the Allow header of a 405
-}
+// Each refusal is one fixed answer (a reason, see reject.go); none
+// allocates.
 
 var strAllowed = []byte("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
 
 var (
-	refuseConnect = &refusal{status: fasthttp.StatusMethodNotAllowed, msg: "CONNECT is not supported: this is a reverse proxy",
+	refuseConnect = &reason{status: fasthttp.StatusMethodNotAllowed, msg: "CONNECT is not supported: this is a reverse proxy",
 		counter: rejectFraming, close: true, allow: strAllowed}
-	refuseOptionsStar = &refusal{status: fasthttp.StatusMethodNotAllowed, msg: "OPTIONS * is not supported",
+	refuseOptionsStar = &reason{status: fasthttp.StatusMethodNotAllowed, msg: "OPTIONS * is not supported",
 		counter: rejectFraming, allow: strAllowed}
-	refuseHTTP2 = &refusal{status: fasthttp.StatusHTTPVersionNotSupported, msg: "HTTP/2 is not supported on this port; use HTTP/1.1",
+	refuseHTTP2 = &reason{status: fasthttp.StatusHTTPVersionNotSupported, msg: "HTTP/2 is not supported on this port; use HTTP/1.1",
 		counter: rejectFraming, close: true}
-	refuseTarget = &refusal{status: fasthttp.StatusBadRequest, msg: "invalid request target: neither a path nor an http(s) URL",
+	refuseTarget = &reason{status: fasthttp.StatusBadRequest, msg: "invalid request target: neither a path nor an http(s) URL",
 		counter: rejectBadPath}
-	refuseDupAPIKey = &refusal{status: fasthttp.StatusBadRequest, msg: "the API key header appears more than once",
+	refuseDupAPIKey = &reason{status: fasthttp.StatusBadRequest, msg: "the API key header appears more than once",
 		counter: rejectBadHeader}
-	refuseDupRequestID = &refusal{status: fasthttp.StatusBadRequest, msg: "the request ID header appears more than once",
+	refuseDupRequestID = &reason{status: fasthttp.StatusBadRequest, msg: "the request ID header appears more than once",
 		counter: rejectBadHeader}
-	refuseUnderscore = &refusal{status: fasthttp.StatusBadRequest, msg: "header names with underscores are not accepted (server.headers_with_underscores)",
+	refuseUnderscore = &reason{status: fasthttp.StatusBadRequest, msg: "header names with underscores are not accepted (server.headers_with_underscores)",
 		counter: rejectBadHeader}
-	// refusePath holds one refusal per pathError.
-	refusePath [len(pathErrorText)]refusal
+	// refusePath holds one reason per pathError.
+	refusePath [len(pathErrorText)]reason
 )
 
 func init() {
 	for e := range refusePath {
-		refusePath[e] = refusal{status: fasthttp.StatusBadRequest, msg: pathErrorText[e], counter: rejectBadPath}
+		refusePath[e] = reason{status: fasthttp.StatusBadRequest, msg: pathErrorText[e], counter: rejectBadPath}
 	}
 }
 
@@ -60,7 +51,7 @@ var (
 // request's query; an absolute-form target's host has replaced the Host
 // header (RFC 9112 §3.2.2), so that routing, X-Forwarded-Host and the
 // upstream see the same host.
-func (s *Server) prepare(ctx *fasthttp.RequestCtx, id *Identity) (path, query []byte, ref *refusal) {
+func (s *Server) prepare(ctx *fasthttp.RequestCtx, id *Identity) (path, query []byte, ref *reason) {
 	h := &ctx.Request.Header
 	// Forward no Content-Type the client did not send.
 	h.SetNoDefaultContentType(true)
@@ -113,7 +104,7 @@ func (s *Server) setTarget(ctx *fasthttp.RequestCtx, r *route, id *Identity, que
 // ambiguous identity headers: the API key twice, or a trusted peer's
 // request ID twice. An untrusted client's repeated request ID is dropped
 // and replaced by a generated one.
-func (s *Server) checkHeaders(ctx *fasthttp.RequestCtx, id *Identity) *refusal {
+func (s *Server) checkHeaders(ctx *fasthttp.RequestCtx, id *Identity) *reason {
 	h := &ctx.Request.Header
 	var keys, ids int
 	underscore := false
@@ -158,17 +149,5 @@ func dropUnderscoreHeaders(h *fasthttp.RequestHeader) {
 		}
 		h.DelBytes(k)
 		underscoreDropped.Inc()
-	}
-}
-
-// refuse writes ref's answer.
-func (s *Server) refuse(ctx *fasthttp.RequestCtx, id *Identity, ref *refusal) {
-	ref.counter.Inc()
-	if ref.allow != nil {
-		ctx.Response.Header.SetBytesKV(hdrAllow, ref.allow)
-	}
-	s.problem(ctx, id, ref.status, ref.msg)
-	if ref.close {
-		ctx.SetConnectionClose()
 	}
 }

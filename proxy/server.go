@@ -142,28 +142,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // handleError answers the requests fasthttp could not read: 413 for a body
-// over server.max_request_body, 408 for a read timeout, 400 otherwise.
+// over server.max_request_body, 408 for a read timeout, 400 otherwise; the
+// connection ends with the answer.
 func (s *Server) handleError(ctx *fasthttp.RequestCtx, err error) {
 	if s.headError(ctx, err) {
 		return // 431 or 414
 	}
-	status, msg := fasthttp.StatusBadRequest, "malformed request"
-	var tooLarge bool
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		tooLarge = true
-	}
+	why := reasonMalformed
 	switch {
-	case tooLarge:
-		status, msg = fasthttp.StatusRequestEntityTooLarge, "request body larger than server.max_request_body"
-		rejectBodyTooLarge.Inc()
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		why = reasonBodyTooLarge
 	case isTimeout(err):
-		status, msg = fasthttp.StatusRequestTimeout, "request not received in time"
-		clientFaultTimeout.Inc()
-	default:
-		clientFaultMalformed.Inc()
+		why = reasonHeadTimeout
 	}
+	why.counter.Inc()
 	var id [maxRequestIDLen]byte
-	s.writeProblem(ctx, status, msg, s.ids.appendID(id[:0]))
+	s.writeProblem(ctx, why.status, why.msg, s.ids.appendID(id[:0]))
 	ctx.SetConnectionClose()
 }
 
