@@ -72,7 +72,24 @@ func New(deps Deps) (*Server, error) {
 		s.now = time.Now
 	}
 	s.idents.New = func() any { return new(Identity) }
-	for i, r := range cfg.Routes {
+	if err := s.bindRoutes(deps); err != nil {
+		return nil, err
+	}
+	s.noRoute = newRouteMetrics(s.set, "none")
+	metrics.RegisterSet(s.set)
+	log := deps.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	s.errLog = newErrorLog(log, cfg.Server.ParseErrorLogRate)
+	s.server = s.newFastServer()
+	return s, nil
+}
+
+// bindRoutes resolves each route's upstream pool and concurrency limit and
+// creates its metrics, by route index.
+func (s *Server) bindRoutes(deps Deps) error {
+	for i, r := range s.cfg.Routes {
 		var d Doer
 		if deps.Pools != nil {
 			d = deps.Pools(r.Upstream)
@@ -80,7 +97,7 @@ func New(deps Deps) (*Server, error) {
 			d = p
 		}
 		if d == nil {
-			return nil, fmt.Errorf("routes[%d].upstream: %q names no upstream pool", i, r.Upstream)
+			return fmt.Errorf("routes[%d].upstream: %q names no upstream pool", i, r.Upstream)
 		}
 		s.pools = append(s.pools, d)
 		var c concurrency
@@ -92,15 +109,14 @@ func New(deps Deps) (*Server, error) {
 		s.conc = append(s.conc, c)
 		s.metrics = append(s.metrics, newRouteMetrics(s.set, r.Resource))
 	}
-	s.noRoute = newRouteMetrics(s.set, "none")
-	metrics.RegisterSet(s.set)
-	srv := cfg.Server
-	log := deps.Log
-	if log == nil {
-		log = slog.Default()
-	}
-	s.errLog = newErrorLog(log, srv.ParseErrorLogRate)
-	s.server = &fasthttp.Server{
+	return nil
+}
+
+// newFastServer is the fasthttp server of the proxy listener. Request
+// bodies stream (the handler enforces max_request_body on them).
+func (s *Server) newFastServer() *fasthttp.Server {
+	srv := s.cfg.Server
+	return &fasthttp.Server{
 		Handler:                       s.handle,
 		ErrorHandler:                  s.handleError,
 		Logger:                        s.errLog,
@@ -118,7 +134,6 @@ func New(deps Deps) (*Server, error) {
 		CloseOnShutdown:               true,
 		ReduceMemoryUsage:             false,
 	}
-	return s, nil
 }
 
 // Serve serves the proxy on ln until Shutdown.
