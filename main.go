@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 )
 
 var version = "dev"
@@ -26,6 +28,7 @@ func main() {
 }
 
 func run(args []string, environ []string) int {
+	metrics.ExposeMetadata(true) // # HELP and # TYPE lines on /metrics, as Prometheus tools expect
 	fs := flag.NewFlagSet("sentinel", flag.ContinueOnError)
 	configPath := fs.String("config", envOr(environ, "SENTINEL_CONFIG", "config.yaml"), "path of the YAML configuration file (env SENTINEL_CONFIG)")
 	showVersion := fs.Bool("version", false, "print the version and exit")

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMetricsMetadata scrapes a started gateway's /metrics after run() has set
+// the process up and checks that every metric family comes with # HELP and
+// # TYPE before its first sample, exactly once, and that promtool parses the
+// exposition.
+func TestMetricsMetadata(t *testing.T) {
+	// run() turns the metadata on before it reads its flags; -version returns
+	// right after, without starting anything.
+	require.Equal(t, 0, run([]string{"-version"}, nil))
+	up := startUpstream(t)
+	g := startGateway(t, metadataConfig(up.url))
+	for _, key := range []string{"k-1", "k-1", "k-1", "nobody"} {
+		do(t, "GET", g.url+"/x", "", "X-API-Key", key)
+	}
+	do(t, "GET", g.admin+"/v1/state", "")
+	body := do(t, "GET", g.admin+"/metrics", "").body
+
+	families := checkFamilies(t, string(body))
+	for _, f := range []string{"rate_limit_allowed_total", "rate_limit_latency_ms", "sentinel_http_requests_total",
+		"sentinel_adaptive_mode", "sentinel_upstream_target_healthy", "go_goroutines"} {
+		assert.Contains(t, families, f, "family %s is not exposed", f)
+	}
+	t.Logf("%d families, each with HELP and TYPE", len(families))
+
+	cmd := exec.Command(promtoolPath(t), "check", "metrics")
+	cmd.Stdin = bytes.NewReader(body)
+	out, err := cmd.CombinedOutput()
+	// Exit status 3 means lint findings only; anything else is a parse error.
+	var exit *exec.ExitError
+	if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 3) {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+	// The library writes no help text, and its Go runtime and process
+	// families and the rate_limit_* names predate Prometheus' naming lint;
+	// Sentinel's own sentinel_* families must pass it.
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		switch {
+		case line == "" || strings.HasSuffix(line, " no help text"):
+		case strings.HasPrefix(line, "sentinel_"):
+			t.Errorf("promtool check metrics: %s", line)
+		default:
+			t.Logf("promtool check metrics (not ours to rename): %s", line)
+		}
+	}
+}
+
+func metadataConfig(upstream string) string {
+	return `
+server: {admin_listen: "127.0.0.1:0"}
+upstreams:
+  api: {targets: ["` + upstream + `"], health_check: {path: /healthz, interval: 1s}}
+routes:
+  - {path_prefix: /, upstream: api, resource: default}
+tenants:
+  - {id: meta, plan: FREE, api_keys: [k-1]}
+limits: {tenant: 2, ip: 100}
+`
+}
+
+var (
+	metaLine   = regexp.MustCompile(`^# (HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*)(?: (\S+))?`)
+	familyPart = regexp.MustCompile(`_(bucket|sum|count)$`)
+)
+
+// checkFamilies reads a Prometheus text exposition and fails for every
+// sample whose family has not had both HELP and TYPE before it, and for every
+// family described twice. It returns the families and their types.
+func checkFamilies(t *testing.T, text string) map[string]string {
+	t.Helper()
+	help := map[string]bool{}
+	types := map[string]string{}
+	for _, line := range strings.Split(text, "\n") {
+		if m := metaLine.FindStringSubmatch(line); m != nil {
+			seen := help[m[2]]
+			if m[1] == "TYPE" {
+				_, seen = types[m[2]]
+				types[m[2]] = m[3]
+			}
+			help[m[2]] = help[m[2]] || m[1] == "HELP"
+			assert.False(t, seen, "second # %s for %s", m[1], m[2])
+			continue
+		}
+		m := sampleLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		family := m[1]
+		if _, ok := types[family]; !ok {
+			family = familyPart.ReplaceAllString(family, "")
+		}
+		if !help[family] || types[family] == "" {
+			t.Errorf("sample %q: family %s has no # HELP or # TYPE before it", line, family)
+		}
+	}
+	return types
+}
+
+// promtoolPath finds promtool on PATH or where Debian's prometheus package
+// puts it; missing, it fails the test: the exposition must be checked.
+func promtoolPath(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{"promtool", "/usr/bin/promtool"} {
+		if path, err := exec.LookPath(p); err == nil {
+			return path
+		}
+	}
+	t.Fatal("promtool not found: install it with `apt-get install prometheus` (.ci/run does)")
+	return ""
+}
