@@ -5,16 +5,25 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/sentinel .
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/sentinel . && \
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/demo-backend ./loadtest/backend
 
-FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/sentinel /usr/local/bin/sentinel
-COPY config.yaml /etc/sentinel/config.yaml
+# The demo backend, for deploy/compose.yaml: docker build --target demo-backend .
+FROM gcr.io/distroless/static-debian12:nonroot AS demo-backend
+COPY --from=build /out/demo-backend /usr/local/bin/demo-backend
 USER nonroot:nonroot
-# The admin listener must be reachable by the health check inside the container;
-# bind it to loopback (the default) and protect it with a token when exposing it.
-ENV SENTINEL_CONFIG=/etc/sentinel/config.yaml \
-    SENTINEL_SERVER_LISTEN=:8080
+EXPOSE 9000
+ENTRYPOINT ["/usr/local/bin/demo-backend", "-listen", ":9000"]
+
+# The gateway (the default target).
+FROM gcr.io/distroless/static-debian12:nonroot AS sentinel
+COPY --from=build /out/sentinel /usr/local/bin/sentinel
+# A minimal configuration: no tenants, no keys, proxy on :8080, admin API on
+# :9090 (all interfaces). It refuses to start until the environment sets
+# SENTINEL_UPSTREAMS_API_TARGETS (the backend) and SENTINEL_SERVER_ADMIN_TOKEN.
+COPY deploy/sentinel.yaml /etc/sentinel/config.yaml
+USER nonroot:nonroot
+ENV SENTINEL_CONFIG=/etc/sentinel/config.yaml
 EXPOSE 8080 9090
 HEALTHCHECK --interval=10s --timeout=2s --retries=3 CMD ["/usr/local/bin/sentinel", "-healthcheck"]
 ENTRYPOINT ["/usr/local/bin/sentinel"]
