@@ -9,7 +9,7 @@ LDFLAGS        := -s -w -X main.version=$(VERSION)
 TEST_TIMEOUT   ?= 20m
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test test-short bench lint fmt vet check loadtest loadtest-overload docker clean
+.PHONY: help build run cluster test test-short bench lint fmt vet check loadtest loadtest-overload k6 loadtest-k6 docker clean
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -23,6 +23,9 @@ run: build ## Start the demo backend on :9000 and the gateway on :8080 (admin on
 	@$(BIN)/demo-backend -listen 127.0.0.1:9000 & backend=$$!; \
 	trap 'kill $$backend 2>/dev/null' EXIT INT TERM; \
 	$(BIN)/sentinel -config config.yaml
+
+cluster: ## Redis, 3 gateways, the demo backend and Prometheus with the alert rules, on 127.0.0.1 (Ctrl-C stops; DURATION=2m stops by itself).
+	bash deploy/cluster.sh $(DURATION)
 
 test: ## Run every test (unit, integration with real redis-server, promtool rules) with -race.
 	$(GO) test -race -shuffle=on -timeout $(TEST_TIMEOUT) ./...
