@@ -5,6 +5,8 @@ VERSION        ?= $(shell git describe --tags --always --dirty 2>/dev/null || ec
 GO             ?= go
 BIN            := bin
 STATICCHECK    := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+K6_VERSION     := v1.8.1
+K6             ?= $(shell command -v k6 || echo $$($(GO) env GOPATH)/bin/k6)
 LDFLAGS        := -s -w -X main.version=$(VERSION)
 TEST_TIMEOUT   ?= 20m
 
@@ -53,6 +55,13 @@ loadtest: ## A 20 s open-loop run through a local gateway on config.yaml (see lo
 
 loadtest-overload: ## The overload scenario: backend alone vs behind Sentinel under a 10x spike (< 3 min).
 	bash loadtest/overload.sh
+
+k6: ## Build k6 $(K6_VERSION) with go install when it is missing.
+	@test -x "$(K6)" || $(GO) install go.k6.io/k6@$(K6_VERSION)
+	@"$(K6)" version
+
+loadtest-k6: k6 ## k6 scripts that prove enforcement: the limit holds (ratelimit.js), PREMIUM stays up under a FREE spike (overload_mix.js); ~80 s.
+	K6="$(K6)" bash loadtest/k6.sh
 
 docker: ## Build the container image.
 	docker build -t sentinel:$(VERSION) --build-arg VERSION=$(VERSION) .
