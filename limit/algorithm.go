@@ -16,6 +16,8 @@ type leaseAnswer struct {
 	granted, remaining int64
 	retryMS, resetMS   int64 // -1: never
 	duplicate          bool
+	late               bool  // run after the call's deadline: nothing granted
+	ref                int64 // where the grant was counted, for a return
 	keepMS             int64 // how long the state must be kept (the key's TTL)
 }
 
@@ -26,6 +28,7 @@ func (a *leaseAnswer) result() LeaseResult {
 		RetryAfter: fromMS(a.retryMS),
 		Reset:      fromMS(a.resetMS),
 		Duplicate:  a.duplicate,
+		Ref:        a.ref,
 	}
 }
 
@@ -35,7 +38,17 @@ func fromMS(ms int64) time.Duration {
 	if ms < 0 {
 		return -1
 	}
-	return time.Duration(ms) * time.Millisecond
+	return time.Duration(min(ms, maxAnswerMS)) * time.Millisecond
+}
+
+// maxAnswerMS caps the times in an answer (as the scripts do): 10^12 ms,
+// about 31 years, well inside a Duration.
+const maxAnswerMS = 1_000_000_000_000
+
+// capMS rounds a time in ms up to an integer and caps it at maxAnswerMS, as
+// the scripts' ms() does.
+func capMS(ms float64) int64 {
+	return int64(math.Min(math.Ceil(ms), maxAnswerMS))
 }
 
 // ceilMS converts d to whole milliseconds, rounding up: a lease or a window is
@@ -57,12 +70,17 @@ func granularityMS(windowMS, leaseMS int64) int64 {
 	return max(g, 1)
 }
 
-// tokenBucketDayMS is how long a bucket that never refills is kept.
-const tokenBucketDayMS = 24 * 60 * 60 * 1000
+// tokenBucketDayMS is how long a bucket that never refills is kept, and
+// tokenBucketMaxKeepMS the longest any bucket is kept (400 days).
+const (
+	tokenBucketDayMS     = 24 * 60 * 60 * 1000
+	tokenBucketMaxKeepMS = 400 * tokenBucketDayMS
+)
 
 var errNilRequest = errors.New("limit: nil lease request")
 
-// checkLease validates a request before either store runs it.
+// checkLease validates a request before either store runs it: the scripts
+// rely on these bounds.
 func checkLease(req *LeaseRequest) error {
 	if req == nil {
 		return errNilRequest
@@ -70,30 +88,54 @@ func checkLease(req *LeaseRequest) error {
 	if len(req.Key) == 0 {
 		return errors.New("limit: lease request without a key")
 	}
-	if req.Want < 1 {
-		return fmt.Errorf("limit: lease of %d permits for %q: want must be >= 1", req.Want, req.Key)
+	if req.Want < 1 || req.Want > MaxLimit || req.Want < req.need() {
+		return fmt.Errorf("limit: lease of %d permits for %q: want must be in need (%d)..%d", req.Want, req.Key, req.need(), int64(MaxLimit))
 	}
-	if req.LeaseTTL < 0 {
-		return fmt.Errorf("limit: lease for %q: negative lease TTL %v", req.Key, req.LeaseTTL)
+	if req.LeaseTTL < 0 || req.LeaseTTL > time.Hour {
+		return fmt.Errorf("limit: lease for %q: lease TTL %v is out of range [0, 1h]", req.Key, req.LeaseTTL)
+	}
+	if req.Return < 0 || req.Return > MaxLimit {
+		return fmt.Errorf("limit: lease for %q: return of %d permits is out of range", req.Key, req.Return)
 	}
 	p := &req.Params
 	switch p.Algorithm {
 	case SlidingWindow, SlidingLog:
-		if p.Window < time.Millisecond {
-			return fmt.Errorf("limit: lease for %q: window %v is shorter than 1ms", req.Key, p.Window)
+		if p.Window < time.Millisecond || p.Window > MaxWindow {
+			return fmt.Errorf("limit: lease for %q: window %v is out of range [1ms, %v]", req.Key, p.Window, MaxWindow)
 		}
-		if p.Limit < 0 {
-			return fmt.Errorf("limit: lease for %q: negative limit %d", req.Key, p.Limit)
+		if p.Limit < 0 || p.Limit > MaxLimit {
+			return fmt.Errorf("limit: lease for %q: limit %d is out of range 0..%d", req.Key, p.Limit, int64(MaxLimit))
+		}
+		if p.Algorithm == SlidingLog && (req.Want > MaxLogTokens || req.Return > MaxLogTokens) {
+			return fmt.Errorf("limit: lease for %q: sliding_log grants and returns at most %d permits per call", req.Key, MaxLogTokens)
 		}
 	case TokenBucket:
-		if p.Capacity < 0 {
-			return fmt.Errorf("limit: lease for %q: negative capacity %d", req.Key, p.Capacity)
+		if p.Capacity < 0 || p.Capacity > MaxLimit {
+			return fmt.Errorf("limit: lease for %q: capacity %d is out of range 0..%d", req.Key, p.Capacity, int64(MaxLimit))
 		}
-		if p.RefillRate < 0 || math.IsNaN(p.RefillRate) || math.IsInf(p.RefillRate, 0) {
-			return fmt.Errorf("limit: lease for %q: refill rate %v is not a finite number >= 0", req.Key, p.RefillRate)
+		if err := checkRefill(p.Capacity, p.RefillRate); err != "" {
+			return fmt.Errorf("limit: lease for %q: refill rate %v %s", req.Key, p.RefillRate, err)
 		}
 	default:
 		return fmt.Errorf("limit: lease for %q: unknown algorithm %d", req.Key, p.Algorithm)
 	}
 	return nil
 }
+
+// checkRefill says what is wrong with a refill rate, or "".
+func checkRefill(capacity int64, rate float64) string {
+	switch {
+	case math.IsNaN(rate) || math.IsInf(rate, 0) || rate < 0:
+		return "is not a finite number >= 0"
+	case rate == 0:
+		return ""
+	case rate < MinRefillRate || rate > MaxLimit:
+		return fmt.Sprintf("is out of range: 0 (never refills) or %g..%g permits per second", MinRefillRate, float64(MaxLimit))
+	case float64(capacity)/rate > MaxRefillTime.Seconds():
+		return fmt.Sprintf("is too slow: capacity / refill_rate (the time to refill) is at most %v", MaxRefillTime)
+	}
+	return ""
+}
+
+// need is Need with its default of 1.
+func (r *LeaseRequest) need() int64 { return max(r.Need, 1) }

@@ -16,39 +16,63 @@ type logRun struct {
 	n     int64
 }
 
-// lease mirrors sliding_log.lua step by step.
-func (s *logState) lease(now, limit, windowMS, want, leaseMS int64, rid []byte) leaseAnswer {
+// lease mirrors sliding_log.lua step by step (without the deadline). Its
+// ref is the score of the grant's run (the script's is the last member).
+func (s *logState) lease(now int64, q *leaseQuery, rid []byte) leaseAnswer {
 	now = max(now, s.last)
 	s.last = now
-	s.expire(now - windowMS)
+	if q.ret > 0 {
+		s.unadd(q.retRef, q.ret)
+	}
+	s.expire(now - q.windowMS)
 	dup := len(rid) > 0 && s.seen(rid, now)
 	used := s.count()
 	var granted int64
 	if !dup {
-		granted = min(max(limit-used, 0), want)
+		granted = min(max(q.limit-used, 0), q.want)
+		if granted < q.need {
+			granted = 0
+		}
 	}
+	a := leaseAnswer{duplicate: dup}
 	if granted > 0 {
-		s.add(now+leaseMS, granted)
+		a.ref = now + q.leaseMS
+		s.add(a.ref, granted)
 		used += granted
 		if len(rid) > 0 {
 			if s.ids == nil {
 				s.ids = make(map[string]int64)
 			}
-			s.ids[string(rid)] = now + leaseMS + windowMS
+			s.ids[string(rid)] = a.ref + q.windowMS
 		}
 	}
-	a := leaseAnswer{granted: granted, remaining: max(limit-used, 0), duplicate: dup}
+	a.granted, a.remaining = granted, max(q.limit-used, 0)
 	if granted == 0 && !dup {
-		a.retryMS = s.retry(now, limit, used, windowMS)
+		a.retryMS = s.retry(now, q.limit, used, q.need, q.windowMS)
 	}
 	if n := len(s.runs); n > 0 {
-		a.resetMS = s.runs[n-1].score + windowMS - now
+		a.resetMS = s.runs[n-1].score + q.windowMS - now
 	}
-	a.keepMS = max(a.resetMS, windowMS) + 1000
+	a.keepMS = max(a.resetMS, q.windowMS) + 1000
 	for _, forget := range s.ids {
 		a.keepMS = max(a.keepMS, forget-now+1000)
 	}
 	return a
+}
+
+// unadd uncounts n returned permits from the run with the score.
+func (s *logState) unadd(score, n int64) {
+	i, found := slices.BinarySearchFunc(s.runs, score, func(r logRun, sc int64) int {
+		return cmpInt64(r.score, sc)
+	})
+	if !found {
+		return
+	}
+	if s.runs[i].n <= n {
+		s.runs = slices.Delete(s.runs, i, i+1)
+		return
+	}
+	s.runs[i].n -= n
 }
 
 // expire drops the runs with score <= upTo (ZREMRANGEBYSCORE -inf upTo).
@@ -91,15 +115,19 @@ func (s *logState) add(score, n int64) {
 	s.runs = slices.Insert(s.runs, i, logRun{score: score, n: n})
 }
 
-// retry is how long until the (used-limit+1)-th oldest permit stops counting.
-func (s *logState) retry(now, limit, used, windowMS int64) int64 {
+// retry is how long until the (used-limit+need)-th oldest permit stops
+// counting; -1 when need is over the limit.
+func (s *logState) retry(now, limit, used, need, windowMS int64) int64 {
 	if limit <= 0 {
 		return windowMS
 	}
-	need, seen := used-limit+1, int64(0)
+	if need > limit {
+		return -1
+	}
+	want, seen := used-limit+need, int64(0)
 	for _, r := range s.runs {
 		seen += r.n
-		if seen >= need {
+		if seen >= want {
 			return r.score + windowMS - now
 		}
 	}

@@ -15,32 +15,56 @@ type windowSub struct {
 	n   int64
 }
 
-// lease mirrors sliding_window.lua step by step.
-func (s *windowState) lease(now, limit, windowMS, want, leaseMS, g int64) leaseAnswer {
+// lease mirrors sliding_window.lua step by step (without the deadline: the
+// in-process store checks ctx instead).
+func (s *windowState) lease(now int64, q *leaseQuery, g int64) leaseAnswer {
+	if q.ret > 0 {
+		s.unadd(q.retRef, q.ret)
+	}
 	now = max(now, s.last) // a clock that moves backwards keeps the newest time
 	s.last = now
 	live, used := s.subs[:0], int64(0)
 	for _, b := range s.subs {
-		if b.end+windowMS > now {
+		if b.end+q.windowMS > now {
 			live = append(live, b)
 			used += b.n
 		}
 	}
 	s.subs = live
-	granted := min(max(limit-used, 0), want)
+	granted := min(max(q.limit-used, 0), q.want)
+	if granted < q.need {
+		granted = 0
+	}
+	a := leaseAnswer{}
 	if granted > 0 {
-		s.add((((now+leaseMS)/g)+1)*g, granted)
+		a.ref = (((now + q.leaseMS) / g) + 1) * g
+		s.add(a.ref, granted)
 		used += granted
 	}
-	a := leaseAnswer{granted: granted, remaining: max(limit-used, 0)}
+	a.granted, a.remaining = granted, max(q.limit-used, 0)
 	if granted == 0 {
-		a.retryMS = s.retry(now, limit, used, windowMS)
+		a.retryMS = s.retry(now, q.limit, used, q.need, q.windowMS)
 	}
 	if n := len(s.subs); n > 0 {
-		a.resetMS = s.subs[n-1].end + windowMS - now
+		a.resetMS = s.subs[n-1].end + q.windowMS - now
 	}
-	a.keepMS = max(a.resetMS, windowMS) + 1000
+	a.keepMS = max(a.resetMS, q.windowMS) + 1000
 	return a
+}
+
+// unadd uncounts n returned permits from the sub-window ending at end.
+func (s *windowState) unadd(end, n int64) {
+	i, found := slices.BinarySearchFunc(s.subs, end, func(b windowSub, e int64) int {
+		return cmpInt64(b.end, e)
+	})
+	if !found {
+		return
+	}
+	if s.subs[i].n <= n {
+		s.subs = slices.Delete(s.subs, i, i+1)
+		return
+	}
+	s.subs[i].n -= n
 }
 
 // add counts n permits in the sub-window ending at end, keeping subs sorted.
@@ -56,15 +80,18 @@ func (s *windowState) add(end, n int64) {
 }
 
 // retry is how long until enough of the oldest sub-windows stop counting for
-// one permit to be granted.
-func (s *windowState) retry(now, limit, used, windowMS int64) int64 {
+// need permits to be granted; -1 when need is over the limit.
+func (s *windowState) retry(now, limit, used, need, windowMS int64) int64 {
 	if limit <= 0 {
 		return windowMS
 	}
-	need, freed := used-limit+1, int64(0)
+	if need > limit {
+		return -1
+	}
+	want, freed := used-limit+need, int64(0)
 	for _, b := range s.subs {
 		freed += b.n
-		if freed >= need {
+		if freed >= want {
 			return b.end + windowMS - now
 		}
 	}

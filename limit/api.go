@@ -37,8 +37,21 @@ type LeaseRequest struct {
 	// must not keep it after Lease returns.
 	Key    []byte
 	Params Params
-	// Want is the number of permits asked for (1..); the store grants 0..Want.
+	// Want is the number of permits asked for (Need..MaxLimit; at most
+	// MaxLogTokens for sliding_log); the store grants 0 or Need..Want.
 	Want int64
+	// Need is the fewest permits worth granting (0 means 1): when fewer are
+	// available the store grants none and takes nothing, so a request for n
+	// tokens is granted all of them or none. A lease may be partial above it.
+	Need int64
+	// Return gives back unused permits of an earlier lease on the same key
+	// and params (0: none), counted where that lease was counted (ReturnRef,
+	// the lease's LeaseResult.Ref), before anything is granted. The caller
+	// must never use returned permits, and must return each permit at most
+	// once: a return whose answer is lost is not sent again. At most the
+	// lease's Granted; at most MaxLogTokens for sliding_log.
+	Return    int64
+	ReturnRef int64
 	// LeaseTTL is how long the caller may keep unused permits before it drops
 	// them. The store counts a lease as living until its expiry plus the window,
 	// so that no window holds more uses than the limit.
@@ -55,10 +68,15 @@ type LeaseResult struct {
 	RetryAfter time.Duration // when a permit may next be granted; 0 if granted; -1 never
 	Reset      time.Duration // until the budget is whole again
 	Duplicate  bool          // RequestID was already counted: nothing new was taken
+	// Ref says where the grant was counted, for a later Return; opaque.
+	Ref int64
 }
 
 // Store grants permits atomically for one key. Implementations must be safe
-// for concurrent use; Lease must honour ctx's deadline and never block past it.
+// for concurrent use; Lease must honour ctx's deadline and never block past it,
+// and a call that fails because of the deadline must not leave permits
+// granted that nobody can use (RedisStore sends the deadline with the call,
+// in Redis' clock, and the script grants nothing after it).
 type Store interface {
 	Lease(ctx context.Context, req *LeaseRequest) (LeaseResult, error)
 	Ping(ctx context.Context) error
@@ -67,3 +85,7 @@ type Store interface {
 
 // ErrStoreUnavailable is returned while the store's breaker is open.
 var ErrStoreUnavailable = errors.New("limit: store unavailable")
+
+// ErrStoreLate is returned when the store ran the call after its deadline
+// and so granted nothing.
+var ErrStoreLate = errors.New("limit: store ran the call after its deadline")

@@ -110,10 +110,10 @@ func (c *Config) Validate() error {
 		bad bool
 		msg string
 	}{
-		{"limits.window", c.Window < time.Millisecond, fmt.Sprintf("%v is shorter than 1ms", c.Window)},
-		{"limits.tenant", c.Tenant < 0, fmt.Sprintf("%d is negative; use 0 to switch it off", c.Tenant)},
-		{"limits.api_key", c.APIKey < 0, fmt.Sprintf("%d is negative; use 0 to switch it off", c.APIKey)},
-		{"limits.ip", c.IP < 0, fmt.Sprintf("%d is negative; use 0 to switch it off", c.IP)},
+		{"limits.window", c.Window < time.Millisecond || c.Window > MaxWindow, fmt.Sprintf("%v is out of range [1ms, %v]", c.Window, MaxWindow)},
+		{"limits.tenant", c.Tenant < 0 || c.Tenant > MaxLimit, fmt.Sprintf("%d is out of range 0 (off)..%d", c.Tenant, int64(MaxLimit))},
+		{"limits.api_key", c.APIKey < 0 || c.APIKey > MaxLimit, fmt.Sprintf("%d is out of range 0 (off)..%d", c.APIKey, int64(MaxLimit))},
+		{"limits.ip", c.IP < 0 || c.IP > MaxLimit, fmt.Sprintf("%d is out of range 0 (off)..%d", c.IP, int64(MaxLimit))},
 		{"limits.store_timeout", c.StoreTimeout <= 0 || c.StoreTimeout > 10*time.Second,
 			fmt.Sprintf("%v is out of range (0, 10s]", c.StoreTimeout)},
 		{"limits.lease_ttl", c.LeaseTTL < time.Millisecond || c.LeaseTTL > time.Minute,
@@ -300,21 +300,21 @@ func (r *Rule) Validate(field string) error {
 	}
 	switch alg {
 	case SlidingWindow, SlidingLog:
-		if r.Limit < 1 {
-			return &ValidationError{Field: key("limit"), Msg: fmt.Sprintf("%d must be at least 1 for %s", r.Limit, r.Algorithm)}
+		if r.Limit < 1 || r.Limit > MaxLimit {
+			return &ValidationError{Field: key("limit"), Msg: fmt.Sprintf("%d is out of range 1..%d for %s", r.Limit, int64(MaxLimit), r.Algorithm)}
 		}
-		if r.Window < time.Millisecond || r.Window > 24*time.Hour {
-			return &ValidationError{Field: key("window"), Msg: fmt.Sprintf("%v is out of range [1ms, 24h]", r.Window)}
+		if r.Window < time.Millisecond || r.Window > MaxWindow {
+			return &ValidationError{Field: key("window"), Msg: fmt.Sprintf("%v is out of range [1ms, %v]", r.Window, MaxWindow)}
 		}
 		if r.Capacity != 0 || r.RefillRate != 0 {
 			return &ValidationError{Field: key("capacity"), Msg: "capacity and refill_rate apply to token_bucket only; use limit and window"}
 		}
 	case TokenBucket:
-		if r.Capacity < 1 {
-			return &ValidationError{Field: key("capacity"), Msg: fmt.Sprintf("%d must be at least 1 for token_bucket", r.Capacity)}
+		if r.Capacity < 1 || r.Capacity > MaxLimit {
+			return &ValidationError{Field: key("capacity"), Msg: fmt.Sprintf("%d is out of range 1..%d for token_bucket", r.Capacity, int64(MaxLimit))}
 		}
-		if r.RefillRate < 0 || math.IsNaN(r.RefillRate) || math.IsInf(r.RefillRate, 0) {
-			return &ValidationError{Field: key("refill_rate"), Msg: fmt.Sprintf("%v must be a finite number >= 0 (permits per second)", r.RefillRate)}
+		if msg := checkRefill(r.Capacity, r.RefillRate); msg != "" {
+			return &ValidationError{Field: key("refill_rate"), Msg: fmt.Sprintf("%v %s", r.RefillRate, msg)}
 		}
 		if r.Limit != 0 {
 			return &ValidationError{Field: key("limit"), Msg: "limit and window apply to the sliding algorithms; use capacity and refill_rate"}

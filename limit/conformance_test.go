@@ -95,6 +95,14 @@ var confCases = []confCase{
 	{"AlgorithmChange", confAlgorithmChange},
 	{"Concurrent", confConcurrent},
 	{"InvalidRequests", confInvalid},
+	{"SlidingWindowAllOrNothing", confAllOrNothing(SlidingWindow)},
+	{"SlidingLogAllOrNothing", confAllOrNothing(SlidingLog)},
+	{"TokenBucketAllOrNothing", confAllOrNothing(TokenBucket)},
+	{"SlidingWindowReturn", confReturn(SlidingWindow)},
+	{"SlidingLogReturn", confReturn(SlidingLog)},
+	{"TokenBucketReturn", confReturn(TokenBucket)},
+	{"EdgeValues", confEdgeValues},
+	{"OutOfBounds", confOutOfBounds},
 }
 
 func TestConformanceMemory(t *testing.T) {
@@ -424,7 +432,7 @@ func confEveryKeyHasTTL(t *testing.T, e *confEnv) {
 			pttl, err := node.Do(ctx, node.B().Pttl().Key(k).Build()).AsInt64()
 			require.NoError(t, err, k)
 			assert.Positive(t, pttl, "key %s on %s has no TTL", k, addr)
-			assert.LessOrEqual(t, pttl, int64(tokenBucketDayMS), "key %s", k)
+			assert.LessOrEqual(t, pttl, int64(tokenBucketMaxKeepMS), "key %s", k)
 			seen++
 		}
 	}
@@ -451,5 +459,116 @@ func confSlotRouting(t *testing.T, e *confEnv, c *redistest.Cluster) {
 		for _, k := range keys {
 			assert.True(t, strings.HasSuffix(k, "}:sw") || strings.Contains(k, "}:sl") || strings.HasSuffix(k, "}:tb"), k)
 		}
+	}
+}
+
+// confAllOrNothing: a request for need tokens gets all of them or none, and
+// a refusal takes nothing from the budget.
+func confAllOrNothing(alg Algorithm) func(*testing.T, *confEnv, string) {
+	return func(t *testing.T, e *confEnv, key string) {
+		p := confParams(alg, 10, time.Minute)
+		need := func(want, need int64) LeaseResult {
+			t.Helper()
+			res, err := e.store.Lease(context.Background(), &LeaseRequest{Key: []byte(key), Params: p, Want: want, Need: need})
+			require.NoError(t, err)
+			return res
+		}
+		require.Equal(t, int64(7), need(7, 7).Granted)
+		r := need(4, 4)
+		assert.Equal(t, int64(0), r.Granted, "4 of the 3 left")
+		assert.Equal(t, int64(3), r.Remaining, "the refusal took nothing")
+		assert.Positive(t, r.RetryAfter)
+		r = need(8, 2)
+		assert.Equal(t, int64(3), r.Granted, "a lease may be partial above need")
+		r = need(11, 11)
+		assert.Equal(t, int64(0), r.Granted)
+		assert.Equal(t, time.Duration(-1), r.RetryAfter, "more than the limit: never")
+	}
+}
+
+// confReturn: permits given back are uncounted where their lease was
+// counted, and only those: another holder's permits stay counted.
+func confReturn(alg Algorithm) func(*testing.T, *confEnv, string) {
+	return func(t *testing.T, e *confEnv, key string) {
+		p := confParams(alg, 10, time.Minute)
+		a := e.lease(t, key, p, 4, time.Second, "")
+		require.Equal(t, int64(4), a.Granted)
+		require.Equal(t, int64(6), e.lease(t, key, p, 6, time.Second, "").Granted)
+		ctx := context.Background()
+		r, err := e.store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 10, LeaseTTL: time.Second, Return: 3, ReturnRef: a.Ref})
+		require.NoError(t, err)
+		assert.Equal(t, int64(3), r.Granted, "the 3 returned permits are granted again, and no more")
+		assert.Equal(t, int64(0), r.Remaining)
+		// A lease that no longer counts (or another algorithm's ref) uncounts nothing.
+		if alg != TokenBucket {
+			r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 1, Return: 1, ReturnRef: 12345})
+			require.NoError(t, err)
+			assert.Equal(t, int64(0), r.Granted, "a return with an unknown ref uncounted something")
+		}
+	}
+}
+
+// confEdgeValues: the bounds of every parameter work, answers are exact, and
+// every key a call touched has a TTL (an error must not leave one without).
+func confEdgeValues(t *testing.T, e *confEnv, key string) {
+	for i, tc := range []struct {
+		p               Params
+		want            int64
+		granted, remain int64
+	}{
+		{Params{Algorithm: SlidingWindow, Limit: MaxLimit, Window: MaxWindow}, MaxLimit, MaxLimit, 0},
+		{Params{Algorithm: SlidingWindow, Limit: MaxLimit, Window: time.Millisecond}, 1, 1, MaxLimit - 1},
+		{Params{Algorithm: SlidingLog, Limit: MaxLimit, Window: MaxWindow}, MaxLogTokens, MaxLogTokens, MaxLimit - MaxLogTokens},
+		{Params{Algorithm: TokenBucket, Capacity: MaxLimit, RefillRate: MaxLimit}, MaxLimit, MaxLimit, 0},
+		{Params{Algorithm: TokenBucket, Capacity: 1, RefillRate: MinRefillRate}, 1, 1, 0},
+		{Params{Algorithm: TokenBucket, Capacity: 31, RefillRate: MinRefillRate}, 31, 31, 0},
+	} {
+		k := fmt.Sprintf("%s:edge%d", key, i)
+		r := e.lease(t, k, tc.p, tc.want, time.Minute, "")
+		assert.Equal(t, tc.granted, r.Granted, "case %d", i)
+		assert.Equal(t, tc.remain, r.Remaining, "case %d", i)
+		r = e.lease(t, k, tc.p, 1, time.Minute, "")
+		if tc.remain == 0 {
+			assert.Equal(t, int64(0), r.Granted, "case %d", i)
+			assert.True(t, r.RetryAfter == -1 || r.RetryAfter > 0, "case %d: retry %v", i, r.RetryAfter)
+		}
+		e.assertTTLs(t, k)
+	}
+}
+
+// confOutOfBounds: values past the bounds are errors, and leave no key
+// without a TTL.
+func confOutOfBounds(t *testing.T, e *confEnv, key string) {
+	for i, p := range []Params{
+		{Algorithm: TokenBucket, Capacity: 5, RefillRate: 1e-300},
+		{Algorithm: TokenBucket, Capacity: MaxLimit, RefillRate: 1},
+		{Algorithm: TokenBucket, Capacity: MaxLimit + 1, RefillRate: 1},
+		{Algorithm: SlidingWindow, Limit: 1<<63 - 1, Window: time.Second},
+		{Algorithm: SlidingLog, Limit: 10, Window: MaxWindow + time.Millisecond},
+	} {
+		k := fmt.Sprintf("%s:oob%d", key, i)
+		_, err := e.store.Lease(context.Background(), &LeaseRequest{Key: []byte(k), Params: p, Want: 1})
+		assert.Error(t, err, "case %d", i)
+		e.assertTTLs(t, k)
+	}
+	_, err := e.store.Lease(context.Background(), &LeaseRequest{Key: []byte(key), Params: Params{Algorithm: SlidingLog, Limit: 1 << 20, Window: time.Second}, Want: MaxLogTokens + 1})
+	assert.Error(t, err, "sliding_log grants at most MaxLogTokens per call")
+	_, err = e.store.Lease(context.Background(), &LeaseRequest{Key: []byte(key), Params: Params{Algorithm: SlidingLog, Limit: 10, Window: time.Second}, Want: 2, Need: 3})
+	assert.Error(t, err, "need over want")
+}
+
+// assertTTLs checks that every Redis key of the store key has a TTL.
+func (e *confEnv) assertTTLs(t *testing.T, key string) {
+	t.Helper()
+	if e.client == nil {
+		return
+	}
+	ctx := context.Background()
+	for _, suffix := range []string{suffixSlidingWindow, suffixSlidingLog, suffixSlidingLogMeta, suffixSlidingLogIDs, suffixTokenBucket} {
+		k := "test:" + key + suffix
+		cmd := e.client.B().Pttl().Key(k).Build()
+		pttl, err := e.client.Do(ctx, cmd).AsInt64()
+		require.NoError(t, err, k)
+		assert.True(t, pttl == -2 || pttl > 0, "key %s: PTTL %d", k, pttl)
 	}
 }

@@ -20,10 +20,21 @@ type bucket struct {
 	mu      sync.Mutex
 	permits int64 // leased, unused permits
 	expires int64 // unix nanos after which permits are dropped
+	// The current lease: where the store counted it (ref), how many
+	// permits it granted (at most that many go back), until when a return
+	// is worth sending (unix nanos; after it the lease no longer counts),
+	// and a generation that changes with every lease, so that a refund
+	// never puts permits of an earlier lease into a later one.
+	ref      int64
+	leased   int64
+	expired  int64 // permits of the lease that expired unused, not yet given back
+	returnBy int64
+	gen      uint64
 	// deniedUntil caches the store's refusal: until then the key is refused
 	// locally without a store call (a flood over the limit does not reach
 	// the store once per request).
 	deniedUntil int64
+	deniedNeed  int64 // tokens of the cached refusal: it holds for as many or more
 	deniedAt    int64 // unix nanos of the cached refusal
 	retryAfter  int64 // nanos, of the cached refusal (-1: never)
 	remaining   int64 // the store's remaining budget after the last lease

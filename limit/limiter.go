@@ -139,6 +139,7 @@ type spec struct {
 	scope  Scope
 	params Params
 	limit  int64         // Limit or Capacity, as shown in decisions
+	most   int64         // the most tokens one decision can take
 	window time.Duration // for RateLimit-Policy
 	ttl    time.Duration // lease lifetime
 	shadow bool
@@ -187,12 +188,12 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 	counters := countersFor(req.Tenant, req.Resource)
 	counters.requests.Inc()
 
-	var taken [4]*bucket
+	var taken [4]taking
 	best := Decision{Allowed: true, Remaining: math.MaxInt64}
 	shadowed := false
 	for i := 0; i < n; i++ {
 		s := &specs[i]
-		d, b := l.one(ctx, s, tokens, strict, req.RequestID, now)
+		d, tk := l.one(ctx, s, tokens, strict, req.RequestID, now)
 		if d.Unavailable {
 			l.refund(taken[:i], tokens)
 			counters.blocked.Inc()
@@ -213,7 +214,7 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 			l.observe(start)
 			return d
 		}
-		taken[i] = b
+		taken[i] = tk
 		if d.Remaining < best.Remaining {
 			best = d
 		}
@@ -262,7 +263,7 @@ func (l *Limiter) specs(specs *[4]spec, req *Request, mult float64) int {
 		}
 		s := &specs[n]
 		s.scope = ScopeTenant
-		l.base(s, scale(int64(math.Floor(base)), mult))
+		l.base(s, scale(int64(math.Floor(min(base, MaxLimit))), mult))
 		s.setKey(AppendKeyStrings(s.buf[:0], "", "tenant", req.Tenant))
 		l.finish(s, req)
 		n++
@@ -309,6 +310,13 @@ func (l *Limiter) base(s *spec, limit int64) {
 func (l *Limiter) finish(s *spec, req *Request) {
 	p := &s.params
 	s.useRID = p.Algorithm == SlidingLog && len(req.RequestID) > 0
+	s.most = p.Limit
+	switch p.Algorithm {
+	case TokenBucket:
+		s.most = p.Capacity
+	case SlidingLog:
+		s.most = min(p.Limit, MaxLogTokens)
+	}
 	if p.Algorithm == TokenBucket {
 		s.limit = p.Capacity
 		s.window = 0
@@ -328,31 +336,49 @@ func (l *Limiter) finish(s *spec, req *Request) {
 	s.ttl = max(time.Millisecond, min(l.cfg.LeaseTTL, max(p.Window/30, 4*time.Duration(l.rtt.Load()))))
 }
 
-// one decides one limit. It returns the bucket the permits came from (for a
-// refund when a later limit rejects), or nil.
-func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, rid []byte, now int64) (Decision, *bucket) {
+// taking is the permits one limit gave a request: their bucket and its
+// lease generation, for a refund when a later limit rejects.
+type taking struct {
+	b   *bucket
+	gen uint64
+}
+
+// one decides one limit. It returns where the permits came from (for a
+// refund when a later limit rejects), or a zero taking.
+func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, rid []byte, now int64) (Decision, taking) {
+	if tokens > s.most {
+		// More than the limit can ever grant at once: no store call.
+		retry := s.window
+		if retry <= 0 {
+			retry = -1
+		}
+		return s.decision(false, 0, retry, 0), taking{}
+	}
 	if s.useRID {
-		return l.direct(ctx, s, tokens, rid), nil
+		return l.direct(ctx, s, tokens, rid), taking{}
 	}
 	b := l.table.get(s.key(), now)
 	for attempt := 0; ; attempt++ {
 		b.mu.Lock()
 		if b.permits > 0 && now >= b.expires {
 			expiredPermits.Add(int(b.permits))
-			b.permits, b.wasted = 0, true
+			b.wasted = true
+			b.expired += b.permits
+			b.permits = 0
 		}
 		if b.permits >= tokens {
 			b.permits -= tokens
 			d := s.decision(true, b.remaining+b.permits, 0, b.resetAt-now)
+			tk := taking{b, b.gen}
 			b.mu.Unlock()
 			localHits.Inc()
-			return d, b
+			return d, tk
 		}
-		if now < b.deniedUntil {
+		if now < b.deniedUntil && tokens >= b.deniedNeed {
 			d := s.decision(false, 0, b.retryFrom(now), b.resetAt-now)
 			b.mu.Unlock()
 			cachedDenials.Inc()
-			return d, nil
+			return d, taking{}
 		}
 		if f := b.fill; f != nil && attempt < 2 {
 			b.demand += tokens
@@ -367,9 +393,30 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		f := &fill{done: make(chan struct{})}
 		b.fill = f
 		want := l.leaseSize(s, b, tokens, strict)
+		ret := b.takeReturn(now)
 		b.mu.Unlock()
-		return l.refill(ctx, s, b, f, tokens, want), b
+		d, gen := l.refill(ctx, s, b, f, tokens, want, ret)
+		return d, taking{b, gen}
 	}
+}
+
+// giveBack is the unused permits of a bucket's lease sent back to the store
+// with the next lease call.
+type giveBack struct {
+	n, ref int64
+}
+
+// takeReturn empties the bucket of its unused permits (expired or too few
+// for the request) and returns what to give back to the store: at most what
+// the lease granted, and nothing once the lease no longer counts anyway.
+// The caller holds b.mu.
+func (b *bucket) takeReturn(now int64) giveBack {
+	n := min(b.permits+b.expired, b.leased)
+	b.permits, b.expired, b.leased = 0, 0, 0
+	if n <= 0 || now >= b.returnBy {
+		return giveBack{}
+	}
+	return giveBack{n: n, ref: b.ref}
 }
 
 // wait blocks until the in-flight lease call ends, at most the store deadline.
@@ -396,7 +443,8 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 		budget = s.limit
 	}
 	pods := int64(max(1, l.livePods()))
-	limit := min(max(budget/(4*pods), 1), l.cfg.MaxLease)
+	most := min(l.cfg.MaxLease, s.most)
+	limit := min(max(budget/(4*pods), 1), most)
 	now := l.now().UnixNano()
 	switch {
 	case b.size == 0:
@@ -409,15 +457,22 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 	b.wasted, b.leasedAt = false, now
 	// Requests waiting on the fill in flight will retry after it: ask for
 	// them too, so that they do not each make a call.
-	demand := min(b.demand+tokens, max(budget, 1), l.cfg.MaxLease)
+	demand := min(b.demand+tokens, max(budget, 1), most)
 	return max(min(b.size, limit), demand, tokens)
 }
 
-// refill asks the store for a lease of want permits and takes tokens from
-// it. The caller holds the bucket's fill; refill releases it.
-func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64) Decision {
+// refill gives back ret and asks the store for a lease of want permits (at
+// least tokens: all or nothing) and takes tokens from it. The caller holds
+// the bucket's fill and has emptied the bucket; refill releases the fill and
+// returns the new lease's generation.
+func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64, ret giveBack) (Decision, uint64) {
 	sent := l.now().UnixNano()
-	res, err := l.lease(ctx, s, []byte(b.key), want, s.ttl, nil)
+	res, err := l.lease(ctx, s, &LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl,
+		Return: ret.n, ReturnRef: ret.ref})
+	if ret.n > 0 {
+		// Given back whether or not the answer arrives: never sent twice.
+		returnedPermits.Add(int(ret.n))
+	}
 	now := l.now().UnixNano()
 	b.mu.Lock()
 	defer func() {
@@ -425,37 +480,35 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		b.mu.Unlock()
 		close(f.done)
 	}()
+	b.gen++
 	if err != nil {
-		return l.fallbackDecision(ctx, s, tokens)
+		return l.fallbackDecision(ctx, s, tokens), b.gen
 	}
 	leaseSize.Update(float64(want))
 	b.remaining = res.Remaining
 	b.resetAt = now + int64(res.Reset)
-	if b.permits > 0 && now >= b.expires {
-		expiredPermits.Add(int(b.permits))
-		b.permits, b.wasted = 0, true
-	}
-	if res.Granted > 0 {
-		// Leftover permits keep their earlier expiry; new ones expire one
-		// lease lifetime after the call was sent (before the store dated it).
-		if b.permits == 0 {
-			b.expires = sent + int64(s.ttl)
+	if res.Granted >= tokens {
+		// The permits expire one lease lifetime after the call was sent
+		// (before the store dated it); the store counts them until then
+		// plus the window, and a return is worth sending until about half
+		// a window after their expiry.
+		b.permits, b.leased, b.ref = res.Granted-tokens, res.Granted, res.Ref
+		b.expires = sent + int64(s.ttl)
+		b.returnBy = math.MaxInt64
+		if s.params.Algorithm != TokenBucket {
+			b.returnBy = b.expires + int64(s.params.Window)/2
 		}
-		b.permits += res.Granted
-	}
-	if b.permits >= tokens {
-		b.permits -= tokens
 		b.deniedUntil = 0
-		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now)
+		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), b.gen
 	}
-	b.retryAfter, b.deniedAt = int64(res.RetryAfter), now
+	b.retryAfter, b.deniedAt, b.deniedNeed = int64(res.RetryAfter), now, tokens
 	switch {
 	case res.RetryAfter < 0:
 		b.deniedUntil = now + int64(maxCachedNeverDenial)
 	case res.RetryAfter > 0:
 		b.deniedUntil = now + int64(min(res.RetryAfter, maxCachedDenial))
 	}
-	return s.decision(false, 0, b.retryFrom(now), b.resetAt-now)
+	return s.decision(false, 0, b.retryFrom(now), b.resetAt-now), b.gen
 }
 
 // retryFrom is the retry-after of the cached refusal, seen at now.
@@ -469,7 +522,7 @@ func (b *bucket) retryFrom(now int64) time.Duration {
 // direct decides with one store call, outside the local buckets: sliding_log
 // with a trusted request ID, which the store must see to skip a retry.
 func (l *Limiter) direct(ctx context.Context, s *spec, tokens int64, rid []byte) Decision {
-	res, err := l.lease(ctx, s, bytes.Clone(s.key()), tokens, 0, bytes.Clone(rid))
+	res, err := l.lease(ctx, s, &LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid)})
 	if err != nil {
 		return l.fallbackDecision(ctx, s, tokens)
 	}
@@ -477,8 +530,9 @@ func (l *Limiter) direct(ctx context.Context, s *spec, tokens int64, rid []byte)
 	return s.decision(res.Granted >= tokens || res.Duplicate, res.Remaining, res.RetryAfter, int64(res.Reset))
 }
 
-// lease makes one store call under the deadline and the breaker.
-func (l *Limiter) lease(ctx context.Context, s *spec, key []byte, want int64, ttl time.Duration, rid []byte) (LeaseResult, error) {
+// lease makes one store call under the deadline and the breaker; req gets
+// the spec's params.
+func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest) (LeaseResult, error) {
 	start := l.now().UnixNano()
 	ok, probe := l.breaker.allow(start)
 	if !ok {
@@ -486,8 +540,9 @@ func (l *Limiter) lease(ctx context.Context, s *spec, key []byte, want int64, tt
 		return LeaseResult{}, ErrStoreUnavailable
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.StoreTimeout)
-	res, err := l.store.Lease(cctx, &LeaseRequest{Key: key, Params: s.params, Want: want, LeaseTTL: ttl, RequestID: rid})
-	timedOut := cctx.Err() != nil
+	req.Params = s.params
+	res, err := l.store.Lease(cctx, req)
+	timedOut := cctx.Err() != nil || errors.Is(err, ErrStoreLate)
 	cancel()
 	if err != nil {
 		storeErrors.Inc()
@@ -530,7 +585,7 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64) D
 	} else {
 		p.Limit = (p.Limit + int64(pods) - 1) / int64(pods)
 	}
-	res, err := l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: tokens})
+	res, err := l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: tokens, Need: tokens})
 	if err != nil { // only a malformed request: decide like the store would
 		return s.decision(false, 0, l.cfg.BreakerCooldown, 0)
 	}
@@ -557,17 +612,36 @@ func (s *spec) decision(allowed bool, remaining int64, retry time.Duration, rese
 
 // refund puts the permits taken from earlier limits back into their local
 // buckets when a later limit rejects the request: they stay usable until
-// their lease expires.
-func (l *Limiter) refund(taken []*bucket, tokens int64) {
+// their lease expires. Permits of a lease the bucket has since replaced are
+// not put into the new one (they were counted elsewhere).
+func (l *Limiter) refund(taken []taking, tokens int64) {
 	now := l.now().UnixNano()
-	for _, b := range taken {
+	for _, tk := range taken {
+		b := tk.b
 		if b == nil {
 			continue
 		}
 		b.mu.Lock()
-		if now < b.expires {
+		if b.gen == tk.gen && now < b.expires {
 			b.permits += tokens
 		}
 		b.mu.Unlock()
 	}
+}
+
+// MaxTokens is the most tokens one request like req can ever be granted: the
+// smallest capacity among the limits that apply (as configured, before any
+// adaptive reduction; sliding_log takes at most MaxLogTokens per decision),
+// and the scope of that limit. With no limit it is MaxLimit and ScopeNone.
+// A request for more can never pass; the check API answers it 400.
+func (l *Limiter) MaxTokens(req *Request) (int64, Scope) {
+	var specs [4]spec
+	n := l.specs(&specs, req, 1)
+	most, scope := int64(MaxLimit), ScopeNone
+	for i := range n {
+		if specs[i].most < most {
+			most, scope = specs[i].most, specs[i].scope
+		}
+	}
+	return most, scope
 }

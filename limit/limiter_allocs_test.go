@@ -11,9 +11,9 @@ import (
 // TestLimiterFastPathAllocatesNothing decides from local leases: IP, API key,
 // tenant and a rule, all served without a store call.
 func TestLimiterFastPathAllocatesNothing(t *testing.T) {
-	cat := testCatalog(t, Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 1 << 40, Window: time.Hour})
+	cat := testCatalog(t, Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 1 << 39, Window: time.Hour})
 	cfg := testLimitsConfig(func(c *Config) {
-		c.IP, c.APIKey, c.Tenant = 1<<40, 1<<40, 1<<40
+		c.IP, c.APIKey, c.Tenant = 1<<39, 1<<39, 1<<39
 		c.Window = time.Hour
 		c.LeaseTTL = time.Minute
 		c.MaxLease = 1 << 19

@@ -20,6 +20,7 @@ var (
 	leaseSize         = metrics.NewPrometheusHistogramExt(`sentinel_limit_lease_size`, []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 1024})
 	localHits         = metrics.NewCounter(`sentinel_limit_local_hits_total`)
 	expiredPermits    = metrics.NewCounter(`sentinel_limit_expired_permits_total`)
+	returnedPermits   = metrics.NewCounter(`sentinel_limit_returned_permits_total`)
 	cachedDenials     = metrics.NewCounter(`sentinel_limit_cached_denials_total`)
 	fallbackLocal     = metrics.NewCounter(`sentinel_limit_fallback_decisions_total{policy="local"}`)
 	fallbackOpen      = metrics.NewCounter(`sentinel_limit_fallback_decisions_total{policy="open"}`)

@@ -120,17 +120,29 @@ func (s *MemoryStore) Len() int {
 	return n
 }
 
+// leaseQuery is a lease request in the algorithms' integer milliseconds.
+type leaseQuery struct {
+	limit, windowMS, want, need, leaseMS int64
+	ret, retRef                          int64
+}
+
+func newLeaseQuery(req *LeaseRequest) leaseQuery {
+	return leaseQuery{
+		limit: req.Params.Limit, windowMS: ceilMS(req.Params.Window), want: req.Want, need: req.need(),
+		leaseMS: ceilMS(req.LeaseTTL), ret: req.Return, retRef: req.ReturnRef,
+	}
+}
+
 func (e *memoryEntry) lease(now int64, req *LeaseRequest) leaseAnswer {
 	p := &req.Params
-	leaseMS := ceilMS(req.LeaseTTL)
+	q := newLeaseQuery(req)
 	switch p.Algorithm {
 	case SlidingLog:
-		return e.log.lease(now, p.Limit, ceilMS(p.Window), req.Want, leaseMS, req.RequestID)
+		return e.log.lease(now, &q, req.RequestID)
 	case TokenBucket:
-		return e.bucket.lease(now, p.Capacity, p.RefillRate, req.Want)
+		return e.bucket.lease(now, p.Capacity, p.RefillRate, &q)
 	default:
-		w := ceilMS(p.Window)
-		return e.window.lease(now, p.Limit, w, req.Want, leaseMS, granularityMS(w, leaseMS))
+		return e.window.lease(now, &q, granularityMS(q.windowMS, q.leaseMS))
 	}
 }
 

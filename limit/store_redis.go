@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -32,6 +34,11 @@ type RedisStoreOptions struct {
 type RedisStore struct {
 	client rueidis.Client
 	prefix string // KeyPrefix + ":" or ""
+	// offset is Redis' clock minus ours (microseconds), learned from every
+	// answer; offsetKnown is set after the first one. A call's deadline is
+	// sent in Redis' clock so that a call that runs too late grants nothing.
+	offset      atomic.Int64
+	offsetKnown atomic.Bool
 }
 
 var _ Store = (*RedisStore)(nil)
@@ -47,22 +54,57 @@ func NewRedisStore(client rueidis.Client, opts RedisStoreOptions) *RedisStore {
 }
 
 // Lease runs the request's algorithm script. It returns when Redis answers
-// or ctx is done, whichever comes first.
+// or ctx is done, whichever comes first. When ctx has a deadline, the script
+// gets it in Redis' clock, less a margin for the answer's way back: a call
+// that Redis runs after it (Redis was paused or slow) grants nothing, so a
+// timed-out call does not spend budget (the first call of a store, before
+// Redis' clock is known, goes without).
 func (s *RedisStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult, error) {
 	if err := checkLease(req); err != nil {
 		return LeaseResult{}, err
 	}
+	sent := time.Now()
 	c := getRedisCall()
-	script := c.build(s.prefix, req)
+	script := c.build(s.prefix, req, s.deadline(ctx, sent))
 	resp := script.Exec(ctx, s.client, c.keys, c.args)
-	a, err := parseAnswer(resp)
+	a, nowUS, err := parseAnswer(resp)
 	if err != nil {
 		// On a ctx timeout rueidis may still hold the command, whose strings
 		// point into c.buf: never reuse c then.
 		return LeaseResult{}, fmt.Errorf("limit: redis lease for %q: %w", req.Key, err)
 	}
 	putRedisCall(c)
+	s.learnClock(sent, time.Now(), nowUS)
+	if a.late {
+		return LeaseResult{}, fmt.Errorf("limit: redis lease for %q: %w", req.Key, ErrStoreLate)
+	}
 	return a.result(), nil
+}
+
+// deadline is ctx's deadline in Redis' clock (microseconds), less a quarter
+// of the time left (at least 200µs) for the answer to travel back; 0 for
+// none.
+func (s *RedisStore) deadline(ctx context.Context, sent time.Time) int64 {
+	d, ok := ctx.Deadline()
+	if !ok || !s.offsetKnown.Load() {
+		return 0
+	}
+	margin := max(d.Sub(sent)/4, 200*time.Microsecond)
+	return max(d.Add(-margin).UnixMicro()+s.offset.Load(), 1)
+}
+
+// learnClock updates the clock offset from one answer: Redis read its clock
+// about halfway between sent and got.
+func (s *RedisStore) learnClock(sent, got time.Time, redisUS int64) {
+	mid := sent.UnixMicro() + got.Sub(sent).Microseconds()/2
+	sample := redisUS - mid
+	if !s.offsetKnown.Load() {
+		s.offset.Store(sample)
+		s.offsetKnown.Store(true)
+		return
+	}
+	old := s.offset.Load()
+	s.offset.Store(old + (sample-old)/8) // a lost update among racing calls is harmless
 }
 
 // Ping checks that Redis answers.
@@ -76,31 +118,34 @@ func (s *RedisStore) Ping(ctx context.Context) error {
 // Close does nothing: the rueidis client belongs to whoever made it.
 func (s *RedisStore) Close() {}
 
-func parseAnswer(resp rueidis.RedisResult) (leaseAnswer, error) {
+// parseAnswer reads {granted, remaining, retry_after_ms, reset_ms, status,
+// ref, now_us} and returns the answer and Redis' clock.
+func parseAnswer(resp rueidis.RedisResult) (leaseAnswer, int64, error) {
 	msgs, err := resp.ToArray()
 	if err != nil {
-		return leaseAnswer{}, err
+		return leaseAnswer{}, 0, err
 	}
-	if len(msgs) != 5 {
-		return leaseAnswer{}, fmt.Errorf("script returned %d values, want 5", len(msgs))
+	if len(msgs) != 7 {
+		return leaseAnswer{}, 0, fmt.Errorf("script returned %d values, want 7", len(msgs))
 	}
-	var v [5]int64
+	var v [7]int64
 	for i := range msgs {
 		if v[i], err = msgs[i].AsInt64(); err != nil {
-			return leaseAnswer{}, fmt.Errorf("script value %d: %w", i, err)
+			return leaseAnswer{}, 0, fmt.Errorf("script value %d: %w", i, err)
 		}
 	}
-	return leaseAnswer{granted: v[0], remaining: v[1], retryMS: v[2], resetMS: v[3], duplicate: v[4] == 1}, nil
+	return leaseAnswer{granted: v[0], remaining: v[1], retryMS: v[2], resetMS: v[3],
+		duplicate: v[4] == 1, late: v[4] == 2, ref: v[5]}, v[6], nil
 }
 
 // redisCall holds one call's keys and arguments. They are zero-copy strings
 // over buf, valid only for the call.
 type redisCall struct {
 	buf    []byte
-	ends   [8]int // ends of the pieces written into buf
+	ends   [12]int // ends of the pieces written into buf
 	n      int
 	keyArr [3]string
-	argArr [5]string
+	argArr [9]string
 	keys   []string
 	args   []string
 }
@@ -118,13 +163,14 @@ func putRedisCall(c *redisCall) {
 	if cap(c.buf) > 4096 {
 		return
 	}
-	c.keyArr, c.argArr = [3]string{}, [5]string{}
+	c.keyArr, c.argArr = [3]string{}, [9]string{}
 	c.keys, c.args = nil, nil
 	redisCallPool.Put(c)
 }
 
-// build writes the keys and ARGV of req's script into c and returns the script.
-func (c *redisCall) build(prefix string, req *LeaseRequest) *rueidis.Lua {
+// build writes the keys and ARGV of req's script into c and returns the
+// script; deadline is in Redis' clock (microseconds), 0 for none.
+func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64) *rueidis.Lua {
 	c.buf, c.n = c.buf[:0], 0
 	p := &req.Params
 	leaseMS := ceilMS(req.LeaseTTL)
@@ -151,6 +197,7 @@ func (c *redisCall) build(prefix string, req *LeaseRequest) *rueidis.Lua {
 		w := ceilMS(p.Window)
 		c.ints(p.Limit, w, req.Want, leaseMS, granularityMS(w, leaseMS))
 	}
+	c.ints(req.need(), req.Return, req.ReturnRef, deadline)
 	c.strings(nkeys)
 	return script
 }

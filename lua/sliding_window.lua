@@ -1,30 +1,55 @@
--- sliding_window: a ring of sub-window counters (seed 004's LeapArray) that
--- counts leased permits until their lease expires plus one window.
+-- sliding_window: a ring of sub-window counters (a LeapArray kept in Redis)
+-- that counts leased permits until their lease expires plus one window.
 --
 -- KEYS[1]  hash. Field "t": the newest Redis time seen (ms). Every other
 --          field E (ms, a multiple of the granularity) counts the permits
 --          granted whose leases expire before E; they count while E + window > now.
--- ARGV[1]  limit: permits per window (>= 0)
+-- ARGV[1]  limit: permits per window (0..10^12)
 -- ARGV[2]  window in ms (>= 1)
--- ARGV[3]  want: permits asked for (>= 1)
+-- ARGV[3]  want: permits asked for (>= need)
 -- ARGV[4]  lease_ttl in ms (>= 0): how long the caller may hold unused permits
 -- ARGV[5]  granularity in ms (>= 1): width of one sub-window
--- Returns  {granted, remaining, retry_after_ms, reset_ms, 0}
---          retry_after_ms is 0 when granted > 0, the window when limit is 0.
+-- ARGV[6]  need (>= 1): the fewest permits worth granting; fewer available
+--          grants nothing (all or nothing up to need, partial above it)
+-- ARGV[7]  return: unused permits of an earlier lease given back (>= 0)
+-- ARGV[8]  return_ref: that lease's ref (the field E it was counted in)
+-- ARGV[9]  deadline in Redis time (microseconds), 0 for none: a call that
+--          runs later grants nothing (its caller has given up on it)
+-- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us}
+--          status 0, or 2 when past the deadline (nothing granted); ref is
+--          the field E of this grant; retry_after_ms is 0 when granted > 0,
+--          the window when limit is 0, -1 when need > limit.
 --
 -- A lease granted at t may be used until t + lease_ttl, so it stays counted
 -- until at least t + lease_ttl + window: no interval of one window can hold
--- more uses than the limit, whatever the callers do with their leases.
--- A clock that moves backwards is treated as the newest time seen.
+-- more uses than the limit, whatever the callers do with their leases. A
+-- return uncounts permits the caller will never use, so the invariant holds.
+-- The return is applied even past the deadline. A clock that moves
+-- backwards is treated as the newest time seen.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local want = tonumber(ARGV[3])
 local lease = tonumber(ARGV[4])
 local g = tonumber(ARGV[5])
+local need = tonumber(ARGV[6])
+local ret = tonumber(ARGV[7])
+local deadline = tonumber(ARGV[9])
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
+
+if ret > 0 then
+  local cur = tonumber(redis.call('HGET', key, ARGV[8]))
+  if cur then
+    if cur <= ret then
+      redis.call('HDEL', key, ARGV[8])
+    else
+      redis.call('HINCRBY', key, ARGV[8], -ret)
+    end
+  end
+end
 
 local raw = redis.call('HGETALL', key)
 for i = 1, #raw, 2 do
@@ -49,13 +74,16 @@ for i = 1, #raw, 2 do
 end
 if #dead > 0 then redis.call('HDEL', key, unpack(dead)) end
 
+local status = 0
+if deadline > 0 and now_us > deadline then status = 2 end
 local granted = limit - used
 if granted > want then granted = want end
-if granted < 0 then granted = 0 end
+if granted < need or status ~= 0 then granted = 0 end
+local ref = 0
 if granted > 0 then
-  local e = (math.floor((now + lease) / g) + 1) * g
-  redis.call('HINCRBY', key, string.format('%d', e), granted)
-  live[#live + 1] = {e, granted}
+  ref = (math.floor((now + lease) / g) + 1) * g
+  redis.call('HINCRBY', key, string.format('%d', ref), granted)
+  live[#live + 1] = {ref, granted}
   used = used + granted
 end
 redis.call('HSET', key, 't', string.format('%d', now))
@@ -65,11 +93,13 @@ local retry = 0
 if granted == 0 then
   if limit <= 0 then
     retry = window
+  elseif need > limit then
+    retry = -1
   else
-    local need, freed = used - limit + 1, 0
+    local want_free, freed = used - limit + need, 0
     for _, b in ipairs(live) do
       freed = freed + b[2]
-      if freed >= need then
+      if freed >= want_free then
         retry = b[1] + window - now
         break
       end
@@ -83,5 +113,5 @@ if remaining < 0 then remaining = 0 end
 
 local keep = reset
 if keep < window then keep = window end
-redis.call('PEXPIRE', key, keep + 1000)
-return {granted, remaining, retry, reset, 0}
+redis.call('PEXPIRE', key, string.format('%d', keep + 1000))
+return {granted, remaining, retry, reset, status, ref, now_us}

@@ -1,26 +1,42 @@
--- token_bucket: seed 002's bucket with a capacity and a refill rate.
+-- token_bucket: a bucket with a capacity and a refill rate.
 --
 -- KEYS[1]  hash {tokens (float), ts (ms, the newest Redis time seen)}; a
 --          missing key is a full bucket.
--- ARGV[1]  capacity (>= 0)
--- ARGV[2]  refill rate in permits per second (>= 0, may be fractional)
--- ARGV[3]  want: permits asked for (>= 1)
+-- ARGV[1]  capacity (0..10^12)
+-- ARGV[2]  refill rate in permits per second (0, or 10^-6..10^12)
+-- ARGV[3]  want: permits asked for (>= need)
 -- ARGV[4]  lease_ttl in ms (unused: a lease is taken from the bucket when granted)
--- Returns  {granted, remaining, retry_after_ms, reset_ms, 0}
---          granted = min(want, floor(tokens)); retry_after_ms is 0 when granted > 0,
---          ceil((1 - tokens) / rate * 1000) when empty, -1 when the bucket can
---          never give a permit (rate 0, or capacity < 1); reset_ms is the time to
---          refill fully, -1 when never.
--- The key expires once the bucket would be full again (plus 1 s), or after a
--- day when the rate is 0. A clock that moves backwards is treated as the
--- newest time seen.
+-- ARGV[5]  need (>= 1): the fewest permits worth granting; fewer available
+--          grants nothing (all or nothing up to need, partial above it)
+-- ARGV[6]  return: unused permits of an earlier lease put back (>= 0; the
+--          bucket never holds more than its capacity)
+-- ARGV[7]  return_ref (unused)
+-- ARGV[8]  deadline in Redis time (microseconds), 0 for none: a call that
+--          runs later grants nothing (its caller has given up on it)
+-- Returns  {granted, remaining, retry_after_ms, reset_ms, status, 0, now_us}
+--          granted = min(want, floor(tokens)) when that is >= need, else 0;
+--          status 2 when past the deadline (nothing granted), else 0;
+--          retry_after_ms is 0 when granted > 0, ceil((need - tokens) / rate
+--          * 1000) when refused, -1 when the bucket can never give need
+--          permits (rate 0, or capacity < need); reset_ms is the time to
+--          refill fully, -1 when never. Times are capped at 10^12 ms.
+-- The key expires once the bucket would be full again (plus 1 s, at most 400
+-- days), or after a day when the rate is 0. Every value is computed before
+-- the first write, so an error never leaves a key without its TTL. A clock
+-- that moves backwards is treated as the newest time seen. The return is
+-- applied even past the deadline.
 local key = KEYS[1]
 local capacity = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local want = tonumber(ARGV[3])
+local need = tonumber(ARGV[5])
+local ret = tonumber(ARGV[6])
+local deadline = tonumber(ARGV[8])
+local maxms = 1000000000000
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
 
 local st = redis.call('HMGET', key, 'tokens', 'ts')
 local tokens, ts = tonumber(st[1]), tonumber(st[2])
@@ -28,20 +44,27 @@ if tokens == nil or ts == nil then
   tokens, ts = capacity, now
 end
 if ts > now then now = ts end
-tokens = tokens + (now - ts) * rate / 1000
+tokens = tokens + (now - ts) * rate / 1000 + ret
 if tokens > capacity then tokens = capacity end
 
+local status = 0
+if deadline > 0 and now_us > deadline then status = 2 end
 local granted = math.floor(tokens)
 if granted > want then granted = want end
-if granted < 0 then granted = 0 end
+if granted < need or status ~= 0 then granted = 0 end
 tokens = tokens - granted
 
+local function ms(x)
+  x = math.ceil(x)
+  if x > maxms then x = maxms end
+  return x
+end
 local retry = 0
 if granted == 0 then
-  if rate <= 0 or capacity < 1 then
+  if rate <= 0 or capacity < need then
     retry = -1
-  else
-    retry = math.ceil((1 - tokens) * 1000 / rate)
+  elseif tokens < need then
+    retry = ms((need - tokens) * 1000 / rate)
   end
 end
 local reset = 0
@@ -49,14 +72,15 @@ if tokens < capacity then
   if rate <= 0 then
     reset = -1
   else
-    reset = math.ceil((capacity - tokens) * 1000 / rate)
+    reset = ms((capacity - tokens) * 1000 / rate)
   end
+end
+local keep = 86400000
+if rate > 0 then
+  keep = ms(capacity * 1000 / rate) + 1000
+  if keep > 34560000000 then keep = 34560000000 end
 end
 
 redis.call('HSET', key, 'tokens', string.format('%.17g', tokens), 'ts', string.format('%d', now))
-if rate > 0 then
-  redis.call('PEXPIRE', key, math.ceil(capacity * 1000 / rate) + 1000)
-else
-  redis.call('PEXPIRE', key, 86400000)
-end
-return {granted, math.floor(tokens), retry, reset, 0}
+redis.call('PEXPIRE', key, string.format('%d', keep))
+return {granted, math.floor(tokens), retry, reset, status, 0, now_us}

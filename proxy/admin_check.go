@@ -19,11 +19,15 @@ func (a *Admin) check(ctx *fasthttp.RequestCtx) {
 	if fe == nil {
 		fe = a.knownTenant("", req.TenantID)
 	}
+	lreq := a.request(&req)
+	if fe == nil {
+		fe = overCapacity(a.deps.Limiter, "", &lreq)
+	}
 	if fe != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, fe.Field, fe.Msg)
 		return
 	}
-	d := a.decide(&req)
+	d := a.deps.Limiter.Allow(context.Background(), &lreq)
 	setRateLimitHeaders(&ctx.Response.Header, &d)
 	status := fasthttp.StatusOK
 	if d.Unavailable {
@@ -40,8 +44,13 @@ func (a *Admin) check(ctx *fasthttp.RequestCtx) {
 // One invalid check rejects the batch before any is counted.
 func (a *Admin) checkBatch(ctx *fasthttp.RequestCtx) {
 	b, fe := parseBatch(ctx.PostBody())
+	reqs := make([]limit.Request, len(b.Checks))
 	for i := 0; fe == nil && i < len(b.Checks); i++ {
-		fe = a.knownTenant("checks["+strconv.Itoa(i)+"].", b.Checks[i].TenantID)
+		prefix := "checks[" + strconv.Itoa(i) + "]."
+		if fe = a.knownTenant(prefix, b.Checks[i].TenantID); fe == nil {
+			reqs[i] = a.request(&b.Checks[i])
+			fe = overCapacity(a.deps.Limiter, prefix, &reqs[i])
+		}
 	}
 	if fe != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, fe.Field, fe.Msg)
@@ -49,7 +58,7 @@ func (a *Admin) checkBatch(ctx *fasthttp.RequestCtx) {
 	}
 	buf := append(make([]byte, 0, 96*len(b.Checks)+16), `{"results":[`...)
 	for i := range b.Checks {
-		d := a.decide(&b.Checks[i])
+		d := a.deps.Limiter.Allow(context.Background(), &reqs[i])
 		if i > 0 {
 			buf = append(buf, ',')
 		}
@@ -71,10 +80,10 @@ func (a *Admin) knownTenant(prefix, id string) *fieldError {
 	return &fieldError{prefix + "tenant_id", strconv.Quote(id) + " is not a known tenant; add it with PUT /v1/tenants/{id}"}
 }
 
-// decide runs one valid check through the limiter: tenant_id and its plan,
-// resource, key as the API key, tokens_requested permits, request_id as a
-// trusted request ID.
-func (a *Admin) decide(c *checkRequest) limit.Decision {
+// request is the limiter's request for one valid check: tenant_id and its
+// plan, resource, key as the API key, tokens_requested permits, request_id
+// as a trusted request ID.
+func (a *Admin) request(c *checkRequest) limit.Request {
 	req := limit.Request{
 		Tenant:   c.TenantID,
 		Resource: c.Resource,
@@ -89,7 +98,7 @@ func (a *Admin) decide(c *checkRequest) limit.Decision {
 	if c.RequestID != "" {
 		req.RequestID = []byte(c.RequestID)
 	}
-	return a.deps.Limiter.Allow(context.Background(), &req)
+	return req
 }
 
 // appendCheckResult appends the JSON answer of one decision:

@@ -7,11 +7,15 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/sentinel-gateway/sentinel/limit"
 )
 
 // Limits of the check API's fields.
 const (
-	// MaxTokensRequested is the largest tokens_requested one check may ask for.
+	// MaxTokensRequested is the largest tokens_requested one check may ask
+	// for; a check is also refused (400) when tokens_requested is over the
+	// capacity of a limit that applies to it (see overCapacity).
 	MaxTokensRequested = 1_000_000
 	// MaxBatchChecks is the largest number of checks in one batch.
 	MaxBatchChecks = 100
@@ -189,4 +193,26 @@ func jsonTypeName(kind string) string {
 		return "an object"
 	}
 	return kind
+}
+
+// capacityLimiter tells the most tokens a request can ever be granted.
+// *limit.Limiter implements it.
+type capacityLimiter interface {
+	MaxTokens(req *limit.Request) (int64, limit.Scope)
+}
+
+// overCapacity answers a 400 naming tokens_requested (after prefix) when
+// the request asks more than a limit that applies can ever grant at once:
+// such a check could never pass, so it is not a retryable refusal.
+func overCapacity(lim any, prefix string, req *limit.Request) *fieldError {
+	c, ok := lim.(capacityLimiter)
+	if !ok {
+		return nil
+	}
+	most, scope := c.MaxTokens(req)
+	if req.Tokens <= most {
+		return nil
+	}
+	return &fieldError{prefix + "tokens_requested", strconv.FormatInt(req.Tokens, 10) + " is over " +
+		strconv.FormatInt(most, 10) + ", the most the " + scope.String() + " limit can grant at once; it can never pass"}
 }

@@ -1,0 +1,169 @@
+package limit
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/limit/redistest"
+)
+
+// TestNeverRefusedUnderTheLimit offers one tenant 70% of its limit (with
+// ±30% jitter on every client's pace) for several 1-second windows, under
+// each algorithm, through 1 or 3 limiters sharing one redis-server (each
+// with its own client) and from 1 or 20 concurrent clients: no request may
+// be refused. Leases that expire unused must go back to the store.
+func TestNeverRefusedUnderTheLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	const limit, window, run = 300, time.Second, 2500 * time.Millisecond
+	for _, alg := range []string{"sliding_window", "sliding_log", "token_bucket"} {
+		t.Run(alg, func(t *testing.T) { // one algorithm at a time: the machine is shared
+			neverRefused(t, srv, alg, limit, window, run)
+		})
+	}
+}
+
+func neverRefused(t *testing.T, srv *redistest.Server, alg string, limit int64, window, run time.Duration) {
+	{
+		for _, pods := range []int{1, 3} {
+			for _, clients := range []int{1, 20} {
+				name := fmt.Sprintf("%dpods/%dclients", pods, clients)
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					cfg := testLimitsConfig(func(c *Config) {
+						c.Algorithm, c.Tenant, c.Window = alg, limit, window
+						c.StoreTimeout = 5 * time.Millisecond // the default: calls time out on a busy machine
+					})
+					var limiters []*Limiter
+					for range pods {
+						store := newRedisStore(t, srv.Addr)
+						limiters = append(limiters, newTestLimiter(t, cfg, store, Options{LivePods: func() int { return pods }}))
+					}
+					tenant := fmt.Sprintf("t-%s-%d-%d", alg, pods, clients)
+					period := time.Duration(clients) * window / time.Duration(limit*7/10)
+					var refused, allowed atomic.Int64
+					var first sync.Once
+					var firstRefusal Decision
+					start := time.Now()
+					var wg sync.WaitGroup
+					for c := range clients {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for i := 0; time.Since(start) < run; i++ {
+								d := limiters[(c+i)%pods].Allow(context.Background(), &Request{Tenant: tenant, Plan: "FREE"})
+								if d.Allowed {
+									allowed.Add(1)
+								} else {
+									refused.Add(1)
+									first.Do(func() { firstRefusal = d })
+								}
+								time.Sleep(time.Duration(float64(period) * (0.7 + 0.6*rand.Float64())))
+							}
+						}()
+					}
+					wg.Wait()
+					t.Logf("%d allowed, %d refused (first refusal %+v)", allowed.Load(), refused.Load(), firstRefusal)
+					assert.Greater(t, allowed.Load(), limit/2, "too few requests offered")
+					assert.Zero(t, refused.Load(), "a client under its limit was refused")
+				})
+			}
+		}
+	}
+}
+
+// TestTimedOutLeaseSpendsNoBudget pauses Redis (SIGSTOP) past the call's
+// deadline while a lease for the whole budget is sent: when Redis runs the
+// call later, it grants nothing, so the whole budget is still usable.
+func TestTimedOutLeaseSpendsNoBudget(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, alg := range []Algorithm{SlidingWindow, SlidingLog, TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			store := newRedisStore(t, srv.Addr)
+			p := confParams(alg, 10, time.Hour)
+			key := "{timeout:" + alg.String() + "}"
+			ctx := context.Background()
+			// Warm up: the store learns Redis' clock.
+			_, err := store.Lease(ctx, &LeaseRequest{Key: []byte(key + "warm"), Params: p, Want: 1})
+			require.NoError(t, err)
+
+			srv.Pause()
+			cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			_, err = store.Lease(cctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 10, Need: 10, LeaseTTL: time.Second})
+			cancel()
+			require.Error(t, err)
+			time.Sleep(100 * time.Millisecond) // past the deadline
+			srv.Resume()
+			time.Sleep(50 * time.Millisecond) // Redis runs the late call now
+
+			res, err := store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 10, Need: 10})
+			require.NoError(t, err)
+			assert.Equal(t, int64(10), res.Granted, "the timed-out call spent budget")
+		})
+	}
+}
+
+// TestLimiterTimedOutLeaseSpendsNoBudget: the same through a Limiter, whose
+// store call times out (limits.store_timeout) while Redis is paused; another
+// pod then gets the whole budget.
+func TestLimiterTimedOutLeaseSpendsNoBudget(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testLimitsConfig(func(c *Config) {
+		c.IP, c.Window, c.StoreTimeout, c.MaxLease = 10, time.Hour, 50*time.Millisecond, 10
+	})
+	slow := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
+	require.True(t, slow.Allow(context.Background(), &Request{IP: []byte("warm")}).Allowed)
+	srv.Pause()
+	slow.Allow(context.Background(), &Request{IP: []byte("10.9.9.9"), Tokens: 10}) // times out: local policy
+	time.Sleep(100 * time.Millisecond)
+	srv.Resume()
+	time.Sleep(50 * time.Millisecond)
+	other := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
+	d := other.Allow(context.Background(), &Request{IP: []byte("10.9.9.9"), Tokens: 10})
+	assert.True(t, d.Allowed, "the timed-out lease spent budget: %+v", d)
+}
+
+// TestLimiterReturnsUnusedPermits: permits leased but not used before their
+// lease expires go back to the store with the next lease call, so another pod
+// can use them at once.
+func TestLimiterReturnsUnusedPermits(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, alg := range []string{"sliding_window", "sliding_log", "token_bucket"} {
+		t.Run(alg, func(t *testing.T) {
+			cfg := testLimitsConfig(func(c *Config) {
+				c.Algorithm, c.IP, c.Window, c.LeaseTTL, c.MaxLease = alg, 20, time.Hour, 50*time.Millisecond, 20
+			})
+			a := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
+			b := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
+			ip := []byte("ret-" + alg)
+			used := int64(0)
+			for used < 3 || a.heldPermits(ip) == 0 {
+				require.True(t, a.Allow(context.Background(), &Request{IP: ip}).Allowed)
+				used++
+				require.Less(t, used, int64(15), "pod a never held unused permits")
+			}
+			left := a.heldPermits(ip)
+			time.Sleep(60 * time.Millisecond) // a's lease expires unused
+			// The next call of pod a gives the unused permits back.
+			require.True(t, a.Allow(context.Background(), &Request{IP: ip}).Allowed)
+			used++
+			got, _ := allowN(b, &Request{IP: ip}, 20)
+			assert.Equal(t, 20-used-a.heldPermits(ip), int64(got), "pod b could not use the %d permits a let expire", left)
+		})
+	}
+}
+
+// heldPermits is how many unused permits the limiter holds for an IP limit.
+func (l *Limiter) heldPermits(ip []byte) int64 {
+	b := l.table.get(AppendKey(nil, "", "ip", ip), l.now().UnixNano())
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.permits
+}
