@@ -1,0 +1,74 @@
+package limit
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestBounds: config and rule values past the documented bounds are errors
+// naming the YAML key; the bounds themselves are accepted.
+func TestBounds(t *testing.T) {
+	cfg := func(mod func(*Config)) error {
+		var c Config
+		c.SetDefaults()
+		mod(&c)
+		return c.Validate()
+	}
+	for key, mod := range map[string]func(*Config){
+		"limits.tenant":  func(c *Config) { c.Tenant = MaxLimit + 1 },
+		"limits.api_key": func(c *Config) { c.APIKey = math.MaxInt64 },
+		"limits.ip":      func(c *Config) { c.IP = -1 },
+		"limits.window":  func(c *Config) { c.Window = MaxWindow + time.Millisecond },
+	} {
+		var ve *ValidationError
+		require.ErrorAs(t, cfg(mod), &ve, key)
+		assert.Equal(t, key, ve.Field)
+	}
+	assert.NoError(t, cfg(func(c *Config) { c.Tenant, c.APIKey, c.IP, c.Window = MaxLimit, MaxLimit, MaxLimit, MaxWindow }))
+
+	rule := func(r Rule) error {
+		r.Tenant, r.Resource = "t", "r"
+		return r.Validate("rules[0]")
+	}
+	for key, r := range map[string]Rule{
+		"rules[0].refill_rate": {Algorithm: "token_bucket", Capacity: 5, RefillRate: 1e-300},
+		"rules[0].capacity":    {Algorithm: "token_bucket", Capacity: MaxLimit + 1, RefillRate: 1},
+		"rules[0].limit":       {Algorithm: "sliding_window", Limit: math.MaxInt64, Window: time.Second},
+		"rules[0].window":      {Algorithm: "sliding_log", Limit: 1, Window: 25 * time.Hour},
+	} {
+		var ve *ValidationError
+		require.ErrorAs(t, rule(r), &ve, key)
+		assert.Equal(t, key, ve.Field)
+	}
+	for _, r := range []Rule{
+		{Algorithm: "token_bucket", Capacity: 1, RefillRate: MinRefillRate},
+		{Algorithm: "token_bucket", Capacity: MaxLimit, RefillRate: MaxLimit},
+		{Algorithm: "token_bucket", Capacity: MaxLimit, RefillRate: 0},
+		{Algorithm: "sliding_window", Limit: MaxLimit, Window: MaxWindow},
+	} {
+		assert.NoError(t, rule(r), "%+v", r)
+	}
+}
+
+// TestLimiterMaxTokens: the most tokens a request can take is the smallest
+// capacity that applies; sliding_log takes at most MaxLogTokens at once, and
+// a request for more is refused without a store call.
+func TestLimiterMaxTokens(t *testing.T) {
+	cat := testCatalog(t, Rule{Tenant: "acme", Resource: "log", Algorithm: "sliding_log", Limit: 5000, Window: time.Second})
+	store := memStore(t)
+	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 50; c.Tenant = 10000 }), store, Options{Catalog: cat})
+	most, scope := l.MaxTokens(&Request{IP: []byte("a"), Tenant: "acme", Plan: "PREMIUM", Resource: "x"})
+	assert.Equal(t, int64(50), most)
+	assert.Equal(t, ScopeIP, scope)
+	most, scope = l.MaxTokens(&Request{Tenant: "acme", Plan: "PREMIUM", Resource: "log"})
+	assert.Equal(t, int64(MaxLogTokens), most)
+	assert.Equal(t, ScopeRule, scope)
+	d := l.Allow(t.Context(), &Request{IP: []byte("a"), Tokens: 51})
+	assert.False(t, d.Allowed)
+	assert.Zero(t, store.calls.Load(), "no store call for a request over the capacity")
+	assert.True(t, l.Allow(t.Context(), &Request{IP: []byte("a"), Tokens: 50}).Allowed)
+}
