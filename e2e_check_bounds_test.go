@@ -74,4 +74,3 @@ func TestRuleBounds(t *testing.T) {
 	a := do(t, "PUT", g.admin+"/v1/rules/hot/edge", `{"algorithm":"token_bucket","capacity":1,"refill_rate":0.000001}`)
 	assert.Equal(t, http.StatusOK, a.status, "%s", a.body)
 }
-
