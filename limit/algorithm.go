@@ -88,7 +88,9 @@ func checkLease(req *LeaseRequest) error {
 	if len(req.Key) == 0 {
 		return errors.New("limit: lease request without a key")
 	}
-	if req.Want < 1 || req.Want > MaxLimit || req.Want < req.need() {
+	if req.Want == 0 && req.Return > 0 {
+		// A return alone: nothing is granted.
+	} else if req.Want < 1 || req.Want > MaxLimit || req.Want < req.need() {
 		return fmt.Errorf("limit: lease of %d permits for %q: want must be in need (%d)..%d", req.Want, req.Key, req.need(), int64(MaxLimit))
 	}
 	if req.LeaseTTL < 0 || req.LeaseTTL > time.Hour {

@@ -38,7 +38,8 @@ type LeaseRequest struct {
 	Key    []byte
 	Params Params
 	// Want is the number of permits asked for (Need..MaxLimit; at most
-	// MaxLogTokens for sliding_log); the store grants 0 or Need..Want.
+	// MaxLogTokens for sliding_log); the store grants 0 or Need..Want. 0
+	// with a Return: a return alone.
 	Want int64
 	// Need is the fewest permits worth granting (0 means 1): when fewer are
 	// available the store grants none and takes nothing, so a request for n

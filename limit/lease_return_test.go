@@ -167,3 +167,26 @@ func (l *Limiter) heldPermits(ip []byte) int64 {
 	defer b.mu.Unlock()
 	return b.permits
 }
+
+// TestLimiterLateAnswerGivesPermitsBack: a lease whose answer comes after
+// limits.store_timeout (a busy pod or Redis) is decided by the failure
+// policy, and the permits of the late answer go back to the store.
+func TestLimiterLateAnswerGivesPermitsBack(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testLimitsConfig(func(c *Config) {
+		c.IP, c.Window, c.StoreTimeout, c.MaxLease = 10, time.Hour, 20*time.Millisecond, 10
+	})
+	slowStore := newRedisStore(t, srv.Addr)
+	slowStore.delay = 60 * time.Millisecond
+	slow := newTestLimiter(t, cfg, slowStore, Options{})
+	before := lateReturns.Get()
+	slow.Allow(context.Background(), &Request{IP: []byte("10.8.8.8"), Tokens: 10})
+	other := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
+	deadline := time.Now().Add(2 * time.Second)
+	for lateReturns.Get() == before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Greater(t, lateReturns.Get(), before, "the late answer's permits were not given back")
+	d := other.Allow(context.Background(), &Request{IP: []byte("10.8.8.8"), Tokens: 10})
+	assert.True(t, d.Allowed, "the late lease spent budget: %+v", d)
+}

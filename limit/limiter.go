@@ -413,6 +413,7 @@ type giveBack struct {
 func (b *bucket) takeReturn(now int64) giveBack {
 	n := min(b.permits+b.expired, b.leased)
 	b.permits, b.expired, b.leased = 0, 0, 0
+	b.gen++ // refunds of the old lease's permits are dropped from now on
 	if n <= 0 || now >= b.returnBy {
 		return giveBack{}
 	}
@@ -463,12 +464,12 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 
 // refill gives back ret and asks the store for a lease of want permits (at
 // least tokens: all or nothing) and takes tokens from it. The caller holds
-// the bucket's fill and has emptied the bucket; refill releases the fill and
-// returns the new lease's generation.
+// the bucket's fill and has emptied the bucket (takeReturn); refill releases
+// the fill and returns the new lease's generation.
 func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64, ret giveBack) (Decision, uint64) {
 	sent := l.now().UnixNano()
 	res, err := l.lease(ctx, s, &LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl,
-		Return: ret.n, ReturnRef: ret.ref})
+		Return: ret.n, ReturnRef: ret.ref}, true)
 	if ret.n > 0 {
 		// Given back whether or not the answer arrives: never sent twice.
 		returnedPermits.Add(int(ret.n))
@@ -480,7 +481,6 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		b.mu.Unlock()
 		close(f.done)
 	}()
-	b.gen++
 	if err != nil {
 		return l.fallbackDecision(ctx, s, tokens), b.gen
 	}
@@ -522,7 +522,8 @@ func (b *bucket) retryFrom(now int64) time.Duration {
 // direct decides with one store call, outside the local buckets: sliding_log
 // with a trusted request ID, which the store must see to skip a retry.
 func (l *Limiter) direct(ctx context.Context, s *spec, tokens int64, rid []byte) Decision {
-	res, err := l.lease(ctx, s, &LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid)})
+	// A late answer's permit stays counted: its request ID is recorded.
+	res, err := l.lease(ctx, s, &LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid)}, false)
 	if err != nil {
 		return l.fallbackDecision(ctx, s, tokens)
 	}
@@ -531,19 +532,18 @@ func (l *Limiter) direct(ctx context.Context, s *spec, tokens int64, rid []byte)
 }
 
 // lease makes one store call under the deadline and the breaker; req gets
-// the spec's params.
-func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest) (LeaseResult, error) {
+// the spec's params. With giveBackLate, permits of an answer that comes after
+// the deadline go back to the store.
+func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest, giveBackLate bool) (LeaseResult, error) {
 	start := l.now().UnixNano()
 	ok, probe := l.breaker.allow(start)
 	if !ok {
 		storeCallsSkipped.Inc()
 		return LeaseResult{}, ErrStoreUnavailable
 	}
-	cctx, cancel := context.WithTimeout(ctx, l.cfg.StoreTimeout)
 	req.Params = s.params
-	res, err := l.store.Lease(cctx, req)
-	timedOut := cctx.Err() != nil || errors.Is(err, ErrStoreLate)
-	cancel()
+	res, err := l.callStore(ctx, req, giveBackLate)
+	timedOut := errors.Is(err, errGaveUp) || errors.Is(err, ErrStoreLate) || errors.Is(err, context.DeadlineExceeded)
 	if err != nil {
 		storeErrors.Inc()
 		if timedOut {

@@ -1,0 +1,82 @@
+package limit
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+)
+
+// errGaveUp is the error of a store call whose caller stopped waiting at
+// limits.store_timeout.
+var errGaveUp = errors.New("limit: store call timed out")
+
+// storeCall is one store call that its caller may stop waiting for.
+type storeCall struct {
+	state atomic.Int32 // callRunning, callAnswered or callAbandoned
+	res   LeaseResult
+	err   error
+	done  chan struct{} // closed once answered in time
+}
+
+const (
+	callRunning int32 = iota
+	callAnswered
+	callAbandoned
+)
+
+// lateWait is how long a store call may still answer after its caller
+// stopped waiting: the call runs under this deadline, so that an answer that
+// is merely late (a busy pod or Redis) is still read and its permits given
+// back, and Redis grants nothing to a call it runs later than that (see
+// RedisStore.Lease).
+func (l *Limiter) lateWait() time.Duration {
+	return max(10*l.cfg.StoreTimeout, 500*time.Millisecond)
+}
+
+// callStore runs req and waits for the answer at most limits.store_timeout
+// (or until ctx is done). The call itself goes on in the background; when
+// its caller gave up and giveBackLate is set, the permits of its answer go
+// back to the store in one more call (never retried), so a timed-out lease
+// does not spend budget nobody can use.
+func (l *Limiter) callStore(ctx context.Context, req *LeaseRequest, giveBackLate bool) (LeaseResult, error) {
+	c := &storeCall{done: make(chan struct{})}
+	go func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.lateWait())
+		res, err := l.store.Lease(sctx, req)
+		cancel()
+		c.res, c.err = res, err
+		if c.state.CompareAndSwap(callRunning, callAnswered) {
+			close(c.done)
+			return
+		}
+		if err == nil && res.Granted > 0 && giveBackLate {
+			l.giveBack(req, res)
+		}
+	}()
+	t := time.NewTimer(l.cfg.StoreTimeout)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return c.res, c.err
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	if c.state.CompareAndSwap(callRunning, callAbandoned) {
+		return LeaseResult{}, errGaveUp
+	}
+	<-c.done // answered just now
+	return c.res, c.err
+}
+
+// giveBack returns the permits of a lease whose answer came after its caller
+// gave up. It runs in the background, once.
+func (l *Limiter) giveBack(req *LeaseRequest, res LeaseResult) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.lateWait())
+	defer cancel()
+	ret := &LeaseRequest{Key: req.Key, Params: req.Params, Return: res.Granted, ReturnRef: res.Ref}
+	if _, err := l.store.Lease(ctx, ret); err == nil {
+		lateReturns.Inc()
+		returnedPermits.Add(int(res.Granted))
+	}
+}
