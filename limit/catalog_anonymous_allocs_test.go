@@ -11,7 +11,7 @@ import (
 // TestAnonymousRuleAllocatesNothing: the per-IP rule of anonymous clients is
 // served from local leases without allocating too.
 func TestAnonymousRuleAllocatesNothing(t *testing.T) {
-	cat := testCatalog(t, Rule{Tenant: AnonymousTenant, Resource: "r", Algorithm: "sliding_window", Limit: 1 << 40, Window: time.Hour})
+	cat := testCatalog(t, Rule{Tenant: AnonymousTenant, Resource: "r", Algorithm: "sliding_window", Limit: 1 << 39, Window: time.Hour})
 	cfg := testLimitsConfig(func(c *Config) {
 		c.Window, c.LeaseTTL, c.MaxLease = time.Hour, time.Minute, 1<<19
 	})

@@ -14,7 +14,7 @@ import (
 // tenant limits): the request path's cost with the fast path on.
 func BenchmarkAllowLocal(b *testing.B) {
 	cfg := testLimitsConfig(func(c *Config) {
-		c.IP, c.Tenant, c.Window, c.LeaseTTL, c.MaxLease = 1<<40, 1<<40, time.Hour, time.Minute, 1<<19
+		c.IP, c.Tenant, c.Window, c.LeaseTTL, c.MaxLease = 1<<39, 1<<39, time.Hour, time.Minute, 1<<19
 	})
 	l := newTestLimiter(b, cfg, memStore(b), Options{Catalog: testCatalog(b)})
 	req := &Request{IP: []byte("10.0.0.1"), Tenant: "acme", Plan: "PREMIUM", Resource: "r"}
@@ -27,7 +27,7 @@ func BenchmarkAllowLocal(b *testing.B) {
 // BenchmarkAllowLocalParallel is BenchmarkAllowLocal from every core.
 func BenchmarkAllowLocalParallel(b *testing.B) {
 	cfg := testLimitsConfig(func(c *Config) {
-		c.IP, c.Tenant, c.Window, c.LeaseTTL, c.MaxLease = 1<<40, 1<<40, time.Hour, time.Minute, 1<<19
+		c.IP, c.Tenant, c.Window, c.LeaseTTL, c.MaxLease = 1<<39, 1<<39, time.Hour, time.Minute, 1<<19
 	})
 	l := newTestLimiter(b, cfg, memStore(b), Options{Catalog: testCatalog(b)})
 	b.ReportAllocs()
@@ -45,7 +45,7 @@ func BenchmarkAllowRedis(b *testing.B) {
 	srv := redistest.Start(b)
 	store := newRedisStore(b, srv.Addr)
 	f := false
-	cfg := testLimitsConfig(func(c *Config) { c.IP = 1 << 40; c.LocalFastPath = &f })
+	cfg := testLimitsConfig(func(c *Config) { c.IP = 1 << 39; c.LocalFastPath = &f })
 	l := newTestLimiter(b, cfg, store, Options{})
 	req := &Request{IP: []byte("10.0.0.1")}
 	b.ReportAllocs()
@@ -60,7 +60,7 @@ func BenchmarkAllowRedis(b *testing.B) {
 func BenchmarkAllowRedisLeasedHotKey(b *testing.B) {
 	srv := redistest.Start(b)
 	store := newRedisStore(b, srv.Addr)
-	cfg := testLimitsConfig(func(c *Config) { c.IP = 1 << 40 })
+	cfg := testLimitsConfig(func(c *Config) { c.IP = 1 << 39 })
 	l := newTestLimiter(b, cfg, store, Options{})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -76,7 +76,7 @@ func BenchmarkAllowRedisLeasedHotKey(b *testing.B) {
 func BenchmarkAllowRedis10kKeys(b *testing.B) {
 	srv := redistest.Start(b)
 	store := newRedisStore(b, srv.Addr)
-	cfg := testLimitsConfig(func(c *Config) { c.IP = 1 << 40 })
+	cfg := testLimitsConfig(func(c *Config) { c.IP = 1 << 39 })
 	l := newTestLimiter(b, cfg, store, Options{})
 	keys := make([][]byte, 10000)
 	for i := range keys {

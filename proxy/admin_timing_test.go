@@ -25,7 +25,7 @@ func BenchmarkCheckAPIRedis(b *testing.B) {
 	b.Cleanup(client.Close)
 	var cfg limit.Config
 	cfg.SetDefaults()
-	cfg.Tenant, cfg.APIKey = 1<<40, 1<<40
+	cfg.Tenant, cfg.APIKey = 1<<39, 1<<39
 	cfg.StoreTimeout = 50 * time.Millisecond
 	cat := testTenants(b)
 	lim, err := limit.NewLimiter(cfg, limit.NewRedisStore(client, limit.RedisStoreOptions{KeyPrefix: "bench"}), limit.Options{Catalog: cat})

@@ -82,7 +82,7 @@ func BenchmarkProxyLimited(b *testing.B) {
 	b.Cleanup(store.Close)
 	var cfg limit.Config
 	cfg.SetDefaults()
-	cfg.Tenant, cfg.IP, cfg.Window = 1<<40, 1<<40, time.Hour
+	cfg.Tenant, cfg.IP, cfg.Window = 1<<39, 1<<39, time.Hour
 	lim, err := limit.NewLimiter(cfg, store, limit.Options{})
 	if err != nil {
 		b.Fatal(err)
