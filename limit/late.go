@@ -36,10 +36,10 @@ func (l *Limiter) lateWait() time.Duration {
 
 // callStore runs req and waits for the answer at most limits.store_timeout
 // (or until ctx is done). The call itself goes on in the background; when
-// its caller gave up and giveBackLate is set, the permits of its answer go
-// back to the store in one more call (never retried), so a timed-out lease
-// does not spend budget nobody can use.
-func (l *Limiter) callStore(ctx context.Context, req *LeaseRequest, giveBackLate bool) (LeaseResult, error) {
+// its caller gave up and b is not nil, the permits of its answer go back to
+// the store in one more call (never retried), so a timed-out lease does not
+// spend budget nobody can use. b.late counts such calls until then.
+func (l *Limiter) callStore(ctx context.Context, req *LeaseRequest, b *bucket) (LeaseResult, error) {
 	c := &storeCall{done: make(chan struct{})}
 	go func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.lateWait())
@@ -50,9 +50,13 @@ func (l *Limiter) callStore(ctx context.Context, req *LeaseRequest, giveBackLate
 			close(c.done)
 			return
 		}
-		if err == nil && res.Granted > 0 && giveBackLate {
-			l.giveBack(req, res)
+		if b == nil {
+			return
 		}
+		if err == nil && res.Granted > 0 && l.giveBack(req, res) {
+			lateReturns.Inc()
+		}
+		b.late.Add(-1)
 	}()
 	t := time.NewTimer(l.cfg.StoreTimeout)
 	defer t.Stop()
@@ -62,21 +66,29 @@ func (l *Limiter) callStore(ctx context.Context, req *LeaseRequest, giveBackLate
 	case <-t.C:
 	case <-ctx.Done():
 	}
+	if b != nil {
+		b.late.Add(1) // before the abandon: the call's goroutine takes it back
+	}
 	if c.state.CompareAndSwap(callRunning, callAbandoned) {
 		return LeaseResult{}, errGaveUp
+	}
+	if b != nil {
+		b.late.Add(-1)
 	}
 	<-c.done // answered just now
 	return c.res, c.err
 }
 
-// giveBack returns the permits of a lease whose answer came after its caller
-// gave up. It runs in the background, once.
-func (l *Limiter) giveBack(req *LeaseRequest, res LeaseResult) {
+// giveBack returns res.Granted permits of the lease that answered req (one
+// that nobody will use: its caller gave up, or the bucket holds another
+// lease), in the background, once; it reports whether the store took them.
+func (l *Limiter) giveBack(req *LeaseRequest, res LeaseResult) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), l.lateWait())
 	defer cancel()
 	ret := &LeaseRequest{Key: req.Key, Params: req.Params, Return: res.Granted, ReturnRef: res.Ref}
-	if _, err := l.store.Lease(ctx, ret); err == nil {
-		lateReturns.Inc()
-		returnedPermits.Add(int(res.Granted))
+	if _, err := l.store.Lease(ctx, ret); err != nil {
+		return false
 	}
+	returnedPermits.Add(int(res.Granted))
+	return true
 }

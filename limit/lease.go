@@ -49,6 +49,9 @@ type bucket struct {
 	demand   int64 // tokens wanted by requests that waited for a fill
 
 	lastUsed atomic.Int64 // unix nanos
+	// late counts this bucket's store calls whose caller gave up and whose
+	// answer has not come yet (their leases are still counted in the store).
+	late atomic.Int32
 }
 
 // fill is one in-flight lease call; requests that find the bucket empty while

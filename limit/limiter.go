@@ -396,6 +396,9 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		ret := b.takeReturn(now)
 		b.mu.Unlock()
 		d, gen := l.refill(ctx, s, b, f, tokens, want, ret)
+		if gen == 0 { // the permits did not come from the bucket's lease
+			return d, taking{}
+		}
 		return d, taking{b, gen}
 	}
 }
@@ -436,7 +439,10 @@ func (l *Limiter) wait(f *fill) {
 // budget so that it falls to 1 near the limit; exactly tokens when strict.
 // The caller holds b.mu.
 func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64 {
-	if strict {
+	if strict || b.late.Load() > 0 {
+		// An abandoned call of this bucket may still hold a lease in the
+		// store until its answer comes: ask for no more than needed, so
+		// that a slow store does not let leases pile up.
 		return tokens
 	}
 	budget := b.remaining
@@ -465,11 +471,12 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 // refill gives back ret and asks the store for a lease of want permits (at
 // least tokens: all or nothing) and takes tokens from it. The caller holds
 // the bucket's fill and has emptied the bucket (takeReturn); refill releases
-// the fill and returns the new lease's generation.
+// the fill and returns the generation of the lease the request's permits
+// came from, 0 when they did not come from the bucket's lease.
 func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64, ret giveBack) (Decision, uint64) {
 	sent := l.now().UnixNano()
-	res, err := l.lease(ctx, s, &LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl,
-		Return: ret.n, ReturnRef: ret.ref}, true)
+	req := &LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, Return: ret.n, ReturnRef: ret.ref}
+	res, err := l.lease(ctx, s, req, b)
 	if ret.n > 0 {
 		// Given back whether or not the answer arrives: never sent twice.
 		returnedPermits.Add(int(ret.n))
@@ -477,16 +484,27 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	now := l.now().UnixNano()
 	b.mu.Lock()
 	defer func() {
-		b.fill = nil
+		if b.fill == f { // a request that waited too long may have replaced it
+			b.fill = nil
+		}
 		b.mu.Unlock()
 		close(f.done)
 	}()
 	if err != nil {
-		return l.fallbackDecision(ctx, s, tokens), b.gen
+		return l.fallbackDecision(ctx, s, tokens), 0
 	}
 	leaseSize.Update(float64(want))
 	b.remaining = res.Remaining
 	b.resetAt = now + int64(res.Reset)
+	if res.Granted >= tokens && b.leased > 0 {
+		// Another call filled the bucket meanwhile (a request that waited
+		// too long made its own): the bucket keeps that lease, and this
+		// one's permits beyond the request's go back.
+		if extra := res.Granted - tokens; extra > 0 {
+			go l.giveBack(req, LeaseResult{Granted: extra, Ref: res.Ref})
+		}
+		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), 0
+	}
 	if res.Granted >= tokens {
 		// The permits expire one lease lifetime after the call was sent
 		// (before the store dated it); the store counts them until then
@@ -503,12 +521,15 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	}
 	b.retryAfter, b.deniedAt, b.deniedNeed = int64(res.RetryAfter), now, tokens
 	switch {
+	case b.late.Load() > 0:
+		// The refusal may come from this pod's own late leases, which go
+		// back as soon as they are answered: do not cache it.
 	case res.RetryAfter < 0:
 		b.deniedUntil = now + int64(maxCachedNeverDenial)
 	case res.RetryAfter > 0:
 		b.deniedUntil = now + int64(min(res.RetryAfter, maxCachedDenial))
 	}
-	return s.decision(false, 0, b.retryFrom(now), b.resetAt-now), b.gen
+	return s.decision(false, 0, b.retryFrom(now), b.resetAt-now), 0
 }
 
 // retryFrom is the retry-after of the cached refusal, seen at now.
@@ -523,7 +544,7 @@ func (b *bucket) retryFrom(now int64) time.Duration {
 // with a trusted request ID, which the store must see to skip a retry.
 func (l *Limiter) direct(ctx context.Context, s *spec, tokens int64, rid []byte) Decision {
 	// A late answer's permit stays counted: its request ID is recorded.
-	res, err := l.lease(ctx, s, &LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid)}, false)
+	res, err := l.lease(ctx, s, &LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid)}, nil)
 	if err != nil {
 		return l.fallbackDecision(ctx, s, tokens)
 	}
@@ -532,9 +553,9 @@ func (l *Limiter) direct(ctx context.Context, s *spec, tokens int64, rid []byte)
 }
 
 // lease makes one store call under the deadline and the breaker; req gets
-// the spec's params. With giveBackLate, permits of an answer that comes after
-// the deadline go back to the store.
-func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest, giveBackLate bool) (LeaseResult, error) {
+// the spec's params. With a bucket, the permits of an answer that comes after
+// the deadline go back to the store (see callStore).
+func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest, b *bucket) (LeaseResult, error) {
 	start := l.now().UnixNano()
 	ok, probe := l.breaker.allow(start)
 	if !ok {
@@ -542,7 +563,7 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest, giveBac
 		return LeaseResult{}, ErrStoreUnavailable
 	}
 	req.Params = s.params
-	res, err := l.callStore(ctx, req, giveBackLate)
+	res, err := l.callStore(ctx, req, b)
 	timedOut := errors.Is(err, errGaveUp) || errors.Is(err, ErrStoreLate) || errors.Is(err, context.DeadlineExceeded)
 	if err != nil {
 		storeErrors.Inc()
