@@ -14,7 +14,7 @@ TEST_TIMEOUT   ?= 20m
 .PHONY: help build run cluster test test-short bench lint fmt vet check loadtest loadtest-overload k6 loadtest-k6 loadtest-overload-k6 docker clean
 
 help: ## List the targets.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build the gateway and the demo backend into bin/.
 	@mkdir -p $(BIN)
