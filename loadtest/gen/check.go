@@ -58,7 +58,11 @@ func firstWarmup(outs []outcome) *outcome {
 
 func availabilityCheck(o outcome, plan int, min float64) check {
 	t := o.plans[plan]
-	return check{o.name, fmt.Sprintf("%s availability ≥ %g%%", plans[plan].name, 100*min),
+	target := fmt.Sprintf("%s availability ≥ %g%%", plans[plan].name, 100*min)
+	if min == 1 {
+		target = plans[plan].name + " availability 100%"
+	}
+	return check{o.name, target,
 		fmt.Sprintf("%.2f%%", 100*t.availability()), verdict(t.availability() >= min)}
 }
 
