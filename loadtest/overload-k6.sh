@@ -4,7 +4,9 @@
 # through Sentinel (B). k6 cannot write broken chunked framing, so during
 # phase (d) this script also runs `gen` with the malformed, oversized and slow
 # chunked uploads at 5/s. Uses $K6, else k6 on PATH; builds k6 (go install
-# go.k6.io/k6@v1.8.1) into $(go env GOPATH)/bin when neither is there. Exits 0 whatever the targets say.
+# go.k6.io/k6@v1.8.1) into $(go env GOPATH)/bin when neither is there. Exits 0
+# whatever the targets say. k6 logs (failed requests, crossed thresholds) go to
+# $TMPDIR/sentinel-overload-k6-k6.log.
 # About 4 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +25,7 @@ BACKEND=127.0.0.1:9100
 FAST=127.0.0.1:9101
 D_START=71 # seconds from the k6 start to phase (d), as in overload.js
 LOG=${TMPDIR:-/tmp}/sentinel-overload-k6
+: >"$LOG-k6.log"
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
@@ -51,7 +54,7 @@ run() {
   (sleep "$((D_START + 1))"; bin/gen -target "$base" -phases "d.attack:10s:A=5" -label "$label: raw chunked attacker during (d)" >"$LOG-attack.txt" 2>&1) &
   local attacker=$!
   "$K6" run --quiet --no-color -e BASE_URL="$base" -e BACKEND_URL="http://$BACKEND" -e LABEL="$label" "$@" \
-    loadtest/k6/overload.js || true
+    loadtest/k6/overload.js 2>>"$LOG-k6.log" || true
   wait "$attacker" || true
   cat "$LOG-attack.txt"
 }
