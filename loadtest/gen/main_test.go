@@ -82,7 +82,7 @@ sentinel_upstream_breaker_transitions_total{upstream="api",target="http://127.0.
 sentinel_adaptive_mode_transitions_total{from="normal",to="moderate"} 2
 sentinel_adaptive_mode_transitions_total{from="moderate",to="aggressive"} 1
 sentinel_adaptive_mode_transitions_total{from="aggressive",to="moderate"} 1
-sentinel_proxy_client_faults_total{reason="malformed"} 3
+sentinel_proxy_client_faults_total{kind="malformed"} 3
 sentinel_adaptive_mode 1
 `)
 	d := gatewayChange(before, after)

@@ -154,7 +154,7 @@ func b2f(b bool) float64 {
 }
 
 // clientFaults is after − before of the gateway's counters of client faults
-// (any sentinel_*client*_total series), as "name{reason}=n", so that the
+// (any sentinel_*client*_total series), as "name{reason or kind}=n", so that the
 // report shows them under whatever name the gateway gives them.
 func clientFaults(before, after snapshot) string {
 	sums := map[string]float64{}
@@ -163,7 +163,7 @@ func clientFaults(before, after snapshot) string {
 			continue
 		}
 		key := strings.TrimPrefix(strings.TrimSuffix(a.name, "_total"), "sentinel_")
-		if r := a.labels["reason"]; r != "" {
+		if r := a.labels["reason"] + a.labels["kind"]; r != "" {
 			key += "{" + r + "}"
 		}
 		sums[key] += a.value - before[k].value
