@@ -258,7 +258,8 @@ export function handleSummary(data) {
     const pa = v('available', { ...sp, plan: 'PREMIUM' }, 'rate');
     check(sp.phase, 'PREMIUM availability ≥ 99.5%', pct(pa), pa >= 0.995);
     const p99 = v('ok_duration', { ...sp, plan: 'PREMIUM' }, 'p(99)');
-    const base = v('ok_duration', { phase: 'a.warmup', plan: 'PREMIUM' }, 'p(99)'); // unloaded: before any load
+    // unloaded: the lower of the warmups' (one noisy warmup must not loosen the target)
+    const base = Math.min(...['a.warmup', 'b.warmup'].map((w) => v('ok_duration', { phase: w, plan: 'PREMIUM' }, 'p(99)')));
     check(sp.phase, 'PREMIUM p99 ≤ 2× unloaded p99', `${ms(p99)} vs 2×${ms(base)}`, p99 > 0 && p99 <= 2 * base);
     const sa = v('available', { ...sp, plan: 'STANDARD' }, 'rate');
     check(sp.phase, 'STANDARD availability ≥ 95%', pct(sa), sa >= 0.95);
