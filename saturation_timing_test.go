@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"io"
+	"log"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,10 +25,14 @@ const saturationConns = 64
 // under 64 concurrent keep-alive connections with the PREMIUM key. The
 // sub-benchmarks are the upstream alone (the baseline), the gateway with the
 // adaptive layer and with adaptive.enabled: false. They report req/s and
-// sheds/op (answers other than 200, and sentinel_shed_total, per request): a
-// saturating load the backend can take must not be shed, nor served slower
-// than without the adaptive layer.
+// sheds/op (answers other than 200, and sentinel_shed_total, per request)
+// and mode-changes (sentinel_adaptive_mode_transitions_total; the gateway's
+// log is silenced so that the benchmark lines stay whole): a saturating load
+// the backend can take must not be shed, nor served slower than without the
+// adaptive layer.
 func BenchmarkSaturation(b *testing.B) {
+	log.SetOutput(io.Discard)
+	b.Cleanup(func() { log.SetOutput(os.Stderr) })
 	upstream := saturationUpstream(b)
 	b.Run("direct", func(b *testing.B) { driveSaturation(b, upstream, "") })
 	for _, c := range []struct{ name, enabled string }{{"adaptive=on", "true"}, {"adaptive=off", "false"}} {
@@ -86,9 +93,10 @@ func saturationGateway(b *testing.B, upstream, adaptiveEnabled string) (url, adm
 func driveSaturation(b *testing.B, url, admin string) {
 	c := &fasthttp.Client{MaxConnsPerHost: saturationConns, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second}
 	defer c.CloseIdleConnections()
-	shedBefore := 0.0
+	shedBefore, modesBefore := 0.0, 0.0
 	if admin != "" {
 		shedBefore = scrape(b, admin, "sentinel_shed_total")
+		modesBefore = scrape(b, admin, "sentinel_adaptive_mode_transitions_total")
 	}
 	var next, notOK atomic.Int64
 	var wg sync.WaitGroup
@@ -118,6 +126,7 @@ func driveSaturation(b *testing.B, url, admin string) {
 	sheds := float64(notOK.Load())
 	if admin != "" {
 		sheds = max(sheds, scrape(b, admin, "sentinel_shed_total")-shedBefore)
+		b.ReportMetric(scrape(b, admin, "sentinel_adaptive_mode_transitions_total")-modesBefore, "mode-changes")
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
 	b.ReportMetric(sheds/float64(b.N), "sheds/op")
