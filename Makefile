@@ -11,10 +11,10 @@ LDFLAGS        := -s -w -X main.version=$(VERSION)
 TEST_TIMEOUT   ?= 20m
 
 .DEFAULT_GOAL := help
-.PHONY: help build run cluster test test-short bench lint fmt vet check loadtest loadtest-overload k6 loadtest-k6 docker clean
+.PHONY: help build run cluster test test-short bench lint fmt vet check loadtest loadtest-overload k6 loadtest-k6 loadtest-overload-k6 docker clean
 
 help: ## List the targets.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build the gateway and the demo backend into bin/.
 	@mkdir -p $(BIN)
@@ -35,7 +35,7 @@ test: ## Run every test (unit, integration with real redis-server, promtool rule
 test-short: ## Run the tests without -race (faster local loop).
 	$(GO) test -timeout $(TEST_TIMEOUT) ./...
 
-bench: ## Run the Go benchmarks with allocation counts.
+bench: ## Run the Go benchmarks with allocation counts (BenchmarkSaturation is the overload scenario's phase (e)).
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1s ./...
 
 fmt: ## Format the code.
@@ -53,7 +53,7 @@ check: lint test ## Lint and test.
 loadtest: ## A 20 s open-loop run through a local gateway on config.yaml (see loadtest/README.md).
 	bash loadtest/quick.sh
 
-loadtest-overload: ## The overload scenario: backend alone vs behind Sentinel under a 10x spike (< 3 min).
+loadtest-overload: ## The overload scenario, phases (a)-(e), backend alone vs behind Sentinel, PASS/FAIL per target (< 4 min).
 	bash loadtest/overload.sh
 
 k6: ## Build k6 $(K6_VERSION) with go install when it is missing.
@@ -62,6 +62,9 @@ k6: ## Build k6 $(K6_VERSION) with go install when it is missing.
 
 loadtest-k6: k6 ## k6 scripts that prove enforcement: the limit holds (ratelimit.js), PREMIUM stays up under a FREE spike (overload_mix.js); ~80 s.
 	K6="$(K6)" bash loadtest/k6.sh
+
+loadtest-overload-k6: k6 ## The overload scenario, phases (a)-(e), with k6 (about 3.5 min).
+	K6="$(K6)" bash loadtest/overload-k6.sh
 
 docker: ## Build the container image.
 	docker build -t sentinel:$(VERSION) --build-arg VERSION=$(VERSION) .

@@ -22,10 +22,13 @@ func main() {
 	slots := flag.Int("slots", 0, "workers (0: unlimited); with -latency this is the capacity model")
 	thrash := flag.Float64("thrash", 2, "queue length, in multiples of -slots, past which the backend thrashes")
 	queueTimeout := flag.Duration("queue-timeout", time.Second, "longest wait for a worker before 503")
+	shedDepth := flag.Int("shed-depth", 0, "answer 503 at once while more than this many requests wait for a worker (0: queue until -queue-timeout)")
+	retryAfter := flag.Int("retry-after", 0, "seconds of Retry-After on the 503s of -shed-depth (0: no header)")
 	duration := flag.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
 	flag.Parse()
 
-	b := demobackend.New(demobackend.Options{Latency: *latency, Slots: *slots, Thrash: *thrash, QueueTimeout: *queueTimeout})
+	b := demobackend.New(demobackend.Options{Latency: *latency, Slots: *slots, Thrash: *thrash, QueueTimeout: *queueTimeout,
+		ShedDepth: *shedDepth, RetryAfter: *retryAfter})
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		log.Fatalf("demo-backend: %v", err)

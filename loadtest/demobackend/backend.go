@@ -11,6 +11,11 @@
 // overload: throughput falls below capacity. A request that waits longer than
 // QueueTimeout gets 503. So an unprotected backend collapses under a 10×
 // spike instead of serving its capacity.
+//
+// With ShedDepth the backend sheds instead of queueing without bound, as
+// well-behaved servers do: a request that finds more than ShedDepth requests
+// already waiting gets 503 at once (with Retry-After when RetryAfter is set),
+// and the queue never reaches the thrash point when ShedDepth is below it.
 package demobackend
 
 import (
@@ -28,6 +33,8 @@ type Options struct {
 	Slots        int           // workers; 0: unlimited
 	Thrash       float64       // queue length, in multiples of Slots, past which service slows (default 2)
 	QueueTimeout time.Duration // longest wait for a worker before 503 (default 1s)
+	ShedDepth    int           // > 0: answer 503 at once while more than this many requests wait (default 0: off)
+	RetryAfter   int           // seconds sent in Retry-After with a shed 503 (default 0: no header)
 }
 
 // Backend is the demo upstream.
@@ -36,12 +43,15 @@ type Backend struct {
 	slots        chan struct{}
 	thrash       float64
 	queueTimeout time.Duration
+	shedDepth    atomic.Int64
+	retryAfter   atomic.Int64
 	healthy      atomic.Bool
 
 	waiting  atomic.Int64
 	inflight atomic.Int64
 	served   atomic.Int64
-	rejected atomic.Int64
+	rejected atomic.Int64 // 503 after a queue timeout
+	shed     atomic.Int64 // 503 at once past ShedDepth
 }
 
 // New returns a Backend.
@@ -57,6 +67,8 @@ func New(o Options) *Backend {
 		b.slots = make(chan struct{}, o.Slots)
 	}
 	b.latency.Store(int64(o.Latency))
+	b.shedDepth.Store(int64(o.ShedDepth))
+	b.retryAfter.Store(int64(o.RetryAfter))
 	b.healthy.Store(true)
 	return b
 }
@@ -65,16 +77,21 @@ func New(o Options) *Backend {
 type Stats struct {
 	Served   int64  `json:"served"`
 	Rejected int64  `json:"rejected"`
+	Shed     int64  `json:"shed"`
 	Inflight int64  `json:"inflight"`
 	Waiting  int64  `json:"waiting"`
 	Latency  string `json:"latency"`
 	Healthy  bool   `json:"healthy"`
+	// ShedDepth and RetryAfter are the shedding settings (0: off).
+	ShedDepth  int64 `json:"shed_depth"`
+	RetryAfter int64 `json:"retry_after"`
 }
 
 // Stats returns the counters.
 func (b *Backend) Stats() Stats {
-	return Stats{Served: b.served.Load(), Rejected: b.rejected.Load(), Inflight: b.inflight.Load(),
-		Waiting: b.waiting.Load(), Latency: time.Duration(b.latency.Load()).String(), Healthy: b.healthy.Load()}
+	return Stats{Served: b.served.Load(), Rejected: b.rejected.Load(), Shed: b.shed.Load(), Inflight: b.inflight.Load(),
+		Waiting: b.waiting.Load(), Latency: time.Duration(b.latency.Load()).String(), Healthy: b.healthy.Load(),
+		ShedDepth: b.shedDepth.Load(), RetryAfter: b.retryAfter.Load()}
 }
 
 // Handler serves every request.
@@ -95,7 +112,16 @@ func (b *Backend) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	q := ctx.QueryArgs()
-	if !b.acquire() {
+	switch b.acquire() {
+	case shed:
+		b.shed.Add(1)
+		if ra := b.retryAfter.Load(); ra > 0 {
+			ctx.Response.Header.Set("Retry-After", strconv.FormatInt(ra, 10))
+		}
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		ctx.SetBodyString(`{"error":"backend busy"}`)
+		return
+	case timedOut:
 		b.rejected.Add(1)
 		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 		ctx.SetBodyString(`{"error":"backend overloaded"}`)
@@ -147,25 +173,38 @@ func (b *Backend) Handler(ctx *fasthttp.RequestCtx) {
 	})
 }
 
-// acquire waits for a worker, at most QueueTimeout.
-func (b *Backend) acquire() bool {
+// admission is what acquire decided.
+type admission int
+
+const (
+	admitted admission = iota
+	shed               // more than ShedDepth waiting: 503 at once
+	timedOut           // waited QueueTimeout: 503
+)
+
+// acquire waits for a worker, at most QueueTimeout, or sheds at once when
+// more than ShedDepth requests already wait.
+func (b *Backend) acquire() admission {
 	if b.slots == nil {
-		return true
+		return admitted
 	}
 	select {
 	case b.slots <- struct{}{}:
-		return true
+		return admitted
 	default:
 	}
-	b.waiting.Add(1)
+	if n := b.waiting.Add(1); b.shedDepth.Load() > 0 && n > b.shedDepth.Load() {
+		b.waiting.Add(-1)
+		return shed
+	}
 	defer b.waiting.Add(-1)
 	t := time.NewTimer(b.queueTimeout)
 	defer t.Stop()
 	select {
 	case b.slots <- struct{}{}:
-		return true
+		return admitted
 	case <-t.C:
-		return false
+		return timedOut
 	}
 }
 
@@ -175,10 +214,24 @@ func (b *Backend) release() {
 	}
 }
 
-// configure changes the latency or health at run time:
-// POST /_backend/config?latency=40ms&healthy=false.
+// configure changes the latency, shedding or health at run time:
+// POST /_backend/config?latency=40ms&shed_depth=10&retry_after=1&healthy=false.
 func (b *Backend) configure(ctx *fasthttp.RequestCtx) {
 	q := ctx.QueryArgs()
+	for _, f := range []struct {
+		name string
+		v    *atomic.Int64
+	}{{"shed_depth", &b.shedDepth}, {"retry_after", &b.retryAfter}} {
+		if v := q.Peek(f.name); len(v) > 0 {
+			n, err := strconv.ParseInt(string(v), 10, 64)
+			if err != nil || n < 0 {
+				ctx.SetStatusCode(fasthttp.StatusBadRequest)
+				ctx.SetBodyString(`{"error":"` + f.name + `: want a whole number >= 0"}`)
+				return
+			}
+			f.v.Store(n)
+		}
+	}
 	if v := q.Peek("latency"); len(v) > 0 {
 		d, err := time.ParseDuration(string(v))
 		if err != nil || d < 0 {

@@ -65,3 +65,58 @@ func TestCapacityModelRejectsWhenOverloaded(t *testing.T) {
 	assert.Positive(t, n[200])
 	assert.EqualValues(t, n[503], b.Stats().Rejected)
 }
+
+func TestShedDepthAnswers503AtOnce(t *testing.T) {
+	b := New(Options{Latency: 500 * time.Millisecond, Slots: 1, QueueTimeout: 5 * time.Second, ShedDepth: 2, RetryAfter: 1})
+	url := serve(t, b)
+	type answer struct {
+		code       int
+		retryAfter string
+		body       string
+	}
+	answers := make(chan answer, 8)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			req.SetRequestURI(url + "/work")
+			err := (&fasthttp.Client{}).Do(req, resp)
+			assert.NoError(t, err)
+			answers <- answer{resp.StatusCode(), string(resp.Header.Peek("Retry-After")), string(resp.Body())}
+		}()
+	}
+	wg.Wait()
+	close(answers)
+	var ok, shed int
+	for a := range answers {
+		switch a.code {
+		case 200:
+			ok++
+		case 503:
+			shed++
+			assert.Equal(t, "1", a.retryAfter)
+			assert.Contains(t, a.body, "backend busy", "shed at once, not after the queue timeout")
+		}
+	}
+	// One in service and two waiting: the other five are shed.
+	assert.Equal(t, 3, ok)
+	assert.Equal(t, 5, shed)
+	assert.EqualValues(t, 5, b.Stats().Shed)
+	assert.Zero(t, b.Stats().Rejected)
+}
+
+func TestConfigureShedding(t *testing.T) {
+	b := New(Options{})
+	url := serve(t, b)
+	code, _, _ := fasthttp.Post(nil, url+"/_backend/config?shed_depth=7&retry_after=2", nil)
+	assert.Equal(t, 200, code)
+	assert.EqualValues(t, 7, b.Stats().ShedDepth)
+	assert.EqualValues(t, 2, b.Stats().RetryAfter)
+	code, body, _ := fasthttp.Post(nil, url+"/_backend/config?shed_depth=x", nil)
+	assert.Equal(t, 400, code)
+	assert.Contains(t, string(body), "shed_depth")
+}
