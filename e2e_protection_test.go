@@ -235,3 +235,33 @@ func TestUpstreamConnectionRefused(t *testing.T) {
 	t.Cleanup(func() { _ = backSrv.Close() })
 	assert.Equal(t, http.StatusOK, status("GET", alone.url+"/x"), "served as soon as it is back")
 }
+
+// A body that trickles in for longer than the upstream timeout is the
+// client's slowness, not an upstream timeout: 408, and nothing counted
+// against the target.
+func TestTrickleUploadIsTheClients(t *testing.T) {
+	srv := redistest.Start(t)
+	up := startSteeredUpstream(t)
+	cfg := strings.Replace(protectionConfig(srv.Addr, up.url), "read_timeout: 400ms", "read_timeout: 5s", 1)
+	cfg = strings.Replace(cfg, "passive: {failures: 3, eject_for: 10s}", "passive: {failures: 3, eject_for: 10s}\n    timeout: 300ms", 1)
+	g := startGateway(t, cfg)
+	for range 3 {
+		c, err := net.Dial("tcp", strings.TrimPrefix(g.url, "http://"))
+		require.NoError(t, err)
+		_, err = io.WriteString(c, "POST /upload HTTP/1.1\r\nHost: example\r\nTransfer-Encoding: chunked\r\n\r\n")
+		require.NoError(t, err)
+		for range 8 {
+			time.Sleep(100 * time.Millisecond)
+			if _, err := io.WriteString(c, "1\r\nx\r\n"); err != nil {
+				break // the gateway answered and closed
+			}
+		}
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusRequestTimeout, resp.StatusCode)
+		assert.True(t, resp.Close, "the connection ends with the answer")
+		c.Close()
+	}
+	assertUpstreamUntouched(t, g, up.url)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -98,7 +99,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 		s.reject(ctx, id, why)
 		return
 	}
-	req, body := s.outbound(ctx, id)
+	req, body := s.outbound(ctx, r, id)
 	if req != &ctx.Request {
 		defer fasthttp.ReleaseRequest(req)
 	}
@@ -164,12 +165,15 @@ func (s *Server) acquire(r *route, id *Identity) (adaptive.Ticket, *reason) {
 // caller releases it). Replacing the server's own body stream would release
 // it, hence the copy. clientBody tells the client's failures (malformed
 // framing, too large, too slow, gone) from the upstream's.
-func (s *Server) outbound(ctx *fasthttp.RequestCtx, id *Identity) (*fasthttp.Request, *clientBody) {
+func (s *Server) outbound(ctx *fasthttp.RequestCtx, r *route, id *Identity) (*fasthttp.Request, *clientBody) {
 	req := &ctx.Request
 	var body *clientBody
 	if cl := req.Header.ContentLength(); (cl > 0 || cl == -1) && req.IsBodyStream() {
 		body = &id.body
 		*body = clientBody{r: ctx.RequestBodyStream(), left: int64(s.cfg.Server.MaxRequestBody)}
+		if t := s.bodyTimeouts[r.index]; t > 0 {
+			body.deadline = s.now().Add(t).UnixNano()
+		}
 		fwd := fasthttp.AcquireRequest()
 		req.Header.CopyTo(&fwd.Header)
 		fwd.SetBodyStream(body, cl)
@@ -263,13 +267,31 @@ func clientFaultReason(err error) *reason {
 // the limit or the client fails to deliver it; then it fails the upload
 // with an *upstream.ClientBodyError, so that the pool counts nothing against
 // the target, and keeps the cause in fault.
+//
+// A body still arriving when the pool's timeout has passed (deadline) is
+// the client's fault too: a trickling upload must not read as an upstream
+// timeout.
 type clientBody struct {
-	r     io.Reader
-	left  int64
-	fault error
+	r        io.Reader
+	left     int64
+	deadline int64 // unix nanos; 0: none
+	fault    error
 }
 
-var errBodyTooLarge = errors.New("proxy: request body larger than server.max_request_body")
+var (
+	errBodyTooLarge = errors.New("proxy: request body larger than server.max_request_body")
+	errBodyTooSlow  = bodyTimeoutError{}
+)
+
+// bodyTimeoutError is a body that did not arrive within the pool's
+// timeout; it is a timeout (net.Error), answered 408.
+type bodyTimeoutError struct{}
+
+func (bodyTimeoutError) Error() string {
+	return "proxy: request body not received within the upstream timeout"
+}
+func (bodyTimeoutError) Timeout() bool   { return true }
+func (bodyTimeoutError) Temporary() bool { return false }
 
 func (b *clientBody) Read(p []byte) (int, error) {
 	if b.fault != nil {
@@ -283,6 +305,8 @@ func (b *clientBody) Read(p []byte) (int, error) {
 	switch {
 	case b.left < 0:
 		b.fault = errBodyTooLarge
+	case b.deadline != 0 && time.Now().UnixNano() > b.deadline:
+		b.fault = errBodyTooSlow
 	case err != nil && err != io.EOF:
 		b.fault = err
 	default:

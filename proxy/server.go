@@ -27,11 +27,14 @@ type Server struct {
 	cache   Cache
 	now     func() time.Time
 
-	pools   []Doer          // by route index
-	conc    []concurrency   // by route index; nil entries: no limit
-	metrics []*routeMetrics // by route index
-	noRoute *routeMetrics
-	set     *metrics.Set
+	pools []Doer // by route index
+	// bodyTimeouts bound the upload of a streamed body, by route index: the
+	// pool's timeout, which the upload would otherwise spend (0: none).
+	bodyTimeouts []time.Duration
+	conc         []concurrency   // by route index; nil entries: no limit
+	metrics      []*routeMetrics // by route index
+	noRoute      *routeMetrics
+	set          *metrics.Set
 
 	apiKeyHeader    []byte
 	requestIDHeader []byte
@@ -100,6 +103,11 @@ func (s *Server) bindRoutes(deps Deps) error {
 			return fmt.Errorf("routes[%d].upstream: %q names no upstream pool", i, r.Upstream)
 		}
 		s.pools = append(s.pools, d)
+		var timeout time.Duration
+		if t, ok := d.(interface{ Timeout() time.Duration }); ok {
+			timeout = t.Timeout()
+		}
+		s.bodyTimeouts = append(s.bodyTimeouts, timeout)
 		var c concurrency
 		if s.gate != nil {
 			if l := s.gate.Concurrency(r.Upstream); l != nil {

@@ -195,6 +195,9 @@ func (p *Pool) leastPending(now int64, start uint32, skip *target, watched bool)
 	return best
 }
 
+// Timeout is the pool timeout: the longest Do may take.
+func (p *Pool) Timeout() time.Duration { return p.timeout }
+
 // Pending returns the number of requests in flight through p.
 func (p *Pool) Pending() int {
 	n := 0
