@@ -236,18 +236,21 @@ func TestUpstreamConnectionRefused(t *testing.T) {
 	assert.Equal(t, http.StatusOK, status("GET", alone.url+"/x"), "served as soon as it is back")
 }
 
-// A body that trickles in for longer than the upstream timeout is the
-// client's slowness, not an upstream timeout: 408, and nothing counted
-// against the target.
+// A body that trickles in is the client's slowness, never an upstream
+// timeout. A small body is received whole before it takes a slot or
+// reaches the upstream (server.request_buffer): it is then served, whatever
+// the upstream timeout. A body larger than the buffer streams: when it is
+// still arriving past the upstream timeout, the answer is 408 and nothing
+// counts against the target.
 func TestTrickleUploadIsTheClients(t *testing.T) {
 	srv := redistest.Start(t)
 	up := startSteeredUpstream(t)
 	cfg := strings.Replace(protectionConfig(srv.Addr, up.url), "read_timeout: 400ms", "read_timeout: 5s", 1)
 	cfg = strings.Replace(cfg, "passive: {failures: 3, eject_for: 10s}", "passive: {failures: 3, eject_for: 10s}\n    timeout: 300ms", 1)
-	g := startGateway(t, cfg)
-	for range 3 {
+	trickle := func(g *gateway, end bool) *http.Response {
 		c, err := net.Dial("tcp", strings.TrimPrefix(g.url, "http://"))
 		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
 		_, err = io.WriteString(c, "POST /upload HTTP/1.1\r\nHost: example\r\nTransfer-Encoding: chunked\r\n\r\n")
 		require.NoError(t, err)
 		for range 8 {
@@ -256,12 +259,28 @@ func TestTrickleUploadIsTheClients(t *testing.T) {
 				break // the gateway answered and closed
 			}
 		}
+		if end {
+			_, _ = io.WriteString(c, "0\r\n\r\n")
+		}
 		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		require.NoError(t, err)
+		return resp
+	}
+
+	buffered := startGateway(t, cfg)
+	hits := up.hits.Load()
+	for range 2 {
+		resp := trickle(buffered, true)
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "received whole, then forwarded")
+	}
+	assert.EqualValues(t, 2, up.hits.Load()-hits)
+
+	streamed := startGateway(t, strings.Replace(cfg, "max_request_body: 1KB", "max_request_body: 1KB, request_buffer: 2", 1))
+	for range 3 {
+		resp := trickle(streamed, false)
 		assert.Equal(t, http.StatusRequestTimeout, resp.StatusCode)
 		assert.True(t, resp.Close, "the connection ends with the answer")
-		c.Close()
 	}
-	assertUpstreamUntouched(t, g, up.url)
+	assertUpstreamUntouched(t, streamed, up.url)
 }

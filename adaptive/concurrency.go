@@ -150,6 +150,9 @@ func (c *ConcurrencyLimiter) Acquire(p Priority) (Ticket, bool) {
 	}
 	c.waiting[p].Add(1)
 	defer c.waiting[p].Add(-1)
+	if c.tryAcquire(p) { // a slot freed before the release could see us waiting
+		return Ticket{c}, true
+	}
 	t := time.NewTimer(c.queueTimeout(p))
 	defer t.Stop()
 	for {
@@ -197,9 +200,11 @@ func (t Ticket) Release(latency time.Duration, r Result) {
 		return
 	}
 	inflight := c.inflight.Add(-1) + 1 // in flight when this one ended, itself included
-	select {
-	case c.slot <- struct{}{}:
-	default:
+	if c.waiting[PriorityStandard].Load() > 0 || c.waiting[PriorityPremium].Load() > 0 {
+		select { // wake a waiter (FREE never waits)
+		case c.slot <- struct{}{}:
+		default:
+		}
 	}
 	switch r {
 	case OK:
@@ -259,8 +264,12 @@ func (c *ConcurrencyLimiter) sample(rtt, inflight float64, now time.Time) {
 		}
 		next = limit + 0.2*math.Sqrt(limit)
 	} else {
+		// Congested: shrink toward the level where the latency meets the
+		// threshold. (Gradient2 adds a √limit queue allowance here too; it
+		// holds the backend's queue, and so its latency, above the
+		// threshold for as long as the overload lasts.)
 		gradient := max(0.5, threshold/c.short)
-		next = limit*0.8 + (limit*gradient+math.Sqrt(limit))*0.2
+		next = limit * (0.8 + 0.2*gradient)
 		next = max(next, min(limit, floor))
 	}
 	c.store(next)
@@ -281,7 +290,7 @@ func (c *ConcurrencyLimiter) drop(now time.Time) {
 
 // decayFloor ages the learned floor to now and returns it.
 func (c *ConcurrencyLimiter) decayFloor(now time.Time) float64 {
-	if dt := now.Sub(c.floorAt); dt > 0 {
+	if dt := now.Sub(c.floorAt); dt >= floorAgeStep {
 		c.floor *= math.Exp2(-float64(dt) / float64(floorHalfLife))
 		c.floorAt = now
 	}
@@ -301,6 +310,7 @@ const (
 	backoffRatio  = 0.9
 	minDropGap    = 5 * time.Millisecond
 	floorHalfLife = 30 * time.Second
+	floorAgeStep  = 100 * time.Millisecond // the floor is aged in steps, not on every answer
 )
 
 // shedCount returns the requests shed so far, by priority and reason.

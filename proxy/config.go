@@ -43,6 +43,12 @@ type ServerConfig struct {
 	// MaxRequestBody is the largest request body accepted (413 above it).
 	// Default 10MB.
 	MaxRequestBody ByteSize `mapstructure:"max_request_body"`
+	// RequestBuffer is how much of a request body is received from the
+	// client before the request takes an upstream concurrency slot and is
+	// forwarded: a body up to this size arrives whole first, so that a slow
+	// or broken upload never holds a slot or reaches the backend; a larger
+	// one streams after its first RequestBuffer bytes. Default 64KB.
+	RequestBuffer ByteSize `mapstructure:"request_buffer"`
 	// ShutdownGrace is how long shutdown waits for in-flight requests.
 	// Default 15s.
 	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
@@ -111,6 +117,7 @@ const (
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultIdleTimeout       = 60 * time.Second
 	DefaultMaxRequestBody    = ByteSize(10 << 20)
+	DefaultRequestBuffer     = ByteSize(64 << 10)
 	DefaultShutdownGrace     = 15 * time.Second
 	DefaultConcurrency       = 256 * 1024
 	DefaultAPIKeyHeader      = "X-API-Key"
@@ -138,6 +145,7 @@ func (c *ServerConfig) SetDefaults() {
 	setDefault(&c.WriteTimeout, DefaultWriteTimeout)
 	setDefault(&c.IdleTimeout, DefaultIdleTimeout)
 	setDefault(&c.MaxRequestBody, DefaultMaxRequestBody)
+	setDefault(&c.RequestBuffer, DefaultRequestBuffer)
 	setDefault(&c.ShutdownGrace, DefaultShutdownGrace)
 	setDefault(&c.Concurrency, DefaultConcurrency)
 	setDefault(&c.HeadersWithUnderscores, UnderscoresDrop)
@@ -195,6 +203,9 @@ func (c *ServerConfig) Validate() error {
 	)
 	if c.MaxRequestBody <= 0 || c.MaxRequestBody > 1<<31-1 {
 		errs = append(errs, fmt.Errorf("server.max_request_body: %s is not a size between 1 byte and 2GiB", c.MaxRequestBody))
+	}
+	if c.RequestBuffer <= 0 || c.RequestBuffer > 64<<20 {
+		errs = append(errs, fmt.Errorf("server.request_buffer: %s is not a size between 1 byte and 64MiB", c.RequestBuffer))
 	}
 	if c.Concurrency <= 0 {
 		errs = append(errs, fmt.Errorf("server.concurrency: %d is not a positive number of connections", c.Concurrency))

@@ -94,12 +94,17 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 		s.reject(ctx, id, reasonBodyTooLarge)
 		return
 	}
+	pre, complete, err := s.receive(ctx, id)
+	if err != nil {
+		s.reject(ctx, id, clientFaultReason(err))
+		return
+	}
 	ticket, why := s.acquire(r, id)
 	if why != nil {
 		s.reject(ctx, id, why)
 		return
 	}
-	req, body := s.outbound(ctx, r, id)
+	req, body := s.outbound(ctx, r, id, pre, complete)
 	if req != &ctx.Request {
 		defer fasthttp.ReleaseRequest(req)
 	}
@@ -160,23 +165,64 @@ func (s *Server) acquire(r *route, id *Identity) (adaptive.Ticket, *reason) {
 	return t, nil
 }
 
+// receive reads the head of a streamed request body, up to
+// server.request_buffer, before the request takes a slot: a body that fits
+// arrives whole (complete) and a slow or broken upload is answered here,
+// without the upstream. The bytes live in id's buffer until the request
+// ends.
+func (s *Server) receive(ctx *fasthttp.RequestCtx, id *Identity) (pre []byte, complete bool, err error) {
+	cl := ctx.Request.Header.ContentLength()
+	if (cl <= 0 && cl != -1) || !ctx.Request.IsBodyStream() {
+		return nil, true, nil
+	}
+	maxBody := int(s.cfg.Server.MaxRequestBody)
+	want := min(int(s.cfg.Server.RequestBuffer), maxBody+1)
+	if cl > 0 {
+		want = min(want, cl)
+	}
+	buf := id.bodyBuf[:0]
+	if cap(buf) < want {
+		buf = make([]byte, 0, want)
+	}
+	n, err := io.ReadFull(ctx.RequestBodyStream(), buf[:want])
+	buf = buf[:n]
+	id.bodyBuf = buf
+	switch {
+	case err == io.ErrUnexpectedEOF || err == io.EOF:
+		if cl > 0 {
+			return nil, false, err // shorter than its Content-Length
+		}
+		return buf, true, nil // a chunked body that fits
+	case err != nil:
+		return nil, false, err
+	case n > maxBody:
+		return nil, false, errBodyTooLarge
+	}
+	return buf, cl == n, nil
+}
+
 // outbound prepares the request to forward: the client's, or, when it has a
-// streamed body, a pooled copy whose body reads through clientBody (the
-// caller releases it). Replacing the server's own body stream would release
+// body, a pooled copy (the caller releases it) whose body is the buffered
+// head pre, followed, unless complete, by the rest of the stream read
+// through clientBody. Replacing the server's own body stream would release
 // it, hence the copy. clientBody tells the client's failures (malformed
 // framing, too large, too slow, gone) from the upstream's.
-func (s *Server) outbound(ctx *fasthttp.RequestCtx, r *route, id *Identity) (*fasthttp.Request, *clientBody) {
+func (s *Server) outbound(ctx *fasthttp.RequestCtx, r *route, id *Identity, pre []byte, complete bool) (*fasthttp.Request, *clientBody) {
 	req := &ctx.Request
 	var body *clientBody
-	if cl := req.Header.ContentLength(); (cl > 0 || cl == -1) && req.IsBodyStream() {
-		body = &id.body
-		*body = clientBody{r: ctx.RequestBodyStream(), left: int64(s.cfg.Server.MaxRequestBody)}
-		if t := s.bodyTimeouts[r.index]; t > 0 {
-			body.deadline = s.now().Add(t).UnixNano()
-		}
+	if pre != nil {
 		fwd := fasthttp.AcquireRequest()
 		req.Header.CopyTo(&fwd.Header)
-		fwd.SetBodyStream(body, cl)
+		if complete {
+			fwd.SetBodyRaw(pre)
+		} else {
+			body = &id.body
+			*body = clientBody{pre: pre, r: ctx.RequestBodyStream(), left: int64(s.cfg.Server.MaxRequestBody) - int64(len(pre))}
+			if t := s.bodyTimeouts[r.index]; t > 0 {
+				body.deadline = s.now().Add(t).UnixNano()
+			}
+			fwd.SetBodyStream(body, req.Header.ContentLength())
+		}
 		req = fwd
 	}
 	stripHopRequest(&req.Header)
@@ -272,6 +318,7 @@ func clientFaultReason(err error) *reason {
 // the client's fault too: a trickling upload must not read as an upstream
 // timeout.
 type clientBody struct {
+	pre      []byte // read before the stream
 	r        io.Reader
 	left     int64
 	deadline int64 // unix nanos; 0: none
@@ -296,6 +343,11 @@ func (bodyTimeoutError) Temporary() bool { return false }
 func (b *clientBody) Read(p []byte) (int, error) {
 	if b.fault != nil {
 		return 0, &upstream.ClientBodyError{Err: b.fault}
+	}
+	if len(b.pre) > 0 {
+		n := copy(p, b.pre)
+		b.pre = b.pre[n:]
+		return n, nil
 	}
 	if int64(len(p)) > b.left+1 {
 		p = p[:b.left+1]

@@ -60,6 +60,7 @@ type Identity struct {
 	// value, answer bodies and cache keys.
 	limitReq limit.Request
 	body     clientBody
+	bodyBuf  []byte // the buffered head of a request body (server.request_buffer)
 	scratch  []byte
 	keyBuf   []byte
 	uriBuf   []byte // the normalised path and the query: the forwarded URI
