@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
+	"github.com/sentinel-gateway/sentinel/admin"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/proxy"
 	"github.com/sentinel-gateway/sentinel/upstream"
@@ -30,7 +31,7 @@ type app struct {
 	limiter   *limit.Limiter
 	upstreams *upstream.Set
 	proxy     *proxy.Server
-	admin     *proxy.Admin
+	admin     *admin.Server
 	cancel    context.CancelFunc
 	errc      chan error
 }
@@ -87,7 +88,7 @@ func build(cfg *Config) (*app, error) {
 		a.close()
 		return nil, err
 	}
-	if a.admin, err = proxy.NewAdmin(a.adminDeps()); err != nil {
+	if a.admin, err = admin.New(a.adminDeps()); err != nil {
 		a.close()
 		return nil, err
 	}
@@ -101,10 +102,10 @@ func (a *app) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cannot listen on server.listen %q: %w", a.cfg.Server.Listen, err)
 	}
-	adminLn, err := net.Listen("tcp", a.cfg.Server.AdminListen)
+	adminLn, err := net.Listen("tcp", a.cfg.Server.Admin.Listen)
 	if err != nil {
 		ln.Close()
-		return fmt.Errorf("cannot listen on server.admin_listen %q: %w", a.cfg.Server.AdminListen, err)
+		return fmt.Errorf("cannot listen on server.admin_listen %q: %w", a.cfg.Server.Admin.Listen, err)
 	}
 	return a.serve(ctx, ln, adminLn)
 }
@@ -172,17 +173,15 @@ func podID() string {
 }
 
 // adminDeps are the parts the admin listener serves.
-func (a *app) adminDeps() proxy.AdminDeps {
-	deps := proxy.AdminDeps{
-		Config:  a.cfg.Server,
-		Limiter: a.limiter,
-		Catalog: a.catalog,
-		Writer:  a.sync,
-		State:   func() any { return a.adaptive.State() },
-		Status:  func() any { return a.limiter.Status() },
-		Ready:   a.ready,
+func (a *app) adminDeps() admin.Deps {
+	return admin.Deps{
+		Config:   a.cfg.Server.Admin,
+		Limiter:  a.limiter,
+		Catalog:  a.catalog,
+		Writer:   a.sync,
+		Adaptive: a.adaptive,
+		Ready:    a.ready,
 	}
-	return deps
 }
 
 // ready says whether the pod may take traffic: the configuration is loaded

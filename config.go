@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
+	"github.com/sentinel-gateway/sentinel/admin"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/proxy"
 	"github.com/sentinel-gateway/sentinel/upstream"
@@ -23,7 +24,7 @@ const envPrefix = "SENTINEL"
 // Config is the whole configuration file. Each section is owned, defaulted and
 // validated by the package that uses it; this type only assembles them.
 type Config struct {
-	Server    proxy.ServerConfig   `mapstructure:"server"`
+	Server    serverConfig         `mapstructure:"server"`
 	Identity  proxy.IdentityConfig `mapstructure:"identity"`
 	Routes    []proxy.Route        `mapstructure:"routes"`
 	Upstreams upstream.Config      `mapstructure:"upstreams"`
@@ -34,6 +35,15 @@ type Config struct {
 	Limits    limit.Config         `mapstructure:"limits"`
 	Rules     []limit.Rule         `mapstructure:"rules"`
 	Adaptive  adaptive.Config      `mapstructure:"adaptive"`
+}
+
+// serverConfig is the YAML section `server`: the proxy listener's keys and,
+// beside them under the names they have always had, the admin listener's
+// (admin_listen, admin_token, metrics_require_token, admin_read_timeout,
+// admin_write_timeout, admin_idle_timeout).
+type serverConfig struct {
+	proxy.ServerConfig `mapstructure:",squash"`
+	Admin              admin.Config `mapstructure:",squash"`
 }
 
 // loadConfig reads the YAML file at path (empty: defaults only), applies the
@@ -119,8 +129,12 @@ func structKeys(t reflect.Type, prefix string) []string {
 		if !f.IsExported() {
 			continue
 		}
-		tag, _, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+		tag, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
 		if tag == "-" {
+			continue
+		}
+		if opts == "squash" {
+			keys = append(keys, structKeys(f.Type, prefix)...)
 			continue
 		}
 		if tag == "" {
@@ -163,7 +177,7 @@ func (c *Config) normalize() {
 }
 
 func (c *Config) proxyConfig() proxy.Config {
-	return proxy.Config{Server: c.Server, Identity: c.Identity, Routes: c.Routes}
+	return proxy.Config{Server: c.Server.ServerConfig, Identity: c.Identity, Routes: c.Routes}
 }
 
 func (c *Config) setDefaultsAndValidate() error {
@@ -172,7 +186,8 @@ func (c *Config) setDefaultsAndValidate() error {
 	}
 	pc := c.proxyConfig()
 	pc.SetDefaults()
-	c.Server, c.Identity, c.Routes = pc.Server, pc.Identity, pc.Routes
+	c.Server.ServerConfig, c.Identity, c.Routes = pc.Server, pc.Identity, pc.Routes
+	c.Server.Admin.SetDefaults()
 	c.Upstreams.SetDefaults()
 	c.Cache.SetDefaults()
 	c.Redis.SetDefaults()
@@ -189,6 +204,7 @@ func (c *Config) setDefaultsAndValidate() error {
 	sort.Strings(names)
 	return errors.Join(
 		pc.Validate(names),
+		c.Server.Admin.Validate(),
 		c.Upstreams.Validate(),
 		c.Cache.Validate(),
 		c.Redis.Validate(),

@@ -83,3 +83,28 @@ func TestRunExitsWithStatus2OnBadConfig(t *testing.T) {
 	code := run([]string{"-config", "testdata/config/bad_algorithm.yaml"}, nil)
 	assert.Equal(t, 2, code)
 }
+
+// TestAdminKeysUnderServer: the admin listener's keys are read from the
+// server section, from the file and from the environment, and land in
+// admin.Config with their defaults.
+func TestAdminKeysUnderServer(t *testing.T) {
+	cfg, err := loadConfig("testdata/config/good_minimal.yaml", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:9090", cfg.Server.Admin.Listen)
+	assert.Equal(t, 5*time.Second, cfg.Server.Admin.ReadTimeout)
+	assert.Equal(t, 30*time.Second, cfg.Server.Admin.WriteTimeout)
+	assert.Equal(t, 60*time.Second, cfg.Server.Admin.IdleTimeout)
+
+	cfg, err = loadConfig("testdata/config/good_minimal.yaml", []string{
+		"SENTINEL_SERVER_ADMIN_LISTEN=0.0.0.0:9191",
+		"SENTINEL_SERVER_ADMIN_TOKEN=s3cret",
+		"SENTINEL_SERVER_METRICS_REQUIRE_TOKEN=true",
+		"SENTINEL_SERVER_ADMIN_READ_TIMEOUT=2s",
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "0.0.0.0:9191", cfg.Server.Admin.Listen)
+	assert.Equal(t, "s3cret", cfg.Server.Admin.Token)
+	assert.True(t, cfg.Server.Admin.MetricsRequireToken)
+	assert.Equal(t, 2*time.Second, cfg.Server.Admin.ReadTimeout)
+	assert.Equal(t, 5*time.Second, cfg.Server.ReadTimeout, "the proxy's read_timeout is its own")
+}

@@ -36,7 +36,7 @@ func TestImageConfigRefusesToStartWithoutUpstreamAndToken(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, cfg.Tenants, "the image ships no tenants")
 	assert.Empty(t, cfg.Rules, "the image ships no rules")
-	assert.Equal(t, ":9090", cfg.Server.AdminListen, "the admin API must be reachable from outside the container")
+	assert.Equal(t, ":9090", cfg.Server.Admin.Listen, "the admin API must be reachable from outside the container")
 	assert.Equal(t, []string{"http://backend:9000"}, cfg.Upstreams["api"].Targets)
 }
 

@@ -46,7 +46,7 @@ func run(args []string, environ []string) int {
 		return 2
 	}
 	if *healthcheck {
-		return probe("http://" + dialable(cfg.Server.AdminListen) + "/healthz")
+		return probe("http://" + dialable(cfg.Server.Admin.Listen) + "/healthz")
 	}
 	app, err := build(cfg)
 	if err != nil {
@@ -60,7 +60,7 @@ func run(args []string, environ []string) int {
 		app.close()
 		return 1
 	}
-	log.Printf("sentinel %s: proxy on %s, admin on %s, store %s", version, cfg.Server.Listen, cfg.Server.AdminListen, app.storeName)
+	log.Printf("sentinel %s: proxy on %s, admin on %s, store %s", version, cfg.Server.Listen, cfg.Server.Admin.Listen, app.storeName)
 	select {
 	case <-ctx.Done():
 		log.Printf("sentinel: shutting down (grace %s)", cfg.Server.ShutdownGrace)

@@ -18,19 +18,12 @@ type Config struct {
 	Routes   []Route        `mapstructure:"routes"`
 }
 
-// ServerConfig is the YAML section `server`.
+// ServerConfig is the proxy listener's part of the YAML section `server`;
+// the admin listener's keys of that section (admin_listen, admin_token, ...)
+// are admin.Config.
 type ServerConfig struct {
 	// Listen is the proxy's host:port. Default ":8080".
 	Listen string `mapstructure:"listen"`
-	// AdminListen is the admin listener's host:port. Default "127.0.0.1:9090".
-	// A non-loopback address requires AdminToken.
-	AdminListen string `mapstructure:"admin_listen"`
-	// AdminToken is the bearer token the admin API requires; "" means none
-	// (allowed only on loopback).
-	AdminToken string `mapstructure:"admin_token"`
-	// MetricsRequireToken makes /metrics on the admin listener ask for the
-	// token too. Default false.
-	MetricsRequireToken bool `mapstructure:"metrics_require_token"`
 	// TrustedProxies lists CIDRs or IPs whose X-Forwarded-For, X-Forwarded-*,
 	// Forwarded and X-Request-Id are believed. Default none.
 	TrustedProxies []string `mapstructure:"trusted_proxies"`
@@ -112,7 +105,6 @@ type Route struct {
 // Defaults of ServerConfig and IdentityConfig.
 const (
 	DefaultListen            = ":8080"
-	DefaultAdminListen       = "127.0.0.1:9090"
 	DefaultReadTimeout       = 5 * time.Second
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultIdleTimeout       = 60 * time.Second
@@ -140,7 +132,6 @@ func (c *Config) SetDefaults() {
 // SetDefaults fills zero values with the defaults.
 func (c *ServerConfig) SetDefaults() {
 	setDefault(&c.Listen, DefaultListen)
-	setDefault(&c.AdminListen, DefaultAdminListen)
 	setDefault(&c.ReadTimeout, DefaultReadTimeout)
 	setDefault(&c.WriteTimeout, DefaultWriteTimeout)
 	setDefault(&c.IdleTimeout, DefaultIdleTimeout)
@@ -184,11 +175,6 @@ func (c *ServerConfig) Validate() error {
 	var errs []error
 	if err := checkHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("server.listen: %w", err))
-	}
-	if err := checkHostPort(c.AdminListen); err != nil {
-		errs = append(errs, fmt.Errorf("server.admin_listen: %w", err))
-	} else if c.AdminToken == "" && !isLoopback(c.AdminListen) {
-		errs = append(errs, fmt.Errorf("server.admin_token: required when server.admin_listen %q is not loopback", c.AdminListen))
 	}
 	for i, p := range c.TrustedProxies {
 		if _, err := parsePrefix(p); err != nil {
@@ -275,15 +261,6 @@ func checkHostPort(s string) error {
 		return fmt.Errorf("%q is not host:port", s)
 	}
 	return nil
-}
-
-func isLoopback(hostPort string) bool {
-	host, _, _ := net.SplitHostPort(hostPort)
-	if host == "localhost" {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.IsLoopback()
 }
 
 // parsePrefix reads a CIDR or a single IP (as a /32 or /128).

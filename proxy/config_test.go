@@ -17,7 +17,6 @@ func validConfig() Config {
 func TestConfigDefaults(t *testing.T) {
 	c := validConfig()
 	assert.Equal(t, ":8080", c.Server.Listen)
-	assert.Equal(t, "127.0.0.1:9090", c.Server.AdminListen)
 	assert.Equal(t, 5*time.Second, c.Server.ReadTimeout)
 	assert.Equal(t, 30*time.Second, c.Server.WriteTimeout)
 	assert.Equal(t, 60*time.Second, c.Server.IdleTimeout)
@@ -42,11 +41,7 @@ func TestConfigValidateMessages(t *testing.T) {
 			c.Routes = append(c.Routes, Route{PathPrefix: "/a", Upstream: "api"}, Route{PathPrefix: "/b", Upstream: "apii"})
 		}, `routes[2].upstream: "apii" is not a configured upstream (api)`},
 		{"listen", func(c *Config) { c.Server.Listen = "x" }, `server.listen: "x" is not host:port`},
-		{"admin listen", func(c *Config) { c.Server.AdminListen = "x" }, `server.admin_listen: "x" is not host:port`},
 		{"path prefix", func(c *Config) { c.Routes[0].PathPrefix = "api" }, `routes[0].path_prefix: must start with "/"`},
-		{"admin exposed", func(c *Config) { c.Server.AdminListen = "0.0.0.0:9090" },
-			`server.admin_token: required when server.admin_listen "0.0.0.0:9090" is not loopback`},
-		{"admin exposed all", func(c *Config) { c.Server.AdminListen = ":9090" }, `server.admin_token: required`},
 		{"read timeout", func(c *Config) { c.Server.ReadTimeout = -1 }, `server.read_timeout: -1ns is not a positive duration`},
 		{"body", func(c *Config) { c.Server.MaxRequestBody = -5 }, `server.max_request_body: -5 is not a size`},
 		{"concurrency", func(c *Config) { c.Server.Concurrency = -1 }, `server.concurrency: -1`},
@@ -69,18 +64,6 @@ func TestConfigValidateMessages(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.want)
 		})
 	}
-}
-
-func TestConfigAdminLoopbackNeedsNoToken(t *testing.T) {
-	for _, addr := range []string{"127.0.0.1:9090", "[::1]:9090", "localhost:9090"} {
-		c := validConfig()
-		c.Server.AdminListen = addr
-		assert.NoError(t, c.Validate([]string{"api"}), addr)
-	}
-	c := validConfig()
-	c.Server.AdminListen = "0.0.0.0:9090"
-	c.Server.AdminToken = "secret"
-	assert.NoError(t, c.Validate([]string{"api"}))
 }
 
 func TestConfigTrustedProxiesAcceptsIPsAndCIDRs(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
+	"github.com/sentinel-gateway/sentinel/internal/reply"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
@@ -279,7 +280,7 @@ func (s *Server) respond(ctx *fasthttp.RequestCtx, r *route, id *Identity, req *
 	resp := &ctx.Response
 	stripHopResponse(&resp.Header)
 	if d.Scope != limit.ScopeNone {
-		setRateLimitHeaders(&resp.Header, d)
+		reply.SetRateLimitHeaders(&resp.Header, d)
 	}
 	if cacheable && resp.StatusCode() == fasthttp.StatusOK && s.sharable(&req.Header, &resp.Header) {
 		s.cache.Set(s.cacheKey(ctx, id), resp, r.CacheTTL)
@@ -391,19 +392,16 @@ func upstreamErrorReason(err error) *reason {
 // tooMany writes the 429 answer of a rate limit.
 func (s *Server) tooMany(ctx *fasthttp.RequestCtx, id *Identity, d *limit.Decision) {
 	h := &ctx.Response.Header
-	setRateLimitHeaders(h, d)
-	if d.RetryAfter >= 0 {
-		var buf [20]byte
-		h.SetBytesKV(hdrRetryAfter, strconv.AppendInt(buf[:0], max(1, ceilSeconds(d.RetryAfter)), 10))
-	}
+	reply.SetRateLimitHeaders(h, d)
+	reply.SetRetryAfter(h, d)
 	b := append(id.scratch[:0], `{"error":"rate limit exceeded","scope":"`...)
 	b = append(b, d.Scope.String()...)
 	b = append(b, `","limit":`...)
 	b = strconv.AppendInt(b, d.Limit, 10)
 	b = append(b, `,"retry_after_ms":`...)
-	b = strconv.AppendInt(b, retryAfterMS(d.RetryAfter), 10)
+	b = strconv.AppendInt(b, reply.RetryAfterMillis(d.RetryAfter), 10)
 	b = append(b, `,"request_id":`...)
-	b = appendJSONString(b, id.RequestID)
+	b = reply.AppendJSONString(b, id.RequestID)
 	b = append(b, "}\n"...)
 	id.scratch = b
 	ctx.Response.Header.SetContentTypeBytes(strJSON)
@@ -413,42 +411,12 @@ func (s *Server) tooMany(ctx *fasthttp.RequestCtx, id *Identity, d *limit.Decisi
 
 // problem writes a JSON error answer {"error": msg, "request_id": id}.
 func (s *Server) problem(ctx *fasthttp.RequestCtx, id *Identity, status int, msg string) {
-	id.scratch = s.writeProblemBuf(ctx, status, msg, id.RequestID, id.scratch[:0])
+	id.scratch = reply.Problem{Msg: msg, RequestID: id.RequestID}.Write(ctx, status, id.scratch)
 }
 
 // writeProblem is problem without an Identity (fasthttp's error handler).
 func (s *Server) writeProblem(ctx *fasthttp.RequestCtx, status int, msg string, requestID []byte) {
 	var buf [256]byte
 	ctx.Response.Header.SetBytesKV(s.requestIDHeader, requestID)
-	s.writeProblemBuf(ctx, status, msg, requestID, buf[:0])
-}
-
-func (s *Server) writeProblemBuf(ctx *fasthttp.RequestCtx, status int, msg string, requestID, b []byte) []byte {
-	b = append(b, `{"error":`...)
-	b = appendJSONString(b, msg)
-	b = append(b, `,"request_id":`...)
-	b = appendJSONString(b, requestID)
-	b = append(b, "}\n"...)
-	ctx.Response.Header.SetContentTypeBytes(strJSON)
-	ctx.SetStatusCode(status)
-	ctx.Response.SetBody(b)
-	return b
-}
-
-// appendJSONString appends s as a JSON string. Request IDs and messages are
-// printable ASCII; quotes and backslashes are escaped, anything else below
-// 0x20 becomes a space.
-func appendJSONString[T string | []byte](b []byte, s T) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20:
-			b = append(b, ' ')
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
+	reply.Problem{Msg: msg, RequestID: requestID}.Write(ctx, status, buf[:0])
 }

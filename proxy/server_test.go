@@ -113,7 +113,7 @@ func startProxy(t testing.TB, target string, opts ...proxyOpt) *testProxy {
 	t.Helper()
 	ucfg := upstream.Config{"api": {Targets: []string{target}, Timeout: 2 * time.Second}}
 	deps := Deps{Config: Config{
-		Server: ServerConfig{MaxRequestBody: 2 << 20, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0"},
+		Server: ServerConfig{MaxRequestBody: 2 << 20, Listen: "127.0.0.1:0"},
 		Routes: []Route{
 			{PathPrefix: "/", Upstream: "api", Resource: "default"},
 			{PathPrefix: "/heavy", Upstream: "api", Resource: "heavy", Heavy: true},

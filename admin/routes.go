@@ -1,22 +1,23 @@
-package proxy
+package admin
 
 import (
 	"bytes"
 	"crypto/subtle"
+	"errors"
 
 	"github.com/valyala/fasthttp"
 )
 
-// adminRoute names one admin endpoint. Routing is an exact match on the path
+// route names one admin endpoint. Routing is an exact match on the path
 // (a switch over the path bytes, which the compiler does without allocating)
 // plus two prefixes whose tail is the item's name.
-type adminRoute uint8
+type route uint8
 
 const (
-	routeUnknown adminRoute = iota
+	routeUnknown route = iota
 	routeHealthz
 	routeReadyz
-	adminRouteMetrics
+	routeMetrics
 	routeState
 	routeCheck
 	routeCheckBatch
@@ -29,32 +30,32 @@ const (
 
 // routeNames are the values of the endpoint label of the admin metrics.
 var routeNames = [routeCount]string{
-	routeUnknown:      "unknown",
-	routeHealthz:      "healthz",
-	routeReadyz:       "readyz",
-	adminRouteMetrics: "metrics",
-	routeState:        "state",
-	routeCheck:        "check",
-	routeCheckBatch:   "check_batch",
-	routeRules:        "rules",
-	routeRule:         "rule",
-	routeTenants:      "tenants",
-	routeTenant:       "tenant",
+	routeUnknown:    "unknown",
+	routeHealthz:    "healthz",
+	routeReadyz:     "readyz",
+	routeMetrics:    "metrics",
+	routeState:      "state",
+	routeCheck:      "check",
+	routeCheckBatch: "check_batch",
+	routeRules:      "rules",
+	routeRule:       "rule",
+	routeTenants:    "tenants",
+	routeTenant:     "tenant",
 }
 
 // routeMethods lists the methods each endpoint accepts, as the Allow header
 // of a 405 says them.
 var routeMethods = [routeCount]string{
-	routeHealthz:      "GET",
-	routeReadyz:       "GET",
-	adminRouteMetrics: "GET",
-	routeState:        "GET",
-	routeCheck:        "POST",
-	routeCheckBatch:   "POST",
-	routeRules:        "GET",
-	routeRule:         "GET, PUT, DELETE",
-	routeTenants:      "GET",
-	routeTenant:       "GET, PUT, DELETE",
+	routeHealthz:    "GET",
+	routeReadyz:     "GET",
+	routeMetrics:    "GET",
+	routeState:      "GET",
+	routeCheck:      "POST",
+	routeCheckBatch: "POST",
+	routeRules:      "GET",
+	routeRule:       "GET, PUT, DELETE",
+	routeTenants:    "GET",
+	routeTenant:     "GET, PUT, DELETE",
 }
 
 const (
@@ -63,14 +64,14 @@ const (
 )
 
 // routeOf finds the endpoint of path.
-func routeOf(path []byte) adminRoute {
+func routeOf(path []byte) route {
 	switch string(path) {
 	case "/healthz":
 		return routeHealthz
 	case "/readyz":
 		return routeReadyz
 	case "/metrics":
-		return adminRouteMetrics
+		return routeMetrics
 	case "/v1/state":
 		return routeState
 	case "/v1/ratelimit/check":
@@ -92,58 +93,54 @@ func routeOf(path []byte) adminRoute {
 }
 
 // handle is the admin listener's handler: route, authenticate, check the
-// method, serve.
-func (a *Admin) handle(ctx *fasthttp.RequestCtx) {
-	route := routeOf(ctx.Path())
-	if a.needsToken(route) && !a.authorized(ctx) {
-		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="sentinel-admin"`)
-		writeError(ctx, fasthttp.StatusUnauthorized, "authorization", "missing or wrong bearer token")
-		countAdmin(route, ctx.Response.StatusCode())
-		return
-	}
-	if route == routeUnknown {
-		writeError(ctx, fasthttp.StatusNotFound, "path", "no admin endpoint "+string(ctx.Path()))
-		countAdmin(route, ctx.Response.StatusCode())
-		return
-	}
-	if !methodAllowed(route, ctx.Method()) {
-		ctx.Response.Header.Set("Allow", routeMethods[route])
-		writeError(ctx, fasthttp.StatusMethodNotAllowed, "method", string(ctx.Method())+" is not allowed; use "+routeMethods[route])
-		countAdmin(route, ctx.Response.StatusCode())
-		return
-	}
-	a.serveRoute(ctx, route)
-	countAdmin(route, ctx.Response.StatusCode())
+// method, serve; every answer is counted by endpoint and status class.
+func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	r := routeOf(ctx.Path())
+	s.serveRoute(ctx, r)
+	count(r, ctx.Response.StatusCode())
 }
 
-func (a *Admin) serveRoute(ctx *fasthttp.RequestCtx, route adminRoute) {
-	switch route {
+func (s *Server) serveRoute(ctx *fasthttp.RequestCtx, r route) {
+	switch {
+	case s.needsToken(r) && !s.authorized(ctx):
+		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="sentinel-admin"`)
+		writeError(ctx, fasthttp.StatusUnauthorized, "authorization", "missing or wrong bearer token")
+		return
+	case r == routeUnknown:
+		writeError(ctx, fasthttp.StatusNotFound, "path", "no admin endpoint "+string(ctx.Path()))
+		return
+	case !methodAllowed(r, ctx.Method()):
+		ctx.Response.Header.Set("Allow", routeMethods[r])
+		writeError(ctx, fasthttp.StatusMethodNotAllowed, "method", string(ctx.Method())+" is not allowed; use "+routeMethods[r])
+		return
+	}
+	switch r {
 	case routeHealthz:
-		a.healthz(ctx)
+		s.healthz(ctx)
 	case routeReadyz:
-		a.readyz(ctx)
-	case adminRouteMetrics:
-		a.metrics(ctx)
+		s.readyz(ctx)
+	case routeMetrics:
+		s.metrics(ctx)
 	case routeState:
-		a.state(ctx)
+		s.state(ctx)
 	case routeCheck:
-		a.check(ctx)
+		s.check(ctx)
 	case routeCheckBatch:
-		a.checkBatch(ctx)
+		s.checkBatch(ctx)
 	case routeRules:
-		a.listRules(ctx)
+		s.listRules(ctx)
 	case routeRule:
-		a.rule(ctx)
+		s.rule(ctx)
 	case routeTenants:
-		a.listTenants(ctx)
+		s.listTenants(ctx)
 	case routeTenant:
-		a.tenant(ctx)
+		s.tenant(ctx)
 	}
 }
 
 // methodAllowed reports whether method is one of route's methods.
-func methodAllowed(route adminRoute, method []byte) bool {
-	switch route {
+func methodAllowed(r route, method []byte) bool {
+	switch r {
 	case routeCheck, routeCheckBatch:
 		return string(method) == fasthttp.MethodPost
 	case routeRule, routeTenant:
@@ -158,34 +155,34 @@ func methodAllowed(route adminRoute, method []byte) bool {
 
 // needsToken reports whether route requires the bearer token. /healthz never
 // does; /metrics does only with server.metrics_require_token.
-func (a *Admin) needsToken(route adminRoute) bool {
-	if a.token == nil {
+func (s *Server) needsToken(r route) bool {
+	if s.token == nil {
 		return false
 	}
-	switch route {
+	switch r {
 	case routeHealthz:
 		return false
-	case adminRouteMetrics:
-		return a.deps.Config.MetricsRequireToken
+	case routeMetrics:
+		return s.cfg.MetricsRequireToken
 	}
 	return true
 }
 
 // authorized compares the request's bearer token with server.admin_token in
 // constant time.
-func (a *Admin) authorized(ctx *fasthttp.RequestCtx) bool {
+func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
 	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
 	const scheme = "Bearer "
 	if len(h) < len(scheme) || !bytes.EqualFold(h[:len(scheme)], []byte(scheme)) {
 		return false
 	}
-	return subtle.ConstantTimeCompare(bytes.TrimSpace(h[len(scheme):]), a.token) == 1
+	return subtle.ConstantTimeCompare(bytes.TrimSpace(h[len(scheme):]), s.token) == 1
 }
 
 // handleError answers requests fasthttp could not read: a body over
-// MaxAdminBody gets 400 naming the body, anything else 400 as well.
-func (a *Admin) handleError(ctx *fasthttp.RequestCtx, err error) {
-	if isBodyTooLarge(err) {
+// MaxBody gets 400 naming the body, anything else 400 as well.
+func (s *Server) handleError(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		writeError(ctx, fasthttp.StatusBadRequest, "body", bodyTooLargeMsg)
 		return
 	}

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"testing"

@@ -1,13 +1,12 @@
-package proxy
+package admin
 
 import (
-	"context"
-	"net"
 	"sort"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/limit"
@@ -33,17 +32,9 @@ func BenchmarkCheckAPIRedis(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(lim.Close)
-	a, err := NewAdmin(AdminDeps{Config: ServerConfig{AdminListen: "127.0.0.1:0"}, Limiter: lim, Catalog: cat, Writer: cat})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = a.Serve(ln) }()
-	b.Cleanup(func() { _ = a.Shutdown(context.Background()) })
-	hc := &fasthttp.HostClient{Addr: ln.Addr().String(), MaxConns: 64}
+	a, err := New(Deps{Config: Config{Listen: "127.0.0.1:0"}, Limiter: lim, Catalog: cat, Writer: cat})
+	require.NoError(b, err)
+	hc := &fasthttp.HostClient{Addr: serveLoopback(b, a), MaxConns: 64}
 	var mu sync.Mutex
 	var lats []time.Duration
 	b.SetParallelism(8)

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"bytes"
@@ -133,7 +133,7 @@ func checkName(field, v string, required bool, max int) *fieldError {
 // decodeStrict decodes body into v, rejecting unknown fields and anything
 // after the first JSON value, and names the field in its errors.
 func decodeStrict(body []byte, v any) *fieldError {
-	if len(body) > MaxAdminBody {
+	if len(body) > MaxBody {
 		return &fieldError{"body", bodyTooLargeMsg}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -195,21 +195,11 @@ func jsonTypeName(kind string) string {
 	return kind
 }
 
-// capacityLimiter tells the most tokens a request can ever be granted.
-// *limit.Limiter implements it.
-type capacityLimiter interface {
-	MaxTokens(req *limit.Request) (int64, limit.Scope)
-}
-
 // overCapacity answers a 400 naming tokens_requested (after prefix) when
 // the request asks more than a limit that applies can ever grant at once:
 // such a check could never pass, so it is not a retryable refusal.
-func overCapacity(lim any, prefix string, req *limit.Request) *fieldError {
-	c, ok := lim.(capacityLimiter)
-	if !ok {
-		return nil
-	}
-	most, scope := c.MaxTokens(req)
+func overCapacity(lim Limiter, prefix string, req *limit.Request) *fieldError {
+	most, scope := lim.MaxTokens(req)
 	if req.Tokens <= most {
 		return nil
 	}

@@ -1,12 +1,12 @@
-package proxy
+package admin
 
 import (
 	"context"
 	"strconv"
-	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sentinel-gateway/sentinel/internal/reply"
 	"github.com/sentinel-gateway/sentinel/limit"
 )
 
@@ -14,21 +14,21 @@ import (
 // limiter. A decision (allowed or not) answers 200 with the rate-limit
 // headers; a refusal by on_store_failure: closed answers 503. Invalid requests
 // answer 400 and never reach the limiter, so they are not counted.
-func (a *Admin) check(ctx *fasthttp.RequestCtx) {
+func (s *Server) check(ctx *fasthttp.RequestCtx) {
 	req, fe := parseCheck(ctx.PostBody())
 	if fe == nil {
-		fe = a.knownTenant("", req.TenantID)
+		fe = s.knownTenant("", req.TenantID)
 	}
-	lreq := a.request(&req)
+	lreq := s.request(&req)
 	if fe == nil {
-		fe = overCapacity(a.deps.Limiter, "", &lreq)
+		fe = overCapacity(s.deps.Limiter, "", &lreq)
 	}
 	if fe != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, fe.Field, fe.Msg)
 		return
 	}
-	d := a.deps.Limiter.Allow(context.Background(), &lreq)
-	setRateLimitHeaders(&ctx.Response.Header, &d)
+	d := s.deps.Limiter.Allow(context.Background(), &lreq)
+	reply.SetRateLimitHeaders(&ctx.Response.Header, &d)
 	status := fasthttp.StatusOK
 	if d.Unavailable {
 		status = fasthttp.StatusServiceUnavailable
@@ -42,14 +42,14 @@ func (a *Admin) check(ctx *fasthttp.RequestCtx) {
 // checkBatch serves POST /v1/ratelimit/check/batch: up to MaxBatchChecks
 // checks, decided in order; the answer's results follow the checks' order.
 // One invalid check rejects the batch before any is counted.
-func (a *Admin) checkBatch(ctx *fasthttp.RequestCtx) {
+func (s *Server) checkBatch(ctx *fasthttp.RequestCtx) {
 	b, fe := parseBatch(ctx.PostBody())
 	reqs := make([]limit.Request, len(b.Checks))
 	for i := 0; fe == nil && i < len(b.Checks); i++ {
 		prefix := "checks[" + strconv.Itoa(i) + "]."
-		if fe = a.knownTenant(prefix, b.Checks[i].TenantID); fe == nil {
-			reqs[i] = a.request(&b.Checks[i])
-			fe = overCapacity(a.deps.Limiter, prefix, &reqs[i])
+		if fe = s.knownTenant(prefix, b.Checks[i].TenantID); fe == nil {
+			reqs[i] = s.request(&b.Checks[i])
+			fe = overCapacity(s.deps.Limiter, prefix, &reqs[i])
 		}
 	}
 	if fe != nil {
@@ -58,7 +58,7 @@ func (a *Admin) checkBatch(ctx *fasthttp.RequestCtx) {
 	}
 	buf := append(make([]byte, 0, 96*len(b.Checks)+16), `{"results":[`...)
 	for i := range b.Checks {
-		d := a.deps.Limiter.Allow(context.Background(), &reqs[i])
+		d := s.deps.Limiter.Allow(context.Background(), &reqs[i])
 		if i > 0 {
 			buf = append(buf, ',')
 		}
@@ -73,8 +73,8 @@ func (a *Admin) checkBatch(ctx *fasthttp.RequestCtx) {
 // knownTenant answers a 400 for a tenant the catalog does not know: the
 // check API limits tenants as the proxy does, with their plan, so a tenant is
 // added through the tenants API (or config) before it is checked.
-func (a *Admin) knownTenant(prefix, id string) *fieldError {
-	if _, ok := a.deps.Catalog.Tenant(id); ok {
+func (s *Server) knownTenant(prefix, id string) *fieldError {
+	if _, ok := s.deps.Catalog.Tenant(id); ok {
 		return nil
 	}
 	return &fieldError{prefix + "tenant_id", strconv.Quote(id) + " is not a known tenant; add it with PUT /v1/tenants/{id}"}
@@ -83,13 +83,13 @@ func (a *Admin) knownTenant(prefix, id string) *fieldError {
 // request is the limiter's request for one valid check: tenant_id and its
 // plan, resource, key as the API key, tokens_requested permits, request_id
 // as a trusted request ID.
-func (a *Admin) request(c *checkRequest) limit.Request {
+func (s *Server) request(c *checkRequest) limit.Request {
 	req := limit.Request{
 		Tenant:   c.TenantID,
 		Resource: c.Resource,
 		Tokens:   c.tokens(),
 	}
-	if t, ok := a.deps.Catalog.Tenant(c.TenantID); ok {
+	if t, ok := s.deps.Catalog.Tenant(c.TenantID); ok {
 		req.Plan = t.Plan
 	}
 	if c.Key != "" {
@@ -111,11 +111,11 @@ func appendCheckResult(dst []byte, d *limit.Decision) []byte {
 	dst = append(dst, `,"remaining":`...)
 	dst = strconv.AppendInt(dst, max(d.Remaining, 0), 10)
 	dst = append(dst, `,"retry_after_ms":`...)
-	dst = strconv.AppendInt(dst, retryAfterMS(d.RetryAfter), 10)
+	dst = strconv.AppendInt(dst, reply.RetryAfterMillis(d.RetryAfter), 10)
 	dst = append(dst, `,"limit":`...)
 	dst = strconv.AppendInt(dst, d.Limit, 10)
 	dst = append(dst, `,"reset_ms":`...)
-	dst = strconv.AppendInt(dst, ceilMillis(d.Reset), 10)
+	dst = strconv.AppendInt(dst, reply.CeilMillis(d.Reset), 10)
 	if d.Shadowed {
 		dst = append(dst, `,"shadowed":true`...)
 	}
@@ -123,19 +123,4 @@ func appendCheckResult(dst []byte, d *limit.Decision) []byte {
 		dst = append(dst, `,"unavailable":true,"error":"rate-limit store unavailable"`...)
 	}
 	return append(dst, '}')
-}
-
-// retryAfterMS is the retry-after in milliseconds, rounded up; -1 means never.
-func retryAfterMS(d time.Duration) int64 {
-	if d < 0 {
-		return -1
-	}
-	return ceilMillis(d)
-}
-
-func ceilMillis(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

@@ -1,0 +1,92 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/valyala/fasthttp"
+)
+
+// MaxBody is the largest request body the admin listener accepts, in bytes.
+// Larger bodies get 400 with error "body: larger than 65536 bytes".
+const MaxBody = 64 << 10
+
+// maxRead is the most the admin listener reads of a body.
+const maxRead = 1 << 20
+
+// Server is the control-plane listener: the check API, the rules and tenants
+// APIs, state, health, readiness and metrics. It is a fasthttp.Server of its
+// own, so the proxy listener never serves admin paths.
+type Server struct {
+	deps   Deps
+	cfg    Config
+	token  []byte // nil: no token required
+	server *fasthttp.Server
+}
+
+// New checks deps, fills the defaults of deps.Config, validates it and
+// builds the admin server. It refuses a listener on a non-loopback address
+// without a token.
+func New(deps Deps) (*Server, error) {
+	switch {
+	case deps.Limiter == nil:
+		return nil, errors.New("admin: New needs a limiter")
+	case deps.Catalog == nil:
+		return nil, errors.New("admin: New needs a catalog")
+	case deps.Writer == nil:
+		return nil, errors.New("admin: New needs a catalog writer")
+	}
+	cfg := deps.Config
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{deps: deps, cfg: cfg}
+	if cfg.Token != "" {
+		s.token = []byte(cfg.Token)
+	}
+	s.server = s.newFastServer()
+	return s, nil
+}
+
+// newFastServer is the fasthttp server of the admin listener.
+func (s *Server) newFastServer() *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:      s.handle,
+		ErrorHandler: s.handleError,
+		Name:         "sentinel-admin",
+		// Bodies up to MaxBody are accepted; larger ones up to maxRead are
+		// read whole and answered 400 by the handler (a server that refuses
+		// before reading resets a client still writing, which then sees no
+		// answer at all).
+		MaxRequestBodySize:    maxRead,
+		ReadTimeout:           s.cfg.ReadTimeout,
+		WriteTimeout:          s.cfg.WriteTimeout,
+		IdleTimeout:           s.cfg.IdleTimeout,
+		NoDefaultServerHeader: true,
+		NoDefaultDate:         true,
+		CloseOnShutdown:       true,
+	}
+}
+
+// Serve serves the admin API on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	return s.server.Serve(ln)
+}
+
+// ListenAndServe listens on server.admin_listen and serves until Shutdown.
+func (s *Server) ListenAndServe() error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("cannot listen on server.admin_listen %q: %w", s.cfg.Listen, err)
+	}
+	return s.Serve(ln)
+}
+
+// Shutdown stops accepting connections and waits for in-flight requests
+// until ctx ends; then it closes the remaining connections.
+func (s *Server) Shutdown(ctx context.Context) error {
+	return s.server.ShutdownWithContext(ctx)
+}

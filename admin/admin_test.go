@@ -1,0 +1,170 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"strconv"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
+
+	"github.com/sentinel-gateway/sentinel/limit"
+)
+
+// testTenants is a catalog of two tenants, acme (PREMIUM) and cheap (FREE),
+// without rules; it is also the catalog writer of the tests.
+func testTenants(tb testing.TB) *limit.Catalog {
+	acme := limit.Tenant{ID: "acme", Plan: "PREMIUM", APIKeys: []string{"acme-key"}}
+	cheap := limit.Tenant{ID: "cheap", Plan: "FREE", APIKeys: []string{"free-key"}}
+	cat, err := limit.NewCatalog(nil, []limit.Tenant{acme, cheap}, nil)
+	require.NoError(tb, err)
+	return cat
+}
+
+// serveLoopback serves s on a free loopback port until the test ends and
+// returns its address.
+func serveLoopback(tb testing.TB, s *Server) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(tb, err)
+	go func() { _ = s.Serve(ln) }()
+	tb.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	return ln.Addr().String()
+}
+
+// startAdmin serves an admin Server with an in-memory limiter on an
+// in-memory listener and returns a client for it.
+func startAdmin(t *testing.T, cfg Config) *fasthttp.Client {
+	t.Helper()
+	var lcfg limit.Config
+	lcfg.SetDefaults()
+	lcfg.Tenant = 3
+	store := limit.NewMemoryStore(limit.MemoryOptions{})
+	t.Cleanup(func() { store.Close() })
+	cat := testTenants(t)
+	lim, err := limit.NewLimiter(lcfg, store, limit.Options{Catalog: cat})
+	require.NoError(t, err)
+	t.Cleanup(lim.Close)
+	s, err := New(Deps{Config: cfg, Limiter: lim, Catalog: cat, Writer: cat})
+	require.NoError(t, err)
+	ln := fasthttputil.NewInmemoryListener()
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	return &fasthttp.Client{Dial: func(string) (net.Conn, error) { return ln.Dial() }}
+}
+
+// call sends one request; headers are name, value pairs.
+func call(t *testing.T, c *fasthttp.Client, method, path, body string, headers ...string) *fasthttp.Response {
+	t.Helper()
+	req, resp := fasthttp.AcquireRequest(), new(fasthttp.Response)
+	defer fasthttp.ReleaseRequest(req)
+	req.SetRequestURI("http://admin" + path)
+	req.Header.SetMethod(method)
+	req.SetBodyString(body)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	require.NoError(t, c.Do(req, resp))
+	return resp
+}
+
+// problem decodes an error answer and checks its shape.
+func problem(t *testing.T, resp *fasthttp.Response) (msg, field string) {
+	t.Helper()
+	var p struct{ Error, Field string }
+	require.NoError(t, json.Unmarshal(resp.Body(), &p), "%s", resp.Body())
+	assert.Equal(t, "application/json", string(resp.Header.ContentType()))
+	return p.Error, p.Field
+}
+
+func TestNewRefusesAnExposedListenerWithoutToken(t *testing.T) {
+	cat := testTenants(t)
+	_, err := New(Deps{Config: Config{Listen: "0.0.0.0:9090"}, Limiter: fakeLimiter{}, Catalog: cat, Writer: cat})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "server.admin_token: required")
+	_, err = New(Deps{Catalog: cat, Writer: cat})
+	assert.EqualError(t, err, "admin: New needs a limiter")
+}
+
+type fakeLimiter struct{}
+
+func (fakeLimiter) Allow(context.Context, *limit.Request) limit.Decision { return limit.Decision{} }
+func (fakeLimiter) MaxTokens(*limit.Request) (int64, limit.Scope) {
+	return limit.MaxLimit, limit.ScopeNone
+}
+func (fakeLimiter) Status() limit.LimiterStatus { return limit.LimiterStatus{} }
+
+// TestRouterAnswers: unknown paths, wrong methods and missing tokens get
+// the JSON problem body naming the field; the token is not asked on
+// /healthz, nor on /metrics unless configured.
+func TestRouterAnswers(t *testing.T) {
+	c := startAdmin(t, Config{Listen: "127.0.0.1:0", Token: "s3cret"})
+	auth := []string{"Authorization", "Bearer s3cret"}
+
+	resp := call(t, c, "GET", "/v1/rules", "")
+	assert.Equal(t, fasthttp.StatusUnauthorized, resp.StatusCode())
+	assert.Equal(t, `Bearer realm="sentinel-admin"`, string(resp.Header.Peek("WWW-Authenticate")))
+	msg, field := problem(t, resp)
+	assert.Equal(t, "authorization: missing or wrong bearer token", msg)
+	assert.Equal(t, "authorization", field)
+
+	resp = call(t, c, "GET", "/v1/nothing%22%5C%01%FF", "", auth...)
+	assert.Equal(t, fasthttp.StatusNotFound, resp.StatusCode())
+	assert.True(t, utf8.Valid(resp.Body()), "%q", resp.Body())
+	msg, field = problem(t, resp)
+	assert.Equal(t, "path: no admin endpoint /v1/nothing\"\\ \uFFFD", msg)
+	assert.Equal(t, "path", field)
+
+	resp = call(t, c, "POST", "/v1/rules", "", auth...)
+	assert.Equal(t, fasthttp.StatusMethodNotAllowed, resp.StatusCode())
+	assert.Equal(t, "GET", string(resp.Header.Peek("Allow")))
+	msg, _ = problem(t, resp)
+	assert.Equal(t, "method: POST is not allowed; use GET", msg)
+
+	assert.Equal(t, fasthttp.StatusOK, call(t, c, "GET", "/healthz", "").StatusCode())
+	assert.Equal(t, fasthttp.StatusOK, call(t, c, "GET", "/metrics", "").StatusCode())
+	assert.Equal(t, fasthttp.StatusUnauthorized, call(t, c, "GET", "/readyz", "").StatusCode())
+	assert.Equal(t, fasthttp.StatusOK, call(t, c, "GET", "/readyz", "", auth...).StatusCode())
+
+	c = startAdmin(t, Config{Listen: "127.0.0.1:0", Token: "s3cret", MetricsRequireToken: true})
+	assert.Equal(t, fasthttp.StatusUnauthorized, call(t, c, "GET", "/metrics", "").StatusCode())
+}
+
+// TestCheckAnswer: a check answers the decision as JSON with the
+// rate-limit headers, and a bad one names its field.
+func TestCheckAnswer(t *testing.T) {
+	c := startAdmin(t, Config{Listen: "127.0.0.1:0"})
+	resp := call(t, c, "POST", "/v1/ratelimit/check", `{"tenant_id":"acme","resource":"default","tokens_requested":2}`)
+	require.Equal(t, fasthttp.StatusOK, resp.StatusCode(), "%s", resp.Body())
+	var d struct {
+		Allowed   bool  `json:"allowed"`
+		Remaining int64 `json:"remaining"`
+		Limit     int64 `json:"limit"`
+	}
+	require.NoError(t, json.Unmarshal(resp.Body(), &d))
+	assert.True(t, d.Allowed)
+	assert.Equal(t, string(resp.Header.Peek("X-RateLimit-Limit")), strconv.FormatInt(d.Limit, 10))
+	assert.Equal(t, string(resp.Header.Peek("X-RateLimit-Remaining")), strconv.FormatInt(d.Remaining, 10))
+	assert.NotEmpty(t, resp.Header.Peek("RateLimit-Policy"))
+
+	resp = call(t, c, "POST", "/v1/ratelimit/check", `{"tenant_id":"a\u0001","resource":"r"}`)
+	require.Equal(t, fasthttp.StatusBadRequest, resp.StatusCode())
+	msg, field := problem(t, resp)
+	assert.Equal(t, "tenant_id: contains a control character", msg)
+	assert.Equal(t, "tenant_id", field)
+}
+
+// TestState shows the limiter's status and, when wired, the adaptive state.
+func TestState(t *testing.T) {
+	c := startAdmin(t, Config{Listen: "127.0.0.1:0"})
+	resp := call(t, c, "GET", "/v1/state", "")
+	require.Equal(t, fasthttp.StatusOK, resp.StatusCode())
+	var st map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(resp.Body(), &st))
+	assert.Contains(t, st, "limiter")
+	assert.NotContains(t, st, "adaptive", "no adaptive layer wired")
+}

@@ -1,0 +1,196 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/limit"
+)
+
+// ruleJSON is a rule on the wire: the window is a Go duration ("10s").
+type ruleJSON struct {
+	Tenant     string  `json:"tenant"`
+	Resource   string  `json:"resource"`
+	Algorithm  string  `json:"algorithm"`
+	Limit      int64   `json:"limit,omitempty"`
+	Window     string  `json:"window,omitempty"`
+	Capacity   int64   `json:"capacity,omitempty"`
+	RefillRate float64 `json:"refill_rate,omitempty"`
+	Shadow     bool    `json:"shadow,omitempty"`
+}
+
+func toRuleJSON(r limit.Rule) ruleJSON {
+	j := ruleJSON{Tenant: r.Tenant, Resource: r.Resource, Algorithm: r.Algorithm, Limit: r.Limit,
+		Capacity: r.Capacity, RefillRate: r.RefillRate, Shadow: r.Shadow}
+	if r.Window > 0 {
+		j.Window = r.Window.String()
+	}
+	return j
+}
+
+// writeTimeout bounds a rule or tenant write (a Redis round trip and a
+// publish).
+const writeTimeout = 2 * time.Second
+
+// listRules answers GET /v1/rules.
+func (s *Server) listRules(ctx *fasthttp.RequestCtx) {
+	rules := s.deps.Catalog.Rules()
+	out := make([]ruleJSON, 0, len(rules))
+	for _, r := range rules {
+		out = append(out, toRuleJSON(r))
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"rules": out})
+}
+
+// rule answers GET, PUT and DELETE /v1/rules/{tenant}/{resource}.
+func (s *Server) rule(ctx *fasthttp.RequestCtx) {
+	tail := strings.TrimPrefix(string(ctx.Path()), rulePrefix)
+	tenant, resource, ok := strings.Cut(tail, "/")
+	if !ok || tenant == "" || resource == "" || strings.Contains(resource, "/") {
+		writeError(ctx, fasthttp.StatusNotFound, "path", "want /v1/rules/{tenant}/{resource}")
+		return
+	}
+	switch string(ctx.Method()) {
+	case fasthttp.MethodGet:
+		r, ok := s.deps.Catalog.Rule(tenant, resource)
+		if !ok {
+			writeError(ctx, fasthttp.StatusNotFound, "", "no rule for tenant "+tenant+" and resource "+resource)
+			return
+		}
+		writeJSON(ctx, fasthttp.StatusOK, toRuleJSON(r))
+	case fasthttp.MethodPut:
+		s.putRule(ctx, tenant, resource)
+	case fasthttp.MethodDelete:
+		s.change(ctx, fasthttp.StatusNoContent, nil, func(c context.Context) error {
+			return s.deps.Writer.DeleteRule(c, tenant, resource)
+		})
+	}
+}
+
+// putRule answers PUT /v1/rules/{tenant}/{resource} with the rule stored.
+func (s *Server) putRule(ctx *fasthttp.RequestCtx, tenant, resource string) {
+	r, fe := parseRule(ctx.PostBody(), tenant, resource)
+	if fe != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, fe.Field, fe.Msg)
+		return
+	}
+	err := s.store(func(c context.Context) error { return s.deps.Writer.PutRule(c, r) })
+	if errors.Is(err, limit.ErrUnknownTenant) {
+		writeError(ctx, fasthttp.StatusNotFound, "tenant", "no tenant "+strconv.Quote(tenant)+
+			": create it first with PUT /v1/tenants/"+tenant+"; rules for clients without an API key use the tenant "+
+			limit.AnonymousTenant+" (limited per client IP)")
+		return
+	}
+	s.answerChange(ctx, err, fasthttp.StatusOK, toRuleJSON(r))
+}
+
+// parseRule decodes a PUT rule body for the path's tenant and resource.
+func parseRule(body []byte, tenant, resource string) (limit.Rule, *fieldError) {
+	var j ruleJSON
+	if fe := decodeStrict(body, &j); fe != nil {
+		return limit.Rule{}, fe
+	}
+	if (j.Tenant != "" && j.Tenant != tenant) || (j.Resource != "" && j.Resource != resource) {
+		return limit.Rule{}, &fieldError{"tenant", "the body's tenant and resource must match the path (or be left out)"}
+	}
+	r := limit.Rule{Tenant: tenant, Resource: resource, Algorithm: j.Algorithm, Limit: j.Limit,
+		Capacity: j.Capacity, RefillRate: j.RefillRate, Shadow: j.Shadow}
+	switch {
+	case j.Window != "":
+		w, err := time.ParseDuration(j.Window)
+		if err != nil {
+			return r, &fieldError{"window", "\"" + j.Window + "\" is not a duration such as 10s or 1m"}
+		}
+		r.Window = w
+	case j.Algorithm != "token_bucket":
+		return r, &fieldError{"window", "required for " + j.Algorithm + " (a duration such as 1s)"}
+	}
+	return r, nil
+}
+
+// listTenants answers GET /v1/tenants.
+func (s *Server) listTenants(ctx *fasthttp.RequestCtx) {
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"tenants": s.deps.Catalog.Tenants()})
+}
+
+// tenant answers GET, PUT and DELETE /v1/tenants/{id}.
+func (s *Server) tenant(ctx *fasthttp.RequestCtx) {
+	id := strings.TrimPrefix(string(ctx.Path()), tenantPrefix)
+	if id == "" || strings.Contains(id, "/") {
+		writeError(ctx, fasthttp.StatusNotFound, "path", "want /v1/tenants/{id}")
+		return
+	}
+	switch string(ctx.Method()) {
+	case fasthttp.MethodGet:
+		t, ok := s.deps.Catalog.Tenant(id)
+		if !ok {
+			writeError(ctx, fasthttp.StatusNotFound, "", "no tenant "+id)
+			return
+		}
+		writeJSON(ctx, fasthttp.StatusOK, t)
+	case fasthttp.MethodPut:
+		s.putTenant(ctx, id)
+	case fasthttp.MethodDelete:
+		s.change(ctx, fasthttp.StatusNoContent, nil, func(c context.Context) error {
+			return s.deps.Writer.DeleteTenant(c, id)
+		})
+	}
+}
+
+// putTenant answers PUT /v1/tenants/{id} with the tenant stored.
+func (s *Server) putTenant(ctx *fasthttp.RequestCtx, id string) {
+	var t limit.Tenant
+	if fe := decodeStrict(ctx.PostBody(), &t); fe != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, fe.Field, fe.Msg)
+		return
+	}
+	if t.ID != "" && t.ID != id {
+		writeError(ctx, fasthttp.StatusBadRequest, "id", "the body's id must match the path (or be left out)")
+		return
+	}
+	t.ID = id
+	if t.APIKeys == nil {
+		t.APIKeys = []string{}
+	}
+	s.change(ctx, fasthttp.StatusOK, t, func(c context.Context) error { return s.deps.Writer.PutTenant(c, t) })
+}
+
+// change runs one catalog write and answers it: status with body (nil: no
+// body) when it worked, the write's error otherwise.
+func (s *Server) change(ctx *fasthttp.RequestCtx, status int, body any, write func(context.Context) error) {
+	s.answerChange(ctx, s.store(write), status, body)
+}
+
+// store runs one catalog write within writeTimeout.
+func (s *Server) store(write func(context.Context) error) error {
+	c, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	return write(c)
+}
+
+// answerChange answers a catalog write: status with body (nil: no body)
+// when err is nil; otherwise 400 for invalid input (naming the field), 404
+// for a missing entry, 409 for a config entry, 503 when the store cannot be
+// written.
+func (s *Server) answerChange(ctx *fasthttp.RequestCtx, err error, status int, body any) {
+	var ve *limit.ValidationError
+	switch {
+	case err == nil && body == nil:
+		ctx.SetStatusCode(status)
+	case err == nil:
+		writeJSON(ctx, status, body)
+	case errors.As(err, &ve):
+		writeError(ctx, fasthttp.StatusBadRequest, ve.Field, ve.Msg)
+	case errors.Is(err, limit.ErrEntryNotFound):
+		writeError(ctx, fasthttp.StatusNotFound, "", "no such entry")
+	case errors.Is(err, limit.ErrConfigEntry):
+		writeError(ctx, fasthttp.StatusConflict, "", err.Error())
+	default:
+		writeError(ctx, fasthttp.StatusServiceUnavailable, "", "cannot store the change: "+err.Error())
+	}
+}

@@ -1,0 +1,88 @@
+package admin
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// Config is the admin listener's configuration. Its keys live in the YAML
+// section `server`, beside the proxy's, under the names they have always had
+// there (server.admin_listen, server.admin_token, ...); errors name them so.
+//
+// Token rules: with a Token, every endpoint needs it as a bearer token except
+// /healthz (a liveness probe must work without secrets) and /metrics (unless
+// MetricsRequireToken). /readyz needs it like the APIs.
+type Config struct {
+	// Listen is the admin listener's host:port. Default "127.0.0.1:9090".
+	// A non-loopback address requires Token.
+	Listen string `mapstructure:"admin_listen"`
+	// Token is the bearer token the admin API requires; "" means none
+	// (allowed only on loopback).
+	Token string `mapstructure:"admin_token"`
+	// MetricsRequireToken makes /metrics ask for the token too. Default false.
+	MetricsRequireToken bool `mapstructure:"metrics_require_token"`
+	// ReadTimeout bounds reading one request (head and body). Default 5s.
+	ReadTimeout time.Duration `mapstructure:"admin_read_timeout"`
+	// WriteTimeout bounds writing one answer (a large /metrics included).
+	// Default 30s.
+	WriteTimeout time.Duration `mapstructure:"admin_write_timeout"`
+	// IdleTimeout closes keep-alive connections idle this long. Default 60s.
+	IdleTimeout time.Duration `mapstructure:"admin_idle_timeout"`
+}
+
+// Defaults of Config.
+const (
+	DefaultListen       = "127.0.0.1:9090"
+	DefaultReadTimeout  = 5 * time.Second
+	DefaultWriteTimeout = 30 * time.Second
+	DefaultIdleTimeout  = 60 * time.Second
+)
+
+// SetDefaults fills zero values with the defaults.
+func (c *Config) SetDefaults() {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	for _, d := range []struct {
+		p   *time.Duration
+		def time.Duration
+	}{{&c.ReadTimeout, DefaultReadTimeout}, {&c.WriteTimeout, DefaultWriteTimeout}, {&c.IdleTimeout, DefaultIdleTimeout}} {
+		if *d.p == 0 {
+			*d.p = d.def
+		}
+	}
+}
+
+// Validate checks every key; the error joins one line per bad key.
+func (c *Config) Validate() error {
+	var errs []error
+	if _, port, err := net.SplitHostPort(c.Listen); err != nil || port == "" {
+		errs = append(errs, fmt.Errorf("server.admin_listen: %q is not host:port", c.Listen))
+	} else if c.Token == "" && !isLoopback(c.Listen) {
+		errs = append(errs, fmt.Errorf("server.admin_token: required when server.admin_listen %q is not loopback; "+
+			"bind it to 127.0.0.1 or set a token", c.Listen))
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"admin_read_timeout", c.ReadTimeout}, {"admin_write_timeout", c.WriteTimeout}, {"admin_idle_timeout", c.IdleTimeout}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("server.%s: %s is not a positive duration", d.key, d.v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// isLoopback reports whether hostPort's host is a loopback address or
+// "localhost".
+func isLoopback(hostPort string) bool {
+	host, _, _ := net.SplitHostPort(hostPort)
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
+}

@@ -1,0 +1,85 @@
+package admin
+
+import (
+	"context"
+
+	"github.com/sentinel-gateway/sentinel/adaptive"
+	"github.com/sentinel-gateway/sentinel/limit"
+)
+
+// The interfaces below are what the admin listener calls; each is implemented
+// by a concrete type of limit or adaptive (guards at the bottom). They are
+// called from concurrent requests and must be safe for concurrent use.
+
+// Limiter decides check API requests and reports its status.
+// *limit.Limiter implements it; the check API calls the proxy's limiter, so
+// both count against one budget. Allow must return within the store deadline
+// (limits.store_timeout); admin does not keep req after Allow or MaxTokens
+// returns. MaxTokens is the most tokens a request like req can ever be
+// granted and the scope of that limit (a check asking more answers 400); it
+// must not call the store. Status is read once per GET /v1/state.
+type Limiter interface {
+	Allow(ctx context.Context, req *limit.Request) limit.Decision
+	MaxTokens(req *limit.Request) (int64, limit.Scope)
+	Status() limit.LimiterStatus
+}
+
+// Catalog is what the admin API reads: the current rules and tenants.
+// *limit.Catalog implements it. Every method reads one immutable snapshot.
+type Catalog interface {
+	Rules() []limit.Rule
+	Rule(tenant, resource string) (limit.Rule, bool)
+	Tenants() []limit.Tenant
+	Tenant(id string) (limit.Tenant, bool)
+}
+
+// CatalogWriter changes rules and tenants. Two implementations exist: with
+// Redis, *limit.CatalogSync writes through to Redis and every pod applies the
+// change within a second; without Redis, it (or the *limit.Catalog itself)
+// changes the process's rules. Put and Delete return a
+// *limit.ValidationError for a bad rule or tenant (the API answers 400 with
+// its field) and any other error for a store failure (the API answers 503).
+// They must return when ctx ends.
+type CatalogWriter interface {
+	PutRule(ctx context.Context, r limit.Rule) error
+	DeleteRule(ctx context.Context, tenant, resource string) error
+	PutTenant(ctx context.Context, t limit.Tenant) error
+	DeleteTenant(ctx context.Context, id string) error
+}
+
+// Adaptive is the adaptive layer as GET /v1/state shows it.
+// *adaptive.Controller implements it.
+type Adaptive interface {
+	State() adaptive.State
+}
+
+// ReadyFunc says whether the pod may take traffic and why (readyz). It must
+// return quickly: it is called with a context bounded to one second.
+type ReadyFunc func(ctx context.Context) (ready bool, reason string)
+
+// Deps are the configuration and the parts the admin listener serves.
+// Limiter, Catalog and Writer are required.
+type Deps struct {
+	// Config is the listener's configuration; New fills its defaults.
+	Config Config
+	// Limiter answers the check API and adds its status to GET /v1/state
+	// under "limiter".
+	Limiter Limiter
+	// Catalog is read by the rules, tenants and check APIs.
+	Catalog Catalog
+	// Writer changes rules and tenants.
+	Writer CatalogWriter
+	// Adaptive is shown by GET /v1/state under "adaptive" (nil: omitted).
+	Adaptive Adaptive
+	// Ready decides GET /readyz (nil: always ready).
+	Ready ReadyFunc
+}
+
+// Interface guards.
+var (
+	_ Limiter       = (*limit.Limiter)(nil)
+	_ Catalog       = (*limit.Catalog)(nil)
+	_ CatalogWriter = (*limit.CatalogSync)(nil)
+	_ CatalogWriter = (*limit.Catalog)(nil)
+	_ Adaptive      = (*adaptive.Controller)(nil)
+)

@@ -1,0 +1,86 @@
+package reply
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/limit"
+)
+
+func TestSetRateLimitHeaders(t *testing.T) {
+	var h fasthttp.ResponseHeader
+	d := limit.Decision{Limit: 100, Remaining: -3, Window: 1500 * time.Millisecond, Reset: 200 * time.Millisecond, RetryAfter: 1001 * time.Microsecond}
+	SetRateLimitHeaders(&h, &d)
+	assert.Equal(t, `"sentinel";q=100;w=2`, string(h.Peek("RateLimit-Policy")))
+	assert.Equal(t, `"sentinel";r=0;t=1`, string(h.Peek("RateLimit")))
+	assert.Equal(t, "100", string(h.Peek("X-RateLimit-Limit")))
+	assert.Equal(t, "0", string(h.Peek("X-RateLimit-Remaining")))
+	assert.Equal(t, "2", string(h.Peek("X-RateLimit-Retry-After-Ms")))
+
+	d.RetryAfter = -1
+	SetRateLimitHeaders(&h, &d)
+	assert.Equal(t, "-1", string(h.Peek("X-RateLimit-Retry-After-Ms")), "never")
+}
+
+func TestSetRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		after time.Duration
+		want  string
+	}{{0, "1"}, {10 * time.Millisecond, "1"}, {2100 * time.Millisecond, "3"}, {-1, ""}} {
+		var h fasthttp.ResponseHeader
+		SetRetryAfter(&h, &limit.Decision{RetryAfter: tc.after})
+		assert.Equal(t, tc.want, string(h.Peek("Retry-After")), tc.after)
+	}
+}
+
+func TestProblemJSON(t *testing.T) {
+	for _, tc := range []struct {
+		p    Problem
+		want string
+	}{
+		{Problem{Msg: "no route"}, `{"error":"no route"}`},
+		{Problem{Msg: "no route", RequestID: []byte{}}, `{"error":"no route","request_id":""}`},
+		{Problem{Msg: "no route", RequestID: []byte("r-1")}, `{"error":"no route","request_id":"r-1"}`},
+		{Problem{Field: "tokens_requested", Msg: "must be between 1 and 10"},
+			`{"error":"tokens_requested: must be between 1 and 10","field":"tokens_requested"}`},
+		{Problem{Field: "plan", Msg: `"GOLD" is not a plan`}, `{"error":"plan: \"GOLD\" is not a plan","field":"plan"}`},
+		{Problem{Msg: "a\\b\nc\xffé"}, `{"error":"a\\b c\ufffdé"}`},
+	} {
+		assert.Equal(t, tc.want+"\n", string(tc.p.AppendJSON(nil)))
+	}
+}
+
+func TestProblemWrite(t *testing.T) {
+	var ctx fasthttp.RequestCtx
+	buf := Problem{Field: "body", Msg: "empty"}.Write(&ctx, fasthttp.StatusBadRequest, make([]byte, 0, 64))
+	assert.Equal(t, fasthttp.StatusBadRequest, ctx.Response.StatusCode())
+	assert.Equal(t, "application/json", string(ctx.Response.Header.ContentType()))
+	assert.Equal(t, string(buf), string(ctx.Response.Body()))
+	assert.Equal(t, 64, cap(buf), "the buffer is reused")
+}
+
+// FuzzAppendJSONString: any input gives one valid JSON string, which
+// decodes to the input for printable UTF-8.
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range []string{"", "abc", `"\`, "\x00\x1f\x7f", "é€😀", "\xff\xfe", "\xe2\x82", "\xed\xa0\x80"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		b := AppendJSONString(nil, s)
+		require.True(t, utf8.Valid(b), "%q", b)
+		var got string
+		require.NoError(t, json.Unmarshal(b, &got), "%q", b)
+		assert.Equal(t, string(AppendJSONString(nil, []byte(s))), string(b), "string and []byte agree")
+		printable := utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 })
+		if printable {
+			assert.Equal(t, s, got)
+		}
+	})
+}
