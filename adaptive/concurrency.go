@@ -65,7 +65,8 @@ type ConcurrencyLimiter struct {
 	lastDrop time.Time
 	drops    *metrics.Counter
 
-	shortBits atomic.Uint64 // short, readable without mu
+	shortBits      atomic.Uint64 // short, readable without mu
+	congestedUntil atomic.Int64  // unix nanos: the shares apply until then (see capFor)
 
 	shed        [3][2]atomic.Int64     // by priority, by reason (0 limit, 1 queue timeout)
 	shedMetrics [3][2]*metrics.Counter // sentinel_shed_total{upstream,plan,reason}
@@ -93,11 +94,16 @@ func (c *ConcurrencyLimiter) Limit() float64 { return math.Float64frombits(c.lim
 // Inflight is the number of admitted requests not yet released.
 func (c *ConcurrencyLimiter) Inflight() int64 { return c.inflight.Load() }
 
+// capFor is the part of the limit priority p may fill. The shares apply
+// only while the upstream is congested (its latency over the threshold, or
+// a back-off within congestionHold): a healthy upstream's limit is there
+// for everyone, and FREE is not shed for a burst that it can serve.
 func (c *ConcurrencyLimiter) capFor(p Priority) int64 {
 	l := c.Limit()
-	switch p {
-	case PriorityPremium:
+	if p == PriorityPremium || time.Now().UnixNano() >= c.congestedUntil.Load() {
 		return int64(l)
+	}
+	switch p {
 	case PriorityStandard:
 		return max(1, int64(l*c.cfg.StandardShare))
 	}
@@ -258,6 +264,9 @@ func (c *ConcurrencyLimiter) sample(rtt, inflight float64, now time.Time) {
 	}
 	limit := c.Limit()
 	var next float64
+	if c.short > threshold {
+		c.congestedUntil.Store(now.Add(congestionHold).UnixNano())
+	}
 	if c.short <= threshold {
 		if inflight < limit/2 {
 			return // not using the room it has: no evidence for more
@@ -284,6 +293,7 @@ func (c *ConcurrencyLimiter) drop(now time.Time) {
 		return
 	}
 	c.lastDrop = now
+	c.congestedUntil.Store(now.Add(congestionHold).UnixNano())
 	c.drops.Inc()
 	c.store(c.Limit() * backoffRatio)
 }
@@ -311,6 +321,9 @@ const (
 	minDropGap    = 5 * time.Millisecond
 	floorHalfLife = 30 * time.Second
 	floorAgeStep  = 100 * time.Millisecond // the floor is aged in steps, not on every answer
+	// congestionHold is how long the priority shares apply after the last
+	// sign of congestion.
+	congestionHold = time.Second
 )
 
 // shedCount returns the requests shed so far, by priority and reason.

@@ -109,8 +109,21 @@ func TestConcurrencyReleaseResults(t *testing.T) {
 	assert.Less(t, l.Limit(), 100.0)
 }
 
+// A healthy upstream's limit is there for every plan: no FREE request is
+// shed for a burst the upstream can serve.
+func TestConcurrencySharesOnlyUnderCongestion(t *testing.T) {
+	l := testConcurrency(10)
+	for range 10 {
+		_, ok := l.Acquire(PriorityFree)
+		require.True(t, ok)
+	}
+	_, ok := l.Acquire(PriorityFree)
+	assert.False(t, ok, "the limit itself still holds")
+}
+
 func TestConcurrencyShedsFreeFirst(t *testing.T) {
 	l := testConcurrency(10)
+	l.congestedUntil.Store(time.Now().Add(time.Hour).UnixNano()) // the upstream is congested
 	var ts []Ticket
 	for {
 		tk, ok := l.Acquire(PriorityFree)
