@@ -67,6 +67,7 @@ type ConcurrencyLimiter struct {
 
 	shortBits      atomic.Uint64 // short, readable without mu
 	congestedUntil atomic.Int64  // unix nanos: the shares apply until then (see capFor)
+	floorBits      atomic.Uint64 // floor, readable without mu
 
 	shed        [3][2]atomic.Int64     // by priority, by reason (0 limit, 1 queue timeout)
 	shedMetrics [3][2]*metrics.Counter // sentinel_shed_total{upstream,plan,reason}
@@ -95,12 +96,18 @@ func (c *ConcurrencyLimiter) Limit() float64 { return math.Float64frombits(c.lim
 func (c *ConcurrencyLimiter) Inflight() int64 { return c.inflight.Load() }
 
 // capFor is the part of the limit priority p may fill. The shares apply
-// only while the upstream is congested (its latency over the threshold, or
-// a back-off within congestionHold): a healthy upstream's limit is there
-// for everyone, and FREE is not shed for a burst that it can serve.
-func (c *ConcurrencyLimiter) capFor(p Priority) int64 {
+// once the requests in flight reach what the upstream is known to serve
+// with healthy latency (the learned floor), or while it is congested (its
+// latency over the threshold, or a back-off within congestionHold): below
+// that, the limit is there for everyone, and FREE is not shed for a burst
+// the upstream can serve; above it, a flood of FREE cannot crowd PREMIUM
+// out before the latency shows it.
+func (c *ConcurrencyLimiter) capFor(p Priority, inflight int64) int64 {
 	l := c.Limit()
-	if p == PriorityPremium || time.Now().UnixNano() >= c.congestedUntil.Load() {
+	if p == PriorityPremium {
+		return int64(l)
+	}
+	if float64(inflight) < math.Float64frombits(c.floorBits.Load()) && time.Now().UnixNano() >= c.congestedUntil.Load() {
 		return int64(l)
 	}
 	switch p {
@@ -117,10 +124,9 @@ func (c *ConcurrencyLimiter) tryAcquire(p Priority) bool {
 			return false
 		}
 	}
-	limit := c.capFor(p)
 	for {
 		n := c.inflight.Load()
-		if n >= limit {
+		if n >= c.capFor(p, n) {
 			return false
 		}
 		if c.inflight.CompareAndSwap(n, n+1) {
@@ -262,6 +268,7 @@ func (c *ConcurrencyLimiter) sample(rtt, inflight float64, now time.Time) {
 	if rtt <= threshold && inflight > floor {
 		c.floor, floor = inflight, inflight
 	}
+	c.floorBits.Store(math.Float64bits(floor))
 	limit := c.Limit()
 	var next float64
 	if c.short > threshold {

@@ -109,16 +109,20 @@ func TestConcurrencyReleaseResults(t *testing.T) {
 	assert.Less(t, l.Limit(), 100.0)
 }
 
-// A healthy upstream's limit is there for every plan: no FREE request is
-// shed for a burst the upstream can serve.
-func TestConcurrencySharesOnlyUnderCongestion(t *testing.T) {
+// Up to what a healthy upstream is known to serve, the limit is there for
+// every plan: no FREE request is shed for a burst the upstream can serve.
+// Past it, the shares apply.
+func TestConcurrencySharesPastTheLearnedFloor(t *testing.T) {
 	l := testConcurrency(10)
-	for range 10 {
+	feed(l, time.Now(), 20, time.Millisecond, 8) // served 8 at once, healthy
+	for range 8 {
 		_, ok := l.Acquire(PriorityFree)
 		require.True(t, ok)
 	}
 	_, ok := l.Acquire(PriorityFree)
-	assert.False(t, ok, "the limit itself still holds")
+	assert.False(t, ok, "past the floor, FREE has its share only")
+	_, ok = l.Acquire(PriorityPremium)
+	assert.True(t, ok)
 }
 
 func TestConcurrencyShedsFreeFirst(t *testing.T) {
