@@ -149,13 +149,15 @@ func (c *ConcurrencyLimiter) queueTimeout(p Priority) time.Duration {
 }
 
 // Acquire admits a request of priority p, or reports false when it must be
-// shed: FREE at once, PREMIUM and STANDARD after waiting at most
-// queue_timeout for a slot. Admission without waiting allocates nothing.
+// shed: PREMIUM and STANDARD after waiting for a slot (see queueTimeout),
+// FREE at once while the upstream is congested, else after waiting
+// queue_timeout too (a burst on a healthy upstream is served, not shed).
+// Admission without waiting allocates nothing.
 func (c *ConcurrencyLimiter) Acquire(p Priority) (Ticket, bool) {
 	if c.tryAcquire(p) {
 		return Ticket{c}, true
 	}
-	if p == PriorityFree {
+	if p == PriorityFree && time.Now().UnixNano() < c.congestedUntil.Load() {
 		c.shed[p][0].Add(1)
 		c.shedMetrics[p][0].Inc()
 		return Ticket{}, false
@@ -212,8 +214,8 @@ func (t Ticket) Release(latency time.Duration, r Result) {
 		return
 	}
 	inflight := c.inflight.Add(-1) + 1 // in flight when this one ended, itself included
-	if c.waiting[PriorityStandard].Load() > 0 || c.waiting[PriorityPremium].Load() > 0 {
-		select { // wake a waiter (FREE never waits)
+	if c.waiting[PriorityFree].Load() > 0 || c.waiting[PriorityStandard].Load() > 0 || c.waiting[PriorityPremium].Load() > 0 {
+		select { // wake a waiter
 		case c.slot <- struct{}{}:
 		default:
 		}

@@ -90,12 +90,13 @@ type ConcurrencyConfig struct {
 	// max(RTTTolerance × the long-term baseline, baseline + RTTSlack) is
 	// not congestion. The slack keeps a gateway's own CPU contention (a few
 	// milliseconds on a fast backend) from reading as a drowning backend.
-	// Defaults 1.2 and 5ms.
+	// Defaults 1.1 and 5ms.
 	RTTTolerance float64       `mapstructure:"rtt_tolerance"`
 	RTTSlack     time.Duration `mapstructure:"rtt_slack"`
 	// QueueTimeout is the longest a STANDARD request waits for a slot, and
 	// the least a PREMIUM one does (PREMIUM waits up to two upstream round
-	// trips, at most 1s); FREE and anonymous requests do not wait.
+	// trips, at most 1s); FREE and anonymous requests wait this long only
+	// while the upstream is not congested (shed at once while it is).
 	// Default 10ms.
 	QueueTimeout time.Duration `mapstructure:"queue_timeout"`
 	// StandardShare and FreeShare are the fractions of the limit that
@@ -157,7 +158,7 @@ func (c *Config) SetDefaults() {
 	}
 	def(&cc.InitialLimit, 100)
 	def(&cc.MinLimit, 4)
-	def(&cc.RTTTolerance, 1.2)
+	def(&cc.RTTTolerance, 1.1)
 	def(&cc.RTTSlack, 5*time.Millisecond)
 	def(&cc.MaxLimit, 2000)
 	def(&cc.QueueTimeout, 10*time.Millisecond)
