@@ -278,9 +278,17 @@ func (c *ConcurrencyLimiter) sample(rtt, inflight float64, now time.Time) {
 	}
 	if c.short <= threshold {
 		if inflight < limit/2 {
-			return // not using the room it has: no evidence for more
+			// Not using the room it has: no evidence for more, and the
+			// unused headroom is trimmed (time constant trimTau) down to
+			// twice the learned floor, so that a sudden flood finds a
+			// limit near what the upstream really serves.
+			next = max(limit*math.Exp(-float64(dt)/float64(trimTau)), 2*floor)
+			if next >= limit {
+				return
+			}
+		} else {
+			next = limit + 0.2*math.Sqrt(limit)
 		}
-		next = limit + 0.2*math.Sqrt(limit)
 	} else {
 		// Congested: shrink toward the level where the latency meets the
 		// threshold. (Gradient2 adds a √limit queue allowance here too; it
@@ -329,6 +337,7 @@ const (
 	backoffRatio  = 0.9
 	minDropGap    = 5 * time.Millisecond
 	floorHalfLife = 30 * time.Second
+	trimTau       = 10 * time.Second
 	floorAgeStep  = 100 * time.Millisecond // the floor is aged in steps, not on every answer
 	// congestionHold is how long the priority shares apply after the last
 	// sign of congestion.
