@@ -14,6 +14,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/admin"
+	"github.com/sentinel-gateway/sentinel/cache"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/proxy"
 	"github.com/sentinel-gateway/sentinel/upstream"
@@ -30,16 +31,22 @@ type app struct {
 	adaptive  *adaptive.Controller
 	limiter   *limit.Limiter
 	upstreams *upstream.Set
+	cache     *cache.Cache
 	proxy     *proxy.Server
 	admin     *admin.Server
 	cancel    context.CancelFunc
 	errc      chan error
 }
 
-// build wires the parts; nothing listens or runs in the background yet.
-func build(cfg *Config) (*app, error) {
+// build wires the parts; nothing listens or runs in the background yet. On
+// an error, what was built is closed again.
+func build(cfg *Config) (_ *app, err error) {
 	a := &app{cfg: cfg, errc: make(chan error, 2)}
-	var err error
+	defer func() {
+		if err != nil {
+			a.close()
+		}
+	}()
 	if len(cfg.Redis.Addrs) > 0 {
 		if a.redis, err = connectRedis(cfg.Redis); err != nil {
 			return nil, err
@@ -51,7 +58,6 @@ func build(cfg *Config) (*app, error) {
 		a.storeName = "in-memory"
 	}
 	if a.catalog, err = limit.NewCatalog(cfg.Plans, cfg.Tenants, cfg.Rules); err != nil {
-		a.close()
 		return nil, err
 	}
 	resources := make([]string, 0, len(cfg.Routes))
@@ -62,34 +68,30 @@ func build(cfg *Config) (*app, error) {
 	// Without Redis the sync keeps the same rules semantics in the process.
 	a.sync = limit.NewCatalogSync(a.redis, a.catalog, limit.CatalogSyncOptions{KeyPrefix: cfg.Redis.KeyPrefix})
 	if a.upstreams, err = upstream.New(cfg.Upstreams); err != nil {
-		a.close()
 		return nil, err
 	}
 	if a.adaptive, err = adaptive.New(cfg.Adaptive, adaptive.Options{
 		Redis: a.redis, KeyPrefix: cfg.Redis.KeyPrefix, PodID: podID(), Upstreams: a.upstreams.Names(),
 	}); err != nil {
-		a.close()
 		return nil, err
 	}
 	if a.limiter, err = limit.NewLimiter(cfg.Limits, a.store, limit.Options{
 		Adjuster: a.adaptive, LivePods: a.adaptive.LivePods, Catalog: a.catalog,
 	}); err != nil {
-		a.close()
 		return nil, err
 	}
+	a.cache = cache.New(cfg.Cache)
 	if a.proxy, err = proxy.New(proxy.Deps{
 		Config:    cfg.proxyConfig(),
 		Limiter:   a.limiter,
 		Tenants:   a.catalog,
 		Adaptive:  a.adaptive,
 		Upstreams: a.upstreams,
-		Cache:     upstream.NewCache(cfg.Cache),
+		Cache:     a.cache,
 	}); err != nil {
-		a.close()
 		return nil, err
 	}
 	if a.admin, err = admin.New(a.adminDeps()); err != nil {
-		a.close()
 		return nil, err
 	}
 	return a, nil
@@ -114,12 +116,10 @@ func (a *app) start(ctx context.Context) error {
 // API on adminLn (tests pass listeners on free ports).
 func (a *app) serve(ctx context.Context, ln, adminLn net.Listener) error {
 	ctx, a.cancel = context.WithCancel(ctx)
-	if a.sync != nil {
-		if err := a.sync.Start(ctx); err != nil {
-			ln.Close()
-			adminLn.Close()
-			return fmt.Errorf("cannot load rules and tenants from redis: %w", err)
-		}
+	if err := a.sync.Start(ctx); err != nil {
+		ln.Close()
+		adminLn.Close()
+		return fmt.Errorf("cannot load rules and tenants from redis: %w", err)
 	}
 	a.upstreams.Start(ctx)
 	a.adaptive.Start(ctx)
@@ -154,6 +154,9 @@ func (a *app) close() {
 	}
 	if a.upstreams != nil {
 		a.upstreams.Stop()
+	}
+	if a.cache != nil {
+		a.cache.Close()
 	}
 	if a.store != nil {
 		a.store.Close()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/admin"
+	"github.com/sentinel-gateway/sentinel/cache"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/proxy"
 	"github.com/sentinel-gateway/sentinel/upstream"
@@ -28,7 +29,7 @@ type Config struct {
 	Identity  proxy.IdentityConfig `mapstructure:"identity"`
 	Routes    []proxy.Route        `mapstructure:"routes"`
 	Upstreams upstream.Config      `mapstructure:"upstreams"`
-	Cache     upstream.CacheConfig `mapstructure:"cache"`
+	Cache     cache.Config         `mapstructure:"cache"`
 	Redis     limit.RedisConfig    `mapstructure:"redis"`
 	Plans     map[string]float64   `mapstructure:"plans"`
 	Tenants   []limit.Tenant       `mapstructure:"tenants"`

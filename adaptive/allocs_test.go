@@ -33,6 +33,7 @@ func TestRequestPathAllocatesNothing(t *testing.T) {
 
 func BenchmarkPolicy(b *testing.B) {
 	c, _ := New(Config{}, Options{PodID: "p"})
+	b.Cleanup(c.Stop)
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = c.Policy()
@@ -41,6 +42,7 @@ func BenchmarkPolicy(b *testing.B) {
 
 func BenchmarkAcquireRelease(b *testing.B) {
 	c, _ := New(Config{}, Options{PodID: "p", Upstreams: []string{"api"}})
+	b.Cleanup(c.Stop)
 	l := c.Concurrency("api")
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

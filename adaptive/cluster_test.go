@@ -26,24 +26,25 @@ func TestClusterViewAndLivePods(t *testing.T) {
 	a := newClusterController(t, srv.Addr, "a")
 	b := newClusterController(t, srv.Addr, "b")
 	ctx := context.Background()
+	exchange := func(c *Controller) { c.view.exchange(ctx, c.local) }
 	a.local, b.local = 0.8, 0.2
-	a.exchange(ctx)
-	b.exchange(ctx)
-	a.exchange(ctx)
+	exchange(a)
+	exchange(b)
+	exchange(a)
 	assert.Equal(t, 2, a.LivePods())
 	assert.Equal(t, 2, b.LivePods())
-	assert.InDelta(t, 0.5, a.cluster, 1e-3)
-	assert.InDelta(t, 0.5, b.cluster, 1e-3)
+	assert.InDelta(t, 0.5, a.clusterPressure(), 1e-3)
+	assert.InDelta(t, 0.5, b.clusterPressure(), 1e-3)
 
 	b.Stop() // leaves the view
-	a.exchange(ctx)
+	exchange(a)
 	assert.Equal(t, 1, a.LivePods())
-	assert.InDelta(t, 0.8, a.cluster, 1e-3)
+	assert.InDelta(t, 0.8, a.clusterPressure(), 1e-3)
 
 	srv.Stop()
 	a.local = 0.3
-	a.exchange(ctx)
+	exchange(a)
 	assert.Equal(t, 1, a.LivePods(), "without Redis: this pod alone")
-	assert.InDelta(t, 0.3, a.cluster, 1e-3, "without Redis: the pod's own score")
+	assert.InDelta(t, 0.3, a.clusterPressure(), 1e-3, "without Redis: the pod's own score")
 	a.Stop()
 }

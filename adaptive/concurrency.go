@@ -73,16 +73,12 @@ type ConcurrencyLimiter struct {
 	shedMetrics [3][2]*metrics.Counter // sentinel_shed_total{upstream,plan,reason}
 }
 
-func newConcurrencyLimiter(name string, cfg ConcurrencyConfig) *ConcurrencyLimiter {
-	c := &ConcurrencyLimiter{name: name, cfg: cfg, slot: make(chan struct{}, 1),
-		drops: metrics.GetOrCreateCounter(`sentinel_concurrency_backoffs_total{upstream="` + name + `"}`)}
+// newConcurrencyLimiter builds the limiter of one upstream; its series go
+// into set.
+func newConcurrencyLimiter(name string, cfg ConcurrencyConfig, set *metrics.Set) *ConcurrencyLimiter {
+	c := &ConcurrencyLimiter{name: name, cfg: cfg, slot: make(chan struct{}, 1)}
 	c.limit.Store(math.Float64bits(float64(cfg.InitialLimit)))
-	for _, p := range []Priority{PriorityFree, PriorityStandard, PriorityPremium} {
-		for r, reason := range []string{"concurrency", "queue_timeout"} {
-			c.shedMetrics[p][r] = metrics.GetOrCreateCounter(`sentinel_shed_total{upstream="` + name +
-				`",plan="` + p.String() + `",reason="` + reason + `"}`)
-		}
-	}
+	c.addMetrics(set)
 	return c
 }
 

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -11,7 +12,7 @@ import (
 func testConcurrency(initial int) *ConcurrencyLimiter {
 	c := testConfig().Concurrency
 	c.InitialLimit, c.MinLimit, c.MaxLimit = initial, 4, 1000
-	return newConcurrencyLimiter("api", c)
+	return newConcurrencyLimiter("api", c, metrics.NewSet())
 }
 
 // feed runs n successful samples of rtt with inflight requests in flight,

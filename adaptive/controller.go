@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/redis/rueidis"
 )
 
@@ -30,31 +31,31 @@ type Options struct {
 }
 
 // Controller samples the signals, keeps the mode and serves the request
-// path's reads with atomic loads.
+// path's reads with atomic loads. The exchange with the other pods is its
+// clusterView's.
 type Controller struct {
 	cfg  Config
 	opts Options
 	on   bool
 
 	policy   atomic.Pointer[Policy]
-	livePods atomic.Int64
 	inflight atomic.Int64
 	started  atomic.Int64 // requests started, for the rate
 
 	upstream    *upstreamWindow
 	concurrency map[string]*ConcurrencyLimiter
+	view        *clusterView // nil without Redis: this pod alone
+	set         *metrics.Set // this controller's series, registered from New to Stop
 
 	mu          sync.Mutex // guards what State reads
 	machine     *machine
 	host        *hostSampler
 	signals     Signals
 	local       float64 // smoothed own pressure
-	cluster     float64 // cluster average (own when alone)
-	effective   float64
+	effective   float64 // what the mode machine sees: max(local, cluster)
 	transitions []Transition
 	lastStarted int64
 	lastSample  time.Time
-	redisOK     bool
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -88,18 +89,21 @@ func New(cfg Config, opts Options) (*Controller, error) {
 		on:          cfg.On(),
 		upstream:    newUpstreamWindow(2 * time.Second),
 		concurrency: map[string]*ConcurrencyLimiter{},
+		set:         metrics.NewSet(),
 		machine:     newMachine(&cfg, opts.Now()),
-		redisOK:     opts.Redis != nil,
 	}
 	p := policyFor(Normal, 1)
 	c.policy.Store(&p)
-	c.livePods.Store(1)
+	if opts.Redis != nil {
+		c.view = newClusterView(&cfg, &opts, c.set)
+	}
 	if c.on && *cfg.Concurrency.Enabled {
 		for _, name := range opts.Upstreams {
-			c.concurrency[name] = newConcurrencyLimiter(name, cfg.Concurrency.For(name))
+			c.concurrency[name] = newConcurrencyLimiter(name, cfg.Concurrency.For(name), c.set)
 		}
 	}
-	register(c)
+	c.addMetrics()
+	metrics.RegisterSet(c.set)
 	return c, nil
 }
 
@@ -108,34 +112,31 @@ func New(cfg Config, opts Options) (*Controller, error) {
 // With the layer disabled, a pod with Redis still sends heartbeats, so that
 // the limits' local fallback knows how many pods share a limit.
 func (c *Controller) Start(ctx context.Context) {
-	if c.cancel != nil || (!c.on && c.opts.Redis == nil) {
+	if c.cancel != nil || (!c.on && c.view == nil) {
 		return
 	}
 	ctx, c.cancel = context.WithCancel(ctx)
 	if c.on {
 		c.host = newHostSampler()
 		c.lastSample = c.opts.Now()
-		c.wg.Add(1)
-		go c.sampleLoop(ctx)
+		c.wg.Go(func() { c.sampleLoop(ctx) })
 	}
-	if c.opts.Redis != nil {
-		c.wg.Add(1)
-		go c.clusterLoop(ctx)
+	if c.view != nil {
+		c.wg.Go(func() { c.view.run(ctx, func() float64 { return c.locked(c.ownPressure) }) })
 	}
 }
 
-// Stop ends the loops and removes this pod from the cluster view.
+// Stop ends the loops, removes this pod from the cluster view and
+// unregisters the controller's metrics.
 func (c *Controller) Stop() {
 	if c.cancel != nil {
 		c.cancel()
 		c.wg.Wait()
 	}
-	if c.opts.Redis != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c.opts.Redis.Do(ctx, c.opts.Redis.B().Hdel().Key(c.key()).Field(c.opts.PodID).Build())
-		cancel()
+	if c.view != nil {
+		c.view.leave()
 	}
-	unregister(c)
+	metrics.UnregisterSet(c.set, true)
 }
 
 // Policy is the current policy: one atomic load.
@@ -148,7 +149,7 @@ func (c *Controller) LimitAdjustment() (float64, bool) {
 }
 
 // LivePods is the number of pods with a fresh score in Redis (1 alone).
-func (c *Controller) LivePods() int { return int(c.livePods.Load()) }
+func (c *Controller) LivePods() int { return c.view.livePods() }
 
 // RequestStarted and RequestFinished count the requests in flight.
 func (c *Controller) RequestStarted() {
@@ -176,7 +177,6 @@ func (c *Controller) Concurrency(upstream string) *ConcurrencyLimiter {
 }
 
 func (c *Controller) sampleLoop(ctx context.Context) {
-	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.SampleInterval)
 	defer t.Stop()
 	for {
@@ -203,10 +203,7 @@ func (c *Controller) sample(now time.Time) {
 		alpha = 0.5
 	}
 	c.local += alpha * (raw - c.local)
-	if c.opts.Redis == nil || !c.redisOK {
-		c.cluster = c.local
-	}
-	c.effective = max(c.local, c.cluster)
+	c.effective = max(c.local, c.clusterPressure())
 	interval := now.Sub(c.lastSample)
 	c.lastSample = now
 	started := c.started.Load()
@@ -220,7 +217,7 @@ func (c *Controller) sample(now time.Time) {
 		if len(c.transitions) > maxTransitions {
 			c.transitions = c.transitions[1:]
 		}
-		modeTransitions(tr.From, tr.To).Inc()
+		c.modeTransitions(tr.From, tr.To).Inc()
 		c.opts.Logf("adaptive: mode %s → %s (pressure %.2f)", tr.From, tr.To, tr.Pressure)
 	}
 	p := c.machine.policy()
@@ -260,88 +257,16 @@ func (c *Controller) readSignals(now time.Time) Signals {
 	return s
 }
 
-func (c *Controller) key() string {
-	if c.opts.KeyPrefix == "" {
-		return "pressure:global"
-	}
-	return c.opts.KeyPrefix + ":pressure:global"
-}
+// ownPressure is this pod's smoothed pressure (under mu).
+func (c *Controller) ownPressure() float64 { return c.local }
 
-func (c *Controller) clusterLoop(ctx context.Context) {
-	defer c.wg.Done()
-	t := time.NewTicker(c.cfg.ClusterInterval)
-	defer t.Stop()
-	for {
-		c.exchange(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+// clusterPressure is the cluster's average pressure, or this pod's own when
+// it is alone or the cluster view is unavailable (under mu).
+func (c *Controller) clusterPressure() float64 {
+	if avg, ok := c.view.read(); ok {
+		return avg
 	}
-}
-
-// exchange publishes this pod's score and reads the cluster's: the hash
-// <prefix>:pressure:global holds podID → "score:unix ms"; entries older than
-// pressure_ttl are ignored and removed; the key expires when every pod is gone.
-func (c *Controller) exchange(ctx context.Context) {
-	c.mu.Lock()
-	own := c.local
-	c.mu.Unlock()
-	now := c.opts.Now()
-	r := c.opts.Redis
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.ClusterInterval)
-	defer cancel()
-	val := formatEntry(own, now)
-	res := r.DoMulti(ctx,
-		r.B().Hset().Key(c.key()).FieldValue().FieldValue(c.opts.PodID, val).Build(),
-		r.B().Pexpire().Key(c.key()).Milliseconds(c.cfg.PressureTTL.Milliseconds()).Build(),
-		r.B().Hgetall().Key(c.key()).Build())
-	all, err := res[2].AsStrMap()
-	for _, x := range res[:2] {
-		err = errors.Join(err, x.Error())
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err != nil {
-		if c.redisOK {
-			c.opts.Logf("adaptive: cluster view unavailable, acting on this pod's pressure: %v", err)
-		}
-		c.redisOK = false
-		c.cluster = c.local
-		c.livePods.Store(1)
-		clusterErrors.Inc()
-		return
-	}
-	if !c.redisOK {
-		c.opts.Logf("adaptive: cluster view back")
-	}
-	c.redisOK = true
-	sum, n := 0.0, 0
-	var stale []string
-	for pod, v := range all {
-		score, at, ok := parseEntry(v)
-		if !ok || now.Sub(at) > c.cfg.PressureTTL {
-			stale = append(stale, pod)
-			continue
-		}
-		sum += score
-		n++
-	}
-	if len(stale) > 0 {
-		r.Do(ctx, r.B().Hdel().Key(c.key()).Field(stale...).Build())
-	}
-	if n == 0 {
-		c.cluster = own
-		c.livePods.Store(1)
-		return
-	}
-	c.cluster = sum / float64(n)
-	c.livePods.Store(int64(n))
-}
-
-func formatEntry(score float64, at time.Time) string {
-	return formatFloat(score) + ":" + formatInt(at.UnixMilli())
+	return c.local
 }
 
 // State is the JSON view of GET /v1/state.
@@ -381,12 +306,12 @@ func (c *Controller) State() State {
 	st := State{
 		Enabled:     c.on,
 		Mode:        p.Mode,
-		Pressure:    PressureState{Local: round3(c.local), Cluster: round3(c.cluster), Effective: round3(c.effective)},
+		Pressure:    PressureState{Local: round3(c.local), Cluster: round3(c.clusterPressure()), Effective: round3(c.effective)},
 		Multiplier:  round3(p.Multiplier),
 		Policy:      p,
 		Signals:     c.signals,
 		LivePods:    c.LivePods(),
-		ClusterView: c.opts.Redis != nil && c.redisOK,
+		ClusterView: c.view.up(),
 		Inflight:    c.inflight.Load(),
 		Upstreams:   map[string]ConcurrencyState{},
 		Transitions: append([]Transition{}, c.transitions...),

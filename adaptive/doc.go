@@ -1,15 +1,16 @@
 // Package adaptive protects the backend when it is overloaded.
 //
-// A sampler, off the request path, reads every SampleInterval the signals of
-// seed 001 (CPU and memory against the container's limits when there are
+// A sampler, off the request path, reads every SampleInterval the host's
+// signals (CPU and memory against the container's limits when there are
 // any, the Go scheduler's latency, in-flight requests against capacity) plus
 // the upstream's error rate and latency against its objective, each
-// normalised to [0, 1]. The pressure score is the seed's weighted sum, raised
+// normalised to [0, 1]. The pressure score is their weighted sum, raised
 // to the worst single signal so that one saturated bottleneck (a slow
 // upstream while the gateway's CPU idles) is not diluted by idle signals,
 // then smoothed (fast up, slow down). Each pod publishes its score to Redis
 // with a TTL and acts on the larger of its own score and the cluster's
-// average; the same heartbeats count the live pods.
+// average; the same heartbeats count the live pods. That exchange is the
+// clusterView's (cluster.go); the Controller keeps sampling and the modes.
 //
 // A mode machine with hysteresis and a minimum dwell turns the pressure into
 // Normal, Moderate, Aggressive or Critical. The request path reads the
@@ -23,4 +24,8 @@
 // requests in flight when latency rises (in the style of Netflix's Gradient2),
 // and admits by priority: PREMIUM may use the whole limit, STANDARD and FREE
 // only part of it, so FREE is shed first and PREMIUM keeps a guaranteed share.
+//
+// Each Controller's series (signals, pressures, mode, multiplier, live pods,
+// cluster errors, and its limiters' limits, in-flight requests, sheds and
+// back-offs) live in a metrics.Set of its own, registered from New to Stop.
 package adaptive

@@ -18,7 +18,7 @@ import (
 //     Cookie or the API key header) is stored only when the backend marks
 //     it shareable with Cache-Control "public" or "s-maxage" (RFC 9111
 //     §3.5); the cache itself refuses "private", "no-store" and any Vary
-//     but Accept-Encoding (upstream.Cache.Set);
+//     but Accept-Encoding (cache.Cache.Set);
 //   - the mode's plan gate runs before the cache, so a cached answer is no
 //     way around "PREMIUM only" or "FREE blocked".
 

@@ -60,7 +60,7 @@ type Doer interface {
 	Do(req *fasthttp.Request, resp *fasthttp.Response) error
 }
 
-// Cache is the response cache. *upstream.Cache implements it. Get copies a
+// Cache is the response cache. *cache.Cache implements it. Get copies a
 // fresh entry into dst and reports whether there was one; Set stores resp
 // for ttl (skipping Cache-Control: no-store/private answers). Neither keeps
 // key; both must be safe for concurrent use.

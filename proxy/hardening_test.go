@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
+	"github.com/sentinel-gateway/sentinel/cache"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
@@ -129,9 +130,10 @@ func twoPremiumTenants(t testing.TB) *limit.Catalog {
 func TestCacheIsolation(t *testing.T) {
 	rec := startRecorder(t)
 	gate := &fakeGate{}
-	cache := upstream.NewCache(upstream.CacheConfig{})
+	rc := cache.New(cache.Config{})
+	t.Cleanup(rc.Close)
 	p := startProxy(t, rec.url, func(d *Deps, _ *upstream.Config) {
-		d.Adaptive, d.Cache, d.Tenants = gate, cache, twoPremiumTenants(t)
+		d.Adaptive, d.Cache, d.Tenants = gate, rc, twoPremiumTenants(t)
 	})
 	critical := adaptive.Policy{Mode: adaptive.Critical, BlockFree: true, HeavyOff: true, PremiumOnly: true, CacheOnly: true, Strict: true}
 

@@ -147,15 +147,6 @@ func (s *Server) newFastServer() *fasthttp.Server {
 // Serve serves the proxy on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error { return s.server.Serve(ln) }
 
-// ListenAndServe listens on server.listen and serves until Shutdown.
-func (s *Server) ListenAndServe() error {
-	ln, err := net.Listen("tcp", s.cfg.Server.Listen)
-	if err != nil {
-		return fmt.Errorf("cannot listen on server.listen %q: %w", s.cfg.Server.Listen, err)
-	}
-	return s.Serve(ln)
-}
-
 // Shutdown stops accepting connections and waits for in-flight requests
 // until ctx ends; then it closes the remaining connections.
 func (s *Server) Shutdown(ctx context.Context) error {

@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
+	"github.com/sentinel-gateway/sentinel/cache"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
@@ -403,9 +404,10 @@ func TestRateLimitAnswers(t *testing.T) {
 func TestModePolicies(t *testing.T) {
 	be := startBackend(t)
 	gate := &fakeGate{}
+	rc := cache.New(cache.Config{})
+	t.Cleanup(rc.Close)
 	p := startProxy(t, be.url, func(d *Deps, _ *upstream.Config) {
-		d.Adaptive = gate
-		d.Cache = upstream.NewCache(upstream.CacheConfig{})
+		d.Adaptive, d.Cache = gate, rc
 	})
 	// Normal: the cached route fills the cache (the tenant's partition).
 	resp, _ := get(t, p.url+"/cached/item?cc=public", "X-API-Key", "acme-key")

@@ -102,17 +102,6 @@ type BreakerConfig struct {
 	HalfOpenRequests int `mapstructure:"half_open_requests"`
 }
 
-// CacheConfig is the YAML section `cache`, the response cache.
-type CacheConfig struct {
-	// MaxBytes bounds the cache's memory. Default 64MB; at least 32MB,
-	// fastcache's smallest size.
-	MaxBytes ByteSize `mapstructure:"max_bytes"`
-}
-
-// minCacheBytes is fastcache's smallest capacity: it rounds anything smaller
-// up to this, so a smaller configured bound would be a lie.
-const minCacheBytes = 32 << 20
-
 // SetDefaults fills the zero values of every pool.
 func (c Config) SetDefaults() {
 	for name, p := range c {
@@ -148,11 +137,6 @@ func setDefault[T comparable](v *T, def T) {
 	}
 }
 
-// SetDefaults fills the zero values of c.
-func (c *CacheConfig) SetDefaults() {
-	setDefault(&c.MaxBytes, 64<<20)
-}
-
 // Validate checks every pool, in name order so that the errors come out in
 // the same order on every run. Each error names the full YAML key.
 func (c Config) Validate() error {
@@ -166,14 +150,6 @@ func (c Config) Validate() error {
 		errs = append(errs, p.validate(key))
 	}
 	return errors.Join(errs...)
-}
-
-// Validate checks c; its errors name the YAML key.
-func (c CacheConfig) Validate() error {
-	if c.MaxBytes < minCacheBytes {
-		return fmt.Errorf("cache.max_bytes: %s is below 32MiB, the smallest size the cache can bound", c.MaxBytes)
-	}
-	return nil
 }
 
 func sortedNames(c Config) []string {

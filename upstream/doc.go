@@ -1,5 +1,4 @@
-// Package upstream sends proxied requests to the configured backends and
-// keeps the response cache.
+// Package upstream sends proxied requests to the configured backends.
 //
 // A Set holds one Pool per `upstreams.NAME` entry of the configuration. A
 // Pool has one fasthttp.HostClient per target (so fasthttp's connection
@@ -34,11 +33,6 @@
 // flags, breaker state, failure counts); breaker transitions, which are rare,
 // take a per-target mutex. Do allocates nothing beyond what fasthttp does.
 //
-// Cache is the response cache of the cache-only fallback: a
-// VictoriaMetrics/fastcache bounded in bytes, holding status, end-to-end
-// headers and body of 200 answers that Cache-Control allows sharing, each
-// with its expiry.
-//
 // Metrics: sentinel_upstream_requests_total{upstream,target,outcome},
 // sentinel_upstream_latency_seconds{upstream},
 // sentinel_upstream_target_healthy{upstream,target},
@@ -46,7 +40,5 @@
 // 2 open), sentinel_upstream_breaker_transitions_total{upstream,target,to},
 // sentinel_upstream_ejections_total{upstream,target},
 // sentinel_upstream_removals_refused_total{upstream,target},
-// sentinel_upstream_panic_total{upstream}, and for the cache
-// sentinel_cache_hits_total, sentinel_cache_misses_total,
-// sentinel_cache_stores_total and sentinel_cache_bytes.
+// and sentinel_upstream_panic_total{upstream}.
 package upstream

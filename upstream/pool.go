@@ -41,9 +41,6 @@ func newPool(name string, cfg PoolConfig) *Pool {
 	return p
 }
 
-// Name returns the pool's name from the configuration.
-func (p *Pool) Name() string { return p.name }
-
 // Do sends req to one of the pool's targets and reads the answer into resp.
 //
 // The target is picked among those that are healthy, not ejected and whose

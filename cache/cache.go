@@ -1,4 +1,4 @@
-package upstream
+package cache
 
 import (
 	"strconv"
@@ -11,27 +11,24 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Cache holds upstream responses for the cache-only fallback: the proxy fills
-// it from successful answers in every mode and serves from it when the
-// upstream must not be touched. It is a fastcache.Cache, bounded in bytes
-// (old entries are dropped in bulk when it is full) and kept off the Go heap.
-// Safe for concurrent use.
+// Cache holds upstream responses, bounded in bytes. Safe for concurrent use.
 //
 // An entry holds the status, the end-to-end headers and the body of a
 // response, and its expiry; an expired entry is a miss. Entries larger than
 // 1/64 of the cache (1MiB at the 64MB default) are not stored, so that one
-// answer cannot flush the cache. Keys are the caller's business (the proxy
-// uses method, host, path and query).
+// answer cannot flush the cache.
 type Cache struct {
 	fc      *fastcache.Cache
 	maxItem int
 	now     func() time.Time
 
-	hits, misses, stores, skips atomic.Uint64
+	set                  *metrics.Set // this cache's series, registered from New to Close
+	hits, misses, stores *metrics.Counter
+	skips                atomic.Uint64
 }
 
-// CacheStats counts a Cache's work since it was built.
-type CacheStats struct {
+// Stats counts a Cache's work since it was built.
+type Stats struct {
 	Hits, Misses, Stores uint64
 	// Skips are responses Set declined: not 200, not storable by their
 	// Cache-Control or Vary, streamed, or too large.
@@ -41,30 +38,30 @@ type CacheStats struct {
 	Bytes, Entries uint64
 }
 
-var (
-	cacheHits   = metrics.NewCounter(`sentinel_cache_hits_total`)
-	cacheMisses = metrics.NewCounter(`sentinel_cache_misses_total`)
-	cacheStores = metrics.NewCounter(`sentinel_cache_stores_total`)
-	// lastCache is the cache sentinel_cache_bytes reports: a process has one.
-	lastCache atomic.Pointer[Cache]
-	_         = metrics.NewGauge(`sentinel_cache_bytes`, func() float64 {
-		if c := lastCache.Load(); c != nil {
-			return float64(c.Stats().Bytes)
-		}
-		return 0
-	})
-)
-
 var entryPool bytebufferpool.Pool
 
-// NewCache builds a cache bounded by cfg.MaxBytes (after cfg's defaults; at
-// least 32MiB, fastcache's smallest size).
-func NewCache(cfg CacheConfig) *Cache {
+// New builds a cache bounded by cfg.MaxBytes (after cfg's defaults; at least
+// 32MiB, fastcache's smallest size) and registers its metrics until Close.
+func New(cfg Config) *Cache {
 	cfg.SetDefaults()
-	maxBytes := max(int(cfg.MaxBytes), minCacheBytes)
-	c := &Cache{fc: fastcache.New(maxBytes), maxItem: maxBytes / 64, now: time.Now}
-	lastCache.Store(c)
+	maxBytes := max(int(cfg.MaxBytes), minBytes)
+	set := metrics.NewSet()
+	c := &Cache{
+		fc: fastcache.New(maxBytes), maxItem: maxBytes / 64, now: time.Now, set: set,
+		hits:   set.NewCounter(`sentinel_cache_hits_total`),
+		misses: set.NewCounter(`sentinel_cache_misses_total`),
+		stores: set.NewCounter(`sentinel_cache_stores_total`),
+	}
+	set.NewGauge(`sentinel_cache_bytes`, func() float64 { return float64(c.Stats().Bytes) })
+	metrics.RegisterSet(set)
 	return c
+}
+
+// Close unregisters the cache's metrics and drops its entries, returning
+// their memory; call it when nothing serves from c any more.
+func (c *Cache) Close() {
+	metrics.UnregisterSet(c.set, true)
+	c.fc.Reset()
 }
 
 // Get copies the live entry for key into dst, with an Age header, and
@@ -76,15 +73,13 @@ func (c *Cache) Get(key []byte, dst *fasthttp.Response) bool {
 	now := c.now().UnixNano()
 	e, ok := parseEntry(bb.B)
 	if !ok || now >= e.expires {
-		c.misses.Add(1)
-		cacheMisses.Inc()
+		c.misses.Inc()
 		return false
 	}
 	e.writeTo(dst)
 	var age [20]byte
 	dst.Header.SetCanonical(strAge, strconv.AppendInt(age[:0], max(0, (now-e.stored)/int64(time.Second)), 10))
-	c.hits.Add(1)
-	cacheHits.Inc()
+	c.hits.Inc()
 	return true
 }
 
@@ -108,19 +103,15 @@ func (c *Cache) Set(key []byte, resp *fasthttp.Response, ttl time.Duration) {
 		return
 	}
 	c.fc.SetBig(key, bb.B)
-	c.stores.Add(1)
-	cacheStores.Inc()
+	c.stores.Inc()
 }
 
 // Stats returns c's counters and size.
-func (c *Cache) Stats() CacheStats {
+func (c *Cache) Stats() Stats {
 	var fs fastcache.Stats
 	c.fc.UpdateStats(&fs)
-	return CacheStats{
-		Hits: c.hits.Load(), Misses: c.misses.Load(), Stores: c.stores.Load(), Skips: c.skips.Load(),
+	return Stats{
+		Hits: c.hits.Get(), Misses: c.misses.Get(), Stores: c.stores.Get(), Skips: c.skips.Load(),
 		Bytes: fs.BytesSize, Entries: fs.EntriesCount,
 	}
 }
-
-// Reset drops every entry and frees the cache's memory; c stays usable.
-func (c *Cache) Reset() { c.fc.Reset() }

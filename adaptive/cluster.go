@@ -1,0 +1,176 @@
+package adaptive
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/redis/rueidis"
+)
+
+// clusterView shares this pod's pressure with the other pods through Redis.
+//
+// The hash <prefix>:pressure:global holds podID → "score:unix ms". Each
+// exchange publishes this pod's score, re-arms the key's expiry
+// (pressure_ttl) and reads every pod's entry; entries older than
+// pressure_ttl are ignored and removed, and the key expires when every pod
+// is gone. The same entries are the heartbeats that count the live pods.
+type clusterView struct {
+	redis    rueidis.Client
+	key, pod string
+	interval time.Duration // between two exchanges; also one exchange's deadline
+	ttl      time.Duration // how long a published score counts
+	now      func() time.Time
+	logf     func(format string, args ...any)
+	errors   *metrics.Counter // sentinel_adaptive_cluster_errors_total
+
+	pods atomic.Int64 // pods with a fresh score, this one included; 1 when unknown
+
+	mu      sync.Mutex // guards average and ok
+	average float64    // the live pods' mean score (this pod's own when it is alone)
+	ok      bool       // the last exchange worked
+}
+
+func newClusterView(cfg *Config, opts *Options, set *metrics.Set) *clusterView {
+	key := "pressure:global"
+	if opts.KeyPrefix != "" {
+		key = opts.KeyPrefix + ":" + key
+	}
+	v := &clusterView{
+		redis: opts.Redis, key: key, pod: opts.PodID,
+		interval: cfg.ClusterInterval, ttl: cfg.PressureTTL, now: opts.Now, logf: opts.Logf,
+		errors: set.NewCounter(`sentinel_adaptive_cluster_errors_total`),
+		ok:     true,
+	}
+	v.pods.Store(1)
+	return v
+}
+
+// run exchanges at once and then every interval until ctx ends; own reads
+// this pod's current score.
+func (v *clusterView) run(ctx context.Context, own func() float64) {
+	t := time.NewTicker(v.interval)
+	defer t.Stop()
+	for {
+		v.exchange(ctx, own())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// exchange publishes own and reads the cluster's scores.
+func (v *clusterView) exchange(ctx context.Context, own float64) {
+	now := v.now()
+	r := v.redis
+	ctx, cancel := context.WithTimeout(ctx, v.interval)
+	defer cancel()
+	res := r.DoMulti(ctx,
+		r.B().Hset().Key(v.key).FieldValue().FieldValue(v.pod, formatEntry(own, now)).Build(),
+		r.B().Pexpire().Key(v.key).Milliseconds(v.ttl.Milliseconds()).Build(),
+		r.B().Hgetall().Key(v.key).Build())
+	all, err := res[2].AsStrMap()
+	for _, x := range res[:2] {
+		err = errors.Join(err, x.Error())
+	}
+	if err != nil {
+		v.failed(err)
+		return
+	}
+	sum, n := 0.0, 0
+	var stale []string
+	for pod, e := range all {
+		score, at, ok := parseEntry(e)
+		if !ok || now.Sub(at) > v.ttl {
+			stale = append(stale, pod)
+			continue
+		}
+		sum += score
+		n++
+	}
+	if len(stale) > 0 {
+		r.Do(ctx, r.B().Hdel().Key(v.key).Field(stale...).Build())
+	}
+	if n == 0 {
+		sum, n = own, 1
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.ok {
+		v.logf("adaptive: cluster view back")
+	}
+	v.ok, v.average = true, sum/float64(n)
+	v.pods.Store(int64(n))
+}
+
+// failed records an exchange that did not work: until the next one works,
+// the pod acts alone.
+func (v *clusterView) failed(err error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.ok {
+		v.logf("adaptive: cluster view unavailable, acting on this pod's pressure: %v", err)
+	}
+	v.ok = false
+	v.pods.Store(1)
+	v.errors.Inc()
+}
+
+// The readers below take a nil view for a pod without Redis: alone.
+
+// read returns the cluster's average pressure, and false when there is none
+// (no view, or the last exchange failed).
+func (v *clusterView) read() (float64, bool) {
+	if v == nil {
+		return 0, false
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.average, v.ok
+}
+
+// up tells whether the pod sees the cluster.
+func (v *clusterView) up() bool {
+	_, ok := v.read()
+	return ok
+}
+
+// livePods is the number of pods with a fresh score (1 alone).
+func (v *clusterView) livePods() int {
+	if v == nil {
+		return 1
+	}
+	return int(v.pods.Load())
+}
+
+// leave removes this pod from the view.
+func (v *clusterView) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	v.redis.Do(ctx, v.redis.B().Hdel().Key(v.key).Field(v.pod).Build())
+}
+
+func formatEntry(score float64, at time.Time) string {
+	return strconv.FormatFloat(score, 'f', 4, 64) + ":" + strconv.FormatInt(at.UnixMilli(), 10)
+}
+
+// parseEntry reads "score:unix ms".
+func parseEntry(e string) (float64, time.Time, bool) {
+	s, ms, ok := strings.Cut(e, ":")
+	if !ok {
+		return 0, time.Time{}, false
+	}
+	score, err1 := strconv.ParseFloat(s, 64)
+	at, err2 := strconv.ParseInt(ms, 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, time.Time{}, false
+	}
+	return clamp(score), time.UnixMilli(at), true
+}

@@ -1,0 +1,29 @@
+package cache
+
+import "fmt"
+
+// Config is the YAML section `cache`.
+type Config struct {
+	// MaxBytes bounds the cache's memory. Default 64MB; at least 32MB,
+	// fastcache's smallest size.
+	MaxBytes ByteSize `mapstructure:"max_bytes"`
+}
+
+// minBytes is fastcache's smallest capacity: it rounds anything smaller up
+// to this, so a smaller configured bound would be a lie.
+const minBytes = 32 << 20
+
+// SetDefaults fills the zero values of c.
+func (c *Config) SetDefaults() {
+	if c.MaxBytes == 0 {
+		c.MaxBytes = 64 << 20
+	}
+}
+
+// Validate checks c; its errors name the YAML key.
+func (c Config) Validate() error {
+	if c.MaxBytes < minBytes {
+		return fmt.Errorf("cache.max_bytes: %s is below 32MiB, the smallest size the cache can bound", c.MaxBytes)
+	}
+	return nil
+}
