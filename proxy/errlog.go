@@ -46,8 +46,12 @@ func parseErrors(kind string) *metrics.Counter {
 // handshake record (0x16) of TLS 1.x (0x03).
 const tlsMethod = `method "\x16\x03`
 
-// isTLSHandshake tells whether a read error comes from a TLS ClientHello.
-func isTLSHandshake(msg string) bool { return strings.Contains(msg, tlsMethod) }
+// isTLSHandshake tells whether a read error comes from a TLS ClientHello:
+// the connection's sniffing (sniff.go), or fasthttp taking the record for a
+// method.
+func isTLSHandshake(msg string) bool {
+	return strings.Contains(msg, tlsOnPlainText) || strings.Contains(msg, tlsMethod)
+}
 
 // headError answers a request whose head could not be read and counts it;
 // false for the other read errors (timeouts, bodies), left to handleError.

@@ -145,7 +145,7 @@ func (s *Server) newFastServer() *fasthttp.Server {
 }
 
 // Serve serves the proxy on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.server.Serve(ln) }
+func (s *Server) Serve(ln net.Listener) error { return s.server.Serve(sniffListener{ln}) }
 
 // Shutdown stops accepting connections and waits for in-flight requests
 // until ctx ends; then it closes the remaining connections.
