@@ -18,8 +18,9 @@ type Config struct {
 	ClusterInterval time.Duration `mapstructure:"cluster_interval"`
 	// PressureTTL is how long a pod's published score counts. Default 3s.
 	PressureTTL time.Duration `mapstructure:"pressure_ttl"`
-	// Weights of the signals in the pressure score (seed 001 plus upstream
-	// latency). They need not sum to 1: the sum is normalised.
+	// Weights of the signals in the pressure score (CPU, memory, scheduler
+	// latency, in-flight, upstream errors and upstream latency). They need
+	// not sum to 1: the sum is normalised.
 	Weights Weights `mapstructure:"weights"`
 	// Thresholds of the modes.
 	Thresholds Thresholds `mapstructure:"thresholds"`

@@ -21,8 +21,8 @@ type Signals struct {
 	Inflight        float64 `json:"inflight"`
 	UpstreamErrors  float64 `json:"upstream_errors"`
 	UpstreamLatency float64 `json:"upstream_latency"`
-	// Unavailable lists the signals that could not be read (counted as
-	// moderate pressure, seed 001 §12).
+	// Unavailable lists the signals that could not be read (each counted as
+	// moderate pressure: an unreadable signal is neither ignored nor alarming).
 	Unavailable []string `json:"unavailable,omitempty"`
 }
 
@@ -190,7 +190,7 @@ func clamp(v float64) float64 {
 	return v
 }
 
-// score combines the signals: the weighted mean of seed 001, raised to the
+// score combines the signals: their weighted mean, raised to the
 // worst single signal (× 0.95, so one saturated signal alone reaches
 // Critical only when it is fully saturated together with some other load).
 // The mean alone would let a saturated upstream (latency 1, errors 1) with

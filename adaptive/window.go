@@ -9,7 +9,7 @@ import (
 const ringBuckets = 10
 
 // upstreamWindow counts upstream answers over the last ringBuckets × width,
-// as seed 004's ring of buckets: each bucket covers one width of time and is
+// in a ring of buckets (as Alibaba Sentinel's LeapArray): each bucket covers one width of time and is
 // reset when the ring comes round to it. Observe is lock-free.
 type upstreamWindow struct {
 	width   int64 // nanos

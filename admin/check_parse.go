@@ -25,8 +25,7 @@ const (
 
 // checkRequest is the body of POST /v1/ratelimit/check.
 //
-// Key is the limited entity inside the tenant (seed 002: a user ID or an API
-// key); the limiter treats it as the request's API key, so limits.api_key and
+// Key is the limited entity inside the tenant (a user ID or an API key); the limiter treats it as the request's API key, so limits.api_key and
 // the tenant's budget apply to it exactly as to a proxied request carrying that
 // key. RequestID is trusted (the caller holds the admin token): sliding_log
 // does not count a request ID twice.
