@@ -1,0 +1,16 @@
+// Package rls serves Envoy's rate limit service (envoy.service.ratelimit.v3
+// RateLimitService/ShouldRateLimit) over gRPC on its own listener, deciding
+// with the same limiter, store and budgets as the proxy and the check API:
+// a mesh (Envoy, Istio, Envoy Gateway) points its rate_limit_service cluster
+// at Sentinel instead of envoyproxy/ratelimit.
+//
+// Each descriptor of a request is one limit.Request: its entries name the
+// tenant, the resource, the API key and the client address (entry keys
+// tenant, resource, key and remote_address by default; grpc.domains renames
+// them per domain), and hits_addend is the tokens it takes. The answer for a
+// descriptor is OVER_LIMIT when the limiter refuses it, OK otherwise, with
+// the limit that decided it; the overall code is the worst. A domain that is
+// not served, or a descriptor whose entries name no limit, is OK with no
+// limit (Envoy's convention). The listener also serves the gRPC health
+// service and server reflection.
+package rls

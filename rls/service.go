@@ -1,0 +1,275 @@
+package rls
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/valyala/fasthttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sentinel-gateway/sentinel/internal/reply"
+	"github.com/sentinel-gateway/sentinel/limit"
+)
+
+// Limits of a request, as for the check API.
+const (
+	// MaxDescriptors is the most descriptors one request may carry.
+	MaxDescriptors = 64
+	// MaxHits is the largest hits_addend.
+	MaxHits      = 1_000_000
+	maxNameLen   = 128 // domain, tenant, resource
+	maxValueLen  = 256 // key, remote_address
+	maxEntries   = 16
+	maxEntryKey  = 128
+	serviceName  = "envoy.service.ratelimit.v3.RateLimitService"
+)
+
+var defaultDomain = Domain{Tenant: DefaultTenantKey, Resource: DefaultResourceKey, Key: DefaultAPIKeyKey, RemoteAddress: DefaultRemoteAddressKey}
+
+// service implements RateLimitService on the limiter.
+type service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	limiter Limiter
+	catalog Catalog
+	domains map[string]Domain // nil: every domain, default keys
+	now     func() time.Time
+}
+
+// ShouldRateLimit decides every descriptor of req in order. A descriptor
+// that the limiter refuses is OVER_LIMIT; the others take their tokens even
+// when an earlier one is over the limit, as envoyproxy/ratelimit does.
+func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := s.now()
+	defer func() { callDuration.UpdateDuration(start) }()
+	dom, served := s.domain(req.GetDomain())
+	if err := validate(req); err != nil {
+		callsInvalid.Inc()
+		return nil, err
+	}
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors)),
+	}
+	if !served {
+		callsUnknownDomain.Inc()
+		for i := range resp.Statuses {
+			descNoLimit.Inc()
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		}
+		return resp, nil
+	}
+	var worst *limit.Decision
+	for i, desc := range req.Descriptors {
+		lreq := s.request(&dom, desc, req.HitsAddend)
+		if lreq.Tenant == "" && lreq.Resource == "" && len(lreq.APIKey) == 0 && len(lreq.IP) == 0 {
+			descNoLimit.Inc()
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+			continue
+		}
+		d := s.limiter.Allow(ctx, &lreq)
+		if d.Unavailable {
+			// on_store_failure: closed. Envoy's failure_mode_deny decides.
+			callsUnavailable.Inc()
+			return nil, status.Error(codes.Unavailable, "rate-limit store unavailable")
+		}
+		resp.Statuses[i] = descriptorStatus(&d)
+		if d.Scope == limit.ScopeNone {
+			continue
+		}
+		if worst == nil || worse(&d, worst) {
+			worst = &d
+		}
+	}
+	if worst != nil {
+		resp.ResponseHeadersToAdd = headers(worst)
+		if !worst.Allowed {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		callsOverLimit.Inc()
+	} else {
+		callsOK.Inc()
+	}
+	return resp, nil
+}
+
+// worse reports whether a is a worse answer than b: refused over allowed,
+// then the least remaining.
+func worse(a, b *limit.Decision) bool {
+	if a.Allowed != b.Allowed {
+		return !a.Allowed
+	}
+	return a.Remaining < b.Remaining
+}
+
+// domain returns the entry keys of a domain and whether it is served.
+// Domain names are compared in lower case (configuration keys are).
+func (s *service) domain(name string) (Domain, bool) {
+	if s.domains == nil {
+		return defaultDomain, true
+	}
+	d, ok := s.domains[strings.ToLower(name)]
+	return d, ok
+}
+
+// request is the limiter's request for one descriptor: its entries by the
+// domain's keys (an entry with another key is ignored), the tenant's plan
+// from the catalog (a tenant the catalog does not know has multiplier 1),
+// and hits_addend tokens (the descriptor's own, else the request's, else 1).
+func (s *service) request(dom *Domain, desc *commonv3.RateLimitDescriptor, hits uint32) limit.Request {
+	lreq := limit.Request{Tokens: max(int64(hits), 1)}
+	if h := desc.GetHitsAddend(); h != nil {
+		lreq.Tokens = max(int64(h.GetValue()), 1)
+	}
+	for _, e := range desc.GetEntries() {
+		switch e.GetKey() {
+		case dom.Tenant:
+			lreq.Tenant = e.GetValue()
+		case dom.Resource:
+			lreq.Resource = e.GetValue()
+		case dom.Key:
+			lreq.APIKey = []byte(e.GetValue())
+		case dom.RemoteAddress:
+			lreq.IP = []byte(e.GetValue())
+		}
+	}
+	if lreq.Tenant != "" {
+		if t, ok := s.catalog.Tenant(lreq.Tenant); ok {
+			lreq.Plan = t.Plan
+		}
+	}
+	return lreq
+}
+
+// descriptorStatus is the answer for one decided descriptor.
+func descriptorStatus(d *limit.Decision) *rlsv3.RateLimitResponse_DescriptorStatus {
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	switch {
+	case d.Scope == limit.ScopeNone:
+		descNoLimit.Inc()
+		return st
+	case !d.Allowed:
+		descOverLimit.Inc()
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	case d.Shadowed:
+		descShadowed.Inc()
+	default:
+		descOK.Inc()
+	}
+	st.CurrentLimit = currentLimit(d)
+	st.LimitRemaining = uint32(min(max(d.Remaining, 0), 1<<32-1))
+	st.DurationUntilReset = durationpb.New(d.Reset)
+	return st
+}
+
+// units are Envoy's rate units, smallest first.
+var units = [...]struct {
+	unit rlsv3.RateLimitResponse_RateLimit_Unit
+	dur  time.Duration
+}{
+	{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
+	{rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
+	{rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
+}
+
+// currentLimit states the decision's limit in Envoy's terms: the limit per
+// window in the smallest unit that holds the window, scaled to that unit
+// when the window is not exactly one unit (5 per 2s is 150 per MINUTE);
+// Name says the limit as configured ("tenant 5/2s").
+func currentLimit(d *limit.Decision) *rlsv3.RateLimitResponse_RateLimit {
+	rl := &rlsv3.RateLimitResponse_RateLimit{
+		Name: d.Scope.String() + " " + strconv.FormatInt(d.Limit, 10) + "/" + d.Window.String(),
+	}
+	if d.Window <= 0 {
+		rl.RequestsPerUnit = uint32(min(max(d.Limit, 0), 1<<32-1))
+		return rl
+	}
+	for _, u := range units {
+		if d.Window <= u.dur || u.unit == rlsv3.RateLimitResponse_RateLimit_DAY {
+			per := float64(d.Limit) * float64(u.dur) / float64(d.Window)
+			rl.Unit, rl.RequestsPerUnit = u.unit, uint32(min(max(per, 0), 1<<32-1))
+			return rl
+		}
+	}
+	return rl
+}
+
+// headers are the rate-limit headers of the decision, as the proxy and the
+// check API set them, for Envoy to add to the answer.
+func headers(d *limit.Decision) []*corev3.HeaderValue {
+	var h fasthttp.ResponseHeader
+	h.DisableNormalizing() // keep the names as reply spells them
+	reply.SetRateLimitHeaders(&h, d)
+	out := make([]*corev3.HeaderValue, 0, 5)
+	for k, v := range h.All() {
+		switch string(k) {
+		case fasthttp.HeaderContentType, fasthttp.HeaderServer, fasthttp.HeaderDate, fasthttp.HeaderContentLength:
+			continue
+		}
+		out = append(out, &corev3.HeaderValue{Key: string(k), Value: string(v)})
+	}
+	return out
+}
+
+// validate refuses what no descriptor could mean; the error names the field.
+func validate(req *rlsv3.RateLimitRequest) error {
+	switch {
+	case req.GetDomain() == "":
+		return invalid("domain", "missing; want a non-empty string")
+	case len(req.GetDomain()) > maxNameLen:
+		return invalid("domain", strconv.Itoa(len(req.GetDomain()))+" bytes long; at most "+strconv.Itoa(maxNameLen)+" allowed")
+	case len(req.GetDescriptors()) > MaxDescriptors:
+		return invalid("descriptors", strconv.Itoa(len(req.GetDescriptors()))+" descriptors; at most "+strconv.Itoa(MaxDescriptors)+" allowed")
+	case req.GetHitsAddend() > MaxHits:
+		return invalid("hits_addend", "must be at most "+strconv.Itoa(MaxHits)+", got "+strconv.FormatUint(uint64(req.GetHitsAddend()), 10))
+	}
+	for i, desc := range req.GetDescriptors() {
+		prefix := "descriptors[" + strconv.Itoa(i) + "]"
+		if h := desc.GetHitsAddend(); h != nil && h.GetValue() > MaxHits {
+			return invalid(prefix+".hits_addend", "must be at most "+strconv.Itoa(MaxHits)+", got "+strconv.FormatUint(h.GetValue(), 10))
+		}
+		if len(desc.GetEntries()) > maxEntries {
+			return invalid(prefix+".entries", strconv.Itoa(len(desc.GetEntries()))+" entries; at most "+strconv.Itoa(maxEntries)+" allowed")
+		}
+		for j, e := range desc.GetEntries() {
+			field := prefix + ".entries[" + strconv.Itoa(j) + "]"
+			if msg := checkText(e.GetKey(), maxEntryKey); msg != "" {
+				return invalid(field+".key", msg)
+			}
+			if msg := checkText(e.GetValue(), maxValueLen); msg != "" {
+				return invalid(field+".value", msg)
+			}
+		}
+	}
+	return nil
+}
+
+func invalid(field, msg string) error {
+	return status.Error(codes.InvalidArgument, field+": "+msg)
+}
+
+// checkText refuses a value that is empty, longer than max bytes or holds a
+// control character.
+func checkText(v string, max int) string {
+	if v == "" {
+		return "missing; want a non-empty string"
+	}
+	if len(v) > max {
+		return strconv.Itoa(len(v)) + " bytes long; at most " + strconv.Itoa(max) + " allowed"
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] == 0x7f {
+			return "contains a control character"
+		}
+	}
+	return ""
+}
