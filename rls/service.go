@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc/codes"
@@ -23,12 +23,12 @@ const (
 	// MaxDescriptors is the most descriptors one request may carry.
 	MaxDescriptors = 64
 	// MaxHits is the largest hits_addend.
-	MaxHits      = 1_000_000
-	maxNameLen   = 128 // domain, tenant, resource
-	maxValueLen  = 256 // key, remote_address
-	maxEntries   = 16
-	maxEntryKey  = 128
-	serviceName  = "envoy.service.ratelimit.v3.RateLimitService"
+	MaxHits     = 1_000_000
+	maxNameLen  = 128 // domain, tenant, resource
+	maxValueLen = 256 // key, remote_address
+	maxEntries  = 16
+	maxEntryKey = 128
+	serviceName = "envoy.service.ratelimit.v3.RateLimitService"
 )
 
 var defaultDomain = Domain{Tenant: DefaultTenantKey, Resource: DefaultResourceKey, Key: DefaultAPIKeyKey, RemoteAddress: DefaultRemoteAddressKey}
