@@ -17,6 +17,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/cache"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/proxy"
+	"github.com/sentinel-gateway/sentinel/rls"
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
 
@@ -34,6 +35,8 @@ type app struct {
 	cache     *cache.Cache
 	proxy     *proxy.Server
 	admin     *admin.Server
+	rls       *rls.Server // nil: grpc.listen is off
+	grpcAddr  net.Addr    // where rls listens, once serving
 	cancel    context.CancelFunc
 	errc      chan error
 }
@@ -94,11 +97,16 @@ func build(cfg *Config) (_ *app, err error) {
 	if a.admin, err = admin.New(a.adminDeps()); err != nil {
 		return nil, err
 	}
+	if cfg.GRPC.Enabled() {
+		if a.rls, err = rls.New(rls.Deps{Config: cfg.GRPC, Limiter: a.limiter, Catalog: a.catalog}); err != nil {
+			return nil, err
+		}
+	}
 	return a, nil
 }
 
-// start listens on server.listen and server.admin_listen, then runs the
-// background loops and serves.
+// start listens on server.listen and server.admin_listen (and grpc.listen,
+// in serve), then runs the background loops and serves.
 func (a *app) start(ctx context.Context) error {
 	ln, err := net.Listen("tcp", a.cfg.Server.Listen)
 	if err != nil {
@@ -112,19 +120,40 @@ func (a *app) start(ctx context.Context) error {
 	return a.serve(ctx, ln, adminLn)
 }
 
-// serve runs the background loops and serves the proxy on ln and the admin
-// API on adminLn (tests pass listeners on free ports).
+// serve runs the background loops and serves the proxy on ln, the admin
+// API on adminLn (tests pass listeners on free ports) and, when it is on,
+// Envoy's rate limit service on grpc.listen.
 func (a *app) serve(ctx context.Context, ln, adminLn net.Listener) error {
+	var grpcLn net.Listener
+	if a.rls != nil {
+		var err error
+		if grpcLn, err = net.Listen("tcp", a.cfg.GRPC.Listen); err != nil {
+			ln.Close()
+			adminLn.Close()
+			return fmt.Errorf("cannot listen on grpc.listen %q: %w", a.cfg.GRPC.Listen, err)
+		}
+		a.grpcAddr = grpcLn.Addr()
+	}
 	ctx, a.cancel = context.WithCancel(ctx)
 	if err := a.sync.Start(ctx); err != nil {
 		ln.Close()
 		adminLn.Close()
+		if grpcLn != nil {
+			grpcLn.Close()
+		}
 		return fmt.Errorf("cannot load rules and tenants from redis: %w", err)
 	}
 	a.upstreams.Start(ctx)
 	a.adaptive.Start(ctx)
 	go func() { a.errc <- fmt.Errorf("proxy: %w", a.proxy.Serve(ln)) }()
 	go func() { a.errc <- fmt.Errorf("admin: %w", a.admin.Serve(adminLn)) }()
+	if grpcLn != nil {
+		go func() {
+			if err := a.rls.Serve(grpcLn); err != nil {
+				a.errc <- fmt.Errorf("grpc: %w", err)
+			}
+		}()
+	}
 	return nil
 }
 
@@ -132,6 +161,9 @@ func (a *app) serve(ctx context.Context, ln, adminLn net.Listener) error {
 // stops the background loops and closes the store.
 func (a *app) shutdown(ctx context.Context) error {
 	err := errors.Join(a.proxy.Shutdown(ctx), a.admin.Shutdown(ctx))
+	if a.rls != nil {
+		err = errors.Join(err, a.rls.Shutdown(ctx))
+	}
 	a.close()
 	return err
 }

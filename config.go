@@ -15,6 +15,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/cache"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/proxy"
+	"github.com/sentinel-gateway/sentinel/rls"
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
 
@@ -36,6 +37,7 @@ type Config struct {
 	Limits    limit.Config         `mapstructure:"limits"`
 	Rules     []limit.Rule         `mapstructure:"rules"`
 	Adaptive  adaptive.Config      `mapstructure:"adaptive"`
+	GRPC      rls.Config           `mapstructure:"grpc"`
 }
 
 // serverConfig is the YAML section `server`: the proxy listener's keys and,
@@ -197,6 +199,7 @@ func (c *Config) setDefaultsAndValidate() error {
 		c.Rules[i].SetDefaults(&c.Limits)
 	}
 	c.Adaptive.SetDefaults()
+	c.GRPC.SetDefaults()
 
 	names := make([]string, 0, len(c.Upstreams))
 	for name := range c.Upstreams {
@@ -213,6 +216,7 @@ func (c *Config) setDefaultsAndValidate() error {
 		c.Limits.Validate(),
 		c.validateCatalog(),
 		c.Adaptive.Validate(),
+		c.GRPC.Validate(),
 	)
 }
 

@@ -61,6 +61,9 @@ func run(args []string, environ []string) int {
 		return 1
 	}
 	log.Printf("sentinel %s: proxy on %s, admin on %s, store %s", version, cfg.Server.Listen, cfg.Server.Admin.Listen, app.storeName)
+	if app.grpcAddr != nil {
+		log.Printf("sentinel: Envoy rate limit service (gRPC) on %s", app.grpcAddr)
+	}
 	select {
 	case <-ctx.Done():
 		log.Printf("sentinel: shutting down (grace %s)", cfg.Server.ShutdownGrace)

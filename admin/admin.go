@@ -2,11 +2,14 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 )
 
 // MaxBody is the largest request body the admin listener accepts, in bytes.
@@ -22,7 +25,8 @@ const maxRead = 1 << 20
 type Server struct {
 	deps   Deps
 	cfg    Config
-	token  []byte // nil: no token required
+	token  []byte               // nil: no token required
+	cert   *tlsconf.Certificate // nil: clear text
 	server *fasthttp.Server
 }
 
@@ -46,6 +50,12 @@ func New(deps Deps) (*Server, error) {
 	s := &Server{deps: deps, cfg: cfg}
 	if cfg.Token != "" {
 		s.token = []byte(cfg.Token)
+	}
+	if cfg.TLS.Enabled() {
+		var err error
+		if s.cert, err = tlsconf.Load(cfg.TLS); err != nil {
+			return nil, fmt.Errorf("server.admin_tls: %w", err)
+		}
 	}
 	s.server = s.newFastServer()
 	return s, nil
@@ -71,8 +81,12 @@ func (s *Server) newFastServer() *fasthttp.Server {
 	}
 }
 
-// Serve serves the admin API on ln until Shutdown.
+// Serve serves the admin API on ln until Shutdown, terminating TLS on it
+// when server.admin_tls is set.
 func (s *Server) Serve(ln net.Listener) error {
+	if s.cert != nil {
+		ln = tls.NewListener(ln, s.cert.ServerConfig("http/1.1"))
+	}
 	return s.server.Serve(ln)
 }
 

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 )
 
 // Config is the admin listener's configuration. Its keys live in the YAML
@@ -31,6 +33,9 @@ type Config struct {
 	WriteTimeout time.Duration `mapstructure:"admin_write_timeout"`
 	// IdleTimeout closes keep-alive connections idle this long. Default 60s.
 	IdleTimeout time.Duration `mapstructure:"admin_idle_timeout"`
+	// TLS terminates TLS on the admin listener (minimum TLS 1.2); the
+	// certificate is reloaded when its files change. Default off.
+	TLS tlsconf.Config `mapstructure:"admin_tls"`
 }
 
 // Defaults of Config.
@@ -73,6 +78,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("server.%s: %s is not a positive duration", d.key, d.v))
 		}
 	}
+	errs = append(errs, c.TLS.Validate("server.admin_tls"))
 	return errors.Join(errs...)
 }
 

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 )
 
 // Config is the proxy's part of the configuration file: the server, identity
@@ -58,6 +60,10 @@ type ServerConfig struct {
 	// logged at most; the rest are counted and summed up in one line.
 	// Default 10.
 	ParseErrorLogRate int `mapstructure:"parse_error_log_rate"`
+	// TLS terminates TLS on the proxy listener (minimum TLS 1.2, ALPN
+	// http/1.1); the certificate is reloaded when its files change.
+	// Default off: clear text.
+	TLS tlsconf.Config `mapstructure:"tls"`
 }
 
 // Values of server.headers_with_underscores.
@@ -100,6 +106,15 @@ type Route struct {
 	// takes the "/search" route) and forwards the prefix as configured.
 	// Default false: paths are case-sensitive.
 	PathCaseInsensitive bool `mapstructure:"path_case_insensitive"`
+	// WebSocket passes Upgrade requests (WebSocket handshakes) through: the
+	// handshake is identified, gated and limited like any request, then the
+	// bytes are spliced both ways until either side closes. Default false:
+	// an Upgrade request is forwarded as a plain request with Upgrade
+	// stripped.
+	WebSocket bool `mapstructure:"websocket"`
+	// WebSocketIdleTimeout closes an upgraded connection on which neither
+	// side sent anything for this long. Default 60s.
+	WebSocketIdleTimeout time.Duration `mapstructure:"websocket_idle_timeout"`
 }
 
 // Defaults of ServerConfig and IdentityConfig.
@@ -116,6 +131,8 @@ const (
 	DefaultRequestIDHeader   = "X-Request-Id"
 	DefaultResource          = "default"
 	DefaultParseErrorLogRate = 10
+	// DefaultWebSocketIdleTimeout is routes[].websocket_idle_timeout's.
+	DefaultWebSocketIdleTimeout = 60 * time.Second
 )
 
 // SetDefaults fills zero values with the defaults.
@@ -126,6 +143,7 @@ func (c *Config) SetDefaults() {
 		if c.Routes[i].Resource == "" {
 			c.Routes[i].Resource = DefaultResource
 		}
+		setDefault(&c.Routes[i].WebSocketIdleTimeout, DefaultWebSocketIdleTimeout)
 	}
 }
 
@@ -204,6 +222,7 @@ func (c *ServerConfig) Validate() error {
 	if c.ParseErrorLogRate <= 0 {
 		errs = append(errs, fmt.Errorf("server.parse_error_log_rate: %d is not a positive number of lines a second", c.ParseErrorLogRate))
 	}
+	errs = append(errs, c.TLS.Validate("server.tls"))
 	return errors.Join(errs...)
 }
 
@@ -235,6 +254,9 @@ func validateRoutes(routes []Route, upstreamNames []string) error {
 		}
 		if !slices.Contains(upstreamNames, r.Upstream) {
 			errs = append(errs, fmt.Errorf("%s.upstream: %q is not a configured upstream (%s)", key, r.Upstream, strings.Join(upstreamNames, ", ")))
+		}
+		if r.WebSocketIdleTimeout < 0 {
+			errs = append(errs, fmt.Errorf("%s.websocket_idle_timeout: %s is not a positive duration", key, r.WebSocketIdleTimeout))
 		}
 		if r.CacheTTL < 0 {
 			errs = append(errs, fmt.Errorf("%s.cache_ttl: %s is negative (0 means not cached)", key, r.CacheTTL))

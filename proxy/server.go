@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 )
 
 // Server is the proxy listener: every request is identified, routed, passed
@@ -42,6 +45,7 @@ type Server struct {
 	idents          sync.Pool // *Identity
 	errLog          *errorLog
 
+	cert   *tlsconf.Certificate // nil: clear text
 	server *fasthttp.Server
 }
 
@@ -85,6 +89,11 @@ func New(deps Deps) (*Server, error) {
 		log = slog.Default()
 	}
 	s.errLog = newErrorLog(log, cfg.Server.ParseErrorLogRate)
+	if cfg.Server.TLS.Enabled() {
+		if s.cert, err = tlsconf.Load(cfg.Server.TLS); err != nil {
+			return nil, fmt.Errorf("server.tls: %w", err)
+		}
+	}
 	s.server = s.newFastServer()
 	return s, nil
 }
@@ -144,8 +153,15 @@ func (s *Server) newFastServer() *fasthttp.Server {
 	}
 }
 
-// Serve serves the proxy on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.server.Serve(sniffListener{ln}) }
+// Serve serves the proxy on ln until Shutdown, terminating TLS on it when
+// server.tls is set (HTTP/1.1 only: ALPN offers http/1.1 alone); without
+// TLS, a client that opens with a TLS handshake is refused.
+func (s *Server) Serve(ln net.Listener) error {
+	if s.cert != nil {
+		return s.server.Serve(tls.NewListener(ln, s.cert.ServerConfig("http/1.1")))
+	}
+	return s.server.Serve(sniffListener{ln})
+}
 
 // Shutdown stops accepting connections and waits for in-flight requests
 // until ctx ends; then it closes the remaining connections.
