@@ -89,6 +89,9 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 		rejectRateLimit.Inc()
 		s.tooMany(ctx, id, &d)
 		return
+	case r.WebSocket && isUpgrade(&ctx.Request.Header):
+		s.upgrade(ctx, r, id, &d)
+		return
 	}
 	// A declared body over the limit is refused before it takes a slot.
 	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > int64(s.cfg.Server.MaxRequestBody) {

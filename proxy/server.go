@@ -45,8 +45,9 @@ type Server struct {
 	idents          sync.Pool // *Identity
 	errLog          *errorLog
 
-	cert   *tlsconf.Certificate // nil: clear text
-	server *fasthttp.Server
+	cert     *tlsconf.Certificate // nil: clear text
+	upgraded upgradedConns        // spliced WebSocket connections
+	server   *fasthttp.Server
 }
 
 // New builds the proxy server from deps. Every route's upstream must resolve
@@ -167,6 +168,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // until ctx ends; then it closes the remaining connections.
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.server.ShutdownWithContext(ctx)
+	s.upgraded.closeAll()
 	metrics.UnregisterSet(s.set, true)
 	return err
 }

@@ -110,6 +110,9 @@ func (b *Backend) Handler(ctx *fasthttp.RequestCtx) {
 	case path == "/_backend/config":
 		b.configure(ctx)
 		return
+	case path == "/ws":
+		echoWebSocket(ctx)
+		return
 	}
 	q := ctx.QueryArgs()
 	switch b.acquire() {

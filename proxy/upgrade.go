@@ -1,0 +1,290 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/internal/reply"
+	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/upstream"
+)
+
+// Upgrade pass-through (WebSocket).
+//
+// On a route with websocket: true, a request with "Connection: upgrade" and
+// an Upgrade header is identified, gated and limited like any request (the
+// connection counts once, at its handshake); then the gateway dials one of
+// the route's upstream targets itself, sends the handshake with Connection
+// and Upgrade kept (every other hop-by-hop header is still stripped, and
+// the forwarded headers are set as for any request), and reads the answer.
+// A 101 goes back to the client and the two connections are spliced both
+// ways until either side closes or neither sends anything for
+// websocket_idle_timeout. Any other answer goes back as it is, and the
+// client connection closes after it.
+//
+// An upgraded connection takes no upstream concurrency slot (it would hold
+// it for its lifetime) and is not an in-flight request once spliced; it is
+// counted in sentinel_proxy_websocket_open. Shutdown closes the upgraded
+// connections after the server stopped.
+//
+// On other routes an Upgrade request is forwarded as a plain request with
+// Upgrade and Connection stripped, as every hop-by-hop header is.
+
+var (
+	hdrUpgrade  = []byte("Upgrade")
+	strUpgrade  = []byte("Upgrade")
+	tokUpgrade  = []byte("upgrade")
+	errNoDialer = errors.New("proxy: the route's upstream cannot open upgraded connections")
+)
+
+// WebSocket metrics.
+var (
+	wsUpgraded = metrics.NewCounter(`sentinel_proxy_websocket_upgrades_total{result="upgraded"}`)
+	wsDeclined = metrics.NewCounter(`sentinel_proxy_websocket_upgrades_total{result="declined"}`)
+	wsFailed   = metrics.NewCounter(`sentinel_proxy_websocket_upgrades_total{result="failed"}`)
+	wsOpen     atomic.Int64
+	_          = metrics.NewGauge(`sentinel_proxy_websocket_open`, func() float64 { return float64(wsOpen.Load()) })
+
+	wsClosedClient   = metrics.NewCounter(`sentinel_proxy_websocket_closed_total{by="client"}`)
+	wsClosedUpstream = metrics.NewCounter(`sentinel_proxy_websocket_closed_total{by="upstream"}`)
+	wsClosedIdle     = metrics.NewCounter(`sentinel_proxy_websocket_closed_total{by="idle"}`)
+	wsClosedShutdown = metrics.NewCounter(`sentinel_proxy_websocket_closed_total{by="shutdown"}`)
+)
+
+// upstreamDialer opens a connection to one of a pool's targets.
+// *upstream.Pool implements it; see Pool.Dial.
+type upstreamDialer interface {
+	Dial(timeout time.Duration) (conn net.Conn, host string, err error)
+}
+
+var _ upstreamDialer = (*upstream.Pool)(nil)
+
+// isUpgrade reports whether h asks to upgrade the connection: an Upgrade
+// header and the "upgrade" token in Connection.
+func isUpgrade(h *fasthttp.RequestHeader) bool {
+	if len(h.PeekBytes(hdrUpgrade)) == 0 {
+		return false
+	}
+	conn := h.PeekBytes(hdrConnection)
+	for len(conn) > 0 {
+		var tok []byte
+		tok, conn = nextToken(conn)
+		if bytes.EqualFold(tok, tokUpgrade) {
+			return true
+		}
+	}
+	return false
+}
+
+// upgrade forwards an admitted Upgrade request and, on a 101, splices the
+// connections (see the comment at the top of this file).
+func (s *Server) upgrade(ctx *fasthttp.RequestCtx, r *route, id *Identity, d *limit.Decision) {
+	dialer, ok := s.pools[r.index].(upstreamDialer)
+	if !ok {
+		wsFailed.Inc()
+		s.reject(ctx, id, upstreamErrorReason(errNoDialer))
+		return
+	}
+	timeout := s.bodyTimeouts[r.index]
+	if timeout <= 0 {
+		timeout = s.cfg.Server.WriteTimeout
+	}
+	up, host, err := dialer.Dial(timeout)
+	if err != nil {
+		wsFailed.Inc()
+		s.reject(ctx, id, upstreamErrorReason(err))
+		return
+	}
+	br, err := s.handshake(ctx, r, id, up, host, timeout)
+	if err != nil {
+		up.Close()
+		wsFailed.Inc()
+		if isTimeout(err) {
+			err = upstream.ErrTimeout
+		}
+		ctx.Response.Reset()
+		s.reject(ctx, id, upstreamErrorReason(err))
+		return
+	}
+	resp := &ctx.Response
+	if d.Scope != limit.ScopeNone {
+		reply.SetRateLimitHeaders(&resp.Header, d)
+	}
+	if resp.StatusCode() != fasthttp.StatusSwitchingProtocols {
+		// Declined (a 400, 401, 426 ...): the answer goes back as it is.
+		up.Close()
+		wsDeclined.Inc()
+		stripHopResponse(&resp.Header)
+		ctx.SetConnectionClose()
+		return
+	}
+	wsUpgraded.Inc()
+	keepUpgrade(&resp.Header)
+	idle := r.WebSocketIdleTimeout
+	ws := &s.upgraded
+	ctx.Hijack(func(c net.Conn) { ws.splice(c, up, br, idle) })
+}
+
+// handshake writes the client's request head to the upstream connection,
+// with Connection and Upgrade kept, and reads the answer's head into
+// ctx.Response; br holds what the upstream sent after it.
+func (s *Server) handshake(ctx *fasthttp.RequestCtx, r *route, id *Identity, up net.Conn, host string, timeout time.Duration) (*bufio.Reader, error) {
+	req := &ctx.Request
+	upgradeTo := append([]byte(nil), req.Header.PeekBytes(hdrUpgrade)...)
+	req, _ = s.outbound(ctx, r, id, nil, true) // hop-by-hop stripped, forwarded headers set
+	req.Header.SetBytesKV(hdrConnection, strUpgrade)
+	req.Header.SetBytesKV(hdrUpgrade, upgradeTo)
+	if len(req.Header.Host()) == 0 {
+		req.Header.SetHost(host)
+	}
+	_ = up.SetDeadline(time.Now().Add(timeout))
+	bw := bufio.NewWriter(up)
+	if _, err := bw.Write(req.Header.Header()); err != nil {
+		return nil, err
+	}
+	if err := bw.Flush(); err != nil {
+		return nil, err
+	}
+	br := bufio.NewReader(up)
+	resp := &ctx.Response
+	resp.Reset()
+	if err := resp.Header.Read(br); err != nil {
+		return nil, err
+	}
+	if resp.StatusCode() != fasthttp.StatusSwitchingProtocols {
+		// The answer of a declined upgrade is small: read it whole.
+		if err := resp.ReadBody(br, int(s.cfg.Server.MaxRequestBody)); err != nil {
+			return nil, err
+		}
+	}
+	_ = up.SetDeadline(time.Time{})
+	return br, nil
+}
+
+// keepUpgrade strips the hop-by-hop headers of a 101 answer but the two
+// that make it one.
+func keepUpgrade(h *fasthttp.ResponseHeader) {
+	upgradeTo := append([]byte(nil), h.PeekBytes(hdrUpgrade)...)
+	stripHopResponse(h)
+	h.SetBytesKV(hdrConnection, strUpgrade)
+	h.SetBytesKV(hdrUpgrade, upgradeTo)
+}
+
+// upgradedConns tracks the spliced connections so that Shutdown can close
+// them: fasthttp forgets a connection once it is hijacked.
+type upgradedConns struct {
+	mu     sync.Mutex
+	conns  map[*splice]struct{}
+	closed bool
+}
+
+// splice is one upgraded connection pair.
+type splice struct {
+	client, upstream net.Conn
+	last             atomic.Int64 // unix nanos of the last byte either way
+	by               atomic.Pointer[metrics.Counter]
+}
+
+// splice copies both ways until either side closes or both are idle for
+// idle; br holds upstream bytes already read. It runs on the client
+// connection's server goroutine and returns when the pair is closed.
+func (u *upgradedConns) splice(client, up net.Conn, br *bufio.Reader, idle time.Duration) {
+	p := &splice{client: client, upstream: up}
+	p.last.Store(time.Now().UnixNano())
+	// The server's write deadline of the 101 would cut the stream.
+	_ = client.SetWriteDeadline(time.Time{})
+	if !u.add(p) {
+		up.Close()
+		return
+	}
+	wsOpen.Add(1)
+	done := make(chan struct{})
+	go func() {
+		p.copy(client, io.MultiReader(br, up), up, wsClosedUpstream, idle)
+		close(done)
+	}()
+	p.copy(up, client, client, wsClosedClient, idle)
+	<-done
+	u.remove(p)
+	wsOpen.Add(-1)
+	if c := p.by.Load(); c != nil {
+		c.Inc()
+	}
+}
+
+// copy copies src (reading from conn, whose deadline it moves) to dst until
+// an error; an end by src counts against by, an idle timeout as idle. Then
+// it closes both connections, which ends the other direction.
+func (p *splice) copy(dst io.Writer, src io.Reader, conn net.Conn, by *metrics.Counter, idle time.Duration) {
+	buf := make([]byte, 16<<10)
+	for {
+		_ = conn.SetReadDeadline(time.Unix(0, p.last.Load()).Add(idle))
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.last.Store(time.Now().UnixNano())
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				p.end(nil)
+				return
+			}
+		}
+		if err == nil {
+			continue
+		}
+		if isTimeout(err) {
+			if time.Since(time.Unix(0, p.last.Load())) < idle {
+				continue // the other direction was active
+			}
+			p.end(wsClosedIdle)
+			return
+		}
+		p.end(by)
+		return
+	}
+}
+
+// end records why the pair ends (the first reason wins) and closes both.
+func (p *splice) end(by *metrics.Counter) {
+	if by != nil {
+		p.by.CompareAndSwap(nil, by)
+	}
+	p.client.Close()
+	p.upstream.Close()
+}
+
+func (u *upgradedConns) add(p *splice) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return false
+	}
+	if u.conns == nil {
+		u.conns = make(map[*splice]struct{})
+	}
+	u.conns[p] = struct{}{}
+	return true
+}
+
+func (u *upgradedConns) remove(p *splice) {
+	u.mu.Lock()
+	delete(u.conns, p)
+	u.mu.Unlock()
+}
+
+// closeAll closes every upgraded connection, and any upgraded later.
+func (u *upgradedConns) closeAll() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.closed = true
+	for p := range u.conns {
+		p.end(wsClosedShutdown)
+	}
+}
