@@ -51,7 +51,7 @@ func TestEnvoyRateLimitServiceSharesTheBudget(t *testing.T) {
 	up := startUpstream(t)
 	cfg := testConfig(up.url, fmt.Sprintf(`
 redis: {addrs: [%q]}
-limits: {ip: 0, tenant: 1000}
+limits: {ip: 0, tenant: 1000, store_timeout: 1s} # a slow call under -race must not fall back to local shares
 rules:
   - {tenant: gold, resource: default, limit: 5, window: 1m}
 grpc: {listen: "127.0.0.1:0"}
