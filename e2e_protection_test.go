@@ -121,8 +121,12 @@ func assertUpstreamUntouched(t *testing.T, g *gateway, target string) {
 	assert.Zero(t, scrape(t, g.admin, "sentinel_upstream_requests_total", "target", target, "outcome", "error"), "upstream errors")
 	assert.Zero(t, scrape(t, g.admin, "sentinel_upstream_requests_total", "target", target, "outcome", "timeout"), "upstream timeouts")
 	st := adaptiveState(t, g)
-	assert.Equal(t, "normal", st["mode"])
+	// The upstream signals did not move. (The mode itself also reads this
+	// machine's CPU and scheduler, which parallel test packages load, so
+	// only the modes that client faults used to cause are ruled out.)
 	assert.Zero(t, st["signals"].(map[string]any)["upstream_errors"], "error signal")
+	assert.Zero(t, st["signals"].(map[string]any)["upstream_latency"], "latency signal")
+	assert.NotContains(t, []any{"aggressive", "critical"}, st["mode"])
 	assert.Equal(t, http.StatusOK, status("GET", g.url+"/after"), "other clients are served")
 }
 
