@@ -24,11 +24,15 @@ func main() {
 	queueTimeout := flag.Duration("queue-timeout", time.Second, "longest wait for a worker before 503")
 	shedDepth := flag.Int("shed-depth", 0, "answer 503 at once while more than this many requests wait for a worker (0: queue until -queue-timeout)")
 	retryAfter := flag.Int("retry-after", 0, "seconds of Retry-After on the 503s of -shed-depth (0: no header)")
+	fixedBody := flag.Int("fixed-body", 0, "answer every request 200 with this many bytes and nothing else (0: off; the benchmark upstream)")
 	duration := flag.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
 	flag.Parse()
+	if *fixedBody < 0 {
+		log.Fatalf("demo-backend: -fixed-body: want 0 or more bytes, got %d", *fixedBody)
+	}
 
 	b := demobackend.New(demobackend.Options{Latency: *latency, Slots: *slots, Thrash: *thrash, QueueTimeout: *queueTimeout,
-		ShedDepth: *shedDepth, RetryAfter: *retryAfter})
+		ShedDepth: *shedDepth, RetryAfter: *retryAfter, FixedBody: *fixedBody})
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		log.Fatalf("demo-backend: %v", err)
@@ -47,7 +51,11 @@ func main() {
 		}
 		_ = srv.Shutdown()
 	}()
-	log.Printf("demo-backend on %s (latency %v, slots %d)", ln.Addr(), *latency, *slots)
+	if *fixedBody > 0 {
+		log.Printf("demo-backend on %s (fixed response: %d bytes)", ln.Addr(), *fixedBody)
+	} else {
+		log.Printf("demo-backend on %s (latency %v, slots %d)", ln.Addr(), *latency, *slots)
+	}
 	if err := srv.Serve(ln); err != nil {
 		log.Fatalf("demo-backend: %v", err)
 	}

@@ -16,9 +16,15 @@
 // well-behaved servers do: a request that finds more than ShedDepth requests
 // already waiting gets 503 at once (with Retry-After when RetryAfter is set),
 // and the queue never reaches the thrash point when ShedDepth is below it.
+//
+// The fixed-response mode (FixedBody > 0) answers every request with the same
+// 200 and FixedBody bytes, with no latency, no echo and no allocation: the
+// upstream of the gateway-against-nginx comparison, so that what is measured
+// is the proxy and not the backend.
 package demobackend
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"sync/atomic"
@@ -35,6 +41,7 @@ type Options struct {
 	QueueTimeout time.Duration // longest wait for a worker before 503 (default 1s)
 	ShedDepth    int           // > 0: answer 503 at once while more than this many requests wait (default 0: off)
 	RetryAfter   int           // seconds sent in Retry-After with a shed 503 (default 0: no header)
+	FixedBody    int           // > 0: answer every request 200 with this many bytes, ignoring the other options (default 0: off)
 }
 
 // Backend is the demo upstream.
@@ -46,6 +53,7 @@ type Backend struct {
 	shedDepth    atomic.Int64
 	retryAfter   atomic.Int64
 	healthy      atomic.Bool
+	fixed        []byte // the fixed-response mode's body; nil: off
 
 	waiting  atomic.Int64
 	inflight atomic.Int64
@@ -65,6 +73,10 @@ func New(o Options) *Backend {
 	b := &Backend{thrash: o.Thrash, queueTimeout: o.QueueTimeout}
 	if o.Slots > 0 {
 		b.slots = make(chan struct{}, o.Slots)
+	}
+	if o.FixedBody > 0 {
+		b.fixed = bytes.Repeat([]byte{'x'}, o.FixedBody-1)
+		b.fixed = append(b.fixed, '\n')
 	}
 	b.latency.Store(int64(o.Latency))
 	b.shedDepth.Store(int64(o.ShedDepth))
@@ -96,6 +108,13 @@ func (b *Backend) Stats() Stats {
 
 // Handler serves every request.
 func (b *Backend) Handler(ctx *fasthttp.RequestCtx) {
+	if b.fixed != nil {
+		// Fixed-response mode: SetBodyRaw keeps the shared slice, no copy.
+		b.served.Add(1)
+		ctx.SetContentType("text/plain")
+		ctx.Response.SetBodyRaw(b.fixed)
+		return
+	}
 	path := string(ctx.Path())
 	switch {
 	case path == "/healthz":

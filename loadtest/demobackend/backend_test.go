@@ -120,3 +120,16 @@ func TestConfigureShedding(t *testing.T) {
 	assert.Equal(t, 400, code)
 	assert.Contains(t, string(body), "shed_depth")
 }
+
+func TestFixedBodyAnswersEveryRequestTheSame(t *testing.T) {
+	b := New(Options{FixedBody: 64})
+	url := serve(t, b)
+	for _, path := range []string{"/", "/hello?status=503&sleep=1s", "/bytes/1000", "/_backend/stats"} {
+		code, body, err := fasthttp.Get(nil, url+path)
+		require.NoError(t, err, path)
+		assert.Equal(t, 200, code, path)
+		assert.Len(t, body, 64, path)
+		assert.Equal(t, byte('\n'), body[63], path)
+	}
+	assert.Equal(t, int64(4), b.Stats().Served)
+}
