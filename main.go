@@ -33,6 +33,7 @@ func run(args []string, environ []string) int {
 	configPath := fs.String("config", envOr(environ, "SENTINEL_CONFIG", "config.yaml"), "path of the YAML configuration file (env SENTINEL_CONFIG)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	healthcheck := fs.Bool("healthcheck", false, "probe the admin listener's /healthz and exit 0 when healthy (for container health checks)")
+	pprofListen := fs.String("pprof", "", "serve net/http/pprof on this loopback host:port, without a token (empty: off)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -47,6 +48,14 @@ func run(args []string, environ []string) int {
 	}
 	if *healthcheck {
 		return probe("http://" + dialable(cfg.Server.Admin.Listen) + "/healthz")
+	}
+	if *pprofListen != "" {
+		ln, err := listenPprof(*pprofListen)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "sentinel: %v\n", err)
+			return 2
+		}
+		defer servePprof(ln)()
 	}
 	app, err := build(cfg)
 	if err != nil {
