@@ -11,7 +11,7 @@ LDFLAGS        := -s -w -X main.version=$(VERSION)
 TEST_TIMEOUT   ?= 20m
 
 .DEFAULT_GOAL := help
-.PHONY: help build run cluster test test-short bench lint fmt vet check loadtest loadtest-overload k6 loadtest-k6 loadtest-overload-k6 docker clean
+.PHONY: help build run cluster test test-short bench bench-compare profile lint fmt vet check loadtest loadtest-overload k6 loadtest-k6 loadtest-overload-k6 docker clean
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -37,6 +37,12 @@ test-short: ## Run the tests without -race (faster local loop).
 
 bench: ## Run the Go benchmarks with allocation counts (BenchmarkSaturation is the overload scenario's phase (e)).
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1s ./...
+
+bench-compare: ## Sentinel vs nginx side by side with wrk: proxy, refusal path, check API; 3 interleaved rounds (ROUNDS=n), < 5 min.
+	bash bench/compare.sh
+
+profile: ## CPU and allocation profiles of the proxy path under 10 s of wrk load (pprof -top in bin/profile-*.txt).
+	bash bench/profile.sh
 
 fmt: ## Format the code.
 	gofmt -w $$(git ls-files '*.go')

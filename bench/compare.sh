@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# make bench-compare: Sentinel against nginx on this machine, side by side.
+#
+# One upstream (the demo backend's fixed 64-byte answer), one nginx
+# (bench/nginx.conf) and one redis-server run for the whole benchmark; a fresh
+# Sentinel (bench/sentinel.yaml plus the environment of its row) starts for
+# each run. Every configuration runs once per round, rounds interleaved
+# (ROUNDS=3), each run a WARMUP then DURATION seconds of wrk. Per run it keeps
+# req/s, p50, p99, the answers of status >= 400 and the CPU time of each
+# process (/proc/PID/stat before and after); the table gives the median over
+# rounds, with the ratio to the nginx baseline taken within each round.
+# Everything listens on 127.0.0.1 and stops by itself. About 4 minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-5}   # seconds measured per run
+WARMUP=${WARMUP:-1}       # seconds of load before each measurement
+THREADS=${THREADS:-2}
+CONNS=${CONNS:-64}
+export BENCH_DIR=bench
+source bench/lib.sh
+
+need wrk wrk
+need nginx nginx-light
+need redis-server redis-server
+mkdir -p bin
+go build -o bin/sentinel .
+go build -o bin/demo-backend ./loadtest/backend
+go build -o bin/bench-table ./bench/table
+
+REDIS="SENTINEL_REDIS_ADDRS=$HOST:$REDIS_PORT"
+REFUSE="SENTINEL_LIMITS_TENANT=99 SENTINEL_LIMITS_API_KEY=0 SENTINEL_LIMITS_IP=0"
+# name | label | baseline | target | wrk script | threads | conns | Sentinel environment
+runs=(
+  "nginx|nginx 1.22, proxy|nginx|nginx:$NGINX_PROXY_PORT|proxy.lua|$THREADS|$CONNS|"
+  "sentinel|Sentinel, proxy, default (memory store, adaptive on)|nginx|proxy|proxy.lua|$THREADS|$CONNS|"
+  "no-adaptive|Sentinel, proxy, adaptive.enabled false|nginx|proxy|proxy.lua|$THREADS|$CONNS|SENTINEL_ADAPTIVE_ENABLED=false"
+  "redis|Sentinel, proxy, Redis store (leases), adaptive on|nginx|proxy|proxy.lua|$THREADS|$CONNS|$REDIS"
+  "nginx-refuse|nginx 1.22, limit_req 100 r/s (nearly all refused)|nginx-refuse|nginx:$NGINX_LIMIT_PORT|proxy.lua|$THREADS|$CONNS|"
+  "refuse|Sentinel, tenant limit 99/s (nearly all refused), memory|nginx-refuse|proxy|proxy.lua|$THREADS|$CONNS|$REFUSE"
+  "refuse-redis|Sentinel, tenant limit 99/s (nearly all refused), Redis|nginx-refuse|proxy|proxy.lua|$THREADS|$CONNS|$REFUSE $REDIS"
+  "check-hot|Sentinel check API, one hot key, Redis|nginx|admin|check_hot.lua|$THREADS|$CONNS|$REDIS"
+  "check-10k|Sentinel check API, 10k keys, Redis|nginx|admin|check_10k.lua|$THREADS|$CONNS|$REDIS"
+  "nginx-c1|nginx 1.22, proxy, 1 connection|nginx-c1|nginx:$NGINX_PROXY_PORT|proxy.lua|1|1|"
+  "sentinel-c1|Sentinel, proxy, default, 1 connection|nginx-c1|proxy|proxy.lua|1|1|"
+)
+
+start_backend
+timeout "$BENCH_MAX" redis-server --bind "$HOST" --port "$REDIS_PORT" --save '' --appendonly no --dir "$tmp" >"$tmp/redis.log" 2>&1 &
+redis_pid=$!; pids+=("$redis_pid")
+sed -e "s|@TMP@|$tmp|g" -e "s|@BACKEND@|$HOST:$BACKEND_PORT|g" \
+    -e "s|@PROXY@|$HOST:$NGINX_PROXY_PORT|g" -e "s|@LIMIT@|$HOST:$NGINX_LIMIT_PORT|g" bench/nginx.conf >"$tmp/nginx.conf"
+timeout "$BENCH_MAX" nginx -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/error.log" &
+nginx_pid=$!; pids+=("$nginx_pid")
+wait_for "http://$HOST:$NGINX_PROXY_PORT/"
+for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+results=bin/bench-compare.tsv
+printf 'round\tname\tlabel\tbaseline\trequests\tduration_us\tp50_us\tp99_us\tnon2xx\tsockerr\tgateway_ms\tbackend_ms\tredis_ms\twrk_ms\tmodes\n' >"$results"
+ms() { echo $(( ($1) * 1000 / CLK_TCK )); }
+
+run_one() {
+  local round=$1 name label baseline target script threads conns envs url gw
+  IFS='|' read -r name label baseline target script threads conns envs <<<"$2"
+  redis-cli -p "$REDIS_PORT" flushall >/dev/null
+  sentinel_log=$tmp/sentinel-$name-$round.log
+  case $target in
+    nginx:*) url="http://$HOST:${target#nginx:}/"; gw=$nginx_pid ;;
+    proxy) url="http://$HOST:$SENTINEL_PORT/"; read -ra e <<<"$envs"; start_sentinel "${e[@]}"; gw=$sentinel_pid ;;
+    admin) url="http://$HOST:$ADMIN_PORT/"; read -ra e <<<"$envs"; start_sentinel "${e[@]}"; gw=$sentinel_pid ;;
+  esac
+  wrk -t"$threads" -c"$conns" -d"${WARMUP}s" -s "bench/$script" "$url" >/dev/null
+  local g0 b0 r0 w0 g1 b1 r1 w1 out
+  g0=$(ticks "$gw"); b0=$(ticks "$backend_pid"); r0=$(ticks "$redis_pid"); w0=$(waited_ticks)
+  out=$(wrk -t"$threads" -c"$conns" -d"${DURATION}s" --timeout 2s -s "bench/$script" "$url")
+  g1=$(ticks "$gw"); b1=$(ticks "$backend_pid"); r1=$(ticks "$redis_pid"); w1=$(waited_ticks)
+  case $target in nginx:*) ;; *) stop_sentinel ;; esac
+  local line; line=$(grep '^BENCH ' <<<"$out") || { echo "$name: wrk printed no result:"; echo "$out"; exit 1; } >&2
+  local requests duration_us p50_us p99_us non2xx sockerr modes=-
+  eval "$(sed -e 's/^BENCH //' <<<"$line")"
+  # The adaptive modes the gateway entered (its log: "adaptive: mode normal → moderate ...").
+  [ -f "$sentinel_log" ] && modes=$( { grep -o 'adaptive: mode [a-z]* → [a-z]*' "$sentinel_log" || true; } | awk '{print $5}' | sort -u | paste -sd, -)
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$label" "$baseline" \
+    "$requests" "$duration_us" "$p50_us" "$p99_us" "$non2xx" "$sockerr" \
+    "$(ms "g1 - g0")" "$(ms "b1 - b0")" "$(ms "r1 - r0")" "$(ms "w1 - w0")" "${modes:--}" >>"$results"
+  printf '  round %s %-13s %8d req/s  p99 %6.2f ms  >=400: %-7d modes: %s\n' "$round" "$name" \
+    $((requests * 1000000 / duration_us)) "$(awk "BEGIN{print $p99_us/1000}")" "$non2xx" "${modes:--}" >&2
+}
+
+echo "bench-compare: $ROUNDS rounds × ${#runs[@]} runs of ${WARMUP}+${DURATION}s; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for round in $(seq "$ROUNDS"); do
+  for r in "${runs[@]}"; do run_one "$round" "$r"; done
+done
+
+{
+  echo "## bench-compare: Sentinel $(git describe --tags --always --dirty 2>/dev/null) vs $(nginx -v 2>&1 | cut -d' ' -f3)"
+  echo
+  echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr), $(go version | cut -d' ' -f3)."
+  echo "wrk -t$THREADS -c$CONNS (rows marked 1 connection: -t1 -c1), ${DURATION} s after ${WARMUP} s of warm-up, $ROUNDS interleaved rounds, medians;"
+  echo "upstream: demo-backend -fixed-body 64. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)."
+  echo
+  bin/bench-table <"$results"
+} | tee bin/bench-compare.md

@@ -1,0 +1,200 @@
+// Command bench-table turns the runs that bench/compare.sh records (a TSV
+// file with a header line, on stdin) into one markdown table on stdout: per
+// configuration, in the order of first appearance, the median over rounds of
+// each figure, and the ratios to the configuration's baseline, taken within
+// each round (the baseline ran minutes apart at most) and then the median.
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+func main() {
+	runs, err := parse(os.Stdin)
+	if err == nil {
+		err = write(os.Stdout, runs)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-table:", err)
+		os.Exit(1)
+	}
+}
+
+// run is one wrk measurement of one configuration in one round.
+type run struct {
+	round                 int
+	name, label, baseline string
+	requests              float64
+	seconds               float64
+	p50us, p99us          float64
+	non2xx, sockErr       float64
+	cpuMS                 [4]float64 // gateway, backend, redis, wrk
+	modes                 string     // adaptive modes entered during the run, comma-separated; "" or "-": none
+}
+
+func (r run) rps() float64 { return r.requests / r.seconds }
+
+// ok2xx is the rate of answers below 400 (wrk counts the others as status errors).
+func (r run) ok2xx() float64 { return (r.requests - r.non2xx) / r.seconds }
+
+// columns are the TSV header names parse needs, in run's order.
+var columns = []string{"round", "name", "label", "baseline", "requests", "duration_us", "p50_us", "p99_us",
+	"non2xx", "sockerr", "gateway_ms", "backend_ms", "redis_ms", "wrk_ms", "modes"}
+
+func parse(r io.Reader) ([]run, error) {
+	sc := bufio.NewScanner(r)
+	if !sc.Scan() {
+		return nil, fmt.Errorf("empty input: want a header line (%s)", strings.Join(columns, ", "))
+	}
+	idx := map[string]int{}
+	for i, h := range strings.Split(sc.Text(), "\t") {
+		idx[h] = i
+	}
+	for _, c := range columns {
+		if _, ok := idx[c]; !ok {
+			return nil, fmt.Errorf("header: no column %q", c)
+		}
+	}
+	var runs []run
+	for line := 2; sc.Scan(); line++ {
+		f := strings.Split(sc.Text(), "\t")
+		if len(f) < len(idx) {
+			return nil, fmt.Errorf("line %d: %d fields, want %d", line, len(f), len(idx))
+		}
+		var nums [11]float64
+		for i, c := range append([]string{"round"}, columns[4:len(columns)-1]...) {
+			v, err := strconv.ParseFloat(f[idx[c]], 64)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %s: %w", line, c, err)
+			}
+			nums[i] = v
+		}
+		if nums[1] <= 0 || nums[2] <= 0 {
+			return nil, fmt.Errorf("line %d: %s: requests and duration_us must be > 0", line, f[idx["name"]])
+		}
+		runs = append(runs, run{round: int(nums[0]), name: f[idx["name"]], label: f[idx["label"]], baseline: f[idx["baseline"]],
+			requests: nums[1], seconds: nums[2] / 1e6, p50us: nums[3], p99us: nums[4], non2xx: nums[5], sockErr: nums[6],
+			cpuMS: [4]float64{nums[7], nums[8], nums[9], nums[10]}, modes: f[idx["modes"]]})
+	}
+	return runs, sc.Err()
+}
+
+func write(w io.Writer, runs []run) error {
+	if len(runs) == 0 {
+		return fmt.Errorf("no runs")
+	}
+	byKey := map[string]run{} // name + round
+	var names []string
+	for _, r := range runs {
+		if !slices.Contains(names, r.name) {
+			names = append(names, r.name)
+		}
+		byKey[fmt.Sprint(r.name, "/", r.round)] = r
+	}
+	fmt.Fprintln(w, "| configuration | req/s | 2xx/s | p50 ms | p99 ms | status ≥ 400 or socket error | adaptive modes entered | CPU µs/request: gateway | backend | redis | wrk | vs baseline: req/s | 2xx/s | p99 |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, name := range names {
+		var rs []run
+		for _, r := range runs {
+			if r.name == name {
+				rs = append(rs, r)
+			}
+		}
+		m := func(f func(run) float64) float64 { return median(mapRuns(rs, f)) }
+		cpu := func(i int) float64 { return m(func(r run) float64 { return r.cpuMS[i] * 1000 / r.requests }) }
+		var rpsRatio, okRatio, p99Ratio []float64
+		for _, r := range rs {
+			if b, ok := byKey[fmt.Sprint(r.baseline, "/", r.round)]; ok {
+				rpsRatio = append(rpsRatio, r.rps()/b.rps())
+				p99Ratio = append(p99Ratio, r.p99us/b.p99us)
+				if b.ok2xx() >= 1 {
+					okRatio = append(okRatio, r.ok2xx()/b.ok2xx())
+				}
+			}
+		}
+		vs := func(xs []float64) string {
+			switch {
+			case rs[0].baseline == name:
+				return "baseline"
+			case len(xs) == 0:
+				return "–"
+			}
+			return fmt.Sprintf("%.2f×", median(xs))
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %.2f | %.2f | %s | %s | %.1f | %.1f | %.1f | %.1f | %s | %s | %s |\n", rs[0].label,
+			thousands(m(run.rps)), thousands(m(run.ok2xx)),
+			m(func(r run) float64 { return r.p50us / 1000 }), m(func(r run) float64 { return r.p99us / 1000 }),
+			share(m(func(r run) float64 { return (r.non2xx + r.sockErr) / r.requests })), modes(rs),
+			cpu(0), cpu(1), cpu(2), cpu(3), vs(rpsRatio), vs(okRatio), vs(p99Ratio))
+	}
+	return nil
+}
+
+// modes lists the adaptive modes entered in any round, with the number of
+// rounds that entered each: "aggressive 2/3, critical 1/3".
+func modes(rs []run) string {
+	var names []string
+	count := map[string]int{}
+	for _, r := range rs {
+		for _, m := range strings.Split(r.modes, ",") {
+			if m == "" || m == "-" {
+				continue
+			}
+			if count[m] == 0 {
+				names = append(names, m)
+			}
+			count[m]++
+		}
+	}
+	if len(names) == 0 {
+		return "–"
+	}
+	out := make([]string, len(names))
+	for i, m := range names {
+		out[i] = fmt.Sprintf("%s %d/%d", m, count[m], len(rs))
+	}
+	return strings.Join(out, ", ")
+}
+
+func mapRuns(rs []run, f func(run) float64) []float64 {
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		out[i] = f(r)
+	}
+	return out
+}
+
+// median of xs (the mean of the middle two for an even count); xs is sorted in place.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
+
+// thousands writes 27734.6 as 27.7k.
+func thousands(v float64) string {
+	if v < 1000 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.1fk", v/1000)
+}
+
+// share writes a fraction as a percentage, 0 as 0.
+func share(f float64) string {
+	if f == 0 {
+		return "0"
+	}
+	if f < 0.001 {
+		return fmt.Sprintf("%.3f%%", f*100)
+	}
+	return fmt.Sprintf("%.1f%%", f*100)
+}

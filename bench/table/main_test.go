@@ -1,0 +1,64 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const header = "round\tname\tlabel\tbaseline\trequests\tduration_us\tp50_us\tp99_us\tnon2xx\tsockerr\tgateway_ms\tbackend_ms\tredis_ms\twrk_ms\tmodes\n"
+
+func TestTableRatiosAreTakenPerRound(t *testing.T) {
+	// Round 1 is slow for both, round 3 fast for both: the ratio per round is
+	// 0.5, 0.5 and 0.5, while the ratio of the medians would be 20/50 = 0.4.
+	in := header +
+		"1\tnginx\tnginx, proxy\tnginx\t100\t1000000\t100\t1000\t0\t0\t50\t10\t0\t20\t-\n" +
+		"1\tgw\tgateway\tnginx\t50\t1000000\t200\t2000\t5\t0\t50\t10\t0\t20\tmoderate,critical\n" +
+		"2\tnginx\tnginx, proxy\tnginx\t50\t1000000\t100\t1000\t0\t0\t50\t10\t0\t20\t-\n" +
+		"2\tgw\tgateway\tnginx\t25\t1000000\t200\t3000\t0\t0\t50\t10\t0\t20\t-\n" +
+		"3\tnginx\tnginx, proxy\tnginx\t40\t1000000\t100\t1000\t0\t0\t50\t10\t0\t20\t-\n" +
+		"3\tgw\tgateway\tnginx\t20\t1000000\t200\t4000\t0\t0\t50\t10\t0\t20\tcritical\n"
+	runs, err := parse(strings.NewReader(in))
+	require.NoError(t, err)
+	var out strings.Builder
+	require.NoError(t, write(&out, runs))
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 4)
+	assert.Equal(t, "| nginx, proxy | 50 | 50 | 0.10 | 1.00 | 0 | – | 1000.0 | 200.0 | 0.0 | 400.0 | baseline | baseline | baseline |", lines[2])
+	// gateway: median req/s 25, 2xx/s 45, 25, 20: 25; 2xx ratios 0.45, 0.5,
+	// 0.5; p99 3 ms; status >= 400 in 5 of 50 in round 1 (10%), 0 in the
+	// others: median 0; CPU 50 ms over 25 requests = 2000 µs.
+	assert.Equal(t, "| gateway | 25 | 25 | 0.20 | 3.00 | 0 | moderate 1/3, critical 2/3 | 2000.0 | 400.0 | 0.0 | 800.0 | 0.50× | 0.50× | 3.00× |", lines[3])
+}
+
+func TestTableWithoutBaselineRun(t *testing.T) {
+	runs, err := parse(strings.NewReader(header + "1\tgw\tgateway\tnginx\t5000\t2000000\t200\t2000\t1\t0\t50\t10\t0\t20\t-\n"))
+	require.NoError(t, err)
+	var out strings.Builder
+	require.NoError(t, write(&out, runs))
+	assert.Contains(t, out.String(), "| gateway | 2.5k | 2.5k | 0.20 | 2.00 | 0.020% | – |")
+	assert.Contains(t, out.String(), "| – | – | – |")
+}
+
+func TestParseNamesWhatIsWrong(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                             "empty input",
+		"round\tname\n":                `header: no column "label"`,
+		header + "1\tgw\tgateway\tx\n": "line 2: 4 fields, want 15",
+		header + "1\tgw\tgw\tx\tmany\t1\t1\t1\t0\t0\t1\t1\t1\t1\t-\n": "line 2: requests",
+		header + "1\tgw\tgw\tx\t0\t1\t1\t1\t0\t0\t1\t1\t1\t1\t-\n":    "line 2: gw: requests and duration_us must be > 0",
+	} {
+		_, err := parse(strings.NewReader(in))
+		if assert.Error(t, err, in) {
+			assert.Contains(t, err.Error(), want)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	assert.Equal(t, 2.0, median([]float64{3, 1, 2}))
+	assert.Equal(t, 2.5, median([]float64{4, 1, 3, 2}))
+	assert.Equal(t, 7.0, median([]float64{7}))
+}
