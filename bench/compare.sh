@@ -87,7 +87,8 @@ run_one() {
     $((requests * 1000000 / duration_us)) "$(awk "BEGIN{print $p99_us/1000}")" "$non2xx" "${modes:--}" >&2
 }
 
-echo "bench-compare: $ROUNDS rounds × ${#runs[@]} runs of ${WARMUP}+${DURATION}s; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "bench-compare: $ROUNDS rounds × ${#runs[@]} runs of ${WARMUP}+${DURATION}s; load average at start: $load_start" >&2
 for round in $(seq "$ROUNDS"); do
   for r in "${runs[@]}"; do run_one "$round" "$r"; done
 done
@@ -97,7 +98,7 @@ done
   echo
   echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr), $(go version | cut -d' ' -f3)."
   echo "wrk -t$THREADS -c$CONNS (rows marked 1 connection: -t1 -c1), ${DURATION} s after ${WARMUP} s of warm-up, $ROUNDS interleaved rounds, medians;"
-  echo "upstream: demo-backend -fixed-body 64. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)."
+  echo "upstream: demo-backend -fixed-body 64. Load average at the start: $load_start; at the end: $(cut -d' ' -f1-3 /proc/loadavg)."
   echo
   bin/bench-table <"$results"
 } | tee bin/bench-compare.md

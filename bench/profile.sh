@@ -22,6 +22,14 @@ start_backend
 start_sentinel -- -pprof "$HOST:$PPROF_PORT"
 pprof="http://$HOST:$PPROF_PORT/debug/pprof"
 wrk -t2 -c64 -d1s -s bench/proxy.lua "http://$HOST:$SENTINEL_PORT/" >/dev/null # warm-up
+# Heap allocations of the whole process (go_memstats_mallocs_total) over 3 s
+# of the same load without the profilers: the request path's allocations under
+# real concurrency, where the 0-alloc tests run one request at a time.
+mallocs() { curl -sf "http://$HOST:$ADMIN_PORT/metrics" | awk '/^go_memstats_mallocs_total /{print $2}'; }
+store_calls() { curl -sf "http://$HOST:$ADMIN_PORT/metrics" | awk '/^sentinel_limit_store_calls_total/{n += $2} END {print n + 0}'; }
+m0=$(mallocs); s0=$(store_calls)
+alloc_line=$(wrk -t2 -c64 -d3s -s bench/proxy.lua "http://$HOST:$SENTINEL_PORT/" | grep '^BENCH ')
+m1=$(mallocs); s1=$(store_calls)
 wrk -t2 -c64 -d"$((PROFILE_SECONDS + 2))s" -s bench/proxy.lua "http://$HOST:$SENTINEL_PORT/" >"$tmp/wrk.txt" &
 wrk_pid=$!; pids+=("$wrk_pid")
 sleep 0.5
@@ -33,14 +41,21 @@ wait "$wrk_pid"
 stop_sentinel
 
 go tool pprof -top -nodecount=40 bin/sentinel bin/profile-cpu.pb.gz >bin/profile-cpu.txt 2>/dev/null
-go tool pprof -top -cum -nodecount=60 bin/sentinel bin/profile-cpu.pb.gz >bin/profile-cpu-cum.txt 2>/dev/null
+go tool pprof -top -cum -nodecount=150 bin/sentinel bin/profile-cpu.pb.gz >bin/profile-cpu-cum.txt 2>/dev/null
 go tool pprof -top -nodecount=40 -sample_index=alloc_space bin/sentinel bin/profile-allocs.pb.gz >bin/profile-allocs.txt 2>/dev/null
 go tool pprof -top -nodecount=40 -sample_index=alloc_objects bin/sentinel bin/profile-allocs.pb.gz >bin/profile-allocs-objects.txt 2>/dev/null
 
-grep '^BENCH ' "$tmp/wrk.txt" | sed 's/^BENCH /load: /'
+line=$(grep '^BENCH ' "$tmp/wrk.txt")
+echo "load: ${line#BENCH }"
+requests=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$alloc_line")
+echo "heap allocations per request: $(awk "BEGIN{printf \"%.2f\", ($m1 - $m0) / $requests}") (go_memstats_mallocs_total over 3 s of the load before profiling, $requests requests)"
+echo "limit store calls per request: $(awk "BEGIN{printf \"%.3f\", ($s1 - $s0) / $requests}") (sentinel_limit_store_calls_total, same 3 s)"
 for f in cpu cpu-cum allocs allocs-objects; do
   echo
   echo "## bin/profile-$f.txt (top $TOP; flat = in the function itself, cum = with its callees)"
   sed -n '1,/flat%/p' "bin/profile-$f.txt" | grep -v '^File:\|^Build ID:'
   sed -n '/flat%/,$p' "bin/profile-$f.txt" | sed -n "2,$((TOP + 1))p"
 done
+echo
+echo "## Sentinel's own functions by cumulative CPU (bin/profile-cpu-cum.txt)"
+grep 'sentinel-gateway/sentinel/' bin/profile-cpu-cum.txt | head -n "$TOP"
