@@ -23,6 +23,7 @@ source bench/lib.sh
 need wrk wrk
 need nginx nginx-light
 need redis-server redis-server
+need redis-cli redis-tools
 mkdir -p bin
 go build -o bin/sentinel .
 go build -o bin/demo-backend ./loadtest/backend

@@ -27,6 +27,7 @@ trap cleanup EXIT INT TERM
 need() {
   command -v "$1" >/dev/null && return
   echo "installing $2 (for $1)" >&2
+  export DEBIAN_FRONTEND=noninteractive
   if [ "$(id -u)" = 0 ]; then apt-get install -y -q "$2" >/dev/null; else sudo apt-get install -y -q "$2" >/dev/null; fi
   command -v "$1" >/dev/null || { echo "$1 is missing and $2 did not provide it" >&2; exit 1; }
 }
