@@ -38,6 +38,7 @@ cpu_pid=$!
 curl -sf -o bin/profile-allocs.pb.gz "$pprof/allocs?seconds=$PROFILE_SECONDS"
 wait "$cpu_pid"
 wait "$wrk_pid"
+m2=$(mallocs); s2=$(store_calls)
 stop_sentinel
 
 go tool pprof -top -nodecount=40 bin/sentinel bin/profile-cpu.pb.gz >bin/profile-cpu.txt 2>/dev/null
@@ -50,6 +51,9 @@ echo "load: ${line#BENCH }"
 requests=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$alloc_line")
 echo "heap allocations per request: $(awk "BEGIN{printf \"%.2f\", ($m1 - $m0) / $requests}") (go_memstats_mallocs_total over 3 s of the load before profiling, $requests requests)"
 echo "limit store calls per request: $(awk "BEGIN{printf \"%.3f\", ($s1 - $s0) / $requests}") (sentinel_limit_store_calls_total, same 3 s)"
+requests2=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$line")
+echo "during the profiles: $(awk "BEGIN{printf \"%.2f heap allocations and %.3f store calls per request\", ($m2 - $m1) / $requests2, ($s2 - $s1) / $requests2}") (profile handlers included)"
+echo "adaptive modes entered: $( { grep -o 'adaptive: mode [a-z]* → [a-z]*.*' "$tmp/sentinel.log" || echo none; } | sed 's/^adaptive: //' | paste -sd';' -)"
 for f in cpu cpu-cum allocs allocs-objects; do
   echo
   echo "## bin/profile-$f.txt (top $TOP; flat = in the function itself, cum = with its callees)"
