@@ -41,7 +41,10 @@ type Policy struct {
 	PremiumOnly bool `json:"premium_only"`
 	// CacheOnly serves GETs on cached routes from the response cache (Critical).
 	CacheOnly bool `json:"cache_only"`
-	// Strict asks the store for every decision (lease size 1) (Moderate and up).
+	// Strict asks the store for every decision (lease size 1) (Aggressive
+	// and up). Not in Moderate: leases already shrink to 1 as a key nears its
+	// limit, and a gateway pushed into Moderate by its own CPU would only
+	// spend more CPU on store calls (a loop that feeds itself).
 	Strict bool `json:"strict"`
 	// Multiplier scales every rate limit: exactly 1 in Normal mode.
 	Multiplier float64 `json:"multiplier"`
@@ -199,7 +202,7 @@ func (m *machine) policy() Policy {
 func policyFor(mode Mode, mult float64) Policy {
 	return Policy{
 		Mode:        mode,
-		Strict:      mode >= Moderate,
+		Strict:      mode >= Aggressive,
 		BlockFree:   mode >= Aggressive,
 		HeavyOff:    mode >= Aggressive,
 		PremiumOnly: mode >= Critical,
