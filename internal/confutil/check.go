@@ -1,0 +1,30 @@
+package confutil
+
+import (
+	"fmt"
+	"time"
+)
+
+// SetDefault sets *p to def when *p is the zero value.
+func SetDefault[T comparable](p *T, def T) {
+	var zero T
+	if *p == zero {
+		*p = def
+	}
+}
+
+// Positive returns an error naming key when d is not a positive duration.
+func Positive(key string, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("%s: %s is not a positive duration", key, d)
+	}
+	return nil
+}
+
+// AtLeastOne returns an error naming key when n is below 1.
+func AtLeastOne(key string, n int) error {
+	if n < 1 {
+		return fmt.Errorf("%s: %d must be at least 1", key, n)
+	}
+	return nil
+}
