@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit"
 )
 
@@ -161,7 +163,11 @@ func jsonFieldError(err error) *fieldError {
 		if typ.Field == "" {
 			return &fieldError{"body", "want a JSON object, got " + typ.Value}
 		}
-		return &fieldError{typ.Field, "want " + jsonTypeName(typ.Type.Kind().String()) + ", got " + typ.Value}
+		want := jsonTypeName(typ.Type.Kind().String())
+		if typ.Type == reflect.TypeFor[confutil.Duration]() {
+			want = "a duration such as 10s or 1m"
+		}
+		return &fieldError{typ.Field, "want " + want + ", got " + typ.Value}
 	}
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
