@@ -34,16 +34,16 @@ type Config struct {
 	// Admin is the admin listener's keys, which live in the section server
 	// beside the proxy's under the names they have always had (admin_listen,
 	// admin_token, metrics_require_token, admin_read_timeout, ...).
-	Admin     admin.Config         `mapstructure:"server"`
-	Upstreams upstream.Config      `mapstructure:"upstreams"`
-	Cache     cache.Config         `mapstructure:"cache"`
-	Redis     limit.RedisConfig    `mapstructure:"redis"`
-	Plans     limit.Plans          `mapstructure:"plans"`
-	Tenants   []limit.Tenant       `mapstructure:"tenants"`
-	Limits    limit.Config         `mapstructure:"limits"`
-	Rules     []limit.Rule         `mapstructure:"rules"`
-	Adaptive  adaptive.Config      `mapstructure:"adaptive"`
-	GRPC      rls.Config           `mapstructure:"grpc"`
+	Admin     admin.Config      `mapstructure:"server"`
+	Upstreams upstream.Config   `mapstructure:"upstreams"`
+	Cache     cache.Config      `mapstructure:"cache"`
+	Redis     limit.RedisConfig `mapstructure:"redis"`
+	Plans     limit.Plans       `mapstructure:"plans"`
+	Tenants   []limit.Tenant    `mapstructure:"tenants"`
+	Limits    limit.Config      `mapstructure:"limits"`
+	Rules     []limit.Rule      `mapstructure:"rules"`
+	Adaptive  adaptive.Config   `mapstructure:"adaptive"`
+	GRPC      rls.Config        `mapstructure:"grpc"`
 }
 
 // loadConfig reads the YAML file at path (empty: defaults only), applies the

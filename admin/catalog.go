@@ -65,13 +65,13 @@ func (s *Server) putRule(ctx *fasthttp.RequestCtx, tenant, resource string) {
 
 // parseRule decodes a PUT rule body for the path's tenant and resource.
 // What the rule itself must hold is checked by the writer (Rule.Validate).
-func parseRule(body []byte, tenant, resource string) (limit.Rule, *fieldError) {
+func parseRule(body []byte, tenant, resource string) (limit.Rule, *limit.ValidationError) {
 	var r limit.Rule
 	if fe := decodeStrict(body, &r); fe != nil {
 		return limit.Rule{}, fe
 	}
 	if (r.Tenant != "" && r.Tenant != tenant) || (r.Resource != "" && r.Resource != resource) {
-		return limit.Rule{}, &fieldError{"tenant", "the body's tenant and resource must match the path (or be left out)"}
+		return limit.Rule{}, badField("tenant", "the body's tenant and resource must match the path (or be left out)")
 	}
 	r.Tenant, r.Resource = tenant, resource
 	return r, nil
