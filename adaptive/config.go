@@ -172,13 +172,6 @@ func (c *Config) SetDefaults() {
 	confutil.SetDefault(&cc.FreeShare, 0.5)
 }
 
-func def[T comparable](p *T, v T) {
-	var zero T
-	if *p == zero {
-		*p = v
-	}
-}
-
 // On reports whether the layer is enabled.
 func (c *Config) On() bool { return c.Enabled == nil || *c.Enabled }
 
