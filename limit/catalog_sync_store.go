@@ -228,10 +228,7 @@ func (s *CatalogSync) write(ctx context.Context, hash int, field, doc, name stri
 // *ValidationError for a bad rule, ErrUnknownTenant for a tenant that does
 // not exist, any other for Redis.
 func (s *CatalogSync) PutRule(ctx context.Context, r Rule) error {
-	if err := r.Validate(""); err != nil {
-		return err
-	}
-	if err := checkSyncID("tenant", r.Tenant); err != nil {
+	if err := errors.Join(r.Validate(""), checkSyncID("tenant", r.Tenant)); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -266,10 +263,7 @@ func (s *CatalogSync) DeleteRule(ctx context.Context, tenant, resource string) e
 // PutTenant creates or replaces an API tenant on every pod. An API key of
 // another tenant is a *ValidationError.
 func (s *CatalogSync) PutTenant(ctx context.Context, t Tenant) error {
-	if err := t.Validate(""); err != nil {
-		return err
-	}
-	if err := checkSyncID("id", t.ID); err != nil {
+	if err := errors.Join(t.Validate(""), checkSyncID("id", t.ID)); err != nil {
 		return err
 	}
 	s.mu.Lock()
