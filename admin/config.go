@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"time"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
@@ -60,7 +59,7 @@ func (c *Config) Validate() error {
 	var errs []error
 	if _, port, err := net.SplitHostPort(c.Listen); err != nil || port == "" {
 		errs = append(errs, fmt.Errorf("server.admin_listen: %q is not host:port", c.Listen))
-	} else if c.Token == "" && !isLoopback(c.Listen) {
+	} else if c.Token == "" && !confutil.Loopback(c.Listen) {
 		errs = append(errs, fmt.Errorf("server.admin_token: required when server.admin_listen %q is not loopback; "+
 			"bind it to 127.0.0.1 or set a token", c.Listen))
 	}
@@ -70,15 +69,4 @@ func (c *Config) Validate() error {
 		confutil.Positive("server.admin_idle_timeout", c.IdleTimeout),
 		c.TLS.Validate("server.admin_tls"))
 	return errors.Join(errs...)
-}
-
-// isLoopback reports whether hostPort's host is a loopback address or
-// "localhost".
-func isLoopback(hostPort string) bool {
-	host, _, _ := net.SplitHostPort(hostPort)
-	if host == "localhost" {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.IsLoopback()
 }

@@ -2,6 +2,8 @@ package confutil
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
 	"time"
 )
 
@@ -27,4 +29,15 @@ func AtLeastOne(key string, n int) error {
 		return fmt.Errorf("%s: %d must be at least 1", key, n)
 	}
 	return nil
+}
+
+// Loopback reports whether hostPort's host is a loopback address or
+// "localhost": a listener there is reachable from this machine only.
+func Loopback(hostPort string) bool {
+	host, _, _ := net.SplitHostPort(hostPort)
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
 }

@@ -72,3 +72,10 @@ func TestChecksNameTheKey(t *testing.T) {
 	SetDefault(&n, 7)
 	assert.Equal(t, 5, n)
 }
+
+func TestLoopback(t *testing.T) {
+	for hp, want := range map[string]bool{"127.0.0.1:9090": true, "[::1]:1": true, "localhost:80": true,
+		"0.0.0.0:9090": false, ":9090": false, "10.0.0.1:1": false, "nonsense": false} {
+		assert.Equal(t, want, Loopback(hp), hp)
+	}
+}
