@@ -63,8 +63,8 @@ func build(cfg *Config) (_ *app, err error) {
 	if a.catalog, err = limit.NewCatalog(cfg.Plans, cfg.Tenants, cfg.Rules); err != nil {
 		return nil, err
 	}
-	resources := make([]string, 0, len(cfg.Routes))
-	for _, r := range cfg.Routes {
+	resources := make([]string, 0, len(cfg.Proxy.Routes))
+	for _, r := range cfg.Proxy.Routes {
 		resources = append(resources, r.Resource)
 	}
 	a.catalog.SetRouteResources(resources)
@@ -85,7 +85,7 @@ func build(cfg *Config) (_ *app, err error) {
 	}
 	a.cache = cache.New(cfg.Cache)
 	if a.proxy, err = proxy.New(proxy.Deps{
-		Config:    cfg.proxyConfig(),
+		Config:    cfg.Proxy,
 		Limiter:   a.limiter,
 		Tenants:   a.catalog,
 		Adaptive:  a.adaptive,
@@ -108,14 +108,14 @@ func build(cfg *Config) (_ *app, err error) {
 // start listens on server.listen and server.admin_listen (and grpc.listen,
 // in serve), then runs the background loops and serves.
 func (a *app) start(ctx context.Context) error {
-	ln, err := net.Listen("tcp", a.cfg.Server.Listen)
+	ln, err := net.Listen("tcp", a.cfg.Proxy.Server.Listen)
 	if err != nil {
-		return fmt.Errorf("cannot listen on server.listen %q: %w", a.cfg.Server.Listen, err)
+		return fmt.Errorf("cannot listen on server.listen %q: %w", a.cfg.Proxy.Server.Listen, err)
 	}
-	adminLn, err := net.Listen("tcp", a.cfg.Server.Admin.Listen)
+	adminLn, err := net.Listen("tcp", a.cfg.Admin.Listen)
 	if err != nil {
 		ln.Close()
-		return fmt.Errorf("cannot listen on server.admin_listen %q: %w", a.cfg.Server.Admin.Listen, err)
+		return fmt.Errorf("cannot listen on server.admin_listen %q: %w", a.cfg.Admin.Listen, err)
 	}
 	return a.serve(ctx, ln, adminLn)
 }
@@ -210,7 +210,7 @@ func podID() string {
 // adminDeps are the parts the admin listener serves.
 func (a *app) adminDeps() admin.Deps {
 	return admin.Deps{
-		Config:   a.cfg.Server.Admin,
+		Config:   a.cfg.Admin,
 		Limiter:  a.limiter,
 		Catalog:  a.catalog,
 		Writer:   a.sync,
@@ -227,7 +227,7 @@ func (a *app) ready(ctx context.Context) (bool, string) {
 	switch {
 	case err == nil:
 		return true, "store " + a.storeName + " answers"
-	case a.cfg.Limits.OnStoreFailure == limit.FailClosed:
+	case a.cfg.Limits.OnStoreFailure == limit.FailClosed.String():
 		return false, fmt.Sprintf("store %s does not answer (%v) and limits.on_store_failure is closed", a.storeName, err)
 	default:
 		return true, fmt.Sprintf("store %s does not answer (%v); deciding per limits.on_store_failure: %s",

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -24,29 +25,25 @@ import (
 const envPrefix = "SENTINEL"
 
 // Config is the whole configuration file. Each section is owned, defaulted and
-// validated by the package that uses it; this type only assembles them.
+// validated by the package that uses it; this type only holds them, and main
+// passes each one down as it is.
 type Config struct {
-	Server    serverConfig         `mapstructure:"server"`
-	Identity  proxy.IdentityConfig `mapstructure:"identity"`
-	Routes    []proxy.Route        `mapstructure:"routes"`
-	Upstreams upstream.Config      `mapstructure:"upstreams"`
-	Cache     cache.Config         `mapstructure:"cache"`
-	Redis     limit.RedisConfig    `mapstructure:"redis"`
-	Plans     map[string]float64   `mapstructure:"plans"`
-	Tenants   []limit.Tenant       `mapstructure:"tenants"`
-	Limits    limit.Config         `mapstructure:"limits"`
-	Rules     []limit.Rule         `mapstructure:"rules"`
-	Adaptive  adaptive.Config      `mapstructure:"adaptive"`
-	GRPC      rls.Config           `mapstructure:"grpc"`
-}
-
-// serverConfig is the YAML section `server`: the proxy listener's keys and,
-// beside them under the names they have always had, the admin listener's
-// (admin_listen, admin_token, metrics_require_token, admin_read_timeout,
-// admin_write_timeout, admin_idle_timeout).
-type serverConfig struct {
-	proxy.ServerConfig `mapstructure:",squash"`
-	Admin              admin.Config `mapstructure:",squash"`
+	// Proxy is the sections server (the proxy listener's keys), identity
+	// and routes.
+	Proxy proxy.Config `mapstructure:",squash"`
+	// Admin is the admin listener's keys, which live in the section server
+	// beside the proxy's under the names they have always had (admin_listen,
+	// admin_token, metrics_require_token, admin_read_timeout, ...).
+	Admin     admin.Config      `mapstructure:"server"`
+	Upstreams upstream.Config   `mapstructure:"upstreams"`
+	Cache     cache.Config      `mapstructure:"cache"`
+	Redis     limit.RedisConfig `mapstructure:"redis"`
+	Plans     limit.Plans       `mapstructure:"plans"`
+	Tenants   []limit.Tenant    `mapstructure:"tenants"`
+	Limits    limit.Config      `mapstructure:"limits"`
+	Rules     []limit.Rule      `mapstructure:"rules"`
+	Adaptive  adaptive.Config   `mapstructure:"adaptive"`
+	GRPC      rls.Config        `mapstructure:"grpc"`
 }
 
 // loadConfig reads the YAML file at path (empty: defaults only), applies the
@@ -65,14 +62,15 @@ func loadConfig(path string, environ []string) (*Config, error) {
 		return nil, err
 	}
 	var cfg Config
+	var md mapstructure.Metadata
 	err := v.Unmarshal(&cfg, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
 		mapstructure.StringToTimeDurationHookFunc(),
 		mapstructure.StringToSliceHookFunc(","),
 		mapstructure.TextUnmarshallerHookFunc(),
 	)), func(dc *mapstructure.DecoderConfig) {
-		dc.ErrorUnused = true
+		dc.Metadata = &md
 	})
-	if err != nil {
+	if err = errors.Join(err, unknownKeys(&md)); err != nil {
 		return nil, fmt.Errorf("cannot parse config: %w", cleanDecodeError(err))
 	}
 	cfg.normalize()
@@ -168,7 +166,7 @@ func implementsTextUnmarshaler(t reflect.Type) bool {
 // names are upper case (FREE, STANDARD, PREMIUM).
 func (c *Config) normalize() {
 	if c.Plans != nil {
-		plans := make(map[string]float64, len(c.Plans))
+		plans := make(limit.Plans, len(c.Plans))
 		for name, m := range c.Plans {
 			plans[strings.ToUpper(name)] = m
 		}
@@ -179,18 +177,30 @@ func (c *Config) normalize() {
 	}
 }
 
-func (c *Config) proxyConfig() proxy.Config {
-	return proxy.Config{Server: c.Server.ServerConfig, Identity: c.Identity, Routes: c.Routes}
+// unknownKeys names the keys that no section reads. Two sections share the
+// key server (Proxy and Admin), so a key is unknown only when it is left
+// unused by both, not when one of them does not read it.
+func unknownKeys(md *mapstructure.Metadata) error {
+	used := make(map[string]bool, len(md.Keys))
+	for _, k := range md.Keys {
+		used[k] = true
+	}
+	var errs []error
+	for _, k := range slices.Sorted(slices.Values(md.Unused)) {
+		if !used[k] {
+			errs = append(errs, fmt.Errorf("%s: unknown key", k))
+			used[k] = true // listed once
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (c *Config) setDefaultsAndValidate() error {
 	if c.Plans == nil {
-		c.Plans = map[string]float64{"FREE": 1, "STANDARD": 2, "PREMIUM": 3}
+		c.Plans = limit.DefaultPlans()
 	}
-	pc := c.proxyConfig()
-	pc.SetDefaults()
-	c.Server.ServerConfig, c.Identity, c.Routes = pc.Server, pc.Identity, pc.Routes
-	c.Server.Admin.SetDefaults()
+	c.Proxy.SetDefaults()
+	c.Admin.SetDefaults()
 	c.Upstreams.SetDefaults()
 	c.Cache.SetDefaults()
 	c.Redis.SetDefaults()
@@ -207,12 +217,12 @@ func (c *Config) setDefaultsAndValidate() error {
 	}
 	sort.Strings(names)
 	return errors.Join(
-		pc.Validate(names),
-		c.Server.Admin.Validate(),
+		c.Proxy.Validate(names),
+		c.Admin.Validate(),
 		c.Upstreams.Validate(),
 		c.Cache.Validate(),
 		c.Redis.Validate(),
-		limit.ValidatePlans(c.Plans),
+		c.Plans.Validate(),
 		c.Limits.Validate(),
 		c.validateCatalog(),
 		c.Adaptive.Validate(),

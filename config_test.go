@@ -10,6 +10,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/adaptive"
+	"github.com/sentinel-gateway/sentinel/limit"
 )
 
 // TestBadConfigs loads every testdata/config/bad_*.yaml and checks that loading
@@ -46,7 +49,7 @@ func TestRootConfigIsValid(t *testing.T) {
 	assert.Empty(t, cfg.Redis.Addrs, "the root config runs on the in-memory store")
 	assert.Equal(t, 3.0, cfg.Plans["PREMIUM"])
 	assert.Equal(t, "PREMIUM", cfg.Tenants[0].Plan)
-	assert.Equal(t, int64(10<<20), int64(cfg.Server.MaxRequestBody))
+	assert.Equal(t, int64(10<<20), int64(cfg.Proxy.Server.MaxRequestBody))
 }
 
 func TestEnvOverrides(t *testing.T) {
@@ -60,8 +63,8 @@ func TestEnvOverrides(t *testing.T) {
 	}
 	cfg, err := loadConfig("testdata/config/good_minimal.yaml", env)
 	require.NoError(t, err)
-	assert.Equal(t, "127.0.0.1:9999", cfg.Server.Listen)
-	assert.Equal(t, 7*time.Second, cfg.Server.ReadTimeout)
+	assert.Equal(t, "127.0.0.1:9999", cfg.Proxy.Server.Listen)
+	assert.Equal(t, 7*time.Second, cfg.Proxy.Server.ReadTimeout)
 	assert.Equal(t, []string{"10.0.0.5:6379", "10.0.0.6:6379"}, cfg.Redis.Addrs)
 	assert.EqualValues(t, 7, cfg.Limits.IP)
 	assert.Equal(t, []string{"http://127.0.0.1:9001", "http://127.0.0.1:9002"}, cfg.Upstreams["api"].Targets)
@@ -90,10 +93,10 @@ func TestRunExitsWithStatus2OnBadConfig(t *testing.T) {
 func TestAdminKeysUnderServer(t *testing.T) {
 	cfg, err := loadConfig("testdata/config/good_minimal.yaml", nil)
 	require.NoError(t, err)
-	assert.Equal(t, "127.0.0.1:9090", cfg.Server.Admin.Listen)
-	assert.Equal(t, 5*time.Second, cfg.Server.Admin.ReadTimeout)
-	assert.Equal(t, 30*time.Second, cfg.Server.Admin.WriteTimeout)
-	assert.Equal(t, 60*time.Second, cfg.Server.Admin.IdleTimeout)
+	assert.Equal(t, "127.0.0.1:9090", cfg.Admin.Listen)
+	assert.Equal(t, 5*time.Second, cfg.Admin.ReadTimeout)
+	assert.Equal(t, 30*time.Second, cfg.Admin.WriteTimeout)
+	assert.Equal(t, 60*time.Second, cfg.Admin.IdleTimeout)
 
 	cfg, err = loadConfig("testdata/config/good_minimal.yaml", []string{
 		"SENTINEL_SERVER_ADMIN_LISTEN=0.0.0.0:9191",
@@ -102,9 +105,41 @@ func TestAdminKeysUnderServer(t *testing.T) {
 		"SENTINEL_SERVER_ADMIN_READ_TIMEOUT=2s",
 	})
 	require.NoError(t, err)
-	assert.Equal(t, "0.0.0.0:9191", cfg.Server.Admin.Listen)
-	assert.Equal(t, "s3cret", cfg.Server.Admin.Token)
-	assert.True(t, cfg.Server.Admin.MetricsRequireToken)
-	assert.Equal(t, 2*time.Second, cfg.Server.Admin.ReadTimeout)
-	assert.Equal(t, 5*time.Second, cfg.Server.ReadTimeout, "the proxy's read_timeout is its own")
+	assert.Equal(t, "0.0.0.0:9191", cfg.Admin.Listen)
+	assert.Equal(t, "s3cret", cfg.Admin.Token)
+	assert.True(t, cfg.Admin.MetricsRequireToken)
+	assert.Equal(t, 2*time.Second, cfg.Admin.ReadTimeout)
+	assert.Equal(t, 5*time.Second, cfg.Proxy.Server.ReadTimeout, "the proxy's read_timeout is its own")
+}
+
+// TestUnknownKeysNamed: every key that no section reads is named, in the
+// server section too, which the proxy and the admin listener share.
+func TestUnknownKeysNamed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+server: {listen: ":8081", admin_listen: "127.0.0.1:9091", lisen: x}
+routes: [{path_prefix: /, upstream: api, bogus: 1}]
+upstreams: {api: {targets: ["http://127.0.0.1:9000"], tiemout: 1s}}
+limts: {ip: 1}
+`), 0o600))
+	_, err := loadConfig(path, nil)
+	require.Error(t, err)
+	for _, key := range []string{"limts", "server.lisen", "routes[0].bogus", "upstreams[api].tiemout"} {
+		assert.Contains(t, err.Error(), key+": unknown key")
+	}
+	assert.NotContains(t, err.Error(), "admin_listen")
+	assert.NotContains(t, err.Error(), "server.listen")
+}
+
+// TestPlanNamesAgree: adaptive names the plans as limit does (it does not
+// import limit), so a tenant's plan maps to its priority.
+func TestPlanNamesAgree(t *testing.T) {
+	for plan, p := range map[string]adaptive.Priority{
+		limit.PlanFree: adaptive.PriorityFree, limit.PlanStandard: adaptive.PriorityStandard, limit.PlanPremium: adaptive.PriorityPremium,
+	} {
+		assert.Equal(t, p, adaptive.PriorityOf(plan), plan)
+		assert.Equal(t, plan, p.String())
+	}
+	assert.Equal(t, adaptive.PriorityFree, adaptive.PriorityOf(""), "anonymous")
+	assert.Len(t, limit.PlanNames, 3)
 }

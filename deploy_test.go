@@ -36,7 +36,7 @@ func TestImageConfigRefusesToStartWithoutUpstreamAndToken(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, cfg.Tenants, "the image ships no tenants")
 	assert.Empty(t, cfg.Rules, "the image ships no rules")
-	assert.Equal(t, ":9090", cfg.Server.Admin.Listen, "the admin API must be reachable from outside the container")
+	assert.Equal(t, ":9090", cfg.Admin.Listen, "the admin API must be reachable from outside the container")
 	assert.Equal(t, []string{"http://backend:9000"}, cfg.Upstreams["api"].Targets)
 }
 
@@ -249,7 +249,7 @@ func TestKubernetesManifests(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(cm.Data["config.yaml"]), 0o600))
 	cfg, err := loadConfig(path, []string{"SENTINEL_SERVER_ADMIN_TOKEN=" + token})
 	require.NoError(t, err, "the ConfigMap's config.yaml")
-	assert.Less(t, cfg.Server.ShutdownGrace.Seconds(), float64(pod.Spec.TerminationGracePeriodSeconds),
+	assert.Less(t, cfg.Proxy.Server.ShutdownGrace.Seconds(), float64(pod.Spec.TerminationGracePeriodSeconds),
 		"the pod must outlive the drain")
 	_, err = loadConfig(path, nil)
 	assert.Error(t, err, "without the Secret's token the gateway must refuse to start")

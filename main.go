@@ -47,7 +47,7 @@ func run(args []string, environ []string) int {
 		return 2
 	}
 	if *healthcheck {
-		return probe("http://" + dialable(cfg.Server.Admin.Listen) + "/healthz")
+		return probe("http://" + dialable(cfg.Admin.Listen) + "/healthz")
 	}
 	if *pprofListen != "" {
 		ln, err := listenPprof(*pprofListen)
@@ -69,19 +69,19 @@ func run(args []string, environ []string) int {
 		app.close()
 		return 1
 	}
-	log.Printf("sentinel %s: proxy on %s, admin on %s, store %s", version, cfg.Server.Listen, cfg.Server.Admin.Listen, app.storeName)
+	log.Printf("sentinel %s: proxy on %s, admin on %s, store %s", version, cfg.Proxy.Server.Listen, cfg.Admin.Listen, app.storeName)
 	if app.grpcAddr != nil {
 		log.Printf("sentinel: Envoy rate limit service (gRPC) on %s", app.grpcAddr)
 	}
 	select {
 	case <-ctx.Done():
-		log.Printf("sentinel: shutting down (grace %s)", cfg.Server.ShutdownGrace)
+		log.Printf("sentinel: shutting down (grace %s)", cfg.Proxy.Server.ShutdownGrace)
 	case err := <-app.errc:
 		log.Printf("sentinel: listener failed: %v", err)
 		stop()
 	}
 	start := time.Now()
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownGrace)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.Proxy.Server.ShutdownGrace)
 	defer cancel()
 	code := 0
 	if err := app.shutdown(shutdownCtx); err != nil {

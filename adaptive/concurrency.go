@@ -18,26 +18,28 @@ const (
 	PriorityPremium
 )
 
+// planNames are the plan names of the priorities, as limit spells them
+// (limit.PlanFree, limit.PlanStandard, limit.PlanPremium). adaptive does not
+// import limit; a test of the main package checks that the two agree.
+var planNames = [...]string{PriorityFree: "FREE", PriorityStandard: "STANDARD", PriorityPremium: "PREMIUM"}
+
 // PriorityOf maps a plan name to its priority; unknown and empty plans are
 // FREE.
 func PriorityOf(plan string) Priority {
-	switch plan {
-	case "PREMIUM":
-		return PriorityPremium
-	case "STANDARD":
-		return PriorityStandard
+	for p := PriorityPremium; p > PriorityFree; p-- {
+		if planNames[p] == plan {
+			return p
+		}
 	}
 	return PriorityFree
 }
 
+// String returns the plan name of the priority (the plan label of metrics).
 func (p Priority) String() string {
-	switch p {
-	case PriorityPremium:
-		return "PREMIUM"
-	case PriorityStandard:
-		return "STANDARD"
+	if int(p) < len(planNames) {
+		return planNames[p]
 	}
-	return "FREE"
+	return planNames[PriorityFree]
 }
 
 // ConcurrencyLimiter bounds the requests in flight to one upstream from this

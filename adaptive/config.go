@@ -1,9 +1,14 @@
 package adaptive
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"time"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 )
 
 // Config is the `adaptive` section.
@@ -118,9 +123,9 @@ type ConcurrencyBounds struct {
 // For returns the section with upstream's bounds applied.
 func (cc ConcurrencyConfig) For(upstream string) ConcurrencyConfig {
 	b := cc.Upstreams[upstream]
-	def(&b.InitialLimit, cc.InitialLimit)
-	def(&b.MinLimit, cc.MinLimit)
-	def(&b.MaxLimit, cc.MaxLimit)
+	confutil.SetDefault(&b.InitialLimit, cc.InitialLimit)
+	confutil.SetDefault(&b.MinLimit, cc.MinLimit)
+	confutil.SetDefault(&b.MaxLimit, cc.MaxLimit)
 	cc.InitialLimit, cc.MinLimit, cc.MaxLimit = b.InitialLimit, b.MinLimit, b.MaxLimit
 	cc.InitialLimit = max(cc.MinLimit, min(cc.MaxLimit, cc.InitialLimit))
 	return cc
@@ -132,61 +137,77 @@ func (c *Config) SetDefaults() {
 		t := true
 		c.Enabled = &t
 	}
-	def(&c.SampleInterval, 100*time.Millisecond)
-	def(&c.ClusterInterval, 500*time.Millisecond)
-	def(&c.PressureTTL, 3*time.Second)
+	confutil.SetDefault(&c.SampleInterval, 100*time.Millisecond)
+	confutil.SetDefault(&c.ClusterInterval, 500*time.Millisecond)
+	confutil.SetDefault(&c.PressureTTL, 3*time.Second)
 	if c.Weights == (Weights{}) {
 		c.Weights = Weights{CPU: 0.30, Memory: 0.20, Scheduler: 0.10, Inflight: 0.15, UpstreamErrors: 0.10, UpstreamLatency: 0.15}
 	}
-	def(&c.Thresholds.Moderate, 0.5)
-	def(&c.Thresholds.Aggressive, 0.75)
-	def(&c.Thresholds.Critical, 0.9)
-	def(&c.ExitCritical, 0.7)
-	def(&c.ExitCriticalHold, 5*time.Second)
-	def(&c.ExitMargin, 0.05)
-	def(&c.ExitHold, time.Second)
-	def(&c.MinDwell, 2*time.Second)
-	def(&c.RampUp, 5*time.Second)
-	def(&c.SpikeFactor, 1.5)
-	def(&c.SpikeCut, 0.2)
-	def(&c.MaxInflight, 2000)
-	def(&c.UpstreamLatencyObjective, 250*time.Millisecond)
-	def(&c.SchedLatencyObjective, 20*time.Millisecond)
+	confutil.SetDefault(&c.Thresholds.Moderate, 0.5)
+	confutil.SetDefault(&c.Thresholds.Aggressive, 0.75)
+	confutil.SetDefault(&c.Thresholds.Critical, 0.9)
+	confutil.SetDefault(&c.ExitCritical, 0.7)
+	confutil.SetDefault(&c.ExitCriticalHold, 5*time.Second)
+	confutil.SetDefault(&c.ExitMargin, 0.05)
+	confutil.SetDefault(&c.ExitHold, time.Second)
+	confutil.SetDefault(&c.MinDwell, 2*time.Second)
+	confutil.SetDefault(&c.RampUp, 5*time.Second)
+	confutil.SetDefault(&c.SpikeFactor, 1.5)
+	confutil.SetDefault(&c.SpikeCut, 0.2)
+	confutil.SetDefault(&c.MaxInflight, 2000)
+	confutil.SetDefault(&c.UpstreamLatencyObjective, 250*time.Millisecond)
+	confutil.SetDefault(&c.SchedLatencyObjective, 20*time.Millisecond)
 	cc := &c.Concurrency
 	if cc.Enabled == nil {
 		t := true
 		cc.Enabled = &t
 	}
-	def(&cc.InitialLimit, 100)
-	def(&cc.MinLimit, 4)
-	def(&cc.RTTTolerance, 1.1)
-	def(&cc.RTTSlack, 5*time.Millisecond)
-	def(&cc.MaxLimit, 2000)
-	def(&cc.QueueTimeout, 10*time.Millisecond)
-	def(&cc.StandardShare, 0.8)
-	def(&cc.FreeShare, 0.5)
-}
-
-func def[T comparable](p *T, v T) {
-	var zero T
-	if *p == zero {
-		*p = v
-	}
+	confutil.SetDefault(&cc.InitialLimit, 100)
+	confutil.SetDefault(&cc.MinLimit, 4)
+	confutil.SetDefault(&cc.RTTTolerance, 1.1)
+	confutil.SetDefault(&cc.RTTSlack, 5*time.Millisecond)
+	confutil.SetDefault(&cc.MaxLimit, 2000)
+	confutil.SetDefault(&cc.QueueTimeout, 10*time.Millisecond)
+	confutil.SetDefault(&cc.StandardShare, 0.8)
+	confutil.SetDefault(&cc.FreeShare, 0.5)
 }
 
 // On reports whether the layer is enabled.
 func (c *Config) On() bool { return c.Enabled == nil || *c.Enabled }
 
-// Validate checks the section; errors name the YAML key.
+// Validate checks the section; errors name the YAML key. The error joins one
+// line per bad key.
 func (c *Config) Validate() error {
+	return errors.Join(c.validateModes(), c.validateWeights(), c.validateTimes(), c.validateConcurrency())
+}
+
+// validateModes checks the thresholds, the exits and the spike cut.
+func (c *Config) validateModes() error {
+	var errs []error
 	t := c.Thresholds
 	if !(0 < t.Moderate && t.Moderate < t.Aggressive && t.Aggressive < t.Critical && t.Critical < 1) {
-		return fmt.Errorf("adaptive.thresholds: moderate %v, aggressive %v, critical %v must increase strictly within (0, 1)",
-			t.Moderate, t.Aggressive, t.Critical)
+		errs = append(errs, fmt.Errorf("adaptive.thresholds: moderate %v, aggressive %v, critical %v must increase strictly within (0, 1)",
+			t.Moderate, t.Aggressive, t.Critical))
 	}
 	if !(0 < c.ExitCritical && c.ExitCritical < t.Critical) {
-		return fmt.Errorf("adaptive.exit_critical: %v must be in (0, thresholds.critical %v)", c.ExitCritical, t.Critical)
+		errs = append(errs, fmt.Errorf("adaptive.exit_critical: %v must be in (0, thresholds.critical %v)", c.ExitCritical, t.Critical))
 	}
+	if c.ExitMargin < 0 || c.ExitMargin >= t.Moderate {
+		errs = append(errs, fmt.Errorf("adaptive.exit_margin: %v must be in [0, thresholds.moderate)", c.ExitMargin))
+	}
+	if c.SpikeFactor <= 1 {
+		errs = append(errs, fmt.Errorf("adaptive.spike_factor: %v must be > 1", c.SpikeFactor))
+	}
+	if c.SpikeCut < 0 || c.SpikeCut >= 1 {
+		errs = append(errs, fmt.Errorf("adaptive.spike_cut: %v must be in [0, 1)", c.SpikeCut))
+	}
+	errs = append(errs, confutil.AtLeastOne("adaptive.max_inflight", c.MaxInflight))
+	return errors.Join(errs...)
+}
+
+// validateWeights checks the signal weights.
+func (c *Config) validateWeights() error {
+	var errs []error
 	w := c.Weights
 	for _, f := range []struct {
 		k string
@@ -194,12 +215,18 @@ func (c *Config) Validate() error {
 	}{{"cpu", w.CPU}, {"memory", w.Memory}, {"scheduler", w.Scheduler}, {"inflight", w.Inflight},
 		{"upstream_errors", w.UpstreamErrors}, {"upstream_latency", w.UpstreamLatency}} {
 		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
-			return fmt.Errorf("adaptive.weights.%s: %v must be a finite number >= 0", f.k, f.v)
+			errs = append(errs, fmt.Errorf("adaptive.weights.%s: %v must be a finite number >= 0", f.k, f.v))
 		}
 	}
-	if w.CPU+w.Memory+w.Scheduler+w.Inflight+w.UpstreamErrors+w.UpstreamLatency <= 0 {
-		return fmt.Errorf("adaptive.weights: all zero; at least one weight must be > 0")
+	if !(w.CPU+w.Memory+w.Scheduler+w.Inflight+w.UpstreamErrors+w.UpstreamLatency > 0) {
+		errs = append(errs, errors.New("adaptive.weights: all zero; at least one weight must be > 0"))
 	}
+	return errors.Join(errs...)
+}
+
+// validateTimes checks the durations.
+func (c *Config) validateTimes() error {
+	var errs []error
 	for _, d := range []struct {
 		k string
 		v time.Duration
@@ -207,48 +234,40 @@ func (c *Config) Validate() error {
 		{"exit_critical_hold", c.ExitCriticalHold}, {"exit_hold", c.ExitHold}, {"min_dwell", c.MinDwell},
 		{"ramp_up", c.RampUp}, {"upstream_latency_objective", c.UpstreamLatencyObjective},
 		{"sched_latency_objective", c.SchedLatencyObjective}, {"concurrency.queue_timeout", c.Concurrency.QueueTimeout}} {
-		if d.v <= 0 {
-			return fmt.Errorf("adaptive.%s: %v must be a positive duration", d.k, d.v)
-		}
+		errs = append(errs, confutil.Positive("adaptive."+d.k, d.v))
 	}
-	if c.SampleInterval < 10*time.Millisecond {
-		return fmt.Errorf("adaptive.sample_interval: %v is shorter than 10ms", c.SampleInterval)
+	if c.SampleInterval > 0 && c.SampleInterval < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("adaptive.sample_interval: %v is shorter than 10ms", c.SampleInterval))
 	}
 	if c.PressureTTL <= c.ClusterInterval {
-		return fmt.Errorf("adaptive.pressure_ttl: %v must be longer than adaptive.cluster_interval %v", c.PressureTTL, c.ClusterInterval)
+		errs = append(errs, fmt.Errorf("adaptive.pressure_ttl: %v must be longer than adaptive.cluster_interval %v", c.PressureTTL, c.ClusterInterval))
 	}
-	if c.ExitMargin < 0 || c.ExitMargin >= t.Moderate {
-		return fmt.Errorf("adaptive.exit_margin: %v must be in [0, thresholds.moderate)", c.ExitMargin)
-	}
-	if c.SpikeFactor <= 1 {
-		return fmt.Errorf("adaptive.spike_factor: %v must be > 1", c.SpikeFactor)
-	}
-	if c.SpikeCut < 0 || c.SpikeCut >= 1 {
-		return fmt.Errorf("adaptive.spike_cut: %v must be in [0, 1)", c.SpikeCut)
-	}
-	if c.MaxInflight < 1 {
-		return fmt.Errorf("adaptive.max_inflight: %d must be at least 1", c.MaxInflight)
-	}
+	return errors.Join(errs...)
+}
+
+// validateConcurrency checks the concurrency section.
+func (c *Config) validateConcurrency() error {
+	var errs []error
 	cc := c.Concurrency
 	if !(1 <= cc.MinLimit && cc.MinLimit <= cc.InitialLimit && cc.InitialLimit <= cc.MaxLimit) {
-		return fmt.Errorf("adaptive.concurrency: min_limit %d <= initial_limit %d <= max_limit %d must hold, all >= 1",
-			cc.MinLimit, cc.InitialLimit, cc.MaxLimit)
+		errs = append(errs, fmt.Errorf("adaptive.concurrency: min_limit %d <= initial_limit %d <= max_limit %d must hold, all >= 1",
+			cc.MinLimit, cc.InitialLimit, cc.MaxLimit))
 	}
-	for name, b := range cc.Upstreams {
-		u := cc.For(name)
+	for _, name := range slices.Sorted(maps.Keys(cc.Upstreams)) {
+		b, u := cc.Upstreams[name], cc.For(name)
 		if b.MinLimit < 0 || b.MaxLimit < 0 || b.InitialLimit < 0 || u.MinLimit > u.MaxLimit {
-			return fmt.Errorf("adaptive.concurrency.upstreams.%s: min_limit %d <= max_limit %d must hold, all >= 0",
-				name, u.MinLimit, u.MaxLimit)
+			errs = append(errs, fmt.Errorf("adaptive.concurrency.upstreams.%s: min_limit %d <= max_limit %d must hold, all >= 0",
+				name, u.MinLimit, u.MaxLimit))
 		}
 	}
 	if cc.RTTTolerance < 1 || math.IsNaN(cc.RTTTolerance) || math.IsInf(cc.RTTTolerance, 0) {
-		return fmt.Errorf("adaptive.concurrency.rtt_tolerance: %v must be a finite number >= 1", cc.RTTTolerance)
+		errs = append(errs, fmt.Errorf("adaptive.concurrency.rtt_tolerance: %v must be a finite number >= 1", cc.RTTTolerance))
 	}
 	if cc.RTTSlack < 0 {
-		return fmt.Errorf("adaptive.concurrency.rtt_slack: %v must not be negative", cc.RTTSlack)
+		errs = append(errs, fmt.Errorf("adaptive.concurrency.rtt_slack: %v must not be negative", cc.RTTSlack))
 	}
 	if !(0 < cc.FreeShare && cc.FreeShare <= cc.StandardShare && cc.StandardShare <= 1) {
-		return fmt.Errorf("adaptive.concurrency: free_share %v <= standard_share %v must hold within (0, 1]", cc.FreeShare, cc.StandardShare)
+		errs = append(errs, fmt.Errorf("adaptive.concurrency: free_share %v <= standard_share %v must hold within (0, 1]", cc.FreeShare, cc.StandardShare))
 	}
-	return nil
+	return errors.Join(errs...)
 }

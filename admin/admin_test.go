@@ -49,7 +49,7 @@ func startAdmin(t *testing.T, cfg Config) *fasthttp.Client {
 	lim, err := limit.NewLimiter(lcfg, store, limit.Options{Catalog: cat})
 	require.NoError(t, err)
 	t.Cleanup(lim.Close)
-	s, err := New(Deps{Config: cfg, Limiter: lim, Catalog: cat, Writer: cat})
+	s, err := New(Deps{Config: cfg, Limiter: lim, Catalog: cat, Writer: limit.NewCatalogSync(nil, cat, limit.CatalogSyncOptions{})})
 	require.NoError(t, err)
 	ln := fasthttputil.NewInmemoryListener()
 	go func() { _ = s.Serve(ln) }()
@@ -83,10 +83,10 @@ func problem(t *testing.T, resp *fasthttp.Response) (msg, field string) {
 
 func TestNewRefusesAnExposedListenerWithoutToken(t *testing.T) {
 	cat := testTenants(t)
-	_, err := New(Deps{Config: Config{Listen: "0.0.0.0:9090"}, Limiter: fakeLimiter{}, Catalog: cat, Writer: cat})
+	_, err := New(Deps{Config: Config{Listen: "0.0.0.0:9090"}, Limiter: fakeLimiter{}, Catalog: cat, Writer: limit.NewCatalogSync(nil, cat, limit.CatalogSyncOptions{})})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "server.admin_token: required")
-	_, err = New(Deps{Catalog: cat, Writer: cat})
+	_, err = New(Deps{Catalog: cat, Writer: limit.NewCatalogSync(nil, cat, limit.CatalogSyncOptions{})})
 	assert.EqualError(t, err, "admin: New needs a limiter")
 }
 

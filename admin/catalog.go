@@ -12,39 +12,13 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit"
 )
 
-// ruleJSON is a rule on the wire: the window is a Go duration ("10s").
-type ruleJSON struct {
-	Tenant     string  `json:"tenant"`
-	Resource   string  `json:"resource"`
-	Algorithm  string  `json:"algorithm"`
-	Limit      int64   `json:"limit,omitempty"`
-	Window     string  `json:"window,omitempty"`
-	Capacity   int64   `json:"capacity,omitempty"`
-	RefillRate float64 `json:"refill_rate,omitempty"`
-	Shadow     bool    `json:"shadow,omitempty"`
-}
-
-func toRuleJSON(r limit.Rule) ruleJSON {
-	j := ruleJSON{Tenant: r.Tenant, Resource: r.Resource, Algorithm: r.Algorithm, Limit: r.Limit,
-		Capacity: r.Capacity, RefillRate: r.RefillRate, Shadow: r.Shadow}
-	if r.Window > 0 {
-		j.Window = r.Window.String()
-	}
-	return j
-}
-
 // writeTimeout bounds a rule or tenant write (a Redis round trip and a
 // publish).
 const writeTimeout = 2 * time.Second
 
 // listRules answers GET /v1/rules.
 func (s *Server) listRules(ctx *fasthttp.RequestCtx) {
-	rules := s.deps.Catalog.Rules()
-	out := make([]ruleJSON, 0, len(rules))
-	for _, r := range rules {
-		out = append(out, toRuleJSON(r))
-	}
-	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"rules": out})
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"rules": s.deps.Catalog.Rules()})
 }
 
 // rule answers GET, PUT and DELETE /v1/rules/{tenant}/{resource}.
@@ -62,7 +36,7 @@ func (s *Server) rule(ctx *fasthttp.RequestCtx) {
 			writeError(ctx, fasthttp.StatusNotFound, "", "no rule for tenant "+tenant+" and resource "+resource)
 			return
 		}
-		writeJSON(ctx, fasthttp.StatusOK, toRuleJSON(r))
+		writeJSON(ctx, fasthttp.StatusOK, r)
 	case fasthttp.MethodPut:
 		s.putRule(ctx, tenant, resource)
 	case fasthttp.MethodDelete:
@@ -86,30 +60,20 @@ func (s *Server) putRule(ctx *fasthttp.RequestCtx, tenant, resource string) {
 			limit.AnonymousTenant+" (limited per client IP)")
 		return
 	}
-	s.answerChange(ctx, err, fasthttp.StatusOK, toRuleJSON(r))
+	s.answerChange(ctx, err, fasthttp.StatusOK, r)
 }
 
 // parseRule decodes a PUT rule body for the path's tenant and resource.
-func parseRule(body []byte, tenant, resource string) (limit.Rule, *fieldError) {
-	var j ruleJSON
-	if fe := decodeStrict(body, &j); fe != nil {
+// What the rule itself must hold is checked by the writer (Rule.Validate).
+func parseRule(body []byte, tenant, resource string) (limit.Rule, *limit.ValidationError) {
+	var r limit.Rule
+	if fe := decodeStrict(body, &r); fe != nil {
 		return limit.Rule{}, fe
 	}
-	if (j.Tenant != "" && j.Tenant != tenant) || (j.Resource != "" && j.Resource != resource) {
-		return limit.Rule{}, &fieldError{"tenant", "the body's tenant and resource must match the path (or be left out)"}
+	if (r.Tenant != "" && r.Tenant != tenant) || (r.Resource != "" && r.Resource != resource) {
+		return limit.Rule{}, badField("tenant", "the body's tenant and resource must match the path (or be left out)")
 	}
-	r := limit.Rule{Tenant: tenant, Resource: resource, Algorithm: j.Algorithm, Limit: j.Limit,
-		Capacity: j.Capacity, RefillRate: j.RefillRate, Shadow: j.Shadow}
-	switch {
-	case j.Window != "":
-		w, err := time.ParseDuration(j.Window)
-		if err != nil {
-			return r, &fieldError{"window", "\"" + j.Window + "\" is not a duration such as 10s or 1m"}
-		}
-		r.Window = w
-	case j.Algorithm != "token_bucket":
-		return r, &fieldError{"window", "required for " + j.Algorithm + " (a duration such as 1s)"}
-	}
+	r.Tenant, r.Resource = tenant, resource
 	return r, nil
 }
 

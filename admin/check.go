@@ -73,11 +73,11 @@ func (s *Server) checkBatch(ctx *fasthttp.RequestCtx) {
 // knownTenant answers a 400 for a tenant the catalog does not know: the
 // check API limits tenants as the proxy does, with their plan, so a tenant is
 // added through the tenants API (or config) before it is checked.
-func (s *Server) knownTenant(prefix, id string) *fieldError {
+func (s *Server) knownTenant(prefix, id string) *limit.ValidationError {
 	if _, ok := s.deps.Catalog.Tenant(id); ok {
 		return nil
 	}
-	return &fieldError{prefix + "tenant_id", strconv.Quote(id) + " is not a known tenant; add it with PUT /v1/tenants/{id}"}
+	return badField(prefix+"tenant_id", strconv.Quote(id)+" is not a known tenant; add it with PUT /v1/tenants/{id}")
 }
 
 // request is the limiter's request for one valid check: tenant_id and its

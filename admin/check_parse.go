@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit"
 )
 
@@ -50,17 +52,14 @@ type checkBatch struct {
 	Checks []checkRequest `json:"checks"`
 }
 
-// fieldError is a 400 answer: the field (or "body") and what is wrong.
-type fieldError struct {
-	Field string
-	Msg   string
+// badField is a 400 answer: the field (or "body") and what is wrong.
+func badField(field, msg string) *limit.ValidationError {
+	return &limit.ValidationError{Field: field, Msg: msg}
 }
-
-func (e *fieldError) Error() string { return e.Field + ": " + e.Msg }
 
 // parseCheck decodes and validates one check request. It accepts exactly one
 // JSON object with known fields only.
-func parseCheck(body []byte) (checkRequest, *fieldError) {
+func parseCheck(body []byte) (checkRequest, *limit.ValidationError) {
 	var r checkRequest
 	if fe := decodeStrict(body, &r); fe != nil {
 		return r, fe
@@ -69,16 +68,16 @@ func parseCheck(body []byte) (checkRequest, *fieldError) {
 }
 
 // parseBatch decodes and validates a batch; one bad check rejects the batch.
-func parseBatch(body []byte) (checkBatch, *fieldError) {
+func parseBatch(body []byte) (checkBatch, *limit.ValidationError) {
 	var b checkBatch
 	if fe := decodeStrict(body, &b); fe != nil {
 		return b, fe
 	}
 	if len(b.Checks) == 0 {
-		return b, &fieldError{"checks", "missing or empty; want 1 to " + strconv.Itoa(MaxBatchChecks) + " checks"}
+		return b, badField("checks", "missing or empty; want 1 to "+strconv.Itoa(MaxBatchChecks)+" checks")
 	}
 	if len(b.Checks) > MaxBatchChecks {
-		return b, &fieldError{"checks", strconv.Itoa(len(b.Checks)) + " checks; at most " + strconv.Itoa(MaxBatchChecks) + " allowed"}
+		return b, badField("checks", strconv.Itoa(len(b.Checks))+" checks; at most "+strconv.Itoa(MaxBatchChecks)+" allowed")
 	}
 	for i := range b.Checks {
 		if fe := b.Checks[i].validate("checks[" + strconv.Itoa(i) + "]."); fe != nil {
@@ -90,7 +89,7 @@ func parseBatch(body []byte) (checkBatch, *fieldError) {
 
 // validate checks the fields' presence and ranges; prefix goes before each
 // field name in the error.
-func (r *checkRequest) validate(prefix string) *fieldError {
+func (r *checkRequest) validate(prefix string) *limit.ValidationError {
 	if fe := checkName(prefix+"tenant_id", r.TenantID, true, maxNameLen); fe != nil {
 		return fe
 	}
@@ -104,26 +103,26 @@ func (r *checkRequest) validate(prefix string) *fieldError {
 		return fe
 	}
 	if n := r.tokens(); n < 1 || n > MaxTokensRequested {
-		return &fieldError{prefix + "tokens_requested", "must be between 1 and " + strconv.Itoa(MaxTokensRequested) + ", got " + strconv.FormatInt(n, 10)}
+		return badField(prefix+"tokens_requested", "must be between 1 and "+strconv.Itoa(MaxTokensRequested)+", got "+strconv.FormatInt(n, 10))
 	}
 	return nil
 }
 
 // checkName checks a string field: required or not, at most max bytes, no
 // control characters.
-func checkName(field, v string, required bool, max int) *fieldError {
+func checkName(field, v string, required bool, max int) *limit.ValidationError {
 	if v == "" {
 		if required {
-			return &fieldError{field, "missing; want a non-empty string"}
+			return badField(field, "missing; want a non-empty string")
 		}
 		return nil
 	}
 	if len(v) > max {
-		return &fieldError{field, strconv.Itoa(len(v)) + " bytes long; at most " + strconv.Itoa(max) + " allowed"}
+		return badField(field, strconv.Itoa(len(v))+" bytes long; at most "+strconv.Itoa(max)+" allowed")
 	}
 	for i := 0; i < len(v); i++ {
 		if v[i] < 0x20 || v[i] == 0x7f {
-			return &fieldError{field, "contains a control character"}
+			return badField(field, "contains a control character")
 		}
 	}
 	return nil
@@ -131,9 +130,9 @@ func checkName(field, v string, required bool, max int) *fieldError {
 
 // decodeStrict decodes body into v, rejecting unknown fields and anything
 // after the first JSON value, and names the field in its errors.
-func decodeStrict(body []byte, v any) *fieldError {
+func decodeStrict(body []byte, v any) *limit.ValidationError {
 	if len(body) > MaxBody {
-		return &fieldError{"body", bodyTooLargeMsg}
+		return badField("body", bodyTooLargeMsg)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -141,27 +140,31 @@ func decodeStrict(body []byte, v any) *fieldError {
 		return jsonFieldError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return &fieldError{"body", "unexpected data after the JSON object"}
+		return badField("body", "unexpected data after the JSON object")
 	}
 	return nil
 }
 
 // jsonFieldError turns an encoding/json error into the field it is about.
-func jsonFieldError(err error) *fieldError {
+func jsonFieldError(err error) *limit.ValidationError {
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.Is(err, io.EOF):
-		return &fieldError{"body", "empty; want a JSON object"}
+		return badField("body", "empty; want a JSON object")
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &fieldError{"body", "truncated JSON"}
+		return badField("body", "truncated JSON")
 	case errors.As(err, &syntax):
-		return &fieldError{"body", "malformed JSON at offset " + strconv.FormatInt(syntax.Offset, 10) + ": " + syntax.Error()}
+		return badField("body", "malformed JSON at offset "+strconv.FormatInt(syntax.Offset, 10)+": "+syntax.Error())
 	case errors.As(err, &typ):
 		if typ.Field == "" {
-			return &fieldError{"body", "want a JSON object, got " + typ.Value}
+			return badField("body", "want a JSON object, got "+typ.Value)
 		}
-		return &fieldError{typ.Field, "want " + jsonTypeName(typ.Type.Kind().String()) + ", got " + typ.Value}
+		want := jsonTypeName(typ.Type.Kind().String())
+		if typ.Type == reflect.TypeFor[confutil.Duration]() {
+			want = "a duration such as 10s or 1m"
+		}
+		return badField(typ.Field, "want "+want+", got "+typ.Value)
 	}
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
@@ -169,11 +172,11 @@ func jsonFieldError(err error) *fieldError {
 			name = f
 		}
 		if name == "" {
-			return &fieldError{"body", `unknown field ""`}
+			return badField("body", `unknown field ""`)
 		}
-		return &fieldError{name, "unknown field"}
+		return badField(name, "unknown field")
 	}
-	return &fieldError{"body", msg}
+	return badField("body", msg)
 }
 
 func jsonTypeName(kind string) string {
@@ -197,11 +200,11 @@ func jsonTypeName(kind string) string {
 // overCapacity answers a 400 naming tokens_requested (after prefix) when
 // the request asks more than a limit that applies can ever grant at once:
 // such a check could never pass, so it is not a retryable refusal.
-func overCapacity(lim Limiter, prefix string, req *limit.Request) *fieldError {
+func overCapacity(lim Limiter, prefix string, req *limit.Request) *limit.ValidationError {
 	most, scope := lim.MaxTokens(req)
 	if req.Tokens <= most {
 		return nil
 	}
-	return &fieldError{prefix + "tokens_requested", strconv.FormatInt(req.Tokens, 10) + " is over " +
-		strconv.FormatInt(most, 10) + ", the most the " + scope.String() + " limit can grant at once; it can never pass"}
+	return badField(prefix+"tokens_requested", strconv.FormatInt(req.Tokens, 10)+" is over "+
+		strconv.FormatInt(most, 10)+", the most the "+scope.String()+" limit can grant at once; it can never pass")
 }

@@ -32,7 +32,7 @@ func BenchmarkCheckAPIRedis(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(lim.Close)
-	a, err := New(Deps{Config: Config{Listen: "127.0.0.1:0"}, Limiter: lim, Catalog: cat, Writer: cat})
+	a, err := New(Deps{Config: Config{Listen: "127.0.0.1:0"}, Limiter: lim, Catalog: cat, Writer: limit.NewCatalogSync(nil, cat, limit.CatalogSyncOptions{})})
 	require.NoError(b, err)
 	hc := &fasthttp.HostClient{Addr: serveLoopback(b, a), MaxConns: 64}
 	var mu sync.Mutex

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"time"
 
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 )
 
@@ -48,17 +48,10 @@ const (
 
 // SetDefaults fills zero values with the defaults.
 func (c *Config) SetDefaults() {
-	if c.Listen == "" {
-		c.Listen = DefaultListen
-	}
-	for _, d := range []struct {
-		p   *time.Duration
-		def time.Duration
-	}{{&c.ReadTimeout, DefaultReadTimeout}, {&c.WriteTimeout, DefaultWriteTimeout}, {&c.IdleTimeout, DefaultIdleTimeout}} {
-		if *d.p == 0 {
-			*d.p = d.def
-		}
-	}
+	confutil.SetDefault(&c.Listen, DefaultListen)
+	confutil.SetDefault(&c.ReadTimeout, DefaultReadTimeout)
+	confutil.SetDefault(&c.WriteTimeout, DefaultWriteTimeout)
+	confutil.SetDefault(&c.IdleTimeout, DefaultIdleTimeout)
 }
 
 // Validate checks every key; the error joins one line per bad key.
@@ -66,29 +59,14 @@ func (c *Config) Validate() error {
 	var errs []error
 	if _, port, err := net.SplitHostPort(c.Listen); err != nil || port == "" {
 		errs = append(errs, fmt.Errorf("server.admin_listen: %q is not host:port", c.Listen))
-	} else if c.Token == "" && !isLoopback(c.Listen) {
+	} else if c.Token == "" && !confutil.Loopback(c.Listen) {
 		errs = append(errs, fmt.Errorf("server.admin_token: required when server.admin_listen %q is not loopback; "+
 			"bind it to 127.0.0.1 or set a token", c.Listen))
 	}
-	for _, d := range []struct {
-		key string
-		v   time.Duration
-	}{{"admin_read_timeout", c.ReadTimeout}, {"admin_write_timeout", c.WriteTimeout}, {"admin_idle_timeout", c.IdleTimeout}} {
-		if d.v <= 0 {
-			errs = append(errs, fmt.Errorf("server.%s: %s is not a positive duration", d.key, d.v))
-		}
-	}
-	errs = append(errs, c.TLS.Validate("server.admin_tls"))
+	errs = append(errs,
+		confutil.Positive("server.admin_read_timeout", c.ReadTimeout),
+		confutil.Positive("server.admin_write_timeout", c.WriteTimeout),
+		confutil.Positive("server.admin_idle_timeout", c.IdleTimeout),
+		c.TLS.Validate("server.admin_tls"))
 	return errors.Join(errs...)
-}
-
-// isLoopback reports whether hostPort's host is a loopback address or
-// "localhost".
-func isLoopback(hostPort string) bool {
-	host, _, _ := net.SplitHostPort(hostPort)
-	if host == "localhost" {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.IsLoopback()
 }

@@ -33,10 +33,9 @@ type Catalog interface {
 	Tenant(id string) (limit.Tenant, bool)
 }
 
-// CatalogWriter changes rules and tenants. Two implementations exist: with
-// Redis, *limit.CatalogSync writes through to Redis and every pod applies the
-// change within a second; without Redis, it (or the *limit.Catalog itself)
-// changes the process's rules. Put and Delete return a
+// CatalogWriter changes rules and tenants. *limit.CatalogSync implements it:
+// with Redis it writes through to Redis and every pod applies the change
+// within a second; without Redis it changes the process's rules. Put and Delete return a
 // *limit.ValidationError for a bad rule or tenant (the API answers 400 with
 // its field) and any other error for a store failure (the API answers 503).
 // They must return when ctx ends.
@@ -80,6 +79,5 @@ var (
 	_ Limiter       = (*limit.Limiter)(nil)
 	_ Catalog       = (*limit.Catalog)(nil)
 	_ CatalogWriter = (*limit.CatalogSync)(nil)
-	_ CatalogWriter = (*limit.Catalog)(nil)
 	_ Adaptive      = (*adaptive.Controller)(nil)
 )

@@ -1,12 +1,16 @@
 package cache
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
+)
 
 // Config is the YAML section `cache`.
 type Config struct {
 	// MaxBytes bounds the cache's memory. Default 64MB; at least 32MB,
 	// fastcache's smallest size.
-	MaxBytes ByteSize `mapstructure:"max_bytes"`
+	MaxBytes confutil.ByteSize `mapstructure:"max_bytes"`
 }
 
 // minBytes is fastcache's smallest capacity: it rounds anything smaller up
@@ -15,9 +19,7 @@ const minBytes = 32 << 20
 
 // SetDefaults fills the zero values of c.
 func (c *Config) SetDefaults() {
-	if c.MaxBytes == 0 {
-		c.MaxBytes = 64 << 20
-	}
+	confutil.SetDefault(&c.MaxBytes, 64<<20)
 }
 
 // Validate checks c; its errors name the YAML key.

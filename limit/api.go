@@ -11,12 +11,12 @@ import (
 type Algorithm uint8
 
 const (
-	// SlidingWindow is a ring of sub-window counters per key (seed 004's LeapArray).
-	// It is the default.
+	// SlidingWindow is a ring of sub-window counters per key (a LeapArray, as
+	// Alibaba Sentinel calls it). It is the default.
 	SlidingWindow Algorithm = iota
 	// SlidingLog is a sorted set of request IDs, exact to the millisecond.
 	SlidingLog
-	// TokenBucket is a bucket with a capacity and a refill rate (seed 002).
+	// TokenBucket is a bucket with a capacity and a refill rate.
 	TokenBucket
 )
 

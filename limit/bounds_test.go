@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 )
 
 // TestBounds: config and rule values past the documented bounds are errors
@@ -37,8 +39,8 @@ func TestBounds(t *testing.T) {
 	for key, r := range map[string]Rule{
 		"rules[0].refill_rate": {Algorithm: "token_bucket", Capacity: 5, RefillRate: 1e-300},
 		"rules[0].capacity":    {Algorithm: "token_bucket", Capacity: MaxLimit + 1, RefillRate: 1},
-		"rules[0].limit":       {Algorithm: "sliding_window", Limit: math.MaxInt64, Window: time.Second},
-		"rules[0].window":      {Algorithm: "sliding_log", Limit: 1, Window: 25 * time.Hour},
+		"rules[0].limit":       {Algorithm: "sliding_window", Limit: math.MaxInt64, Window: confutil.Duration(time.Second)},
+		"rules[0].window":      {Algorithm: "sliding_log", Limit: 1, Window: confutil.Duration(25 * time.Hour)},
 	} {
 		var ve *ValidationError
 		require.ErrorAs(t, rule(r), &ve, key)
@@ -48,7 +50,7 @@ func TestBounds(t *testing.T) {
 		{Algorithm: "token_bucket", Capacity: 1, RefillRate: MinRefillRate},
 		{Algorithm: "token_bucket", Capacity: MaxLimit, RefillRate: MaxLimit},
 		{Algorithm: "token_bucket", Capacity: MaxLimit, RefillRate: 0},
-		{Algorithm: "sliding_window", Limit: MaxLimit, Window: MaxWindow},
+		{Algorithm: "sliding_window", Limit: MaxLimit, Window: confutil.Duration(MaxWindow)},
 	} {
 		assert.NoError(t, rule(r), "%+v", r)
 	}
@@ -58,7 +60,7 @@ func TestBounds(t *testing.T) {
 // capacity that applies; sliding_log takes at most MaxLogTokens at once, and
 // a request for more is refused without a store call.
 func TestLimiterMaxTokens(t *testing.T) {
-	cat := testCatalog(t, Rule{Tenant: "acme", Resource: "log", Algorithm: "sliding_log", Limit: 5000, Window: time.Second})
+	cat := testCatalog(t, Rule{Tenant: "acme", Resource: "log", Algorithm: "sliding_log", Limit: 5000, Window: confutil.Duration(time.Second)})
 	store := memStore(t)
 	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 50; c.Tenant = 10000 }), store, Options{Catalog: cat})
 	most, scope := l.MaxTokens(&Request{IP: []byte("a"), Tenant: "acme", Plan: "PREMIUM", Resource: "x"})

@@ -1,7 +1,6 @@
 package limit
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -15,10 +14,9 @@ import (
 // Readers see one immutable snapshot behind an atomic pointer, so the request
 // path never locks; writers build a new snapshot under a mutex and swap it.
 //
-// Without Redis the catalog is the store of rules and tenants (its PutRule,
-// DeleteRule, PutTenant and DeleteTenant change the process only). With Redis,
-// a CatalogSync writes through to Redis and replaces the catalog's contents on
-// every pod.
+// A CatalogSync changes it: with Redis it writes through to Redis and
+// replaces the catalog's contents on every pod; without Redis it changes the
+// process only.
 type Catalog struct {
 	mu     sync.Mutex // serializes writers; guards routes
 	snap   atomic.Pointer[catalogSnapshot]
@@ -26,23 +24,30 @@ type Catalog struct {
 }
 
 type catalogSnapshot struct {
-	version uint64
-	plans   map[string]float64
-	tenants map[string]*Tenant // by ID
-	keys    map[string]*Tenant // by API key
-	rules   map[ruleName]*Rule // by (tenant, resource)
-	tlist   []Tenant           // sorted by ID
-	rlist   []Rule             // sorted by tenant, resource
+	plans   Plans
+	tenants map[string]*Tenant         // by ID
+	keys    map[string]*Tenant         // by API key
+	rules   map[ruleName]*compiledRule // by (tenant, resource)
+	tlist   []Tenant                   // sorted by ID
+	rlist   []Rule                     // sorted by tenant, resource
 }
 
-// NewCatalog validates and indexes the configured plans, tenants and rules.
-// Rules must have their defaults set (Rule.SetDefaults). Errors name the YAML
-// key (tenants[1].api_keys[0], rules[0].capacity).
-func NewCatalog(plans map[string]float64, tenants []Tenant, rules []Rule) (*Catalog, error) {
+// compiledRule is a rule with its store parameters, parsed once when the
+// snapshot is built so that the request path compares no strings.
+type compiledRule struct {
+	Rule
+	params Params
+}
+
+// NewCatalog validates and indexes the configured plans (nil: DefaultPlans),
+// tenants and rules. Rules must have their defaults set (Rule.SetDefaults).
+// Errors name the YAML key (tenants[1].api_keys[0], rules[0].capacity), one
+// line per bad key.
+func NewCatalog(plans Plans, tenants []Tenant, rules []Rule) (*Catalog, error) {
 	if plans == nil {
-		plans = map[string]float64{"FREE": 1, "STANDARD": 1, "PREMIUM": 1}
+		plans = DefaultPlans()
 	}
-	if err := ValidatePlans(plans); err != nil {
+	if err := plans.Validate(); err != nil {
 		return nil, err
 	}
 	s, err := buildSnapshot(maps.Clone(plans), tenants, rules, "tenants", "rules")
@@ -90,43 +95,65 @@ func (c *Catalog) publishLabels(s *catalogSnapshot) {
 }
 
 // buildSnapshot validates and indexes; tfield and rfield prefix error keys.
-func buildSnapshot(plans map[string]float64, tenants []Tenant, rules []Rule, tfield, rfield string) (*catalogSnapshot, error) {
+// The error joins one line per bad key.
+func buildSnapshot(plans Plans, tenants []Tenant, rules []Rule, tfield, rfield string) (*catalogSnapshot, error) {
 	s := &catalogSnapshot{
 		plans:   plans,
 		tenants: make(map[string]*Tenant, len(tenants)),
 		keys:    make(map[string]*Tenant),
-		rules:   make(map[ruleName]*Rule, len(rules)),
+		rules:   make(map[ruleName]*compiledRule, len(rules)),
 	}
-	for i := range tenants {
-		t := cloneTenant(tenants[i])
-		field := fmt.Sprintf("%s[%d]", tfield, i)
-		if err := t.Validate(field); err != nil {
-			return nil, err
-		}
-		if _, dup := s.tenants[t.ID]; dup {
-			return nil, &ValidationError{Field: field + ".id", Msg: fmt.Sprintf("tenant %q is defined twice", t.ID)}
-		}
-		s.tenants[t.ID] = &t
-		for j, k := range t.APIKeys {
-			if other, dup := s.keys[k]; dup {
-				return nil, &ValidationError{Field: fmt.Sprintf("%s.api_keys[%d]", field, j),
-					Msg: fmt.Sprintf("the key already belongs to tenant %q", other.ID)}
-			}
-			s.keys[k] = &t
-		}
-	}
+	errs := s.addTenants(tenants, tfield)
 	for i := range rules {
 		r := rules[i]
 		field := fmt.Sprintf("%s[%d]", rfield, i)
 		if err := r.Validate(field); err != nil {
-			return nil, err
+			errs = append(errs, err)
+			continue
 		}
 		n := ruleName{r.Tenant, r.Resource}
 		if _, dup := s.rules[n]; dup {
-			return nil, &ValidationError{Field: field, Msg: fmt.Sprintf("a rule for tenant %q and resource %q is defined twice", r.Tenant, r.Resource)}
+			errs = append(errs, &ValidationError{Field: field, Msg: fmt.Sprintf("a rule for tenant %q and resource %q is defined twice", r.Tenant, r.Resource)})
+			continue
 		}
-		s.rules[n] = &r
+		s.rules[n] = &compiledRule{Rule: r, params: r.params()}
 	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	s.sortLists()
+	return s, nil
+}
+
+// addTenants validates and indexes tenants; it returns the errors.
+func (s *catalogSnapshot) addTenants(tenants []Tenant, tfield string) []error {
+	var errs []error
+	for i := range tenants {
+		t := cloneTenant(tenants[i])
+		field := fmt.Sprintf("%s[%d]", tfield, i)
+		if err := t.Validate(field); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, dup := s.tenants[t.ID]; dup {
+			errs = append(errs, &ValidationError{Field: field + ".id", Msg: fmt.Sprintf("tenant %q is defined twice", t.ID)})
+			continue
+		}
+		s.tenants[t.ID] = &t
+		for j, k := range t.APIKeys {
+			if other, dup := s.keys[k]; dup {
+				errs = append(errs, &ValidationError{Field: fmt.Sprintf("%s.api_keys[%d]", field, j),
+					Msg: fmt.Sprintf("the key already belongs to tenant %q", other.ID)})
+				continue
+			}
+			s.keys[k] = &t
+		}
+	}
+	return errs
+}
+
+// sortLists fills tlist and rlist from the maps.
+func (s *catalogSnapshot) sortLists() {
 	s.tlist = make([]Tenant, 0, len(s.tenants))
 	for _, t := range s.tenants {
 		s.tlist = append(s.tlist, *t)
@@ -134,7 +161,7 @@ func buildSnapshot(plans map[string]float64, tenants []Tenant, rules []Rule, tfi
 	slices.SortFunc(s.tlist, func(a, b Tenant) int { return strings.Compare(a.ID, b.ID) })
 	s.rlist = make([]Rule, 0, len(s.rules))
 	for _, r := range s.rules {
-		s.rlist = append(s.rlist, *r)
+		s.rlist = append(s.rlist, r.Rule)
 	}
 	slices.SortFunc(s.rlist, func(a, b Rule) int {
 		if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
@@ -142,7 +169,6 @@ func buildSnapshot(plans map[string]float64, tenants []Tenant, rules []Rule, tfi
 		}
 		return strings.Compare(a.Resource, b.Resource)
 	})
-	return s, nil
 }
 
 // ruleName identifies a rule.
@@ -164,9 +190,9 @@ func (c *Catalog) LookupAPIKey(key []byte) (*Tenant, bool) {
 	return t, ok
 }
 
-// FindRule returns the rule for (tenant, resource), or nil. It allocates
+// findRule returns the rule for (tenant, resource), or nil. It allocates
 // nothing; the rule is read-only.
-func (c *Catalog) FindRule(tenant, resource string) *Rule {
+func (c *Catalog) findRule(tenant, resource string) *compiledRule {
 	return c.snap.Load().rules[ruleName{tenant, resource}]
 }
 
@@ -177,9 +203,6 @@ func (c *Catalog) PlanMultiplier(plan string) float64 {
 	}
 	return 1
 }
-
-// Version increases with every change of tenants or rules.
-func (c *Catalog) Version() uint64 { return c.snap.Load().version }
 
 // Tenant returns a copy of the tenant with the ID.
 func (c *Catalog) Tenant(id string) (Tenant, bool) {
@@ -202,11 +225,11 @@ func (c *Catalog) Tenants() []Tenant {
 
 // Rule returns the rule for (tenant, resource).
 func (c *Catalog) Rule(tenant, resource string) (Rule, bool) {
-	r := c.FindRule(tenant, resource)
+	r := c.findRule(tenant, resource)
 	if r == nil {
 		return Rule{}, false
 	}
-	return *r, true
+	return r.Rule, true
 }
 
 // Rules returns a copy of every rule, sorted by tenant and resource.
@@ -226,72 +249,7 @@ func (c *Catalog) replaceLocked(tenants []Tenant, rules []Rule) error {
 	if err != nil {
 		return err
 	}
-	s.version = old.version + 1
 	c.snap.Store(s)
 	c.publishLabels(s)
 	return nil
-}
-
-// PutRule creates or replaces a rule in this process. Errors are
-// *ValidationError naming the JSON field, or ErrUnknownTenant.
-func (c *Catalog) PutRule(_ context.Context, r Rule) error {
-	if err := r.Validate(""); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.checkRuleTenant(r.Tenant); err != nil {
-		return err
-	}
-	old := c.snap.Load()
-	rules := slices.DeleteFunc(slices.Clone(old.rlist), func(x Rule) bool {
-		return x.Tenant == r.Tenant && x.Resource == r.Resource
-	})
-	return c.replaceLocked(old.tlist, append(rules, r))
-}
-
-// DeleteRule removes a rule from this process; ErrEntryNotFound when there is
-// none.
-func (c *Catalog) DeleteRule(_ context.Context, tenant, resource string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old := c.snap.Load()
-	if old.rules[ruleName{tenant, resource}] == nil {
-		return ErrEntryNotFound
-	}
-	rules := slices.DeleteFunc(slices.Clone(old.rlist), func(x Rule) bool {
-		return x.Tenant == tenant && x.Resource == resource
-	})
-	return c.replaceLocked(old.tlist, rules)
-}
-
-// PutTenant creates or replaces a tenant in this process. An API key that
-// belongs to another tenant is a *ValidationError.
-func (c *Catalog) PutTenant(_ context.Context, t Tenant) error {
-	if err := t.Validate(""); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old := c.snap.Load()
-	for i, k := range t.APIKeys {
-		if o, ok := old.keys[k]; ok && o.ID != t.ID {
-			return &ValidationError{Field: fmt.Sprintf("api_keys[%d]", i), Msg: fmt.Sprintf("the key already belongs to tenant %q", o.ID)}
-		}
-	}
-	tenants := slices.DeleteFunc(slices.Clone(old.tlist), func(x Tenant) bool { return x.ID == t.ID })
-	return c.replaceLocked(append(tenants, t), old.rlist)
-}
-
-// DeleteTenant removes a tenant (and so its API keys) from this process;
-// ErrEntryNotFound when there is none. Its rules stay.
-func (c *Catalog) DeleteTenant(_ context.Context, id string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old := c.snap.Load()
-	if old.tenants[id] == nil {
-		return ErrEntryNotFound
-	}
-	tenants := slices.DeleteFunc(slices.Clone(old.tlist), func(x Tenant) bool { return x.ID == id })
-	return c.replaceLocked(tenants, old.rlist)
 }

@@ -31,17 +31,17 @@ func (c *Catalog) checkRuleTenant(tenant string) error {
 // (tenant, resource), or for an anonymous request with a client IP the rule
 // for (AnonymousTenant, resource), which limits each IP (anon is then true).
 // It allocates nothing.
-func (c *Catalog) requestRule(req *Request) (r *Rule, anon bool) {
+func (c *Catalog) requestRule(req *Request) (r *compiledRule, anon bool) {
 	if c == nil || req.Resource == "" {
 		return nil, false
 	}
 	if req.Tenant != "" {
-		return c.FindRule(req.Tenant, req.Resource), false
+		return c.findRule(req.Tenant, req.Resource), false
 	}
 	if len(req.IP) == 0 {
 		return nil, false
 	}
-	r = c.FindRule(AnonymousTenant, req.Resource)
+	r = c.findRule(AnonymousTenant, req.Resource)
 	return r, r != nil
 }
 

@@ -6,12 +6,14 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 )
 
 // TestAnonymousRuleAllocatesNothing: the per-IP rule of anonymous clients is
 // served from local leases without allocating too.
 func TestAnonymousRuleAllocatesNothing(t *testing.T) {
-	cat := testCatalog(t, Rule{Tenant: AnonymousTenant, Resource: "r", Algorithm: "sliding_window", Limit: 1 << 39, Window: time.Hour})
+	cat := testCatalog(t, Rule{Tenant: AnonymousTenant, Resource: "r", Algorithm: "sliding_window", Limit: 1 << 39, Window: confutil.Duration(time.Hour)})
 	cfg := testLimitsConfig(func(c *Config) {
 		c.Window, c.LeaseTTL, c.MaxLease = time.Hour, time.Minute, 1<<19
 	})

@@ -6,12 +6,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 )
 
 // TestAnonymousRuleLimitsEachIP: the rule of AnonymousTenant applies to each
 // client IP without a tenant, and never to a tenant's requests.
 func TestAnonymousRuleLimitsEachIP(t *testing.T) {
-	cat := testCatalog(t, Rule{Tenant: AnonymousTenant, Resource: "r", Algorithm: "sliding_window", Limit: 2, Window: time.Minute})
+	cat := testCatalog(t, Rule{Tenant: AnonymousTenant, Resource: "r", Algorithm: "sliding_window", Limit: 2, Window: confutil.Duration(time.Minute)})
 	l := newTestLimiter(t, testLimitsConfig(nil), memStore(t), Options{Catalog: cat})
 	ctx := context.Background()
 	for _, ip := range []string{"10.0.0.1", "10.0.0.2"} {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 )
 
@@ -58,7 +59,7 @@ func storedNames(t *testing.T, addr string) (rules, tenants []string) {
 }
 
 var (
-	newcoRule = Rule{Tenant: "newco", Resource: "bids", Algorithm: "sliding_window", Limit: 3, Window: time.Minute}
+	newcoRule = Rule{Tenant: "newco", Resource: "bids", Algorithm: "sliding_window", Limit: 3, Window: confutil.Duration(time.Minute)}
 	newco     = Tenant{ID: "newco", Plan: "STANDARD", APIKeys: []string{"nk"}}
 )
 
@@ -181,19 +182,19 @@ func TestCatalogSyncWriteIntoEmptyRedis(t *testing.T) {
 func TestCatalogRulesNeedATenant(t *testing.T) {
 	srv := redistest.Start(t)
 	_, s := newSync(t, srv.Addr)
-	inProcess := testCatalog(t)
+	inProcess := NewCatalogSync(nil, testCatalog(t), CatalogSyncOptions{})
 	ctx := context.Background()
 	for name, put := range map[string]func(Rule) error{
 		"redis":      func(r Rule) error { return s.PutRule(ctx, r) },
 		"in-process": func(r Rule) error { return inProcess.PutRule(ctx, r) },
 	} {
 		for _, tenant := range []string{"nosuch", "anonymous"} {
-			err := put(Rule{Tenant: tenant, Resource: "default", Algorithm: "sliding_window", Limit: 1, Window: time.Second})
+			err := put(Rule{Tenant: tenant, Resource: "default", Algorithm: "sliding_window", Limit: 1, Window: confutil.Duration(time.Second)})
 			assert.ErrorIs(t, err, ErrUnknownTenant, "%s: %s", name, tenant)
 			assert.ErrorContains(t, err, `"`+tenant+`"`, name)
 		}
-		assert.NoError(t, put(Rule{Tenant: AnonymousTenant, Resource: "default", Algorithm: "sliding_window", Limit: 1, Window: time.Second}), name)
+		assert.NoError(t, put(Rule{Tenant: AnonymousTenant, Resource: "default", Algorithm: "sliding_window", Limit: 1, Window: confutil.Duration(time.Second)}), name)
 	}
 	var ve *ValidationError
-	assert.ErrorAs(t, s.PutRule(ctx, Rule{Tenant: "*x*", Resource: "default", Algorithm: "sliding_window", Limit: 1, Window: time.Second}), &ve)
+	assert.ErrorAs(t, s.PutRule(ctx, Rule{Tenant: "*x*", Resource: "default", Algorithm: "sliding_window", Limit: 1, Window: confutil.Duration(time.Second)}), &ve)
 }

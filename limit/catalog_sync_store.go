@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/lua"
 )
 
@@ -19,30 +20,9 @@ var (
 	catalogRestore = rueidis.NewLuaScript(lua.CatalogRestore)
 )
 
-// ruleDoc is a rule as stored in Redis.
-type ruleDoc struct {
-	Tenant     string  `json:"tenant"`
-	Resource   string  `json:"resource"`
-	Algorithm  string  `json:"algorithm"`
-	Limit      int64   `json:"limit,omitempty"`
-	WindowMS   int64   `json:"window_ms,omitempty"`
-	Capacity   int64   `json:"capacity,omitempty"`
-	RefillRate float64 `json:"refill_rate,omitempty"`
-	Shadow     bool    `json:"shadow,omitempty"`
-}
-
-func toDoc(r Rule) ruleDoc {
-	return ruleDoc{Tenant: r.Tenant, Resource: r.Resource, Algorithm: r.Algorithm, Limit: r.Limit,
-		WindowMS: r.Window.Milliseconds(), Capacity: r.Capacity, RefillRate: r.RefillRate, Shadow: r.Shadow}
-}
-
-func (d ruleDoc) rule() Rule {
-	return Rule{Tenant: d.Tenant, Resource: d.Resource, Algorithm: d.Algorithm, Limit: d.Limit,
-		Window: time.Duration(d.WindowMS) * time.Millisecond, Capacity: d.Capacity, RefillRate: d.RefillRate, Shadow: d.Shadow}
-}
-
+// ruleJSON is a rule as stored in Redis: the Rule's own JSON.
 func ruleJSON(r Rule) string {
-	b, _ := json.Marshal(toDoc(r)) // plain fields: never fails
+	b, _ := json.Marshal(r) // plain fields: never fails
 	return string(b)
 }
 
@@ -124,12 +104,19 @@ func (s *CatalogSync) read(ctx context.Context) (stored, error) {
 	return st, nil
 }
 
+// decodeRule reads a stored rule. Rules stored by earlier versions spell
+// the window as integer milliseconds (window_ms); they are read too.
 func decodeRule(doc string) (Rule, error) {
-	var d ruleDoc
-	if err := json.Unmarshal([]byte(doc), &d); err != nil {
+	var r Rule
+	var old struct {
+		WindowMS int64 `json:"window_ms"`
+	}
+	if err := json.Unmarshal([]byte(doc), &r); err != nil {
 		return Rule{}, err
 	}
-	r := d.rule()
+	if r.Window == 0 && json.Unmarshal([]byte(doc), &old) == nil && old.WindowMS > 0 {
+		r.Window = confutil.Duration(time.Duration(old.WindowMS) * time.Millisecond)
+	}
 	return r, r.Validate("")
 }
 
@@ -241,10 +228,7 @@ func (s *CatalogSync) write(ctx context.Context, hash int, field, doc, name stri
 // *ValidationError for a bad rule, ErrUnknownTenant for a tenant that does
 // not exist, any other for Redis.
 func (s *CatalogSync) PutRule(ctx context.Context, r Rule) error {
-	if err := r.Validate(""); err != nil {
-		return err
-	}
-	if err := checkSyncID("tenant", r.Tenant); err != nil {
+	if err := errors.Join(r.Validate(""), checkSyncID("tenant", r.Tenant)); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -279,10 +263,7 @@ func (s *CatalogSync) DeleteRule(ctx context.Context, tenant, resource string) e
 // PutTenant creates or replaces an API tenant on every pod. An API key of
 // another tenant is a *ValidationError.
 func (s *CatalogSync) PutTenant(ctx context.Context, t Tenant) error {
-	if err := t.Validate(""); err != nil {
-		return err
-	}
-	if err := checkSyncID("id", t.ID); err != nil {
+	if err := errors.Join(t.Validate(""), checkSyncID("id", t.ID)); err != nil {
 		return err
 	}
 	s.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 )
 
@@ -36,7 +37,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestCatalogSyncAcrossPods(t *testing.T) {
 	srv := redistest.Start(t)
-	base := Rule{Tenant: "acme", Resource: "bids", Algorithm: "sliding_window", Limit: 10, Window: time.Second}
+	base := Rule{Tenant: "acme", Resource: "bids", Algorithm: "sliding_window", Limit: 10, Window: confutil.Duration(time.Second)}
 	catA, syncA := startSync(t, srv.Addr, time.Minute, base)
 	catB, _ := startSync(t, srv.Addr, time.Minute, base)
 	ctx := context.Background()
@@ -98,24 +99,25 @@ func TestCatalogSyncRedisDown(t *testing.T) {
 
 func TestCatalogInProcessWrites(t *testing.T) {
 	cat := testCatalog(t)
+	w := NewCatalogSync(nil, cat, CatalogSyncOptions{})
 	ctx := context.Background()
-	require.NoError(t, cat.PutRule(ctx, Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 2, Window: time.Second}))
-	assert.NotNil(t, cat.FindRule("acme", "r"))
-	require.NoError(t, cat.DeleteRule(ctx, "acme", "r"))
-	assert.Nil(t, cat.FindRule("acme", "r"))
-	assert.ErrorIs(t, cat.DeleteRule(ctx, "acme", "r"), ErrEntryNotFound)
+	require.NoError(t, w.PutRule(ctx, Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 2, Window: confutil.Duration(time.Second)}))
+	assert.NotNil(t, cat.findRule("acme", "r"))
+	require.NoError(t, w.DeleteRule(ctx, "acme", "r"))
+	assert.Nil(t, cat.findRule("acme", "r"))
+	assert.ErrorIs(t, w.DeleteRule(ctx, "acme", "r"), ErrEntryNotFound)
 	var ve *ValidationError
-	require.ErrorAs(t, cat.PutTenant(ctx, Tenant{ID: "x", Plan: "GOLD"}), &ve)
+	require.ErrorAs(t, w.PutTenant(ctx, Tenant{ID: "x", Plan: PlanFree + "X"}), &ve)
 	assert.Equal(t, "plan", ve.Field)
-	require.ErrorAs(t, cat.PutTenant(ctx, Tenant{ID: "x", Plan: "FREE", APIKeys: []string{"k1"}}), &ve)
-	require.NoError(t, cat.PutTenant(ctx, Tenant{ID: "x", Plan: "FREE", APIKeys: []string{"kx"}}))
+	require.ErrorAs(t, w.PutTenant(ctx, Tenant{ID: "x", Plan: PlanFree, APIKeys: []string{"k1"}}), &ve)
+	require.NoError(t, w.PutTenant(ctx, Tenant{ID: "x", Plan: PlanFree, APIKeys: []string{"kx"}}))
 	tn, ok := cat.LookupAPIKey([]byte("kx"))
 	require.True(t, ok)
 	assert.Equal(t, "x", tn.ID)
 }
 
 func TestCatalogSyncWithoutRedis(t *testing.T) {
-	base := Rule{Tenant: "acme", Resource: "bids", Algorithm: "sliding_window", Limit: 10, Window: time.Second}
+	base := Rule{Tenant: "acme", Resource: "bids", Algorithm: "sliding_window", Limit: 10, Window: confutil.Duration(time.Second)}
 	cat := testCatalog(t, base)
 	s := NewCatalogSync(nil, cat, CatalogSyncOptions{})
 	require.NoError(t, s.Start(context.Background()))

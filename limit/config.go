@@ -1,24 +1,52 @@
 package limit
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 )
 
-// Failure policies: what the limiter does while the store's breaker is open
-// (limits.on_store_failure).
+// FailurePolicy is what the limiter does while the store's breaker is open
+// (limits.on_store_failure). The configuration spells it as text; the
+// limiter parses it once, when it is built.
+type FailurePolicy uint8
+
+// Failure policies.
 const (
 	// FailLocal enforces each pod's share of every limit from local state:
 	// the limit divided by the number of live pods last seen.
-	FailLocal = "local"
+	FailLocal FailurePolicy = iota
 	// FailOpen allows every request.
-	FailOpen = "open"
+	FailOpen
 	// FailClosed rejects every request with 503.
-	FailClosed = "closed"
+	FailClosed
 )
+
+var failurePolicyNames = [...]string{FailLocal: "local", FailOpen: "open", FailClosed: "closed"}
+
+// String returns the configuration name of the policy.
+func (p FailurePolicy) String() string {
+	if int(p) < len(failurePolicyNames) {
+		return failurePolicyNames[p]
+	}
+	return fmt.Sprintf("policy(%d)", uint8(p))
+}
+
+// ParseFailurePolicy returns the policy of a configuration name.
+func ParseFailurePolicy(name string) (FailurePolicy, error) {
+	for p, n := range failurePolicyNames {
+		if n == name {
+			return FailurePolicy(p), nil
+		}
+	}
+	return 0, fmt.Errorf("%q is not one of local, open, closed", name)
+}
 
 // Config is the `limits` section: which limits apply to every request and how
 // the limiter reaches the store.
@@ -64,46 +92,33 @@ type Config struct {
 
 // SetDefaults fills the zero values.
 func (c *Config) SetDefaults() {
-	if c.Algorithm == "" {
-		c.Algorithm = "sliding_window"
-	}
-	if c.Window == 0 {
-		c.Window = time.Second
-	}
+	confutil.SetDefault(&c.Algorithm, SlidingWindow.String())
+	confutil.SetDefault(&c.Window, time.Second)
 	if c.LocalFastPath == nil {
 		t := true
 		c.LocalFastPath = &t
 	}
-	if c.StoreTimeout == 0 {
-		c.StoreTimeout = 5 * time.Millisecond
-	}
-	if c.OnStoreFailure == "" {
-		c.OnStoreFailure = FailLocal
-	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 250 * time.Millisecond
-	}
-	if c.MaxLease == 0 {
-		c.MaxLease = 64
-	}
-	if c.BreakerFailures == 0 {
-		c.BreakerFailures = 5
-	}
-	if c.BreakerCooldown == 0 {
-		c.BreakerCooldown = 200 * time.Millisecond
-	}
-	if c.MaxKeys == 0 {
-		c.MaxKeys = 100000
-	}
+	confutil.SetDefault(&c.StoreTimeout, 5*time.Millisecond)
+	confutil.SetDefault(&c.OnStoreFailure, FailLocal.String())
+	confutil.SetDefault(&c.LeaseTTL, 250*time.Millisecond)
+	confutil.SetDefault(&c.MaxLease, 64)
+	confutil.SetDefault(&c.BreakerFailures, 5)
+	confutil.SetDefault(&c.BreakerCooldown, 200*time.Millisecond)
+	confutil.SetDefault(&c.MaxKeys, 100000)
 }
 
 // FastPath reports whether local leases are on (local_fast_path).
 func (c *Config) FastPath() bool { return c.LocalFastPath == nil || *c.LocalFastPath }
 
-// Validate checks the section; errors name the YAML key.
+// Validate checks the section; errors name the YAML key. The error joins one
+// line per bad key.
 func (c *Config) Validate() error {
+	var errs []error
 	if _, err := ParseAlgorithm(c.Algorithm); err != nil {
-		return &ValidationError{Field: "limits.algorithm", Msg: err.Error()}
+		errs = append(errs, &ValidationError{Field: "limits.algorithm", Msg: err.Error()})
+	}
+	if _, err := ParseFailurePolicy(c.OnStoreFailure); err != nil {
+		errs = append(errs, &ValidationError{Field: "limits.on_store_failure", Msg: err.Error()})
 	}
 	checks := []struct {
 		key string
@@ -126,16 +141,10 @@ func (c *Config) Validate() error {
 	}
 	for _, ch := range checks {
 		if ch.bad {
-			return &ValidationError{Field: ch.key, Msg: ch.msg}
+			errs = append(errs, &ValidationError{Field: ch.key, Msg: ch.msg})
 		}
 	}
-	switch c.OnStoreFailure {
-	case FailLocal, FailOpen, FailClosed:
-	default:
-		return &ValidationError{Field: "limits.on_store_failure",
-			Msg: fmt.Sprintf("%q is not one of local, open, closed", c.OnStoreFailure)}
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // ValidationError is a configuration or API input error: Field is the full
@@ -177,44 +186,43 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
 
-// Plans are the plan names every tenant may have, from lowest to highest
-// priority. The `plans` section gives each a limit multiplier.
-var Plans = []string{"FREE", "STANDARD", "PREMIUM"}
+// Plan names: every tenant has one of them.
+const (
+	PlanFree     = "FREE"
+	PlanStandard = "STANDARD"
+	PlanPremium  = "PREMIUM"
+)
 
-// ValidatePlans checks the `plans` section: every plan of Plans has a
-// multiplier, finite and > 0, and no other plan is named.
-func ValidatePlans(plans map[string]float64) error {
-	names := make([]string, 0, len(plans))
-	for name := range plans {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		if !validPlan(name) {
-			return &ValidationError{Field: "plans." + name,
-				Msg: fmt.Sprintf("unknown plan; plans are %s", strings.Join(Plans, ", "))}
-		}
-		m := plans[name]
-		if !(m > 0) || math.IsInf(m, 0) {
-			return &ValidationError{Field: "plans." + name,
-				Msg: fmt.Sprintf("multiplier %v must be a finite number > 0", m)}
-		}
-	}
-	for _, p := range Plans {
-		if _, ok := plans[p]; !ok {
-			return &ValidationError{Field: "plans." + p, Msg: "missing; every plan needs a multiplier"}
-		}
-	}
-	return nil
-}
+// PlanNames lists the plans from lowest to highest priority.
+var PlanNames = []string{PlanFree, PlanStandard, PlanPremium}
 
-func validPlan(name string) bool {
-	for _, p := range Plans {
-		if p == name {
-			return true
+// Plans is the `plans` section: the limit multiplier of each plan.
+type Plans map[string]float64
+
+// DefaultPlans returns the multipliers used when the `plans` section is
+// absent: FREE 1, STANDARD 2, PREMIUM 3.
+func DefaultPlans() Plans { return Plans{PlanFree: 1, PlanStandard: 2, PlanPremium: 3} }
+
+// Validate checks the `plans` section: every plan of PlanNames has a
+// multiplier, finite and > 0, and no other plan is named. The error joins
+// one line per bad key.
+func (p Plans) Validate() error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(p)) {
+		if !slices.Contains(PlanNames, name) {
+			errs = append(errs, &ValidationError{Field: "plans." + name,
+				Msg: fmt.Sprintf("unknown plan; plans are %s", strings.Join(PlanNames, ", "))})
+		} else if m := p[name]; !(m > 0) || math.IsInf(m, 0) {
+			errs = append(errs, &ValidationError{Field: "plans." + name,
+				Msg: fmt.Sprintf("multiplier %v must be a finite number > 0", m)})
 		}
 	}
-	return false
+	for _, name := range PlanNames {
+		if _, ok := p[name]; !ok {
+			errs = append(errs, &ValidationError{Field: "plans." + name, Msg: "missing; every plan needs a multiplier"})
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Tenant is a customer: its plan and the API keys that identify it.
@@ -225,41 +233,44 @@ type Tenant struct {
 }
 
 // Validate checks a tenant; field is its YAML key or JSON path prefix
-// (tenants[0]); errors name field.key.
+// (tenants[0]); errors name field.key. The error joins one line per bad key.
 func (t *Tenant) Validate(field string) error {
-	key := func(k string) string {
-		if field == "" {
-			return k
-		}
-		return field + "." + k
-	}
-	if err := checkName(key("id"), t.ID); err != nil {
-		return err
-	}
-	if !validPlan(t.Plan) {
-		return &ValidationError{Field: key("plan"),
-			Msg: fmt.Sprintf("%q is not one of %s", t.Plan, strings.Join(Plans, ", "))}
+	errs := []error{checkName(subKey(field, "id"), t.ID)}
+	if !slices.Contains(PlanNames, t.Plan) {
+		errs = append(errs, &ValidationError{Field: subKey(field, "plan"),
+			Msg: fmt.Sprintf("%q is not one of %s", t.Plan, strings.Join(PlanNames, ", "))})
 	}
 	for i, k := range t.APIKeys {
 		if k == "" || len(k) > 256 || strings.TrimSpace(k) != k {
-			return &ValidationError{Field: fmt.Sprintf("%s[%d]", key("api_keys"), i),
-				Msg: "an API key must be 1..256 characters without surrounding spaces"}
+			errs = append(errs, &ValidationError{Field: fmt.Sprintf("%s[%d]", subKey(field, "api_keys"), i),
+				Msg: "an API key must be 1..256 characters without surrounding spaces"})
 		}
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// subKey is the key k inside field ("rules[0]" + "limit"), or k alone for
+// the API (field "").
+func subKey(field, k string) string {
+	if field == "" {
+		return k
+	}
+	return field + "." + k
 }
 
 // Rule is a limit for one (tenant, resource): it applies on top of the IP,
 // API key and tenant limits to every request of that tenant on a route with
 // that resource. A rule for AnonymousTenant applies to each client IP without
-// a known API key.
+// a known API key. The same type is read from the YAML `rules`, answered and
+// read by the rules API, and stored in Redis (as JSON: window is text such as
+// "10s").
 type Rule struct {
 	Tenant    string `mapstructure:"tenant" json:"tenant"`
 	Resource  string `mapstructure:"resource" json:"resource"`
 	Algorithm string `mapstructure:"algorithm" json:"algorithm"`
 	// Limit and Window apply to sliding_window and sliding_log.
-	Limit  int64         `mapstructure:"limit" json:"limit,omitempty"`
-	Window time.Duration `mapstructure:"window" json:"-"`
+	Limit  int64             `mapstructure:"limit" json:"limit,omitempty"`
+	Window confutil.Duration `mapstructure:"window" json:"window,omitempty"`
 	// Capacity and RefillRate (permits per second) apply to token_bucket.
 	Capacity   int64   `mapstructure:"capacity" json:"capacity,omitempty"`
 	RefillRate float64 `mapstructure:"refill_rate" json:"refill_rate,omitempty"`
@@ -269,64 +280,56 @@ type Rule struct {
 
 // SetDefaults fills the algorithm and window from the limits section.
 func (r *Rule) SetDefaults(c *Config) {
-	if r.Algorithm == "" {
-		r.Algorithm = c.Algorithm
-	}
-	if r.Window == 0 && r.Algorithm != "token_bucket" {
-		r.Window = c.Window
+	confutil.SetDefault(&r.Algorithm, c.Algorithm)
+	if r.Algorithm != TokenBucket.String() {
+		confutil.SetDefault(&r.Window, confutil.Duration(c.Window))
 	}
 }
 
 // Validate checks a rule; field is its YAML key or an empty string for the
-// API (errors then name the JSON field alone).
+// API (errors then name the JSON field alone). The error joins one line per
+// bad key.
 func (r *Rule) Validate(field string) error {
-	key := func(k string) string {
-		if field == "" {
-			return k
-		}
-		return field + "." + k
-	}
+	key := func(k string) string { return subKey(field, k) }
+	var errs []error
 	if r.Tenant != AnonymousTenant {
-		if err := checkName(key("tenant"), r.Tenant); err != nil {
-			return err
-		}
+		errs = append(errs, checkName(key("tenant"), r.Tenant))
 	}
-	if err := checkName(key("resource"), r.Resource); err != nil {
-		return err
-	}
-	alg, err := ParseAlgorithm(r.Algorithm)
-	if err != nil {
-		return &ValidationError{Field: key("algorithm"), Msg: err.Error()}
-	}
-	switch alg {
-	case SlidingWindow, SlidingLog:
-		if r.Limit < 1 || r.Limit > MaxLimit {
-			return &ValidationError{Field: key("limit"), Msg: fmt.Sprintf("%d is out of range 1..%d for %s", r.Limit, int64(MaxLimit), r.Algorithm)}
-		}
-		if r.Window < time.Millisecond || r.Window > MaxWindow {
-			return &ValidationError{Field: key("window"), Msg: fmt.Sprintf("%v is out of range [1ms, %v]", r.Window, MaxWindow)}
-		}
-		if r.Capacity != 0 || r.RefillRate != 0 {
-			return &ValidationError{Field: key("capacity"), Msg: "capacity and refill_rate apply to token_bucket only; use limit and window"}
-		}
-	case TokenBucket:
+	errs = append(errs, checkName(key("resource"), r.Resource))
+	bad := func(k, msg string) { errs = append(errs, &ValidationError{Field: key(k), Msg: msg}) }
+	switch alg, err := ParseAlgorithm(r.Algorithm); {
+	case err != nil:
+		bad("algorithm", err.Error())
+	case alg == TokenBucket:
 		if r.Capacity < 1 || r.Capacity > MaxLimit {
-			return &ValidationError{Field: key("capacity"), Msg: fmt.Sprintf("%d is out of range 1..%d for token_bucket", r.Capacity, int64(MaxLimit))}
+			bad("capacity", fmt.Sprintf("%d is out of range 1..%d for token_bucket", r.Capacity, int64(MaxLimit)))
 		}
 		if msg := checkRefill(r.Capacity, r.RefillRate); msg != "" {
-			return &ValidationError{Field: key("refill_rate"), Msg: fmt.Sprintf("%v %s", r.RefillRate, msg)}
+			bad("refill_rate", fmt.Sprintf("%v %s", r.RefillRate, msg))
 		}
 		if r.Limit != 0 {
-			return &ValidationError{Field: key("limit"), Msg: "limit and window apply to the sliding algorithms; use capacity and refill_rate"}
+			bad("limit", "limit and window apply to the sliding algorithms; use capacity and refill_rate")
+		}
+	default:
+		if r.Limit < 1 || r.Limit > MaxLimit {
+			bad("limit", fmt.Sprintf("%d is out of range 1..%d for %s", r.Limit, int64(MaxLimit), r.Algorithm))
+		}
+		if w := r.Window.D(); w == 0 {
+			bad("window", fmt.Sprintf("required for %s (a duration such as 1s)", r.Algorithm))
+		} else if w < time.Millisecond || w > MaxWindow {
+			bad("window", fmt.Sprintf("%v is out of range [1ms, %v]", w, MaxWindow))
+		}
+		if r.Capacity != 0 || r.RefillRate != 0 {
+			bad("capacity", "capacity and refill_rate apply to token_bucket only; use limit and window")
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
-// Params returns the store parameters of the rule.
-func (r *Rule) Params() Params {
+// params returns the store parameters of a valid rule.
+func (r *Rule) params() Params {
 	alg, _ := ParseAlgorithm(r.Algorithm)
-	return Params{Algorithm: alg, Limit: r.Limit, Window: r.Window, Capacity: r.Capacity, RefillRate: r.RefillRate}
+	return Params{Algorithm: alg, Limit: r.Limit, Window: r.Window.D(), Capacity: r.Capacity, RefillRate: r.RefillRate}
 }
 
 // checkName accepts tenant IDs and resource names: 1..64 characters of

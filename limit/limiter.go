@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -20,6 +19,8 @@ import (
 // window; the lease size shrinks to 1 as the budget nears its end.
 type Limiter struct {
 	cfg      Config
+	alg      Algorithm     // limits.algorithm, parsed once
+	policy   FailurePolicy // limits.on_store_failure, parsed once
 	store    Store
 	fallback *MemoryStore // the local policy's per-pod limits
 	adj      Adjuster
@@ -58,8 +59,12 @@ func NewLimiter(cfg Config, store Store, opts Options) (*Limiter, error) {
 	if opts.LivePods == nil {
 		opts.LivePods = func() int { return 1 }
 	}
+	alg, _ := ParseAlgorithm(cfg.Algorithm)             // validated above
+	policy, _ := ParseFailurePolicy(cfg.OnStoreFailure) // validated above
 	l := &Limiter{
 		cfg:      cfg,
+		alg:      alg,
+		policy:   policy,
 		store:    store,
 		fallback: NewMemoryStore(MemoryOptions{MaxKeys: cfg.MaxKeys, Now: opts.Now}),
 		adj:      opts.Adjuster,
@@ -243,7 +248,7 @@ func (l *Limiter) specs(specs *[4]spec, req *Request, mult float64) int {
 		if r, anon := l.catalog.requestRule(req); r != nil {
 			s := &specs[n]
 			s.scope = ScopeRule
-			s.params = r.Params()
+			s.params = r.params
 			s.shadow = r.Shadow
 			if s.params.Algorithm == TokenBucket {
 				s.params.Capacity = scale(s.params.Capacity, mult)
@@ -298,7 +303,7 @@ func scale(limit int64, mult float64) int64 {
 // base sets the params of a base limit (tenant, API key, IP) under the
 // configured default algorithm.
 func (l *Limiter) base(s *spec, limit int64) {
-	alg, _ := ParseAlgorithm(l.cfg.Algorithm)
+	alg := l.alg
 	s.shadow = false
 	s.params = Params{Algorithm: alg, Limit: limit, Window: l.cfg.Window}
 	if alg == TokenBucket {
@@ -573,7 +578,7 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest, b *buck
 			storeCallsError.Inc()
 		}
 		l.breaker.failure(probe, l.now().UnixNano())
-		return LeaseResult{}, fmt.Errorf("limit: store lease: %w", err)
+		return LeaseResult{}, err // the store's errors name the store and the key
 	}
 	storeCallsOK.Inc()
 	l.breaker.success(probe)
@@ -587,7 +592,7 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest, b *buck
 // fallbackDecision decides while the store is unavailable, per
 // limits.on_store_failure.
 func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64) Decision {
-	switch l.cfg.OnStoreFailure {
+	switch l.policy {
 	case FailOpen:
 		fallbackOpen.Inc()
 		return s.decision(true, s.limit, 0, 0)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 )
 
@@ -116,7 +117,7 @@ func TestLimiterRule(t *testing.T) {
 func TestLimiterRefundsWhenALaterLimitRejects(t *testing.T) {
 	// Rule (checked first) allows plenty; the IP limit rejects. The rule's
 	// permits taken for rejected requests must come back.
-	cat := testCatalog(t, Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 10, Window: time.Hour})
+	cat := testCatalog(t, Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 10, Window: confutil.Duration(time.Hour)})
 	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 2; c.LeaseTTL = time.Minute }), memStore(t), Options{Catalog: cat})
 	ipA := &Request{Tenant: "acme", Plan: "PREMIUM", Resource: "r", IP: []byte("10.0.0.1")}
 	got, last := allowN(l, ipA, 8)
@@ -291,7 +292,8 @@ func multiPod(t *testing.T, addrs []string, duration time.Duration) {
 
 func TestLimiterStoreFailure(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, policy := range []string{FailLocal, FailOpen, FailClosed} {
+	for _, fp := range []FailurePolicy{FailLocal, FailOpen, FailClosed} {
+		policy := fp.String()
 		t.Run(policy, func(t *testing.T) {
 			store := newRedisStore(t, srv.Addr)
 			cfg := testLimitsConfig(func(c *Config) {
@@ -323,7 +325,7 @@ func TestLimiterStoreFailure(t *testing.T) {
 					unavailable++
 				}
 			}
-			switch policy {
+			switch fp {
 			case FailLocal:
 				assert.Equal(t, 5, allowed, "each of 2 pods enforces half of the limit")
 				assert.Zero(t, unavailable)

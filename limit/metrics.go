@@ -8,8 +8,9 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 )
 
-// Metrics of every Limiter in the process. Names follow seed 002
-// (rate_limit_*) and Sentinel's own (sentinel_limit_*); see docs/metrics.md.
+// Metrics of every Limiter in the process: the rate_limit_* names that
+// rate-limiter dashboards commonly expect, and Sentinel's own
+// sentinel_limit_*; see docs/metrics.md.
 var (
 	storeErrors       = metrics.NewCounter(`rate_limit_errors_total`)
 	decisionLatency   = metrics.NewPrometheusHistogramExt(`rate_limit_latency_ms`, latencyBucketsMS)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 )
 
 func labelSetCount() int {
@@ -25,8 +27,11 @@ func labelSet(tenant, resource string) *decisionCounters {
 // TestLabelsOnlyForKnownNames: unknown resources and tenants share the
 // "other" label values; a deleted tenant or rule frees its label sets.
 func TestLabelsOnlyForKnownNames(t *testing.T) {
-	cat := testCatalog(t, Rule{Tenant: "acme", Resource: "lbl-bids", Algorithm: "sliding_window", Limit: 5, Window: time.Second})
+	cat := testCatalog(t)
 	defer cat.Close()
+	writer := NewCatalogSync(nil, cat, CatalogSyncOptions{}) // what production writes with, Redis or not
+	ctx := context.Background()
+	require.NoError(t, writer.PutRule(ctx, Rule{Tenant: "acme", Resource: "lbl-bids", Algorithm: "sliding_window", Limit: 5, Window: confutil.Duration(time.Second)}))
 	cat.SetRouteResources([]string{"lbl-route"})
 	before := labelSetCount()
 	var base uint64
@@ -43,13 +48,12 @@ func TestLabelsOnlyForKnownNames(t *testing.T) {
 	assert.Same(t, countersFor("acme", "lbl-route"), labelSet("acme", "lbl-route"), "a route's resource has its labels")
 	assert.Same(t, countersFor("", "lbl-bids"), labelSet(labelAnonymous, "lbl-bids"))
 
-	ctx := context.Background()
-	require.NoError(t, cat.PutTenant(ctx, Tenant{ID: "lbl-new", Plan: "FREE"}))
+	require.NoError(t, writer.PutTenant(ctx, Tenant{ID: "lbl-new", Plan: "FREE"}))
 	countersFor("lbl-new", "lbl-bids")
 	require.NotNil(t, labelSet("lbl-new", "lbl-bids"))
-	require.NoError(t, cat.DeleteTenant(ctx, "lbl-new"))
+	require.NoError(t, writer.DeleteTenant(ctx, "lbl-new"))
 	assert.Nil(t, labelSet("lbl-new", "lbl-bids"), "freed with its tenant")
-	require.NoError(t, cat.DeleteRule(ctx, "acme", "lbl-bids"))
+	require.NoError(t, writer.DeleteRule(ctx, "acme", "lbl-bids"))
 	assert.Nil(t, labelSet("acme", "lbl-bids"), "freed with the last rule of its resource")
 	assert.Nil(t, labelSet(labelAnonymous, "lbl-bids"))
 }

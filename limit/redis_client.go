@@ -3,6 +3,7 @@ package limit
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 )
 
 // RedisConfig is the `redis` section of the configuration: how to reach the
@@ -45,44 +48,39 @@ type RedisConfig struct {
 
 // SetDefaults fills the zero values.
 func (c *RedisConfig) SetDefaults() {
-	if c.DialTimeout == 0 {
-		c.DialTimeout = time.Second
-	}
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = "sentinel"
-	}
-	if c.ConnectWait == 0 {
-		c.ConnectWait = 15 * time.Second
-	}
+	confutil.SetDefault(&c.DialTimeout, time.Second)
+	confutil.SetDefault(&c.KeyPrefix, "sentinel")
+	confutil.SetDefault(&c.ConnectWait, 15*time.Second)
 }
 
 // Enabled reports whether a Redis is configured.
 func (c *RedisConfig) Enabled() bool { return len(c.Addrs) > 0 }
 
-// Validate checks the section; errors name the YAML key.
+// Validate checks the section; errors name the YAML key. The error joins one
+// line per bad key.
 func (c *RedisConfig) Validate() error {
+	var errs []error
 	for i, a := range c.Addrs {
 		host, port, err := net.SplitHostPort(a)
 		if err != nil || host == "" || !validPort(port) {
-			return fmt.Errorf("redis.addrs[%d]: %q is not host:port", i, a)
+			errs = append(errs, fmt.Errorf("redis.addrs[%d]: %q is not host:port", i, a))
 		}
 	}
 	if c.DB < 0 || c.DB > 15 {
-		return fmt.Errorf("redis.db: %d is out of range 0..15", c.DB)
-	}
-	if c.Cluster && c.DB != 0 {
-		return fmt.Errorf("redis.db: %d with redis.cluster: true; a Redis Cluster has only db 0", c.DB)
+		errs = append(errs, fmt.Errorf("redis.db: %d is out of range 0..15", c.DB))
+	} else if c.Cluster && c.DB != 0 {
+		errs = append(errs, fmt.Errorf("redis.db: %d with redis.cluster: true; a Redis Cluster has only db 0", c.DB))
 	}
 	if c.DialTimeout < 0 {
-		return fmt.Errorf("redis.dial_timeout: %v is negative; use a duration such as 1s", c.DialTimeout)
+		errs = append(errs, fmt.Errorf("redis.dial_timeout: %v is negative; use a duration such as 1s", c.DialTimeout))
 	}
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
-		return fmt.Errorf("redis.key_prefix: %q contains '{' or '}', which would break the keys' cluster hash tags", c.KeyPrefix)
+		errs = append(errs, fmt.Errorf("redis.key_prefix: %q contains '{' or '}', which would break the keys' cluster hash tags", c.KeyPrefix))
 	}
 	if c.TLSInsecureSkipVerify && !c.TLS {
-		return fmt.Errorf("redis.tls_insecure_skip_verify: true without redis.tls: true")
+		errs = append(errs, errors.New("redis.tls_insecure_skip_verify: true without redis.tls: true"))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func validPort(p string) bool {

@@ -17,8 +17,8 @@ func memLease(t *testing.T, s *MemoryStore, key string, p Params, want int64, tt
 	return r
 }
 
-// TestMemoryStoreClockBackwards: seed 004's clock that moves backwards must
-// not corrupt counts; the store keeps the newest time it saw.
+// TestMemoryStoreClockBackwards: a clock that moves backwards (an NTP step)
+// must not corrupt counts; the store keeps the newest time it saw.
 func TestMemoryStoreClockBackwards(t *testing.T) {
 	for _, alg := range []Algorithm{SlidingWindow, SlidingLog, TokenBucket} {
 		t.Run(fmt.Sprint(alg), func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
+	"github.com/sentinel-gateway/sentinel/limit"
 )
 
 // The response cache is shared by every client, so what goes in and who gets
@@ -33,9 +34,9 @@ var (
 // planGate is the mode's refusal of id's plan, or nil.
 func planGate(id *Identity, pol adaptive.Policy) *reason {
 	switch {
-	case pol.PremiumOnly && id.Plan != planPremium:
+	case pol.PremiumOnly && id.Plan != limit.PlanPremium:
 		return reasonPremiumOnly
-	case pol.BlockFree && id.Plan == PlanFree:
+	case pol.BlockFree && id.Plan == limit.PlanFree:
 		return reasonFreeBlocked
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 )
 
@@ -37,13 +38,13 @@ type ServerConfig struct {
 	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
 	// MaxRequestBody is the largest request body accepted (413 above it).
 	// Default 10MB.
-	MaxRequestBody ByteSize `mapstructure:"max_request_body"`
+	MaxRequestBody confutil.ByteSize `mapstructure:"max_request_body"`
 	// RequestBuffer is how much of a request body is received from the
 	// client before the request takes an upstream concurrency slot and is
 	// forwarded: a body up to this size arrives whole first, so that a slow
 	// or broken upload never holds a slot or reaches the backend; a larger
 	// one streams after its first RequestBuffer bytes. Default 64KB.
-	RequestBuffer ByteSize `mapstructure:"request_buffer"`
+	RequestBuffer confutil.ByteSize `mapstructure:"request_buffer"`
 	// ShutdownGrace is how long shutdown waits for in-flight requests.
 	// Default 15s.
 	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
@@ -123,8 +124,8 @@ const (
 	DefaultReadTimeout       = 5 * time.Second
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultIdleTimeout       = 60 * time.Second
-	DefaultMaxRequestBody    = ByteSize(10 << 20)
-	DefaultRequestBuffer     = ByteSize(64 << 10)
+	DefaultMaxRequestBody    = confutil.ByteSize(10 << 20)
+	DefaultRequestBuffer     = confutil.ByteSize(64 << 10)
 	DefaultShutdownGrace     = 15 * time.Second
 	DefaultConcurrency       = 256 * 1024
 	DefaultAPIKeyHeader      = "X-API-Key"
@@ -143,35 +144,28 @@ func (c *Config) SetDefaults() {
 		if c.Routes[i].Resource == "" {
 			c.Routes[i].Resource = DefaultResource
 		}
-		setDefault(&c.Routes[i].WebSocketIdleTimeout, DefaultWebSocketIdleTimeout)
+		confutil.SetDefault(&c.Routes[i].WebSocketIdleTimeout, DefaultWebSocketIdleTimeout)
 	}
 }
 
 // SetDefaults fills zero values with the defaults.
 func (c *ServerConfig) SetDefaults() {
-	setDefault(&c.Listen, DefaultListen)
-	setDefault(&c.ReadTimeout, DefaultReadTimeout)
-	setDefault(&c.WriteTimeout, DefaultWriteTimeout)
-	setDefault(&c.IdleTimeout, DefaultIdleTimeout)
-	setDefault(&c.MaxRequestBody, DefaultMaxRequestBody)
-	setDefault(&c.RequestBuffer, DefaultRequestBuffer)
-	setDefault(&c.ShutdownGrace, DefaultShutdownGrace)
-	setDefault(&c.Concurrency, DefaultConcurrency)
-	setDefault(&c.HeadersWithUnderscores, UnderscoresDrop)
-	setDefault(&c.ParseErrorLogRate, DefaultParseErrorLogRate)
+	confutil.SetDefault(&c.Listen, DefaultListen)
+	confutil.SetDefault(&c.ReadTimeout, DefaultReadTimeout)
+	confutil.SetDefault(&c.WriteTimeout, DefaultWriteTimeout)
+	confutil.SetDefault(&c.IdleTimeout, DefaultIdleTimeout)
+	confutil.SetDefault(&c.MaxRequestBody, DefaultMaxRequestBody)
+	confutil.SetDefault(&c.RequestBuffer, DefaultRequestBuffer)
+	confutil.SetDefault(&c.ShutdownGrace, DefaultShutdownGrace)
+	confutil.SetDefault(&c.Concurrency, DefaultConcurrency)
+	confutil.SetDefault(&c.HeadersWithUnderscores, UnderscoresDrop)
+	confutil.SetDefault(&c.ParseErrorLogRate, DefaultParseErrorLogRate)
 }
 
 // SetDefaults fills zero values with the defaults.
 func (c *IdentityConfig) SetDefaults() {
-	setDefault(&c.APIKeyHeader, DefaultAPIKeyHeader)
-	setDefault(&c.RequestIDHeader, DefaultRequestIDHeader)
-}
-
-func setDefault[T comparable](p *T, def T) {
-	var zero T
-	if *p == zero {
-		*p = def
-	}
+	confutil.SetDefault(&c.APIKeyHeader, DefaultAPIKeyHeader)
+	confutil.SetDefault(&c.RequestIDHeader, DefaultRequestIDHeader)
 }
 
 // Validate checks every key; upstreamNames are the configured upstream pools
@@ -200,10 +194,10 @@ func (c *ServerConfig) Validate() error {
 		}
 	}
 	errs = append(errs,
-		positive("server.read_timeout", c.ReadTimeout),
-		positive("server.write_timeout", c.WriteTimeout),
-		positive("server.idle_timeout", c.IdleTimeout),
-		positive("server.shutdown_grace", c.ShutdownGrace),
+		confutil.Positive("server.read_timeout", c.ReadTimeout),
+		confutil.Positive("server.write_timeout", c.WriteTimeout),
+		confutil.Positive("server.idle_timeout", c.IdleTimeout),
+		confutil.Positive("server.shutdown_grace", c.ShutdownGrace),
 	)
 	if c.MaxRequestBody <= 0 || c.MaxRequestBody > 1<<31-1 {
 		errs = append(errs, fmt.Errorf("server.max_request_body: %s is not a size between 1 byte and 2GiB", c.MaxRequestBody))
@@ -268,13 +262,6 @@ func validateRoutes(routes []Route, upstreamNames []string) error {
 		seen[id] = i
 	}
 	return errors.Join(errs...)
-}
-
-func positive(key string, d time.Duration) error {
-	if d <= 0 {
-		return fmt.Errorf("%s: %s is not a positive duration", key, d)
-	}
-	return nil
 }
 
 func checkHostPort(s string) error {

@@ -15,9 +15,6 @@ import (
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
 
-// planPremium is the plan that passes in Critical mode.
-const planPremium = "PREMIUM"
-
 var (
 	hdrRetryAfter    = []byte("Retry-After")
 	hdrSentinelCache = []byte("X-Sentinel-Cache")

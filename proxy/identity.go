@@ -13,10 +13,6 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit"
 )
 
-// PlanFree is the plan of anonymous requests for priority purposes
-// (anonymous requests are limited by IP only).
-const PlanFree = "FREE"
-
 // maxRequestIDLen bounds an X-Request-Id taken from the client; a longer or
 // non-printable one is replaced by a generated ID.
 const maxRequestIDLen = 128
@@ -38,7 +34,7 @@ type Identity struct {
 	// passed to the limiter only when it names a known tenant.
 	APIKey []byte
 	// Tenant and Plan come from the API key; anonymous requests have Tenant
-	// "" and Plan PlanFree.
+	// "" and Plan limit.PlanFree.
 	Tenant    string
 	Plan      string
 	Anonymous bool
@@ -109,7 +105,7 @@ func (s *Server) identify(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 	if r != nil {
 		id.Route, id.Resource, id.Heavy = &r.Route, r.Resource, r.Heavy
 	}
-	id.Tenant, id.Plan, id.Anonymous = "", PlanFree, true
+	id.Tenant, id.Plan, id.Anonymous = "", limit.PlanFree, true
 	id.APIKey = h.PeekBytes(s.apiKeyHeader)
 	if len(id.APIKey) > 0 && s.tenants != nil {
 		if t, ok := s.tenants.LookupAPIKey(id.APIKey); ok && t != nil {

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"sort"
 
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 )
 
@@ -82,7 +82,7 @@ func (c *Config) Validate() error {
 	var errs []error
 	if _, port, err := net.SplitHostPort(c.Listen); err != nil || port == "" {
 		errs = append(errs, fmt.Errorf("grpc.listen: %q is not host:port", c.Listen))
-	} else if c.Token == "" && !isLoopback(c.Listen) {
+	} else if c.Token == "" && !confutil.Loopback(c.Listen) {
 		errs = append(errs, fmt.Errorf("grpc.token: required when grpc.listen %q is not loopback; bind it to 127.0.0.1 or set a token", c.Listen))
 	}
 	errs = append(errs, c.TLS.Validate("grpc.tls"))
@@ -110,15 +110,4 @@ func (d Domain) validate(prefix string) error {
 		seen[f.key] = f.role
 	}
 	return nil
-}
-
-// isLoopback reports whether hostPort's host is a loopback address or
-// "localhost".
-func isLoopback(hostPort string) bool {
-	host, _, _ := net.SplitHostPort(hostPort)
-	if host == "localhost" {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.IsLoopback()
 }

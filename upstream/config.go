@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 )
 
 // Balance modes accepted in `upstreams.NAME.balance`.
@@ -112,29 +114,22 @@ func (c Config) SetDefaults() {
 
 // SetDefaults fills the zero values of p.
 func (p *PoolConfig) SetDefaults() {
-	setDefault(&p.Balance, BalanceRoundRobin)
-	setDefault(&p.Timeout, 30*time.Second)
-	setDefault(&p.ConnectTimeout, 2*time.Second)
-	setDefault(&p.MaxConns, 512)
-	setDefault(&p.MaxIdleConnDuration, fasthttp.DefaultMaxIdleConnDuration)
+	confutil.SetDefault(&p.Balance, BalanceRoundRobin)
+	confutil.SetDefault(&p.Timeout, 30*time.Second)
+	confutil.SetDefault(&p.ConnectTimeout, 2*time.Second)
+	confutil.SetDefault(&p.MaxConns, 512)
+	confutil.SetDefault(&p.MaxIdleConnDuration, fasthttp.DefaultMaxIdleConnDuration)
 	h := &p.HealthCheck
-	setDefault(&h.Interval, 2*time.Second)
-	setDefault(&h.Timeout, time.Second)
-	setDefault(&h.HealthyThreshold, 2)
-	setDefault(&h.UnhealthyThreshold, 2)
-	setDefault(&p.Passive.Failures, 5)
-	setDefault(&p.Passive.EjectFor, 10*time.Second)
-	setDefault(&p.Breaker.Failures, 5)
-	setDefault(&p.Breaker.OpenFor, 5*time.Second)
-	setDefault(&p.Breaker.HalfOpenRequests, 1)
-	setDefault(&p.MaxEjectionPercent, 50)
-}
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
+	confutil.SetDefault(&h.Interval, 2*time.Second)
+	confutil.SetDefault(&h.Timeout, time.Second)
+	confutil.SetDefault(&h.HealthyThreshold, 2)
+	confutil.SetDefault(&h.UnhealthyThreshold, 2)
+	confutil.SetDefault(&p.Passive.Failures, 5)
+	confutil.SetDefault(&p.Passive.EjectFor, 10*time.Second)
+	confutil.SetDefault(&p.Breaker.Failures, 5)
+	confutil.SetDefault(&p.Breaker.OpenFor, 5*time.Second)
+	confutil.SetDefault(&p.Breaker.HalfOpenRequests, 1)
+	confutil.SetDefault(&p.MaxEjectionPercent, 50)
 }
 
 // Validate checks every pool, in name order so that the errors come out in
@@ -180,16 +175,16 @@ func (p *PoolConfig) validate(key string) error {
 		errs = append(errs, fmt.Errorf("%s.balance: %q is not one of %s, %s", key, p.Balance, BalanceRoundRobin, BalanceLeastPending))
 	}
 	errs = append(errs,
-		positive(key+".timeout", p.Timeout),
-		positive(key+".connect_timeout", p.ConnectTimeout),
-		atLeastOne(key+".max_conns", p.MaxConns),
-		positive(key+".max_idle_conn_duration", p.MaxIdleConnDuration),
+		confutil.Positive(key+".timeout", p.Timeout),
+		confutil.Positive(key+".connect_timeout", p.ConnectTimeout),
+		confutil.AtLeastOne(key+".max_conns", p.MaxConns),
+		confutil.Positive(key+".max_idle_conn_duration", p.MaxIdleConnDuration),
 		p.HealthCheck.validate(key+".health_check"),
-		atLeastOne(key+".passive.failures", p.Passive.Failures),
-		positive(key+".passive.eject_for", p.Passive.EjectFor),
-		atLeastOne(key+".breaker.failures", p.Breaker.Failures),
-		positive(key+".breaker.open_for", p.Breaker.OpenFor),
-		atLeastOne(key+".breaker.half_open_requests", p.Breaker.HalfOpenRequests),
+		confutil.AtLeastOne(key+".passive.failures", p.Passive.Failures),
+		confutil.Positive(key+".passive.eject_for", p.Passive.EjectFor),
+		confutil.AtLeastOne(key+".breaker.failures", p.Breaker.Failures),
+		confutil.Positive(key+".breaker.open_for", p.Breaker.OpenFor),
+		confutil.AtLeastOne(key+".breaker.half_open_requests", p.Breaker.HalfOpenRequests),
 	)
 	if p.MaxEjectionPercent < 0 || p.MaxEjectionPercent > 100 {
 		errs = append(errs, fmt.Errorf("%s.max_ejection_percent: %d must be within 0..100", key, p.MaxEjectionPercent))
@@ -238,27 +233,13 @@ func (h *HealthCheckConfig) validate(key string) error {
 		errs = append(errs, fmt.Errorf("%s.path: %q must start with '/' (or be empty: no active checks)", key, h.Path))
 	}
 	errs = append(errs,
-		positive(key+".interval", h.Interval),
-		positive(key+".timeout", h.Timeout),
-		atLeastOne(key+".healthy_threshold", h.HealthyThreshold),
-		atLeastOne(key+".unhealthy_threshold", h.UnhealthyThreshold),
+		confutil.Positive(key+".interval", h.Interval),
+		confutil.Positive(key+".timeout", h.Timeout),
+		confutil.AtLeastOne(key+".healthy_threshold", h.HealthyThreshold),
+		confutil.AtLeastOne(key+".unhealthy_threshold", h.UnhealthyThreshold),
 	)
 	if h.Timeout > h.Interval && h.Interval > 0 {
 		errs = append(errs, fmt.Errorf("%s.timeout: %s must not exceed %s.interval (%s)", key, h.Timeout, key, h.Interval))
 	}
 	return errors.Join(errs...)
-}
-
-func positive(key string, d time.Duration) error {
-	if d <= 0 {
-		return fmt.Errorf("%s: %s is not a positive duration", key, d)
-	}
-	return nil
-}
-
-func atLeastOne(key string, n int) error {
-	if n < 1 {
-		return fmt.Errorf("%s: %d must be at least 1", key, n)
-	}
-	return nil
 }
