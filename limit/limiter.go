@@ -266,30 +266,31 @@ func (l *Limiter) specs(specs *[4]spec, req *Request, mult float64) int {
 		if l.catalog != nil {
 			base *= l.catalog.PlanMultiplier(req.Plan)
 		}
-		s := &specs[n]
-		s.scope = ScopeTenant
-		l.base(s, scale(int64(math.Floor(min(base, MaxLimit))), mult))
+		s := l.baseSpec(&specs[n], ScopeTenant, scale(int64(math.Floor(min(base, MaxLimit))), mult))
 		s.setKey(AppendKeyStrings(s.buf[:0], "", "tenant", req.Tenant))
 		l.finish(s, req)
 		n++
 	}
 	if l.cfg.APIKey > 0 && len(req.APIKey) > 0 {
-		s := &specs[n]
-		s.scope = ScopeAPIKey
-		l.base(s, scale(l.cfg.APIKey, mult))
+		s := l.baseSpec(&specs[n], ScopeAPIKey, scale(l.cfg.APIKey, mult))
 		s.setKey(AppendKey(s.buf[:0], "", "key", req.APIKey))
 		l.finish(s, req)
 		n++
 	}
 	if l.cfg.IP > 0 && len(req.IP) > 0 {
-		s := &specs[n]
-		s.scope = ScopeIP
-		l.base(s, scale(l.cfg.IP, mult))
+		s := l.baseSpec(&specs[n], ScopeIP, scale(l.cfg.IP, mult))
 		s.setKey(AppendKey(s.buf[:0], "", "ip", req.IP))
 		l.finish(s, req)
 		n++
 	}
 	return n
+}
+
+// baseSpec makes s a limit of the base configuration for scope.
+func (l *Limiter) baseSpec(s *spec, scope Scope, limit int64) *spec {
+	s.scope = scope
+	l.base(s, limit)
+	return s
 }
 
 // scale applies the adaptive multiplier; a limit that is on stays >= 1.

@@ -60,6 +60,10 @@ func stripHopRequest(h *fasthttp.RequestHeader) {
 // stripHopResponse does the same for a response header coming back from the
 // upstream. The client connection's own keep-alive is decided by the server
 // from the client's request, not by the upstream's Connection header.
+//
+// It repeats stripHopRequest's body for the other header type on purpose: a
+// generic version over both (their methods through a type parameter) makes
+// the stack buffer escape, two allocations per request.
 func stripHopResponse(h *fasthttp.ResponseHeader) {
 	var buf [maxConnectionTokens]byte
 	conn := append(buf[:0], h.PeekBytes(hdrConnection)...)
