@@ -68,32 +68,12 @@ func cgroupCPUQuota() (float64, bool) {
 }
 
 // cpuLoad is the CPU used since the last call, as a fraction of the quota
-// or of the host.
+// or of the cores the process may use.
 func (h *hostSampler) cpuLoad(now time.Time) (float64, error) {
-	if h.cgroupCPU {
-		usage, err := cgroupUsageUsec()
-		if err != nil {
-			return 0, err
-		}
-		defer func() { h.lastUsage, h.lastAt = usage, now }()
-		if h.lastAt.IsZero() {
-			return 0, nil
-		}
-		el := now.Sub(h.lastAt).Seconds()
-		if el <= 0 {
-			return 0, nil
-		}
-		return clamp(float64(usage-h.lastUsage) / 1e6 / el / h.quotaCores), nil
-	}
-	// No quota: the process's own CPU time against the cores it may use.
-	// Host-wide CPU would make a gateway shed its traffic because a
-	// neighbour is busy; the neighbour's effect on us shows in the
-	// scheduler latency signal instead.
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	usage, cores, err := h.cpuUsage()
+	if err != nil {
 		return 0, err
 	}
-	usage := (ru.Utime.Nano() + ru.Stime.Nano()) / 1000
 	defer func() { h.lastUsage, h.lastAt = usage, now }()
 	if h.lastAt.IsZero() {
 		return 0, nil
@@ -102,7 +82,24 @@ func (h *hostSampler) cpuLoad(now time.Time) (float64, error) {
 	if el <= 0 {
 		return 0, nil
 	}
-	return clamp(float64(usage-h.lastUsage) / 1e6 / el / float64(runtime.GOMAXPROCS(0))), nil
+	return clamp(float64(usage-h.lastUsage) / 1e6 / el / cores), nil
+}
+
+// cpuUsage is the CPU time used so far (µs) and the cores it is measured
+// against: the container's against its cgroup quota when there is one, else
+// the process's own against GOMAXPROCS. Host-wide CPU would make a gateway
+// shed its traffic because a neighbour is busy; the neighbour's effect on us
+// shows in the scheduler latency signal instead.
+func (h *hostSampler) cpuUsage() (usec int64, cores float64, err error) {
+	if h.cgroupCPU {
+		usec, err = cgroupUsageUsec()
+		return usec, h.quotaCores, err
+	}
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0, err
+	}
+	return (ru.Utime.Nano() + ru.Stime.Nano()) / 1000, float64(runtime.GOMAXPROCS(0)), nil
 }
 
 func cgroupUsageUsec() (int64, error) {

@@ -53,27 +53,34 @@ func (b *breaker) mayAdmit(now int64) bool {
 // trial names the half-open spell in which the request is a trial: its result
 // decides the breaker's state, and must be passed back to record.
 func (b *breaker) admit(now int64) (ok bool, trial int64) {
-	switch b.state.Load() {
-	case stateClosed:
-		return true, 0
-	case stateOpen:
-		if now-b.openedAt.Load() < b.openFor {
-			return false, 0
-		}
+	if ok, decided := b.admitFast(now); decided {
+		return ok, 0
 	}
-	return b.admitTrial(now)
-}
-
-func (b *breaker) admitTrial(now int64) (ok bool, trial int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.admitTrialLocked(now)
+}
+
+// admitFast decides without the lock when the state allows it: closed
+// admits, open before openFor refuses.
+func (b *breaker) admitFast(now int64) (ok, decided bool) {
 	switch b.state.Load() {
 	case stateClosed:
-		return true, 0
+		return true, true
 	case stateOpen:
 		if now-b.openedAt.Load() < b.openFor {
-			return false, 0
+			return false, true
 		}
+	}
+	return false, false
+}
+
+// admitTrialLocked is admit under mu, where the state may have moved on.
+func (b *breaker) admitTrialLocked(now int64) (ok bool, trial int64) {
+	if ok, decided := b.admitFast(now); decided {
+		return ok, 0
+	}
+	if b.state.Load() == stateOpen {
 		b.spell++
 		b.admitted, b.succeeded = 0, 0
 		b.setLocked(stateHalfOpen)
