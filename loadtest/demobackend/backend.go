@@ -116,24 +116,29 @@ func (b *Backend) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	path := string(ctx.Path())
-	switch {
-	case path == "/healthz":
+	switch path {
+	case "/healthz":
 		if !b.healthy.Load() {
 			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 		}
 		ctx.SetBodyString("ok\n")
-		return
-	case path == "/_backend/stats":
+	case "/_backend/stats":
 		writeJSON(ctx, b.Stats())
-		return
-	case path == "/_backend/config":
+	case "/_backend/config":
 		b.configure(ctx)
-		return
-	case path == "/ws":
+	case "/ws":
 		echoWebSocket(ctx)
-		return
+	default:
+		if b.work(ctx) {
+			b.answer(ctx, path)
+		}
 	}
-	q := ctx.QueryArgs()
+}
+
+// work runs the capacity model for one request: it waits for a worker (or
+// is shed, or times out: then it answers 503 and reports false), then takes
+// the service time, slowed past the thrash point.
+func (b *Backend) work(ctx *fasthttp.RequestCtx) bool {
 	switch b.acquire() {
 	case shed:
 		b.shed.Add(1)
@@ -142,16 +147,16 @@ func (b *Backend) Handler(ctx *fasthttp.RequestCtx) {
 		}
 		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 		ctx.SetBodyString(`{"error":"backend busy"}`)
-		return
+		return false
 	case timedOut:
 		b.rejected.Add(1)
 		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 		ctx.SetBodyString(`{"error":"backend overloaded"}`)
-		return
+		return false
 	}
 	b.inflight.Add(1)
 	d := time.Duration(b.latency.Load())
-	if s := q.Peek("sleep"); len(s) > 0 {
+	if s := ctx.QueryArgs().Peek("sleep"); len(s) > 0 {
 		if v, err := time.ParseDuration(string(s)); err == nil {
 			d = v
 		}
@@ -168,7 +173,13 @@ func (b *Backend) Handler(ctx *fasthttp.RequestCtx) {
 	b.inflight.Add(-1)
 	b.release()
 	b.served.Add(1)
+	return true
+}
 
+// answer writes a served request's answer: the status and Cache-Control the
+// query asks for, n bytes for /bytes/n, else an echo of the request.
+func (b *Backend) answer(ctx *fasthttp.RequestCtx, path string) {
+	q := ctx.QueryArgs()
 	if c := q.Peek("cache"); len(c) > 0 {
 		ctx.Response.Header.Set("Cache-Control", string(c))
 	}
@@ -178,17 +189,16 @@ func (b *Backend) Handler(ctx *fasthttp.RequestCtx) {
 			status = v
 		}
 	}
+	ctx.SetStatusCode(status)
 	if n := bytesPath(path); n >= 0 {
-		ctx.SetStatusCode(status)
 		ctx.SetContentType("application/octet-stream")
 		ctx.SetBody(make([]byte, n))
 		return
 	}
-	ctx.SetStatusCode(status)
 	writeJSON(ctx, map[string]any{
 		"method":     string(ctx.Method()),
 		"path":       path,
-		"query":      string(ctx.QueryArgs().QueryString()),
+		"query":      string(q.QueryString()),
 		"tenant_key": string(ctx.Request.Header.Peek("X-API-Key")),
 		"request_id": string(ctx.Request.Header.Peek("X-Request-Id")),
 		"body_bytes": len(ctx.PostBody()),
