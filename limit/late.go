@@ -39,7 +39,13 @@ func (l *Limiter) lateWait() time.Duration {
 // its caller gave up and b is not nil, the permits of its answer go back to
 // the store in one more call (never retried), so a timed-out lease does not
 // spend budget nobody can use. b.late counts such calls until then.
+//
+// An in-process store (MemoryStore) answers at once and cannot be late: it
+// is called directly, without the goroutine, channel and timer.
 func (l *Limiter) callStore(ctx context.Context, req *LeaseRequest, b *bucket) (LeaseResult, error) {
+	if _, inProcess := l.store.(*MemoryStore); inProcess {
+		return l.store.Lease(ctx, req)
+	}
 	c := &storeCall{done: make(chan struct{})}
 	go func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.lateWait())
