@@ -99,8 +99,8 @@ func (fakeLimiter) MaxTokens(*limit.Request) (int64, limit.Scope) {
 func (fakeLimiter) Status() limit.LimiterStatus { return limit.LimiterStatus{} }
 
 // TestRouterAnswers: unknown paths, wrong methods and missing tokens get
-// the JSON problem body naming the field; the token is not asked on
-// /healthz, nor on /metrics unless configured.
+// the JSON problem body naming the field; the token is not asked on the
+// probes /healthz and /readyz, nor on /metrics, unless configured.
 func TestRouterAnswers(t *testing.T) {
 	c := startAdmin(t, Config{Listen: "127.0.0.1:0", Token: "s3cret"})
 	auth := []string{"Authorization", "Bearer s3cret"}
@@ -127,11 +127,14 @@ func TestRouterAnswers(t *testing.T) {
 
 	assert.Equal(t, fasthttp.StatusOK, call(t, c, "GET", "/healthz", "").StatusCode())
 	assert.Equal(t, fasthttp.StatusOK, call(t, c, "GET", "/metrics", "").StatusCode())
+	assert.Equal(t, fasthttp.StatusOK, call(t, c, "GET", "/readyz", "").StatusCode())
+	assert.Equal(t, fasthttp.StatusUnauthorized, call(t, c, "POST", "/v1/reload", "").StatusCode())
+
+	c = startAdmin(t, Config{Listen: "127.0.0.1:0", Token: "s3cret", MetricsRequireToken: true, ProbesRequireToken: true})
+	assert.Equal(t, fasthttp.StatusUnauthorized, call(t, c, "GET", "/metrics", "").StatusCode())
+	assert.Equal(t, fasthttp.StatusUnauthorized, call(t, c, "GET", "/healthz", "").StatusCode())
 	assert.Equal(t, fasthttp.StatusUnauthorized, call(t, c, "GET", "/readyz", "").StatusCode())
 	assert.Equal(t, fasthttp.StatusOK, call(t, c, "GET", "/readyz", "", auth...).StatusCode())
-
-	c = startAdmin(t, Config{Listen: "127.0.0.1:0", Token: "s3cret", MetricsRequireToken: true})
-	assert.Equal(t, fasthttp.StatusUnauthorized, call(t, c, "GET", "/metrics", "").StatusCode())
 }
 
 // TestCheckAnswer: a check answers the decision as JSON with the

@@ -15,8 +15,8 @@ import (
 // there (server.admin_listen, server.admin_token, ...); errors name them so.
 //
 // Token rules: with a Token, every endpoint needs it as a bearer token except
-// /healthz (a liveness probe must work without secrets) and /metrics (unless
-// MetricsRequireToken). /readyz needs it like the APIs.
+// the probes /healthz and /readyz (unless ProbesRequireToken: a kubelet probe
+// cannot read a Secret) and /metrics (unless MetricsRequireToken).
 type Config struct {
 	// Listen is the admin listener's host:port. Default "127.0.0.1:9090".
 	// A non-loopback address requires Token.
@@ -26,6 +26,9 @@ type Config struct {
 	Token string `mapstructure:"admin_token"`
 	// MetricsRequireToken makes /metrics ask for the token too. Default false.
 	MetricsRequireToken bool `mapstructure:"metrics_require_token"`
+	// ProbesRequireToken makes /healthz and /readyz ask for the token too.
+	// Default false.
+	ProbesRequireToken bool `mapstructure:"probes_require_token"`
 	// ReadTimeout bounds reading one request (head and body). Default 5s.
 	ReadTimeout time.Duration `mapstructure:"admin_read_timeout"`
 	// WriteTimeout bounds writing one answer (a large /metrics included).

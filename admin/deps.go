@@ -56,6 +56,12 @@ type Adaptive interface {
 // return quickly: it is called with a context bounded to one second.
 type ReadyFunc func(ctx context.Context) (ready bool, reason string)
 
+// ReloadFunc re-reads the configuration and applies what can change while
+// running (POST /v1/reload). It returns the keys it applied and the changed
+// keys that need a restart; an error (an invalid configuration: one line per
+// bad key) leaves the running configuration as it was.
+type ReloadFunc func() (applied, restart []string, err error)
+
 // Deps are the configuration and the parts the admin listener serves.
 // Limiter, Catalog and Writer are required.
 type Deps struct {
@@ -72,6 +78,8 @@ type Deps struct {
 	Adaptive Adaptive
 	// Ready decides GET /readyz (nil: always ready).
 	Ready ReadyFunc
+	// Reload serves POST /v1/reload (nil: 404 on that path).
+	Reload ReloadFunc
 }
 
 // Interface guards.

@@ -25,6 +25,7 @@ const (
 	routeRule
 	routeTenants
 	routeTenant
+	routeReload
 	routeCount
 )
 
@@ -41,6 +42,7 @@ var routeNames = [routeCount]string{
 	routeRule:       "rule",
 	routeTenants:    "tenants",
 	routeTenant:     "tenant",
+	routeReload:     "reload",
 }
 
 // routeMethods lists the methods each endpoint accepts, as the Allow header
@@ -56,6 +58,7 @@ var routeMethods = [routeCount]string{
 	routeRule:       "GET, PUT, DELETE",
 	routeTenants:    "GET",
 	routeTenant:     "GET, PUT, DELETE",
+	routeReload:     "POST",
 }
 
 const (
@@ -78,6 +81,8 @@ func routeOf(path []byte) route {
 		return routeCheck
 	case "/v1/ratelimit/check/batch":
 		return routeCheckBatch
+	case "/v1/reload":
+		return routeReload
 	case "/v1/rules", "/v1/rules/":
 		return routeRules
 	case "/v1/tenants", "/v1/tenants/":
@@ -135,13 +140,15 @@ func (s *Server) serveRoute(ctx *fasthttp.RequestCtx, r route) {
 		s.listTenants(ctx)
 	case routeTenant:
 		s.tenant(ctx)
+	case routeReload:
+		s.reload(ctx)
 	}
 }
 
 // methodAllowed reports whether method is one of route's methods.
 func methodAllowed(r route, method []byte) bool {
 	switch r {
-	case routeCheck, routeCheckBatch:
+	case routeCheck, routeCheckBatch, routeReload:
 		return string(method) == fasthttp.MethodPost
 	case routeRule, routeTenant:
 		switch string(method) {
@@ -153,15 +160,16 @@ func methodAllowed(r route, method []byte) bool {
 	return string(method) == fasthttp.MethodGet
 }
 
-// needsToken reports whether route requires the bearer token. /healthz never
-// does; /metrics does only with server.metrics_require_token.
+// needsToken reports whether route requires the bearer token. The probes
+// /healthz and /readyz do only with server.probes_require_token, /metrics
+// only with server.metrics_require_token.
 func (s *Server) needsToken(r route) bool {
 	if s.token == nil {
 		return false
 	}
 	switch r {
-	case routeHealthz:
-		return false
+	case routeHealthz, routeReadyz:
+		return s.cfg.ProbesRequireToken
 	case routeMetrics:
 		return s.cfg.MetricsRequireToken
 	}
