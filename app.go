@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -15,6 +17,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/admin"
 	"github.com/sentinel-gateway/sentinel/cache"
+	"github.com/sentinel-gateway/sentinel/internal/logx"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/proxy"
 	"github.com/sentinel-gateway/sentinel/rls"
@@ -30,7 +33,7 @@ type app struct {
 	catalog   *limit.Catalog
 	sync      *limit.CatalogSync // in-process only without Redis
 	adaptive  *adaptive.Controller
-	limiter   *limit.Limiter
+	limiter   *liveLimiter
 	upstreams *upstream.Set
 	cache     *cache.Cache
 	proxy     *proxy.Server
@@ -39,6 +42,12 @@ type app struct {
 	grpcAddr  net.Addr    // where rls listens, once serving
 	cancel    context.CancelFunc
 	errc      chan error
+
+	logLevel *slog.LevelVar // log.level, changed by a reload
+	// load re-reads the configuration for a reload (nil: reload refused).
+	load     func() (*Config, error)
+	reloadMu sync.Mutex  // serializes reloads; guards cfg's reloadable sections
+	draining atomic.Bool // SIGTERM arrived: /readyz answers 503
 }
 
 // build wires the parts; nothing listens or runs in the background yet. On
@@ -69,20 +78,23 @@ func build(cfg *Config) (_ *app, err error) {
 	}
 	a.catalog.SetRouteResources(resources)
 	// Without Redis the sync keeps the same rules semantics in the process.
-	a.sync = limit.NewCatalogSync(a.redis, a.catalog, limit.CatalogSyncOptions{KeyPrefix: cfg.Redis.KeyPrefix})
+	a.sync = limit.NewCatalogSync(a.redis, a.catalog, limit.CatalogSyncOptions{
+		KeyPrefix: cfg.Redis.KeyPrefix, Logf: logx.Printf(slog.LevelWarn),
+	})
 	if a.upstreams, err = upstream.New(cfg.Upstreams); err != nil {
 		return nil, err
 	}
 	if a.adaptive, err = adaptive.New(cfg.Adaptive, adaptive.Options{
 		Redis: a.redis, KeyPrefix: cfg.Redis.KeyPrefix, PodID: podID(), Upstreams: a.upstreams.Names(),
+		Logf: logx.Printf(slog.LevelInfo),
 	}); err != nil {
 		return nil, err
 	}
-	if a.limiter, err = limit.NewLimiter(cfg.Limits, a.store, limit.Options{
-		Adjuster: a.adaptive, LivePods: a.adaptive.LivePods, Catalog: a.catalog,
-	}); err != nil {
+	l, err := a.newLimiter(cfg.Limits)
+	if err != nil {
 		return nil, err
 	}
+	a.limiter = newLiveLimiter(l)
 	a.cache = cache.New(cfg.Cache)
 	if a.proxy, err = proxy.New(proxy.Deps{
 		Config:    cfg.Proxy,
@@ -103,6 +115,13 @@ func build(cfg *Config) (_ *app, err error) {
 		}
 	}
 	return a, nil
+}
+
+// newLimiter builds a limiter of the limits section over the app's store.
+func (a *app) newLimiter(cfg limit.Config) (*limit.Limiter, error) {
+	return limit.NewLimiter(cfg, a.store, limit.Options{
+		Adjuster: a.adaptive, LivePods: a.adaptive.LivePods, Catalog: a.catalog,
+	})
 }
 
 // start listens on server.listen and server.admin_listen (and grpc.listen,
@@ -216,6 +235,7 @@ func (a *app) adminDeps() admin.Deps {
 		Writer:   a.sync,
 		Adaptive: a.adaptive,
 		Ready:    a.ready,
+		Reload:   a.reload,
 	}
 }
 
@@ -223,6 +243,9 @@ func (a *app) adminDeps() admin.Deps {
 // (it is, or the process would not run), and the store answers or the
 // failure policy lets the pod decide without it.
 func (a *app) ready(ctx context.Context) (bool, string) {
+	if a.draining.Load() {
+		return false, "draining: shutting down, finishing in-flight requests"
+	}
 	err := a.store.Ping(ctx)
 	switch {
 	case err == nil:
@@ -247,7 +270,21 @@ func connectRedis(cfg limit.RedisConfig) (rueidis.Client, error) {
 		if time.Now().Add(wait).After(deadline) {
 			return nil, fmt.Errorf("%w (gave up after redis.connect_wait %v)", err, cfg.ConnectWait)
 		}
-		log.Printf("sentinel: %v; retrying in %v", err, wait)
+		slog.Warn("cannot connect to redis; retrying", "addrs", cfg.Addrs, "error", err, "retry_in", wait)
 		time.Sleep(wait)
+	}
+}
+
+// drain turns /readyz to 503 at once and keeps serving for delay, so that
+// load balancers stop sending before the listeners close.
+func (a *app) drain(delay *time.Duration) {
+	a.draining.Store(true)
+	d := time.Duration(0)
+	if delay != nil {
+		d = *delay
+	}
+	slog.Info("draining: /readyz answers 503; still serving", "drain_delay", d.String())
+	if d > 0 {
+		time.Sleep(d)
 	}
 }

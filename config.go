@@ -14,6 +14,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/admin"
 	"github.com/sentinel-gateway/sentinel/cache"
+	"github.com/sentinel-gateway/sentinel/internal/logx"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/proxy"
 	"github.com/sentinel-gateway/sentinel/rls"
@@ -44,6 +45,7 @@ type Config struct {
 	Rules     []limit.Rule      `mapstructure:"rules"`
 	Adaptive  adaptive.Config   `mapstructure:"adaptive"`
 	GRPC      rls.Config        `mapstructure:"grpc"`
+	Log       logx.Config       `mapstructure:"log"`
 }
 
 // loadConfig reads the YAML file at path (empty: defaults only), applies the
@@ -210,6 +212,7 @@ func (c *Config) setDefaultsAndValidate() error {
 	}
 	c.Adaptive.SetDefaults()
 	c.GRPC.SetDefaults()
+	c.Log.SetDefaults()
 
 	names := make([]string, 0, len(c.Upstreams))
 	for name := range c.Upstreams {
@@ -227,6 +230,7 @@ func (c *Config) setDefaultsAndValidate() error {
 		c.validateCatalog(),
 		c.Adaptive.Validate(),
 		c.GRPC.Validate(),
+		c.Log.Validate(),
 	)
 }
 

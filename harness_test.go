@@ -22,6 +22,7 @@ import (
 // gateway is one Sentinel process's parts, serving on free loopback ports.
 type gateway struct {
 	app   *app
+	path  string // the configuration file, which a test may rewrite and reload
 	url   string // proxy, http://127.0.0.1:port
 	admin string // admin API
 }
@@ -36,12 +37,13 @@ func startGateway(t *testing.T, configYAML string, env ...string) *gateway {
 	require.NoError(t, err, "config:\n%s", configYAML)
 	a, err := build(cfg)
 	require.NoError(t, err)
+	a.load = func() (*Config, error) { return loadConfig(path, env) }
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	require.NoError(t, a.serve(context.Background(), ln, adminLn))
-	g := &gateway{app: a, url: "http://" + ln.Addr().String(), admin: "http://" + adminLn.Addr().String()}
+	g := &gateway{app: a, path: path, url: "http://" + ln.Addr().String(), admin: "http://" + adminLn.Addr().String()}
 	t.Cleanup(g.stop)
 	return g
 }

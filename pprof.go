@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -38,10 +38,10 @@ func servePprof(ln net.Listener) (stop func()) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Printf("sentinel: pprof listener: %v", err)
+			slog.Error("pprof listener failed", "error", err)
 		}
 	}()
-	log.Printf("sentinel: pprof on http://%s/debug/pprof/", ln.Addr())
+	slog.Info("pprof serving", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -308,4 +309,19 @@ func (s *CatalogSync) DeleteTenant(ctx context.Context, id string) error {
 		return ErrEntryNotFound
 	}
 	return s.write(ctx, 1, id, "", tenantEntry(id), func() { delete(s.tenants, id) })
+}
+
+// SetBase replaces the entries that come from config.yaml (a configuration
+// reload) and applies them under the API's entries, which still override
+// them. Nothing changes when the merged set does not validate.
+func (s *CatalogSync) SetBase(tenants []Tenant, rules []Rule) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	oldT, oldR := s.baseTenants, s.baseRules
+	s.baseTenants, s.baseRules = slices.Clone(tenants), slices.Clone(rules)
+	if err := s.applyLocked(); err != nil {
+		s.baseTenants, s.baseRules = oldT, oldR
+		return err
+	}
+	return nil
 }

@@ -48,6 +48,10 @@ type ServerConfig struct {
 	// ShutdownGrace is how long shutdown waits for in-flight requests.
 	// Default 15s.
 	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
+	// DrainDelay is how long the listener keeps serving after SIGTERM while
+	// /readyz already answers 503, so that load balancers stop sending new
+	// requests before the listener closes. Default 5s; 0 closes at once.
+	DrainDelay *time.Duration `mapstructure:"drain_delay"`
 	// Concurrency is the maximum number of concurrent client connections.
 	// Default 256*1024.
 	Concurrency int `mapstructure:"concurrency"`
@@ -127,6 +131,7 @@ const (
 	DefaultMaxRequestBody    = confutil.ByteSize(10 << 20)
 	DefaultRequestBuffer     = confutil.ByteSize(64 << 10)
 	DefaultShutdownGrace     = 15 * time.Second
+	DefaultDrainDelay        = 5 * time.Second
 	DefaultConcurrency       = 256 * 1024
 	DefaultAPIKeyHeader      = "X-API-Key"
 	DefaultRequestIDHeader   = "X-Request-Id"
@@ -157,6 +162,10 @@ func (c *ServerConfig) SetDefaults() {
 	confutil.SetDefault(&c.MaxRequestBody, DefaultMaxRequestBody)
 	confutil.SetDefault(&c.RequestBuffer, DefaultRequestBuffer)
 	confutil.SetDefault(&c.ShutdownGrace, DefaultShutdownGrace)
+	if c.DrainDelay == nil {
+		d := DefaultDrainDelay
+		c.DrainDelay = &d
+	}
 	confutil.SetDefault(&c.Concurrency, DefaultConcurrency)
 	confutil.SetDefault(&c.HeadersWithUnderscores, UnderscoresDrop)
 	confutil.SetDefault(&c.ParseErrorLogRate, DefaultParseErrorLogRate)
@@ -199,6 +208,9 @@ func (c *ServerConfig) Validate() error {
 		confutil.Positive("server.idle_timeout", c.IdleTimeout),
 		confutil.Positive("server.shutdown_grace", c.ShutdownGrace),
 	)
+	if c.DrainDelay != nil && *c.DrainDelay < 0 {
+		errs = append(errs, fmt.Errorf("server.drain_delay: %s is negative; use 0 to close at once", *c.DrainDelay))
+	}
 	if c.MaxRequestBody <= 0 || c.MaxRequestBody > 1<<31-1 {
 		errs = append(errs, fmt.Errorf("server.max_request_body: %s is not a size between 1 byte and 2GiB", c.MaxRequestBody))
 	}

@@ -4,6 +4,7 @@
 package logx
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -114,4 +115,12 @@ func (t *Throttle) Allow(now time.Time) (ok bool, suppressed int) {
 	t.count++
 	suppressed, t.suppressed = t.suppressed, 0
 	return true, suppressed
+}
+
+// Printf returns a printf-style function that logs its message through
+// slog.Default at level, for parts that take a Logf callback.
+func Printf(level slog.Level) func(format string, args ...any) {
+	return func(format string, args ...any) {
+		slog.Default().Log(context.Background(), level, fmt.Sprintf(format, args...))
+	}
 }

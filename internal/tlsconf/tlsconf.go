@@ -15,7 +15,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -131,7 +131,7 @@ func (c *Certificate) reload() {
 	}
 	if err != nil {
 		reloadsError.Inc()
-		log.Printf("sentinel: tls: keeping the current certificate: cannot reload %q, %q: %v", c.cfg.CertFile, c.cfg.KeyFile, err)
+		slog.Warn("tls: keeping the current certificate: cannot reload it", "cert_file", c.cfg.CertFile, "key_file", c.cfg.KeyFile, "error", err)
 		return
 	}
 	c.cert.Store(&cert)

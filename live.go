@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/sentinel-gateway/sentinel/limit"
+)
+
+// liveLimiter is the limiter the proxy, the admin API and the gRPC service
+// call: one atomic load, then the current *limit.Limiter. A reload that
+// changes the limits section builds a new limiter over the same store and
+// swaps it in; requests already inside the old one finish there.
+type liveLimiter struct {
+	cur atomic.Pointer[limit.Limiter]
+}
+
+// retireAfter is how long a replaced limiter keeps running before it is
+// closed: longer than any store call or lease wait of a request inside it.
+const retireAfter = 5 * time.Second
+
+func newLiveLimiter(l *limit.Limiter) *liveLimiter {
+	ll := &liveLimiter{}
+	ll.cur.Store(l)
+	return ll
+}
+
+// Allow decides req on the current limiter.
+func (ll *liveLimiter) Allow(ctx context.Context, req *limit.Request) limit.Decision {
+	return ll.cur.Load().Allow(ctx, req)
+}
+
+// MaxTokens asks the current limiter.
+func (ll *liveLimiter) MaxTokens(req *limit.Request) (int64, limit.Scope) {
+	return ll.cur.Load().MaxTokens(req)
+}
+
+// Status reports the current limiter's status.
+func (ll *liveLimiter) Status() limit.LimiterStatus { return ll.cur.Load().Status() }
+
+// StoreHealthy reports whether the current limiter's store breaker is closed.
+func (ll *liveLimiter) StoreHealthy() bool { return ll.cur.Load().StoreHealthy() }
+
+// swap makes l current and closes the previous limiter after retireAfter.
+func (ll *liveLimiter) swap(l *limit.Limiter) {
+	old := ll.cur.Swap(l)
+	time.AfterFunc(retireAfter, old.Close)
+}
+
+// Close closes the current limiter.
+func (ll *liveLimiter) Close() { ll.cur.Load().Close() }
