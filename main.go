@@ -59,15 +59,16 @@ func run(args []string, environ []string) int {
 	check := fs.Bool("check", false, "validate the configuration (file and environment), print \"config OK\" and exit 0, or the errors and exit 2")
 	healthcheck := fs.Bool("healthcheck", false, "probe the admin listener's /healthz and exit 0 when healthy (for container health checks)")
 	pprofListen := fs.String("pprof", "", "serve net/http/pprof on this loopback host:port, without a token (empty: off)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sentinel [flags]\n\nSentinel is an edge gateway: a reverse proxy with rate limits and overload protection.\n\nFlags:\n")
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), usageEnv)
-	}
+	fs.Usage = func() {} // -help prints the usage below; a bad flag only points to it
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fmt.Print("Usage: sentinel [flags]\n\nSentinel is an edge gateway: a reverse proxy with rate limits and overload protection.\n\nFlags:\n")
+			fs.PrintDefaults()
+			fmt.Print(usageEnv)
 			return 0
 		}
+		fmt.Fprintln(os.Stderr, "run sentinel -help for the flags and the SENTINEL_* environment variables")
 		return 2
 	}
 	if *showVersion {

@@ -62,26 +62,21 @@ func (a *app) apply(next *Config, applied []string) error {
 	has := func(prefix string) bool {
 		return slices.ContainsFunc(applied, func(k string) bool { return strings.HasPrefix(k, prefix) })
 	}
-	var l = a.limiter.cur.Load()
-	if has("limits.") {
-		var err error
-		if l, err = a.newLimiter(next.Limits); err != nil {
+	if has("limits.") || has("tenants") || has("rules") {
+		// A new limiter starts without the old one's local buckets and
+		// cached refusals, so that a changed limit or rule applies to the
+		// next request; the store keeps the counts.
+		l, err := a.newLimiter(next.Limits)
+		if err != nil {
 			return err
 		}
-	}
-	if has("tenants") || has("rules") || has("limits.") {
 		// Rules take their defaults from the limits section.
 		if err := a.sync.SetBase(next.Tenants, next.Rules); err != nil {
-			if l != a.limiter.cur.Load() {
-				l.Close()
-			}
+			l.Close()
 			return err
 		}
-		a.cfg.Tenants, a.cfg.Rules = next.Tenants, next.Rules
-	}
-	if l != a.limiter.cur.Load() {
 		a.limiter.swap(l)
-		a.cfg.Limits = next.Limits
+		a.cfg.Limits, a.cfg.Tenants, a.cfg.Rules = next.Limits, next.Tenants, next.Rules
 	}
 	if has("log.level") && a.logLevel != nil {
 		a.logLevel.Set(next.Log.SlogLevel())
