@@ -22,7 +22,6 @@ limits: {ip: ` + strconv.Itoa(ip) + `, window: 1m}
 `
 }
 
-
 // TestReloadAppliesLimitsAndReportsRestartKeys: a reload applies a changed
 // limits.ip at once, and names a changed server key as needing a restart;
 // an invalid file keeps the running configuration.

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// sentinelBinary builds the command once per test run.
+func sentinelBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sentinel-bin")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "sentinel")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, binErr)
+	return binPath
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func binaryConfig(listen, admin, upstream string, ip int) string {
+	return fmt.Sprintf(`
+server: {listen: %q, admin_listen: %q, admin_token: s3cret, drain_delay: 1500ms, shutdown_grace: 3s}
+log: {format: json, level: info, access: true}
+upstreams:
+  api: {targets: [%q]}
+routes:
+  - {path_prefix: /, upstream: api, resource: default}
+limits: {ip: %d, window: 1m}
+`, listen, admin, upstream, ip)
+}
+
+// keepAlive sends requests one after another on one TCP connection and
+// fails the test if the connection drops.
+type keepAlive struct {
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+func (k *keepAlive) get(t *testing.T, path string) int {
+	t.Helper()
+	require.NoError(t, k.conn.SetDeadline(time.Now().Add(5*time.Second)))
+	_, err := fmt.Fprintf(k.conn, "GET %s HTTP/1.1\r\nHost: test\r\n\r\n", path)
+	require.NoError(t, err, "the keep-alive connection dropped")
+	resp, err := http.ReadResponse(k.r, nil)
+	require.NoError(t, err, "the keep-alive connection dropped")
+	var sink bytes.Buffer
+	_, _ = sink.ReadFrom(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestBinaryReloadAndDrain runs the built command: SIGHUP applies a raised
+// limit on a connection that stays open, an invalid file keeps the running
+// configuration, SIGTERM turns /readyz to 503 while the proxy still serves,
+// and every log line is JSON.
+func TestBinaryReloadAndDrain(t *testing.T) {
+	bin := sentinelBinary(t)
+	up := startUpstream(t)
+	listen, admin := freePort(t), freePort(t)
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(binaryConfig(listen, admin, up.url, 3)), 0o600))
+
+	var stderr syncBuffer
+	cmd := exec.Command(bin, "-config", path)
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	eventually(t, 10*time.Second, "the admin listener answers /readyz without a token", func() bool {
+		return status("GET", "http://"+admin+"/readyz") == 200
+	})
+
+	conn, err := net.Dial("tcp", listen)
+	require.NoError(t, err)
+	defer conn.Close()
+	k := &keepAlive{conn: conn, r: bufio.NewReader(conn)}
+	for range 3 {
+		assert.Equal(t, 200, k.get(t, "/x"))
+	}
+	assert.Equal(t, 429, k.get(t, "/x"))
+
+	require.NoError(t, os.WriteFile(path, []byte(binaryConfig(listen, admin, up.url, 100)), 0o600))
+	require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
+	eventually(t, 5*time.Second, "the raised limit applies", func() bool { return k.get(t, "/x") == 200 })
+
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(binaryConfig(listen, admin, up.url, 1), "1m", "1sec", 1)), 0o600))
+	require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
+	eventually(t, 5*time.Second, "the invalid file is logged", func() bool {
+		return strings.Contains(stderr.String(), "keeping the running configuration")
+	})
+	assert.Equal(t, 200, k.get(t, "/x"), "the running limit (100) stays")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	eventually(t, 2*time.Second, "/readyz answers 503 once draining", func() bool {
+		return status("GET", "http://"+admin+"/readyz") == 503
+	})
+	assert.Equal(t, 200, k.get(t, "/x"), "the proxy serves during server.drain_delay")
+	select {
+	case err := <-done:
+		done <- err
+		require.NoError(t, err, "exit status\n%s", stderr.String())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no exit 10s after SIGTERM\n%s", stderr.String())
+	}
+
+	var lines, access int
+	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		if strings.Contains(line, "metrics: disable exposing PSI") {
+			continue // printed by the metrics library's package initializer, before main
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m), "log line %q", line)
+		lines++
+		if m["msg"] == "access" {
+			access++
+		}
+	}
+	assert.Greater(t, lines, 5)
+	t.Logf("%d JSON log lines, %d access lines", lines, access)
+}
+
+// TestBinaryCheckAndHelp: -check prints "config OK" and exits 0, or the
+// errors and 2; -help exits 0 and explains the environment.
+func TestBinaryCheckAndHelp(t *testing.T) {
+	bin := sentinelBinary(t)
+	out, err := exec.Command(bin, "-check", "-config", "testdata/config/good_minimal.yaml").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "config OK")
+
+	cmd := exec.Command(bin, "-check", "-config", "testdata/config/bad_algorithm.yaml")
+	out, err = cmd.CombinedOutput()
+	require.Error(t, err)
+	assert.Equal(t, 2, cmd.ProcessState.ExitCode())
+	assert.Contains(t, string(out), "limits.algorithm")
+
+	out, err = exec.Command(bin, "-help").Output()
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "SENTINEL_LIMITS_IP")
+	assert.Contains(t, string(out), "SIGHUP")
+}
