@@ -97,12 +97,14 @@ func build(cfg *Config) (_ *app, err error) {
 	a.limiter = newLiveLimiter(l)
 	a.cache = cache.New(cfg.Cache)
 	if a.proxy, err = proxy.New(proxy.Deps{
-		Config:    cfg.Proxy,
-		Limiter:   a.limiter,
-		Tenants:   a.catalog,
-		Adaptive:  a.adaptive,
-		Upstreams: a.upstreams,
-		Cache:     a.cache,
+		Config:         cfg.Proxy,
+		Limiter:        a.limiter,
+		Tenants:        a.catalog,
+		Adaptive:       a.adaptive,
+		Upstreams:      a.upstreams,
+		Cache:          a.cache,
+		AccessLog:      accessLogger(cfg.Log),
+		AccessRefusals: cfg.Log.AccessRefusals,
 	}); err != nil {
 		return nil, err
 	}
@@ -115,6 +117,14 @@ func build(cfg *Config) (_ *app, err error) {
 		}
 	}
 	return a, nil
+}
+
+// accessLogger is the logger of the access log, nil when log.access is off.
+func accessLogger(cfg logx.Config) *slog.Logger {
+	if !cfg.Access {
+		return nil
+	}
+	return slog.Default()
 }
 
 // newLimiter builds a limiter of the limits section over the app's store.

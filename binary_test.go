@@ -143,7 +143,7 @@ func TestBinaryReloadAndDrain(t *testing.T) {
 		t.Fatalf("no exit 10s after SIGTERM\n%s", stderr.String())
 	}
 
-	var lines, access int
+	var lines, access, limited, allowed int
 	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
 		if strings.Contains(line, "metrics: disable exposing PSI") {
 			continue // printed by the metrics library's package initializer, before main
@@ -153,9 +153,25 @@ func TestBinaryReloadAndDrain(t *testing.T) {
 		lines++
 		if m["msg"] == "access" {
 			access++
+			assert.NotEmpty(t, m["request_id"], line)
+			assert.Equal(t, "127.0.0.1", m["client_ip"], line)
+			assert.Equal(t, "default", m["route"], line)
+			switch m["decision"] {
+			case "rate_limited":
+				limited++
+				assert.Equal(t, "ip", m["limit"], line)
+				assert.EqualValues(t, 429, m["status"], line)
+			case "allowed":
+				allowed++
+				assert.EqualValues(t, 200, m["status"], line)
+				assert.Equal(t, strings.TrimPrefix(up.url, "http://"), m["upstream"], line)
+				assert.Contains(t, m, "upstream_ms", line)
+			}
 		}
 	}
 	assert.Greater(t, lines, 5)
+	assert.GreaterOrEqual(t, limited, 1, "the 429 before the reload")
+	assert.GreaterOrEqual(t, allowed, 6)
 	t.Logf("%d JSON log lines, %d access lines", lines, access)
 }
 

@@ -99,6 +99,10 @@ type Deps struct {
 	// Log receives the proxy server's own log lines: unreadable requests,
 	// rate-limited (nil: slog.Default()).
 	Log *slog.Logger
+	// AccessLog, when set, receives one line per request (log.access);
+	// AccessRefusals caps the lines of refused requests a second.
+	AccessLog      *slog.Logger
+	AccessRefusals int
 	// Pools, when set, replaces Upstreams' lookup (tests; and a main that
 	// wants its own Doer per upstream name). A nil Doer means "unknown".
 	Pools func(name string) Doer

@@ -30,6 +30,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.gate.RequestStarted()
 	}
 	id := s.idents.Get().(*Identity)
+	id.outcome, id.upstreamLatency = "", 0
 	path, query, ref := s.prepare(ctx, id)
 	var r *route
 	if ref == nil {
@@ -53,7 +54,11 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	// Answer with no Content-Type when the upstream sent none.
 	ctx.Response.Header.SetNoDefaultContentType(true)
 	ctx.Response.Header.SetBytesKV(s.requestIDHeader, id.RequestID)
-	m.count(ctx.Response.StatusCode(), s.now().Sub(start).Seconds())
+	now := s.now()
+	m.count(ctx.Response.StatusCode(), now.Sub(start).Seconds())
+	if s.access != nil {
+		s.access.write(ctx, id, start, now)
+	}
 	s.idents.Put(id)
 	if s.gate != nil {
 		s.gate.RequestFinished()
@@ -74,15 +79,21 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 	if why := s.gates(ctx, r, id, pol, cacheable); why != nil {
 		if why != servedFromCache {
 			s.reject(ctx, id, why)
+		} else {
+			id.outcome = outcomeCached
 		}
 		return
 	}
 	d, why := s.admit(id)
+	if why == nil && d.Allowed {
+		id.outcome = outcomeAllowed
+	}
 	switch {
 	case why != nil:
 		s.reject(ctx, id, why)
 		return
 	case !d.Allowed:
+		id.record(outcomeRateLimited, d.Scope)
 		rejectRateLimit.Inc()
 		s.tooMany(ctx, id, &d)
 		return
@@ -109,7 +120,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 	if req != &ctx.Request {
 		defer fasthttp.ReleaseRequest(req)
 	}
-	class, err := s.forward(ctx, r, req, ticket, cacheable)
+	class, err := s.forward(ctx, r, id, req, ticket, cacheable)
 	s.respond(ctx, r, id, req, body, class, err, &d, cacheable)
 }
 
@@ -239,12 +250,13 @@ func (s *Server) outbound(ctx *fasthttp.RequestCtx, r *route, id *Identity, pre 
 // forward sends req to the route's pool, classifies the result once and
 // feeds it, with the upstream's latency (not the time queued for a slot),
 // to the concurrency limit and the adaptive signals.
-func (s *Server) forward(ctx *fasthttp.RequestCtx, r *route, req *fasthttp.Request, ticket adaptive.Ticket, cacheable bool) (upstream.Class, error) {
+func (s *Server) forward(ctx *fasthttp.RequestCtx, r *route, id *Identity, req *fasthttp.Request, ticket adaptive.Ticket, cacheable bool) (upstream.Class, error) {
 	resp := &ctx.Response
 	resp.StreamBody = !cacheable // stream answers unless they may be cached
 	sent := s.now()
 	err := s.pools[r.index].Do(req, resp)
 	latency := s.now().Sub(sent)
+	id.upstreamLatency = latency
 	status := 0
 	if err == nil {
 		status = resp.StatusCode()

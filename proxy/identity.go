@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -47,6 +48,12 @@ type Identity struct {
 	Route    *Route
 	Resource string
 	Heavy    bool
+
+	// outcome is the decision as the access log names it, scope the limit
+	// that refused, upstreamLatency the forward's duration (0: none).
+	outcome         string
+	scope           limit.Scope
+	upstreamLatency time.Duration
 
 	ipBuf   [64]byte
 	peerBuf [64]byte

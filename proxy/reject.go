@@ -73,6 +73,7 @@ var (
 // reject writes why's answer, in place of anything the response held.
 func (s *Server) reject(ctx *fasthttp.RequestCtx, id *Identity, why *reason) {
 	why.counter.Inc()
+	id.outcome = why.msg
 	h := &ctx.Response.Header
 	if why.retryAfter != nil {
 		h.SetBytesKV(hdrRetryAfter, why.retryAfter)

@@ -44,6 +44,7 @@ type Server struct {
 	ids             *idGen
 	idents          sync.Pool // *Identity
 	errLog          *errorLog
+	access          *accessLog // nil: log.access is off
 
 	cert     *tlsconf.Certificate // nil: clear text
 	upgraded upgradedConns        // spliced WebSocket connections
@@ -90,6 +91,9 @@ func New(deps Deps) (*Server, error) {
 		log = slog.Default()
 	}
 	s.errLog = newErrorLog(log, cfg.Server.ParseErrorLogRate)
+	if deps.AccessLog != nil {
+		s.access = newAccessLog(deps.AccessLog, deps.AccessRefusals)
+	}
 	if cfg.Server.TLS.Enabled() {
 		if s.cert, err = tlsconf.Load(cfg.Server.TLS); err != nil {
 			return nil, fmt.Errorf("server.tls: %w", err)
