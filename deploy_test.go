@@ -224,7 +224,7 @@ func TestKubernetesManifests(t *testing.T) {
 		assert.Equal(t, "admin", probe.HTTPGet.Port)
 	}
 
-	// The token comes from the Secret, and the readiness probe sends the same one.
+	// The token comes from the Secret; the probes carry no copy of it.
 	secret := objs["Secret/sentinel-admin"]
 	var token string
 	for _, e := range c.Env {
@@ -236,8 +236,9 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	require.NotEmpty(t, token, "SENTINEL_SERVER_ADMIN_TOKEN from the Secret")
 	assert.Equal(t, secret.StringData["token"], token)
-	require.Len(t, c.ReadinessProbe.HTTPGet.HTTPHeaders, 1)
-	assert.Equal(t, "Bearer "+token, c.ReadinessProbe.HTTPGet.HTTPHeaders[0].Value)
+	for _, probe := range []*k8sProbe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+		assert.Empty(t, probe.HTTPGet.HTTPHeaders, "probes need no token")
+	}
 
 	// The config file is the ConfigMap's, and the gateway accepts it.
 	require.Len(t, c.VolumeMounts, 1)
@@ -249,8 +250,9 @@ func TestKubernetesManifests(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(cm.Data["config.yaml"]), 0o600))
 	cfg, err := loadConfig(path, []string{"SENTINEL_SERVER_ADMIN_TOKEN=" + token})
 	require.NoError(t, err, "the ConfigMap's config.yaml")
-	assert.Less(t, cfg.Proxy.Server.ShutdownGrace.Seconds(), float64(pod.Spec.TerminationGracePeriodSeconds),
-		"the pod must outlive the drain")
+	assert.Less(t, (cfg.Proxy.Server.ShutdownGrace + *cfg.Proxy.Server.DrainDelay).Seconds(), float64(pod.Spec.TerminationGracePeriodSeconds),
+		"the pod must outlive the drain delay and the shutdown grace")
+	assert.False(t, cfg.Admin.ProbesRequireToken)
 	_, err = loadConfig(path, nil)
 	assert.Error(t, err, "without the Secret's token the gateway must refuse to start")
 
