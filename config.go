@@ -60,20 +60,27 @@ func loadConfig(path string, environ []string) (*Config, error) {
 			return nil, fmt.Errorf("cannot read config %q: %w", path, err)
 		}
 	}
-	if err := applyEnv(v, environ); err != nil {
+	fromEnv, err := applyEnv(v, environ)
+	if err != nil {
 		return nil, err
 	}
 	var cfg Config
 	var md mapstructure.Metadata
-	err := v.Unmarshal(&cfg, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
-		mapstructure.StringToTimeDurationHookFunc(),
+	err = v.Unmarshal(&cfg, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
+		durationHook,
 		mapstructure.StringToSliceHookFunc(","),
 		mapstructure.TextUnmarshallerHookFunc(),
 	)), func(dc *mapstructure.DecoderConfig) {
 		dc.Metadata = &md
 	})
-	if err = errors.Join(err, unknownKeys(&md)); err != nil {
-		return nil, fmt.Errorf("cannot parse config: %w", cleanDecodeError(err))
+	var lines []string
+	bad := map[string]bool{}
+	if err != nil {
+		lines, bad = decodeMessages(err, fromEnv)
+	}
+	lines = append(lines, unknownKeys(&md, bad)...)
+	if len(lines) > 0 {
+		return nil, errors.New(strings.Join(lines, "\n"))
 	}
 	cfg.normalize()
 	if err := cfg.setDefaultsAndValidate(); err != nil {
@@ -86,8 +93,8 @@ func loadConfig(path string, environ []string) (*Config, error) {
 // AutomaticEnv only consults the environment for keys it already knows, and a
 // key absent from the file is unknown to it, so the keys are derived from the
 // Config struct instead. Keys inside maps (upstreams.NAME.x) are reachable only
-// when NAME is in the file.
-func applyEnv(v *viper.Viper, environ []string) error {
+// when NAME is in the file. It returns the variable that set each key.
+func applyEnv(v *viper.Viper, environ []string) (map[string]string, error) {
 	env := make(map[string]string)
 	for _, kv := range environ {
 		k, val, ok := strings.Cut(kv, "=")
@@ -96,15 +103,17 @@ func applyEnv(v *viper.Viper, environ []string) error {
 		}
 	}
 	if len(env) == 0 {
-		return nil
+		return nil, nil
 	}
 	keys := structKeys(reflect.TypeOf(Config{}), "")
 	keys = append(keys, v.AllKeys()...)
 	seen := make(map[string]bool, len(keys))
+	fromEnv := make(map[string]string)
 	for _, key := range keys {
 		name := envPrefix + "_" + strings.ToUpper(strings.NewReplacer(".", "_").Replace(key))
 		if val, ok := env[name]; ok && !seen[name] {
 			seen[name] = true
+			fromEnv[key] = name
 			v.Set(key, val)
 		}
 	}
@@ -116,9 +125,9 @@ func applyEnv(v *viper.Viper, environ []string) error {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return fmt.Errorf("environment: %s names no config key", strings.Join(unknown, ", "))
+		return nil, fmt.Errorf("environment: %s names no config key", strings.Join(unknown, ", "))
 	}
-	return nil
+	return fromEnv, nil
 }
 
 // structKeys lists the dotted mapstructure keys of t's leaf fields.
@@ -179,22 +188,34 @@ func (c *Config) normalize() {
 	}
 }
 
-// unknownKeys names the keys that no section reads. Two sections share the
-// key server (Proxy and Admin), so a key is unknown only when it is left
-// unused by both, not when one of them does not read it.
-func unknownKeys(md *mapstructure.Metadata) error {
+// unknownKeys names the keys that no section reads, with the known key
+// closest to each when one is within two edits. Two sections share the key
+// server (Proxy and Admin), so a key is unknown only when it is left unused
+// by both, not when one of them does not read it; a key whose value did not
+// decode (bad) is not unknown.
+func unknownKeys(md *mapstructure.Metadata, bad map[string]bool) []string {
 	used := make(map[string]bool, len(md.Keys))
 	for _, k := range md.Keys {
-		used[k] = true
+		used[yamlKey(k)] = true
 	}
-	var errs []error
+	var known []string
+	var lines []string
 	for _, k := range slices.Sorted(slices.Values(md.Unused)) {
-		if !used[k] {
-			errs = append(errs, fmt.Errorf("%s: unknown key", k))
-			used[k] = true // listed once
+		k = yamlKey(k)
+		if used[k] || bad[k] {
+			continue
 		}
+		used[k] = true // listed once
+		if known == nil {
+			knownKeys(reflect.TypeFor[Config](), "", &known)
+		}
+		line := k + ": unknown key"
+		if s := suggest(k, known); s != "" {
+			line += "; did you mean " + s + "?"
+		}
+		lines = append(lines, line)
 	}
-	return errors.Join(errs...)
+	return lines
 }
 
 func (c *Config) setDefaultsAndValidate() error {
@@ -238,11 +259,4 @@ func (c *Config) setDefaultsAndValidate() error {
 func (c *Config) validateCatalog() error {
 	_, err := limit.NewCatalog(c.Plans, c.Tenants, c.Rules)
 	return err
-}
-
-// cleanDecodeError turns mapstructure's messages into "key: reason" lines.
-func cleanDecodeError(err error) error {
-	msg := err.Error()
-	msg = strings.TrimPrefix(msg, "decoding failed due to the following error(s):\n\n")
-	return errors.New(msg)
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -142,4 +143,33 @@ func TestPlanNamesAgree(t *testing.T) {
 	}
 	assert.Equal(t, adaptive.PriorityFree, adaptive.PriorityOf(""), "anonymous")
 	assert.Len(t, limit.PlanNames, 3)
+}
+
+// TestEnvValueErrorNamesTheVariable: a bad value from the environment names
+// the variable and the key it sets.
+func TestEnvValueErrorNamesTheVariable(t *testing.T) {
+	_, err := loadConfig("testdata/config/good_minimal.yaml", []string{"SENTINEL_LIMITS_IP=ten"})
+	require.Error(t, err)
+	assert.Equal(t, "limits.ip: `ten` is not a whole number, e.g. 100 (from SENTINEL_LIMITS_IP)", err.Error())
+	_, err = loadConfig("testdata/config/good_minimal.yaml", []string{"SENTINEL_SERVER_DRAIN_DELAY=3"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "server.drain_delay: `3` is a bare number, not a duration")
+	cfg, err := loadConfig("testdata/config/good_minimal.yaml", []string{"SENTINEL_SERVER_DRAIN_DELAY=0"})
+	require.NoError(t, err)
+	assert.Zero(t, *cfg.Proxy.Server.DrainDelay, "0 is a duration without a unit")
+}
+
+func TestSuggest(t *testing.T) {
+	var known []string
+	knownKeys(reflect.TypeFor[Config](), "", &known)
+	for unknown, want := range map[string]string{
+		"limits.windw":          "limits.window",
+		"limts":                 "limits",
+		"server.admin_tokn":     "server.admin_token",
+		"rules[3].limt":         "rules[3].limit",
+		"upstreams.api.targtes": "upstreams.api.targets",
+		"server.something_else": "",
+	} {
+		assert.Equal(t, want, suggest(unknown, known), unknown)
+	}
 }

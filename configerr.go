@@ -1,0 +1,249 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
+)
+
+var (
+	durationType     = reflect.TypeFor[time.Duration]()
+	confDurationType = reflect.TypeFor[confutil.Duration]()
+)
+
+// durationHook decodes durations from text ("500ms", "1s", "1m"). A bare
+// number other than 0 is refused: YAML's `window: 10` would otherwise be
+// 10 nanoseconds.
+func durationHook(_ reflect.Type, to reflect.Type, data any) (any, error) {
+	if to != durationType && to != confDurationType {
+		return data, nil
+	}
+	var d time.Duration
+	switch v := data.(type) {
+	case string:
+		var err error
+		if d, err = time.ParseDuration(strings.TrimSpace(v)); err != nil {
+			if _, nerr := strconv.ParseFloat(strings.TrimSpace(v), 64); nerr == nil && v != "0" {
+				return nil, bareNumber(v)
+			}
+			return nil, fmt.Errorf("`%s` is not a duration; use e.g. 500ms, 1s, 1m", v)
+		}
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
+		if reflect.ValueOf(v).IsZero() {
+			break
+		}
+		return nil, bareNumber(fmt.Sprint(v))
+	case time.Duration, confutil.Duration:
+		return data, nil
+	default:
+		return data, nil
+	}
+	if to == confDurationType {
+		return confutil.Duration(d), nil
+	}
+	return d, nil
+}
+
+func bareNumber(v string) error {
+	return fmt.Errorf("`%s` is a bare number, not a duration; give its unit, e.g. %sms or %ss", v, v, v)
+}
+
+// decodeMessages turns mapstructure's errors into one "key: what is wrong"
+// line each, naming the SENTINEL_ variable when the value came from the
+// environment. It returns the keys named too.
+func decodeMessages(err error, fromEnv map[string]string) ([]string, map[string]bool) {
+	var lines []string
+	keys := map[string]bool{}
+	var walk func(error)
+	walk = func(err error) {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		de, ok := err.(*mapstructure.DecodeError)
+		if !ok {
+			if inner := errors.Unwrap(err); inner != nil {
+				walk(inner) // "decoding failed due to the following error(s)"
+				return
+			}
+			lines = append(lines, err.Error())
+			return
+		}
+		inner := de.Unwrap()
+		_, joined := inner.(interface{ Unwrap() []error })
+		if _, nested := inner.(*mapstructure.DecodeError); joined || nested {
+			walk(inner)
+			return
+		}
+		key := yamlKey(de.Name())
+		keys[key] = true
+		line := key + ": " + describe(inner)
+		if name, ok := fromEnv[key]; ok {
+			line += " (from " + name + ")"
+		}
+		lines = append(lines, line)
+	}
+	walk(err)
+	slices.Sort(lines)
+	return lines, keys
+}
+
+// describe says what is wrong with a value and what is allowed.
+func describe(err error) string {
+	var pe *mapstructure.ParseError
+	var ue *mapstructure.UnconvertibleTypeError
+	switch {
+	case errors.As(err, &pe):
+		return fmt.Sprintf("`%v` is not %s", pe.Value, kindName(pe.Expected.Type()))
+	case errors.As(err, &ue):
+		return fmt.Sprintf("`%v` is not %s", ue.Value, kindName(ue.Expected.Type()))
+	}
+	return err.Error()
+}
+
+// kindName names what a value of type t is written as.
+func kindName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "a whole number, e.g. 100"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number of 0 or more, e.g. 100"
+	case reflect.Float32, reflect.Float64:
+		return "a number, e.g. 1.5"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "a mapping of keys"
+	}
+	return "a " + t.String()
+}
+
+var (
+	indexRE   = regexp.MustCompile(`\[\d+\]`)
+	mapNameRE = regexp.MustCompile(`\[([^\]]*[^\]0-9][^\]]*)\]`)
+)
+
+// yamlKey writes mapstructure's name of a map entry (upstreams[api].timeout)
+// as the YAML path (upstreams.api.timeout); list indexes stay ([0]).
+func yamlKey(name string) string { return mapNameRE.ReplaceAllString(name, ".$1") }
+
+// suggest returns the known key closest to an unknown one ("" when none is
+// within an edit distance of 2). Known keys use * for a map's names and [*]
+// for a list's indexes.
+func suggest(unknown string, known []string) string {
+	segs := strings.Split(indexRE.ReplaceAllString(unknown, "[*]"), ".")
+	best, bestD := "", 3
+	for _, k := range known {
+		ks := strings.Split(k, ".")
+		if len(ks) != len(segs) {
+			continue
+		}
+		d := 0
+		out := make([]string, len(ks))
+		for i := range ks {
+			out[i] = ks[i]
+			if ks[i] == "*" {
+				out[i] = segs[i]
+				continue
+			}
+			if base, ok := strings.CutSuffix(ks[i], "[*]"); ok {
+				s, sok := strings.CutSuffix(segs[i], "[*]")
+				if !sok {
+					d = 3
+					break
+				}
+				d += levenshtein(s, base)
+				out[i] = base + "[*]"
+				continue
+			}
+			d += levenshtein(segs[i], ks[i])
+		}
+		if d > 0 && d < bestD {
+			best, bestD = restoreIndexes(unknown, strings.Join(out, ".")), d
+		}
+	}
+	return best
+}
+
+// restoreIndexes puts the unknown key's list indexes back into a suggestion.
+func restoreIndexes(unknown, s string) string {
+	idx := indexRE.FindAllString(unknown, -1)
+	for _, i := range idx {
+		s = strings.Replace(s, "[*]", i, 1)
+	}
+	return s
+}
+
+// knownKeys lists every key of t: leaves, sections, "*" for a map's names
+// and "[*]" for a list's items.
+func knownKeys(t reflect.Type, prefix string, out *[]string) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t.Kind() == reflect.Map && t.Elem().Kind() == reflect.Struct:
+		knownKeys(t.Elem(), prefix+".*", out)
+		return
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
+		knownKeys(t.Elem(), prefix+"[*]", out)
+		return
+	case t.Kind() != reflect.Struct || t.PkgPath() == "time" || implementsTextUnmarshaler(t):
+		return
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+		if tag == "-" {
+			continue
+		}
+		if opts == "squash" {
+			knownKeys(f.Type, prefix, out)
+			continue
+		}
+		if tag == "" {
+			tag = strings.ToLower(f.Name)
+		}
+		key := joinKey(prefix, tag)
+		*out = append(*out, key)
+		knownKeys(f.Type, key, out)
+	}
+}
+
+// levenshtein is the edit distance between a and b.
+func levenshtein(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
