@@ -280,7 +280,7 @@ func connectRedis(cfg limit.RedisConfig) (rueidis.Client, error) {
 		if time.Now().Add(wait).After(deadline) {
 			return nil, fmt.Errorf("%w (gave up after redis.connect_wait %v)", err, cfg.ConnectWait)
 		}
-		slog.Warn("cannot connect to redis; retrying", "addrs", cfg.Addrs, "error", err, "retry_in", wait)
+		slog.Warn("redis does not answer yet; retrying", "error", err, "retry_in", wait.String(), "until", "redis.connect_wait")
 		time.Sleep(wait)
 	}
 }
