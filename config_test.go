@@ -125,11 +125,12 @@ limts: {ip: 1}
 `), 0o600))
 	_, err := loadConfig(path, nil)
 	require.Error(t, err)
-	for _, key := range []string{"limts", "server.lisen", "routes[0].bogus", "upstreams[api].tiemout"} {
+	for _, key := range []string{"limts", "server.lisen", "routes[0].bogus", "upstreams.api.tiemout"} {
 		assert.Contains(t, err.Error(), key+": unknown key")
 	}
+	assert.Contains(t, err.Error(), "server.lisen: unknown key; did you mean server.listen?")
 	assert.NotContains(t, err.Error(), "admin_listen")
-	assert.NotContains(t, err.Error(), "server.listen")
+	assert.NotContains(t, err.Error(), "server.listen: unknown key")
 }
 
 // TestPlanNamesAgree: adaptive names the plans as limit does (it does not
