@@ -59,28 +59,9 @@ func build(cfg *Config) (_ *app, err error) {
 			a.close()
 		}
 	}()
-	if len(cfg.Redis.Addrs) > 0 {
-		if a.redis, err = connectRedis(cfg.Redis); err != nil {
-			return nil, err
-		}
-		a.store = limit.NewRedisStore(a.redis, limit.RedisStoreOptions{KeyPrefix: cfg.Redis.KeyPrefix})
-		a.storeName = "redis " + fmt.Sprint(cfg.Redis.Addrs)
-	} else {
-		a.store = limit.NewMemoryStore(limit.MemoryOptions{})
-		a.storeName = "in-memory"
-	}
-	if a.catalog, err = limit.NewCatalog(cfg.Plans, cfg.Tenants, cfg.Rules); err != nil {
+	if err = a.buildLimits(cfg); err != nil {
 		return nil, err
 	}
-	resources := make([]string, 0, len(cfg.Proxy.Routes))
-	for _, r := range cfg.Proxy.Routes {
-		resources = append(resources, r.Resource)
-	}
-	a.catalog.SetRouteResources(resources)
-	// Without Redis the sync keeps the same rules semantics in the process.
-	a.sync = limit.NewCatalogSync(a.redis, a.catalog, limit.CatalogSyncOptions{
-		KeyPrefix: cfg.Redis.KeyPrefix, Logf: logx.Printf(slog.LevelWarn),
-	})
 	if a.upstreams, err = upstream.New(cfg.Upstreams); err != nil {
 		return nil, err
 	}
@@ -96,6 +77,43 @@ func build(cfg *Config) (_ *app, err error) {
 	}
 	a.limiter = newLiveLimiter(l)
 	a.cache = cache.New(cfg.Cache)
+	if err = a.buildServers(cfg); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// buildLimits connects the store (Redis, or the in-memory one without
+// addrs) and builds the catalog and its sync.
+func (a *app) buildLimits(cfg *Config) (err error) {
+	if len(cfg.Redis.Addrs) > 0 {
+		if a.redis, err = connectRedis(cfg.Redis); err != nil {
+			return err
+		}
+		a.store = limit.NewRedisStore(a.redis, limit.RedisStoreOptions{KeyPrefix: cfg.Redis.KeyPrefix})
+		a.storeName = "redis " + fmt.Sprint(cfg.Redis.Addrs)
+	} else {
+		a.store = limit.NewMemoryStore(limit.MemoryOptions{})
+		a.storeName = "in-memory"
+	}
+	if a.catalog, err = limit.NewCatalog(cfg.Plans, cfg.Tenants, cfg.Rules); err != nil {
+		return err
+	}
+	resources := make([]string, 0, len(cfg.Proxy.Routes))
+	for _, r := range cfg.Proxy.Routes {
+		resources = append(resources, r.Resource)
+	}
+	a.catalog.SetRouteResources(resources)
+	// Without Redis the sync keeps the same rules semantics in the process.
+	a.sync = limit.NewCatalogSync(a.redis, a.catalog, limit.CatalogSyncOptions{
+		KeyPrefix: cfg.Redis.KeyPrefix, Logf: logx.Printf(slog.LevelWarn),
+	})
+	return nil
+}
+
+// buildServers builds the proxy, the admin listener and, when configured,
+// the Envoy rate limit service.
+func (a *app) buildServers(cfg *Config) (err error) {
 	if a.proxy, err = proxy.New(proxy.Deps{
 		Config:         cfg.Proxy,
 		Limiter:        a.limiter,
@@ -106,17 +124,15 @@ func build(cfg *Config) (_ *app, err error) {
 		AccessLog:      accessLogger(cfg.Log),
 		AccessRefusals: cfg.Log.AccessRefusals,
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	if a.admin, err = admin.New(a.adminDeps()); err != nil {
-		return nil, err
+		return err
 	}
 	if cfg.GRPC.Enabled() {
-		if a.rls, err = rls.New(rls.Deps{Config: cfg.GRPC, Limiter: a.limiter, Catalog: a.catalog}); err != nil {
-			return nil, err
-		}
+		a.rls, err = rls.New(rls.Deps{Config: cfg.GRPC, Limiter: a.limiter, Catalog: a.catalog})
 	}
-	return a, nil
+	return err
 }
 
 // accessLogger is the logger of the access log, nil when log.access is off.
