@@ -130,6 +130,25 @@ func applyEnv(v *viper.Viper, environ []string) (map[string]string, error) {
 	return fromEnv, nil
 }
 
+// fieldKey is the mapstructure key of f (its lower-cased name when the tag
+// gives none), whether f is squashed into its parent, and false for fields
+// that have no key (unexported, or tagged "-").
+func fieldKey(f reflect.StructField) (key string, squash, ok bool) {
+	if !f.IsExported() {
+		return "", false, false
+	}
+	tag, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+	switch {
+	case tag == "-":
+		return "", false, false
+	case opts == "squash":
+		return "", true, true
+	case tag == "":
+		tag = strings.ToLower(f.Name)
+	}
+	return tag, false, true
+}
+
 // structKeys lists the dotted mapstructure keys of t's leaf fields.
 func structKeys(t reflect.Type, prefix string) []string {
 	if t.Kind() == reflect.Pointer {
@@ -138,19 +157,13 @@ func structKeys(t reflect.Type, prefix string) []string {
 	var keys []string
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
-		if !f.IsExported() {
+		tag, squash, ok := fieldKey(f)
+		switch {
+		case !ok:
 			continue
-		}
-		tag, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
-		if tag == "-" {
-			continue
-		}
-		if opts == "squash" {
+		case squash:
 			keys = append(keys, structKeys(f.Type, prefix)...)
 			continue
-		}
-		if tag == "" {
-			tag = strings.ToLower(f.Name)
 		}
 		key := tag
 		if prefix != "" {

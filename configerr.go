@@ -207,19 +207,13 @@ func knownKeys(t reflect.Type, prefix string, out *[]string) {
 	}
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
-		if !f.IsExported() {
+		tag, squash, ok := fieldKey(f)
+		switch {
+		case !ok:
 			continue
-		}
-		tag, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
-		if tag == "-" {
-			continue
-		}
-		if opts == "squash" {
+		case squash:
 			knownKeys(f.Type, prefix, out)
 			continue
-		}
-		if tag == "" {
-			tag = strings.ToLower(f.Name)
 		}
 		key := joinKey(prefix, tag)
 		*out = append(*out, key)
