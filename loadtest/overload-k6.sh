@@ -27,20 +27,9 @@ D_START=71 # seconds from the k6 start to phase (d), as in overload.js
 LOG=${TMPDIR:-/tmp}/sentinel-overload-k6
 : >"$LOG-k6.log"
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT INT TERM
-wait_up() {
-  for _ in $(seq 100); do curl -sf "$1" >/dev/null && return; sleep 0.1; done
-  echo "$1 did not come up" >&2; exit 1
-}
-start_backends() {
-  bin/demo-backend -listen "$BACKEND" -latency 50ms -slots 5 -thrash 2 -queue-timeout 1s -duration 300s >"$LOG-backend.log" 2>&1 &
-  pids+=($!)
-  bin/demo-backend -listen "$FAST" -duration 300s >"$LOG-fast.log" 2>&1 &
-  pids+=($!)
-  wait_up "http://$BACKEND/healthz"; wait_up "http://$FAST/healthz"
-}
+BACKEND_LIFETIME=300s
+# shellcheck source=loadtest/lib.sh
+. loadtest/lib.sh
 gateway() {
   local name=$1 port=$2 admin=$3; shift 3
   env SENTINEL_SERVER_LISTEN="127.0.0.1:$port" SENTINEL_SERVER_ADMIN_LISTEN="127.0.0.1:$admin" "$@" \

@@ -35,21 +35,9 @@ ATTACK="d.attack:10s:$steady,A=5"
 SATURATE="e.saturate:10s:C=64"
 LOG=${TMPDIR:-/tmp}/sentinel-overload
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT INT TERM
-
-wait_up() {
-  for _ in $(seq 100); do curl -sf "$1" >/dev/null && return; sleep 0.1; done
-  echo "$1 did not come up" >&2; exit 1
-}
-start_backends() {
-  bin/demo-backend -listen "$BACKEND" -latency 50ms -slots 5 -thrash 2 -queue-timeout 1s -duration 200s >"$LOG-backend.log" 2>&1 &
-  pids+=($!)
-  bin/demo-backend -listen "$FAST" -duration 200s >"$LOG-fast.log" 2>&1 &
-  pids+=($!)
-  wait_up "http://$BACKEND/healthz"; wait_up "http://$FAST/healthz"
-}
+BACKEND_LIFETIME=200s
+# shellcheck source=loadtest/lib.sh
+. loadtest/lib.sh
 stop_all() { cleanup; pids=(); }
 # wait_normal ADMIN: phase (d) starts in Normal mode, whatever (c) left.
 wait_normal() {
