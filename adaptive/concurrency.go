@@ -101,12 +101,12 @@ func (c *ConcurrencyLimiter) Inflight() int64 { return c.inflight.Load() }
 // that, the limit is there for everyone, and FREE is not shed for a burst
 // the upstream can serve; above it, a flood of FREE cannot crowd PREMIUM
 // out before the latency shows it.
-func (c *ConcurrencyLimiter) capFor(p Priority, inflight int64) int64 {
+func (c *ConcurrencyLimiter) capFor(p Priority, inflight, now int64) int64 {
 	l := c.Limit()
 	if p == PriorityPremium {
 		return int64(l)
 	}
-	if float64(inflight) < math.Float64frombits(c.floorBits.Load()) && time.Now().UnixNano() >= c.congestedUntil.Load() {
+	if float64(inflight) < math.Float64frombits(c.floorBits.Load()) && now >= c.congestedUntil.Load() {
 		return int64(l)
 	}
 	switch p {
@@ -123,9 +123,13 @@ func (c *ConcurrencyLimiter) tryAcquire(p Priority) bool {
 			return false
 		}
 	}
+	var now int64 // read once, and only when a share may apply
+	if p != PriorityPremium {
+		now = time.Now().UnixNano()
+	}
 	for {
 		n := c.inflight.Load()
-		if n >= c.capFor(p, n) {
+		if n >= c.capFor(p, n, now) {
 			return false
 		}
 		if c.inflight.CompareAndSwap(n, n+1) {
