@@ -17,6 +17,7 @@ DURATION=${DURATION:-5}   # seconds measured per run
 WARMUP=${WARMUP:-1}       # seconds of load before each measurement
 THREADS=${THREADS:-2}
 CONNS=${CONNS:-64}
+ONLY=${ONLY:-}            # an extended regex: run only the rows whose name matches it
 export BENCH_DIR=bench
 source bench/lib.sh
 
@@ -88,6 +89,9 @@ run_one() {
     $((requests * 1000000 / duration_us)) "$(awk "BEGIN{print $p99_us/1000}")" "$non2xx" "${modes:--}" >&2
 }
 
+if [ -n "$ONLY" ]; then
+  kept=(); for r in "${runs[@]}"; do [[ ${r%%|*} =~ ^($ONLY)$ ]] && kept+=("$r"); done; runs=("${kept[@]}")
+fi
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "bench-compare: $ROUNDS rounds × ${#runs[@]} runs of ${WARMUP}+${DURATION}s; load average at start: $load_start" >&2
 for round in $(seq "$ROUNDS"); do

@@ -53,7 +53,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	// Answer with no Content-Type when the upstream sent none.
 	ctx.Response.Header.SetNoDefaultContentType(true)
-	ctx.Response.Header.SetBytesKV(s.requestIDHeader, id.RequestID)
+	ctx.Response.Header.SetCanonical(s.requestIDHeader, id.RequestID)
 	now := s.now()
 	m.count(ctx.Response.StatusCode(), now.Sub(start).Seconds())
 	if s.access != nil {
@@ -237,13 +237,10 @@ func (s *Server) outbound(ctx *fasthttp.RequestCtx, r *route, id *Identity, pre 
 		}
 		req = fwd
 	}
-	stripHopRequest(&req.Header)
-	if !id.PeerTrusted {
-		stripForwarded(&req.Header)
-	}
+	cleanRequest(&req.Header, id.headers, id.PeerTrusted)
 	peer := id.Peer.AppendTo(id.peerBuf[:0])
 	id.scratch = setForwarded(&req.Header, peer, id.PeerTrusted, ctx.IsTLS(), id.scratch[:0])
-	req.Header.SetBytesKV(s.requestIDHeader, id.RequestID)
+	req.Header.SetCanonical(s.requestIDHeader, id.RequestID)
 	return req, body
 }
 
@@ -429,6 +426,6 @@ func (s *Server) problem(ctx *fasthttp.RequestCtx, id *Identity, status int, msg
 // writeProblem is problem without an Identity (fasthttp's error handler).
 func (s *Server) writeProblem(ctx *fasthttp.RequestCtx, status int, msg string, requestID []byte) {
 	var buf [256]byte
-	ctx.Response.Header.SetBytesKV(s.requestIDHeader, requestID)
+	ctx.Response.Header.SetCanonical(s.requestIDHeader, requestID)
 	reply.Problem{Msg: msg, RequestID: requestID}.Write(ctx, status, buf[:0])
 }

@@ -23,6 +23,58 @@ var hopHeaders = [][]byte{
 	[]byte("Upgrade"),
 }
 
+// headerFlags is what identify's one pass over the request headers found
+// that later steps must act on; a step whose flag is clear has nothing to
+// remove and skips its own passes.
+type headerFlags uint8
+
+const (
+	hdrHop        headerFlags = 1 << iota // a hop-by-hop header (Connection included)
+	hdrForwarding                         // Forwarded, X-Forwarded-* or a client IP header
+	hdrUnderscore                         // a name with an underscore
+)
+
+// classifyHeader is the flags of one request header name.
+func classifyHeader(k []byte) headerFlags {
+	var f headerFlags
+	if bytes.IndexByte(k, '_') >= 0 {
+		f |= hdrUnderscore
+	}
+	switch {
+	case isHop(k):
+		f |= hdrHop
+	case isForwardedKey(k) || bytes.EqualFold(k, hdrForwarded) || inFold(clientIPHeaders, k):
+		f |= hdrForwarding
+	}
+	return f
+}
+
+func isHop(k []byte) bool { return inFold(hopHeaders, k) }
+
+// inFold tells whether k is one of names, ignoring case.
+func inFold(names [][]byte, k []byte) bool {
+	for _, n := range names {
+		if len(n) == len(k) && bytes.EqualFold(n, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// cleanRequest removes from an outbound request header what identify's
+// scan (flags) found: the hop-by-hop headers, and, from an untrusted peer,
+// the forwarding headers. Most requests have neither, and cost no pass.
+func cleanRequest(h *fasthttp.RequestHeader, flags headerFlags, trusted bool) {
+	if flags&hdrHop != 0 {
+		stripHopRequest(h)
+	} else {
+		h.ResetConnectionClose()
+	}
+	if !trusted && flags&hdrForwarding != 0 {
+		stripForwarded(h)
+	}
+}
+
 var (
 	hdrConnection      = []byte("Connection")
 	hdrForwarded       = []byte("Forwarded")
@@ -65,6 +117,17 @@ func stripHopRequest(h *fasthttp.RequestHeader) {
 // generic version over both (their methods through a type parameter) makes
 // the stack buffer escape, two allocations per request.
 func stripHopResponse(h *fasthttp.ResponseHeader) {
+	hop := false
+	for k := range h.All() {
+		if isHop(k) {
+			hop = true
+			break
+		}
+	}
+	if !hop {
+		h.ResetConnectionClose()
+		return
+	}
 	var buf [maxConnectionTokens]byte
 	conn := append(buf[:0], h.PeekBytes(hdrConnection)...)
 	for len(conn) > 0 {
@@ -142,22 +205,22 @@ func findHeader(h *fasthttp.RequestHeader, dst []byte, match func(k []byte) bool
 func setForwarded(h *fasthttp.RequestHeader, peerIP []byte, trusted, tls bool, scratch []byte) []byte {
 	xff := scratch[:0]
 	if trusted {
-		if prior := h.PeekBytes(hdrXForwardedFor); len(prior) > 0 {
+		if prior := h.PeekCanonical(hdrXForwardedFor); len(prior) > 0 {
 			xff = append(append(xff, prior...), strCommaSpace...)
 		}
 	}
 	xff = append(xff, peerIP...)
-	h.SetBytesKV(hdrXForwardedFor, xff)
-	if !trusted || len(h.PeekBytes(hdrXForwardedProto)) == 0 {
+	h.SetCanonical(hdrXForwardedFor, xff)
+	if !trusted || len(h.PeekCanonical(hdrXForwardedProto)) == 0 {
 		proto := strHTTP
 		if tls {
 			proto = strHTTPS
 		}
-		h.SetBytesKV(hdrXForwardedProto, proto)
+		h.SetCanonical(hdrXForwardedProto, proto)
 	}
-	if !trusted || len(h.PeekBytes(hdrXForwardedHost)) == 0 {
+	if !trusted || len(h.PeekCanonical(hdrXForwardedHost)) == 0 {
 		if host := h.Host(); len(host) > 0 {
-			h.SetBytesKV(hdrXForwardedHost, host)
+			h.SetCanonical(hdrXForwardedHost, host)
 		}
 	}
 	return xff

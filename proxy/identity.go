@@ -49,6 +49,11 @@ type Identity struct {
 	Resource string
 	Heavy    bool
 
+	// What scanHeaders found: how often the API key and request ID headers
+	// occur, and which headers checkHeaders and outbound must remove.
+	apiKeys, requestIDs int
+	headers             headerFlags
+
 	// outcome is the decision as the access log names it, scope the limit
 	// that refused, upstreamLatency the forward's duration (0: none).
 	outcome         string
@@ -113,7 +118,7 @@ func (s *Server) identify(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 		id.Route, id.Resource, id.Heavy = &r.Route, r.Resource, r.Heavy
 	}
 	id.Tenant, id.Plan, id.Anonymous = "", limit.PlanFree, true
-	id.APIKey = h.PeekBytes(s.apiKeyHeader)
+	reqID := s.scanHeaders(h, id)
 	if len(id.APIKey) > 0 && s.tenants != nil {
 		if t, ok := s.tenants.LookupAPIKey(id.APIKey); ok && t != nil {
 			id.Tenant, id.Plan, id.Anonymous = t.ID, t.Plan, false
@@ -121,12 +126,36 @@ func (s *Server) identify(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 	}
 
 	id.RequestID, id.RequestIDTrusted = id.idBuf[:0], false
-	if v := h.PeekBytes(s.requestIDHeader); validRequestID(v) {
-		id.RequestID = append(id.RequestID, v...)
+	if validRequestID(reqID) {
+		id.RequestID = append(id.RequestID, reqID...)
 		id.RequestIDTrusted = id.PeerTrusted
 	} else {
 		id.RequestID = s.ids.appendID(id.RequestID)
 	}
+}
+
+// scanHeaders is the one pass over the request headers: it sets id's API
+// key (the first), the counts of the API key and request ID headers and
+// the flags of what needs removing, and returns the first request ID.
+func (s *Server) scanHeaders(h *fasthttp.RequestHeader, id *Identity) (reqID []byte) {
+	id.APIKey, id.apiKeys, id.requestIDs, id.headers = nil, 0, 0, 0
+	for k, v := range h.All() {
+		switch {
+		case bytes.EqualFold(k, s.apiKeyHeader):
+			if id.apiKeys == 0 {
+				id.APIKey = v
+			}
+			id.apiKeys++
+		case bytes.EqualFold(k, s.requestIDHeader):
+			if id.requestIDs == 0 {
+				reqID = v
+			}
+			id.requestIDs++
+		default:
+			id.headers |= classifyHeader(k)
+		}
+	}
+	return reqID
 }
 
 // forwardedClient finds the client behind a trusted peer from every

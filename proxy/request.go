@@ -106,19 +106,7 @@ func (s *Server) setTarget(ctx *fasthttp.RequestCtx, r *route, id *Identity, que
 // and replaced by a generated one.
 func (s *Server) checkHeaders(ctx *fasthttp.RequestCtx, id *Identity) *reason {
 	h := &ctx.Request.Header
-	var keys, ids int
-	underscore := false
-	for k := range h.All() {
-		switch {
-		case bytes.EqualFold(k, s.apiKeyHeader):
-			keys++
-		case bytes.EqualFold(k, s.requestIDHeader):
-			ids++
-		case bytes.IndexByte(k, '_') >= 0:
-			underscore = true
-		}
-	}
-	if underscore {
+	if id.headers&hdrUnderscore != 0 {
 		switch s.cfg.Server.HeadersWithUnderscores {
 		case UnderscoresReject:
 			return refuseUnderscore
@@ -126,10 +114,10 @@ func (s *Server) checkHeaders(ctx *fasthttp.RequestCtx, id *Identity) *reason {
 			dropUnderscoreHeaders(h)
 		}
 	}
-	if keys > 1 {
+	if id.apiKeys > 1 {
 		return refuseDupAPIKey
 	}
-	if ids > 1 {
+	if id.requestIDs > 1 {
 		if id.PeerTrusted {
 			return refuseDupRequestID
 		}

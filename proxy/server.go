@@ -74,7 +74,7 @@ func New(deps Deps) (*Server, error) {
 		now:             deps.Now,
 		set:             metrics.NewSet(),
 		apiKeyHeader:    []byte(cfg.Identity.APIKeyHeader),
-		requestIDHeader: []byte(cfg.Identity.RequestIDHeader),
+		requestIDHeader: fasthttp.AppendNormalizedHeaderKey(nil, cfg.Identity.RequestIDHeader), // for SetCanonical
 		ids:             newIDGen(),
 	}
 	if s.now == nil {

@@ -9,6 +9,19 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit"
 )
 
+// The header names in fasthttp's canonical form, set without normalizing
+// them again on every answer.
+var (
+	keyRateLimitPolicy = canonical("RateLimit-Policy")
+	keyRateLimit       = canonical("RateLimit")
+	keyXLimit          = canonical("X-RateLimit-Limit")
+	keyXRemaining      = canonical("X-RateLimit-Remaining")
+	keyXRetryAfterMs   = canonical("X-RateLimit-Retry-After-Ms")
+	keyRetryAfter      = canonical(fasthttp.HeaderRetryAfter)
+)
+
+func canonical(name string) []byte { return fasthttp.AppendNormalizedHeaderKey(nil, name) }
+
 // SetRateLimitHeaders sets the rate-limit headers of a decision, on proxied
 // answers and on check API answers: the IETF draft's RateLimit-Policy and
 // RateLimit fields (draft-ietf-httpapi-ratelimit-headers: policy "sentinel"
@@ -21,17 +34,17 @@ func SetRateLimitHeaders(h *fasthttp.ResponseHeader, d *limit.Decision) {
 	b = strconv.AppendInt(b, d.Limit, 10)
 	b = append(b, ";w="...)
 	b = strconv.AppendInt(b, ceilSeconds(d.Window), 10)
-	h.SetBytesV("RateLimit-Policy", b)
+	h.SetCanonical(keyRateLimitPolicy, b)
 
 	b = append(buf[:0], `"sentinel";r=`...)
 	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
 	b = append(b, ";t="...)
 	b = strconv.AppendInt(b, ceilSeconds(d.Reset), 10)
-	h.SetBytesV("RateLimit", b)
+	h.SetCanonical(keyRateLimit, b)
 
-	h.SetBytesV("X-RateLimit-Limit", strconv.AppendInt(buf[:0], d.Limit, 10))
-	h.SetBytesV("X-RateLimit-Remaining", strconv.AppendInt(buf[:0], max(d.Remaining, 0), 10))
-	h.SetBytesV("X-RateLimit-Retry-After-Ms", strconv.AppendInt(buf[:0], RetryAfterMillis(d.RetryAfter), 10))
+	h.SetCanonical(keyXLimit, strconv.AppendInt(buf[:0], d.Limit, 10))
+	h.SetCanonical(keyXRemaining, strconv.AppendInt(buf[:0], max(d.Remaining, 0), 10))
+	h.SetCanonical(keyXRetryAfterMs, strconv.AppendInt(buf[:0], RetryAfterMillis(d.RetryAfter), 10))
 }
 
 // SetRetryAfter sets Retry-After of a refusal in whole seconds, at least 1,
@@ -42,7 +55,7 @@ func SetRetryAfter(h *fasthttp.ResponseHeader, d *limit.Decision) {
 		return
 	}
 	var buf [20]byte
-	h.SetBytesV(fasthttp.HeaderRetryAfter, strconv.AppendInt(buf[:0], max(1, ceilSeconds(d.RetryAfter)), 10))
+	h.SetCanonical(keyRetryAfter, strconv.AppendInt(buf[:0], max(1, ceilSeconds(d.RetryAfter)), 10))
 }
 
 // RetryAfterMillis is a retry-after in milliseconds, rounded up; -1 means
