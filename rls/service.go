@@ -9,7 +9,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -206,16 +205,9 @@ func currentLimit(d *limit.Decision) *rlsv3.RateLimitResponse_RateLimit {
 // headers are the rate-limit headers of the decision, as the proxy and the
 // check API set them, for Envoy to add to the answer.
 func headers(d *limit.Decision) []*corev3.HeaderValue {
-	var h fasthttp.ResponseHeader
-	h.DisableNormalizing() // keep the names as reply spells them
-	reply.SetRateLimitHeaders(&h, d)
-	out := make([]*corev3.HeaderValue, 0, 5)
-	for k, v := range h.All() {
-		switch string(k) {
-		case fasthttp.HeaderContentType, fasthttp.HeaderServer, fasthttp.HeaderDate, fasthttp.HeaderContentLength:
-			continue
-		}
-		out = append(out, &corev3.HeaderValue{Key: string(k), Value: string(v)})
+	out := make([]*corev3.HeaderValue, 0, len(reply.RateLimitHeaderNames))
+	for i, name := range reply.RateLimitHeaderNames {
+		out = append(out, &corev3.HeaderValue{Key: name, Value: string(reply.AppendRateLimitValue(nil, i, d))})
 	}
 	return out
 }

@@ -9,42 +9,55 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit"
 )
 
-// The header names in fasthttp's canonical form, set without normalizing
-// them again on every answer.
-var (
-	keyRateLimitPolicy = canonical("RateLimit-Policy")
-	keyRateLimit       = canonical("RateLimit")
-	keyXLimit          = canonical("X-RateLimit-Limit")
-	keyXRemaining      = canonical("X-RateLimit-Remaining")
-	keyXRetryAfterMs   = canonical("X-RateLimit-Retry-After-Ms")
-	keyRetryAfter      = canonical(fasthttp.HeaderRetryAfter)
-)
+// RateLimitHeaderNames are the rate-limit headers as the docs spell them,
+// in the order AppendRateLimitValue numbers them: the IETF draft's
+// RateLimit-Policy and RateLimit fields (draft-ietf-httpapi-ratelimit-headers:
+// policy "sentinel" with quota q and window w in seconds; remaining r and
+// seconds to reset t), then X-RateLimit-Limit, -Remaining and -Retry-After-Ms.
+var RateLimitHeaderNames = [...]string{
+	"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Retry-After-Ms",
+}
 
-func canonical(name string) []byte { return fasthttp.AppendNormalizedHeaderKey(nil, name) }
+// rateLimitKeys are the same names in fasthttp's canonical form, set without
+// normalizing them again on every answer.
+var rateLimitKeys = func() (k [len(RateLimitHeaderNames)][]byte) {
+	for i, n := range RateLimitHeaderNames {
+		k[i] = fasthttp.AppendNormalizedHeaderKey(nil, n)
+	}
+	return k
+}()
+
+var keyRetryAfter = fasthttp.AppendNormalizedHeaderKey(nil, fasthttp.HeaderRetryAfter)
+
+// AppendRateLimitValue appends the value of the rate-limit header
+// RateLimitHeaderNames[i] for the decision d to b.
+func AppendRateLimitValue(b []byte, i int, d *limit.Decision) []byte {
+	switch i {
+	case 0:
+		b = append(b, `"sentinel";q=`...)
+		b = strconv.AppendInt(b, d.Limit, 10)
+		b = append(b, ";w="...)
+		return strconv.AppendInt(b, ceilSeconds(d.Window), 10)
+	case 1:
+		b = append(b, `"sentinel";r=`...)
+		b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
+		b = append(b, ";t="...)
+		return strconv.AppendInt(b, ceilSeconds(d.Reset), 10)
+	case 2:
+		return strconv.AppendInt(b, d.Limit, 10)
+	case 3:
+		return strconv.AppendInt(b, max(d.Remaining, 0), 10)
+	}
+	return strconv.AppendInt(b, RetryAfterMillis(d.RetryAfter), 10)
+}
 
 // SetRateLimitHeaders sets the rate-limit headers of a decision, on proxied
-// answers and on check API answers: the IETF draft's RateLimit-Policy and
-// RateLimit fields (draft-ietf-httpapi-ratelimit-headers: policy "sentinel"
-// with quota q and window w in seconds; remaining r and seconds to reset t)
-// and the seed's X-RateLimit-Limit, -Remaining and -Retry-After-Ms. It
-// allocates nothing.
+// answers and on check API answers. It allocates nothing.
 func SetRateLimitHeaders(h *fasthttp.ResponseHeader, d *limit.Decision) {
 	var buf [64]byte
-	b := append(buf[:0], `"sentinel";q=`...)
-	b = strconv.AppendInt(b, d.Limit, 10)
-	b = append(b, ";w="...)
-	b = strconv.AppendInt(b, ceilSeconds(d.Window), 10)
-	h.SetCanonical(keyRateLimitPolicy, b)
-
-	b = append(buf[:0], `"sentinel";r=`...)
-	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, ceilSeconds(d.Reset), 10)
-	h.SetCanonical(keyRateLimit, b)
-
-	h.SetCanonical(keyXLimit, strconv.AppendInt(buf[:0], d.Limit, 10))
-	h.SetCanonical(keyXRemaining, strconv.AppendInt(buf[:0], max(d.Remaining, 0), 10))
-	h.SetCanonical(keyXRetryAfterMs, strconv.AppendInt(buf[:0], RetryAfterMillis(d.RetryAfter), 10))
+	for i, k := range rateLimitKeys {
+		h.SetCanonical(k, AppendRateLimitValue(buf[:0], i, d))
+	}
 }
 
 // SetRetryAfter sets Retry-After of a refusal in whole seconds, at least 1,
