@@ -22,8 +22,9 @@ func TestRequestPathAllocatesNothing(t *testing.T) {
 		if !ok {
 			t.Fatal("shed")
 		}
-		tk.Release(time.Millisecond, OK)
-		c.ObserveUpstream(time.Millisecond, OK)
+		now := time.Now()
+		tk.Release(now, time.Millisecond, OK)
+		c.ObserveUpstream(now, time.Millisecond, OK)
 		c.RequestFinished()
 	})
 	if n != 0 {
@@ -49,7 +50,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		for pb.Next() {
 			tk, ok := l.Acquire(PriorityPremium)
 			if ok {
-				tk.Release(time.Millisecond, OK)
+				tk.Release(time.Now(), time.Millisecond, OK)
 			}
 		}
 	})

@@ -210,8 +210,9 @@ const (
 // (from sending the request to its answer, without the time it waited for
 // a slot). OK feeds the gradient; Backpressure and Failed shrink the limit
 // multiplicatively, at most once per round trip; Ignored only frees the
-// slot. The zero Ticket does nothing.
-func (t Ticket) Release(latency time.Duration, r Result) {
+// slot. end is when the answer came (the caller's clock read, reused). The
+// zero Ticket does nothing.
+func (t Ticket) Release(end time.Time, latency time.Duration, r Result) {
 	c := t.c
 	if c == nil {
 		return
@@ -228,15 +229,14 @@ func (t Ticket) Release(latency time.Duration, r Result) {
 		// At most one sample per minSampleGap: under tens of thousands of
 		// answers a second the gradient needs no more, and the skipped
 		// ones cost one atomic load instead of the lock and the math.
-		now := time.Now()
-		if now.UnixNano()-c.sampledAt.Load() < int64(minSampleGap) || !c.mu.TryLock() {
+		if end.UnixNano()-c.sampledAt.Load() < int64(minSampleGap) || !c.mu.TryLock() {
 			return
 		}
-		c.sampledAt.Store(now.UnixNano())
-		c.sample(latency.Seconds(), float64(inflight), now)
+		c.sampledAt.Store(end.UnixNano())
+		c.sample(latency.Seconds(), float64(inflight), end)
 	case Backpressure, Failed:
 		c.mu.Lock() // a drop is never skipped
-		c.drop(time.Now())
+		c.drop(end)
 	default:
 		return
 	}

@@ -100,13 +100,13 @@ func TestConcurrencyReleaseResults(t *testing.T) {
 	for range 100 {
 		tk, ok := l.Acquire(PriorityPremium)
 		require.True(t, ok)
-		tk.Release(time.Hour, Ignored)
+		tk.Release(time.Now(), time.Hour, Ignored)
 	}
 	assert.Equal(t, 100.0, l.Limit())
 	assert.Zero(t, l.Inflight())
 	assert.Zero(t, l.samples)
 	tk, _ := l.Acquire(PriorityPremium)
-	tk.Release(0, Backpressure)
+	tk.Release(time.Now(), 0, Backpressure)
 	assert.Less(t, l.Limit(), 100.0)
 }
 
@@ -166,7 +166,7 @@ func TestConcurrencyShedsFreeFirst(t *testing.T) {
 		_, ok := l.Acquire(PriorityPremium)
 		done <- ok
 	}()
-	ts[0].Release(time.Millisecond, OK)
+	ts[0].Release(time.Now(), time.Millisecond, OK)
 	require.True(t, <-done)
 }
 

@@ -160,14 +160,14 @@ func (c *Controller) RequestStarted() {
 // RequestFinished: see RequestStarted.
 func (c *Controller) RequestFinished() { c.inflight.Add(-1) }
 
-// ObserveUpstream records one upstream answer for the error-rate and
-// latency signals. Ignored results are not counted at all: only the
-// upstream's own answers may move its signals.
-func (c *Controller) ObserveUpstream(latency time.Duration, r Result) {
+// ObserveUpstream records one upstream answer, which came at end, for the
+// error-rate and latency signals. Ignored results are not counted at all:
+// only the upstream's own answers may move its signals.
+func (c *Controller) ObserveUpstream(end time.Time, latency time.Duration, r Result) {
 	if !c.on || r == Ignored {
 		return
 	}
-	c.upstream.observe(c.opts.Now().UnixNano(), latency, r, c.cfg.UpstreamLatencyObjective)
+	c.upstream.observe(end.UnixNano(), latency, r, c.cfg.UpstreamLatencyObjective)
 }
 
 // Concurrency returns the upstream's concurrency limiter, or nil when there

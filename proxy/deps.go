@@ -41,7 +41,7 @@ type Gate interface {
 	Policy() adaptive.Policy
 	RequestStarted()
 	RequestFinished()
-	ObserveUpstream(latency time.Duration, r adaptive.Result)
+	ObserveUpstream(end time.Time, latency time.Duration, r adaptive.Result)
 	Concurrency(upstream string) *adaptive.ConcurrencyLimiter
 }
 
@@ -51,13 +51,14 @@ type Upstreams interface {
 	Pool(name string) *upstream.Pool
 }
 
-// Doer forwards one request to an upstream pool. *upstream.Pool implements
-// it. Its error and the answer's status are sorted by upstream.Classify:
+// Doer forwards one request, sent at start (the caller's clock read), to an
+// upstream pool and returns when the answer came (its own clock read, which
+// the caller reuses). *upstream.Pool implements it. Its error and the answer's status are sorted by upstream.Classify:
 // a *upstream.ClientBodyError (the client broke its body → 400/408/413),
 // upstream.ErrNoHealthy (→ 503), upstream.ErrTimeout (→ 504), anything else
 // is a connection failure (→ 502).
 type Doer interface {
-	Do(req *fasthttp.Request, resp *fasthttp.Response) error
+	DoAt(req *fasthttp.Request, resp *fasthttp.Response, start time.Time) (end time.Time, err error)
 }
 
 // Cache is the response cache. *cache.Cache implements it. Get copies a
@@ -93,9 +94,6 @@ type Deps struct {
 	Adaptive  Gate
 	Upstreams Upstreams
 	Cache     Cache
-	// Now is the clock (nil: time.Now). It dates latencies and request
-	// durations.
-	Now func() time.Time
 	// Log receives the proxy server's own log lines: unreadable requests,
 	// rate-limited (nil: slog.Default()).
 	Log *slog.Logger

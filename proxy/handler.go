@@ -24,13 +24,13 @@ var (
 
 // handle is the request path: identify, route, gate, limit, forward.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	start := s.now()
+	start := time.Now()
 	inflight.Add(1)
 	if s.gate != nil {
 		s.gate.RequestStarted()
 	}
 	id := s.idents.Get().(*Identity)
-	id.outcome, id.upstreamLatency = "", 0
+	id.outcome, id.upstreamLatency, id.answeredAt = "", 0, time.Time{}
 	path, query, ref := s.prepare(ctx, id)
 	var r *route
 	if ref == nil {
@@ -54,7 +54,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	// Answer with no Content-Type when the upstream sent none.
 	ctx.Response.Header.SetNoDefaultContentType(true)
 	ctx.Response.Header.SetCanonical(s.requestIDHeader, id.RequestID)
-	now := s.now()
+	now := id.answeredAt // the upstream's answer: the handler's work after it is negligible
+	if now.IsZero() {
+		now = time.Now()
+	}
 	m.count(ctx.Response.StatusCode(), now.Sub(start).Seconds())
 	if s.access != nil {
 		s.access.write(ctx, id, start, now)
@@ -231,7 +234,7 @@ func (s *Server) outbound(ctx *fasthttp.RequestCtx, r *route, id *Identity, pre 
 			body = &id.body
 			*body = clientBody{pre: pre, r: ctx.RequestBodyStream(), left: int64(s.cfg.Server.MaxRequestBody) - int64(len(pre))}
 			if t := s.bodyTimeouts[r.index]; t > 0 {
-				body.deadline = s.now().Add(t).UnixNano()
+				body.deadline = time.Now().Add(t).UnixNano()
 			}
 			fwd.SetBodyStream(body, req.Header.ContentLength())
 		}
@@ -250,19 +253,19 @@ func (s *Server) outbound(ctx *fasthttp.RequestCtx, r *route, id *Identity, pre 
 func (s *Server) forward(ctx *fasthttp.RequestCtx, r *route, id *Identity, req *fasthttp.Request, ticket adaptive.Ticket, cacheable bool) (upstream.Class, error) {
 	resp := &ctx.Response
 	resp.StreamBody = !cacheable // stream answers unless they may be cached
-	sent := s.now()
-	err := s.pools[r.index].Do(req, resp)
-	latency := s.now().Sub(sent)
-	id.upstreamLatency = latency
+	sent := time.Now()
+	end, err := s.pools[r.index].DoAt(req, resp, sent)
+	latency := end.Sub(sent)
+	id.upstreamLatency, id.answeredAt = latency, end
 	status := 0
 	if err == nil {
 		status = resp.StatusCode()
 	}
 	class := upstream.Classify(err, status)
 	res := adaptiveResult[class]
-	ticket.Release(latency, res)
+	ticket.Release(end, latency, res)
 	if s.gate != nil {
-		s.gate.ObserveUpstream(latency, res)
+		s.gate.ObserveUpstream(end, latency, res)
 	}
 	return class, err
 }

@@ -59,6 +59,7 @@ type Identity struct {
 	outcome         string
 	scope           limit.Scope
 	upstreamLatency time.Duration
+	answeredAt      time.Time // when the upstream answered (zero: not forwarded)
 
 	ipBuf   [64]byte
 	peerBuf [64]byte

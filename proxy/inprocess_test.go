@@ -3,6 +3,7 @@ package proxy
 import (
 	"net"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -12,7 +13,10 @@ import (
 // doerFunc is a Doer that answers in process.
 type doerFunc func(req *fasthttp.Request, resp *fasthttp.Response) error
 
-func (f doerFunc) Do(req *fasthttp.Request, resp *fasthttp.Response) error { return f(req, resp) }
+func (f doerFunc) DoAt(req *fasthttp.Request, resp *fasthttp.Response, _ time.Time) (time.Time, error) {
+	err := f(req, resp)
+	return time.Now(), err
+}
 
 func newInProcessServer(tb testing.TB) *Server {
 	lim := &fakeLimiter{allow: func(*limit.Request) limit.Decision {

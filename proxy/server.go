@@ -28,7 +28,6 @@ type Server struct {
 	limiter Limiter
 	gate    Gate
 	cache   Cache
-	now     func() time.Time
 
 	pools []Doer // by route index
 	// bodyTimeouts bound the upload of a streamed body, by route index: the
@@ -71,14 +70,10 @@ func New(deps Deps) (*Server, error) {
 		limiter:         deps.Limiter,
 		gate:            deps.Adaptive,
 		cache:           deps.Cache,
-		now:             deps.Now,
 		set:             metrics.NewSet(),
 		apiKeyHeader:    []byte(cfg.Identity.APIKeyHeader),
 		requestIDHeader: fasthttp.AppendNormalizedHeaderKey(nil, cfg.Identity.RequestIDHeader), // for SetCanonical
 		ids:             newIDGen(),
-	}
-	if s.now == nil {
-		s.now = time.Now
 	}
 	s.idents.New = func() any { return new(Identity) }
 	if err := s.bindRoutes(deps); err != nil {

@@ -76,26 +76,33 @@ func newPool(name string, cfg PoolConfig) *Pool {
 // first are *TargetError). Test them with errors.Is / errors.As, or sort
 // them with Classify.
 func (p *Pool) Do(req *fasthttp.Request, resp *fasthttp.Response) error {
-	start := time.Now()
+	_, err := p.DoAt(req, resp, time.Now())
+	return err
+}
+
+// DoAt is Do for a request sent at start, a time the caller has read
+// already; it returns when the answer (or the failure) came, the one clock
+// read of the call, for the caller to reuse.
+func (p *Pool) DoAt(req *fasthttp.Request, resp *fasthttp.Response, start time.Time) (end time.Time, err error) {
 	deadline := start.Add(p.timeout)
 	t, trial := p.pick(start.UnixNano(), nil)
 	if t == nil {
 		if t = p.panicPick(); t == nil {
-			return p.errNoTarget
+			return time.Now(), p.errNoTarget
 		}
 	}
-	dialFailed, err := p.attempt(t, trial, req, resp, deadline)
+	end, dialFailed, err := p.attempt(t, trial, req, resp, deadline)
 	if dialFailed && len(p.targets) > 1 {
-		if t2, trial2 := p.pick(time.Now().UnixNano(), t); t2 != nil {
-			_, err = p.attempt(t2, trial2, req, resp, deadline)
+		if t2, trial2 := p.pick(end.UnixNano(), t); t2 != nil {
+			end, _, err = p.attempt(t2, trial2, req, resp, deadline)
 		}
 	}
-	p.latency.UpdateDuration(start)
-	return err
+	p.latency.Update(end.Sub(start).Seconds())
+	return end, err
 }
 
-// attempt sends req to t and records the result.
-func (p *Pool) attempt(t *target, trial int64, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (dialFailed bool, err error) {
+// attempt sends req to t and records the result; end is when it came.
+func (p *Pool) attempt(t *target, trial int64, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (end time.Time, dialFailed bool, err error) {
 	uri := req.URI()
 	uri.SetSchemeBytes(t.scheme)
 	if len(uri.Host()) == 0 && len(req.Header.Host()) == 0 {
@@ -104,7 +111,8 @@ func (p *Pool) attempt(t *target, trial int64, req *fasthttp.Request, resp *fast
 	t.pending.Add(1)
 	err = t.hc.DoDeadline(req, resp, deadline)
 	t.pending.Add(-1)
-	now := time.Now().UnixNano()
+	end = time.Now()
+	now := end.UnixNano()
 	var status int
 	if err == nil {
 		status = resp.StatusCode()
@@ -113,27 +121,27 @@ func (p *Pool) attempt(t *target, trial int64, req *fasthttp.Request, resp *fast
 	case Success:
 		t.observe(false, trial, now)
 		t.m.success.Inc()
-		return false, nil
+		return end, false, nil
 	case Backpressure:
 		t.breaker.cancel(trial) // alive and answering: no verdict either way
 		t.m.backpressure.Inc()
-		return false, nil
+		return end, false, nil
 	case ClientFault:
 		t.breaker.cancel(trial)
-		return false, err
+		return end, false, err
 	}
 	t.observe(true, trial, now)
 	if err == nil {
 		t.m.failure.Inc()
-		return false, nil
+		return end, false, nil
 	}
 	dialFailed, timedOut := errorKind(err)
 	if timedOut {
 		t.m.timeout.Inc()
-		return false, &TargetError{Upstream: p.name, Target: t.url, Kind: ErrTimeout, Err: err}
+		return end, false, &TargetError{Upstream: p.name, Target: t.url, Kind: ErrTimeout, Err: err}
 	}
 	t.m.failure.Inc()
-	return dialFailed, &TargetError{Upstream: p.name, Target: t.url, Err: err}
+	return end, dialFailed, &TargetError{Upstream: p.name, Target: t.url, Err: err}
 }
 
 // pick returns a target other than skip that admits a request at now, and
