@@ -2,7 +2,8 @@
 # make bench-compare: Sentinel against nginx on this machine, side by side.
 #
 # One upstream (the demo backend's fixed 64-byte answer), one nginx
-# (bench/nginx.conf) and one redis-server run for the whole benchmark; a fresh
+# (bench/nginx.conf), one bare fasthttp proxy (bench/bareproxy: the floor of
+# Sentinel's HTTP stack) and one redis-server run for the whole benchmark; a fresh
 # Sentinel (bench/sentinel.yaml plus the environment of its row) starts for
 # each run. Every configuration runs once per round, rounds interleaved
 # (ROUNDS=3), each run a WARMUP then DURATION seconds of wrk. Per run it keeps
@@ -10,6 +11,7 @@
 # process (/proc/PID/stat before and after); the table gives the median over
 # rounds, with the ratio to the nginx baseline taken within each round.
 # Everything listens on 127.0.0.1 and stops by itself. About 4 minutes.
+# ONLY='nginx|sentinel' runs only the rows so named (quick comparisons).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -29,12 +31,14 @@ mkdir -p bin
 go build -o bin/sentinel .
 go build -o bin/demo-backend ./loadtest/backend
 go build -o bin/bench-table ./bench/table
+go build -o bin/bareproxy ./bench/bareproxy
 
 REDIS="SENTINEL_REDIS_ADDRS=$HOST:$REDIS_PORT"
 REFUSE="SENTINEL_LIMITS_TENANT=99 SENTINEL_LIMITS_API_KEY=0 SENTINEL_LIMITS_IP=0"
 # name | label | baseline | target | wrk script | threads | conns | Sentinel environment
 runs=(
   "nginx|nginx 1.22, proxy|nginx|nginx:$NGINX_PROXY_PORT|proxy.lua|$THREADS|$CONNS|"
+  "bare|bare fasthttp proxy (no limits, headers or metrics)|nginx|bare|proxy.lua|$THREADS|$CONNS|"
   "sentinel|Sentinel, proxy, default (memory store, adaptive on)|nginx|proxy|proxy.lua|$THREADS|$CONNS|"
   "no-adaptive|Sentinel, proxy, adaptive.enabled false|nginx|proxy|proxy.lua|$THREADS|$CONNS|SENTINEL_ADAPTIVE_ENABLED=false"
   "redis|Sentinel, proxy, Redis store (leases), adaptive on|nginx|proxy|proxy.lua|$THREADS|$CONNS|$REDIS"
@@ -55,6 +59,9 @@ sed -e "s|@TMP@|$tmp|g" -e "s|@BACKEND@|$HOST:$BACKEND_PORT|g" \
 timeout "$BENCH_MAX" nginx -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/error.log" &
 nginx_pid=$!; pids+=("$nginx_pid")
 wait_for "http://$HOST:$NGINX_PROXY_PORT/"
+timeout "$BENCH_MAX" bin/bareproxy -listen "$HOST:$BARE_PORT" -upstream "$HOST:$BACKEND_PORT" >"$tmp/bare.log" 2>&1 &
+bare_pid=$!; pids+=("$bare_pid")
+wait_for "http://$HOST:$BARE_PORT/"
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 results=bin/bench-compare.tsv
@@ -68,6 +75,7 @@ run_one() {
   sentinel_log=$tmp/sentinel-$name-$round.log
   case $target in
     nginx:*) url="http://$HOST:${target#nginx:}/"; gw=$nginx_pid ;;
+    bare) url="http://$HOST:$BARE_PORT/"; gw=$bare_pid ;;
     proxy) url="http://$HOST:$SENTINEL_PORT/"; read -ra e <<<"$envs"; start_sentinel "${e[@]}"; gw=$sentinel_pid ;;
     admin) url="http://$HOST:$ADMIN_PORT/"; read -ra e <<<"$envs"; start_sentinel "${e[@]}"; gw=$sentinel_pid ;;
   esac
@@ -76,7 +84,7 @@ run_one() {
   g0=$(ticks "$gw"); b0=$(ticks "$backend_pid"); r0=$(ticks "$redis_pid"); w0=$(waited_ticks)
   out=$(wrk -t"$threads" -c"$conns" -d"${DURATION}s" --timeout 2s -s "bench/$script" "$url")
   g1=$(ticks "$gw"); b1=$(ticks "$backend_pid"); r1=$(ticks "$redis_pid"); w1=$(waited_ticks)
-  case $target in nginx:*) ;; *) stop_sentinel ;; esac
+  case $target in nginx:* | bare) ;; *) stop_sentinel ;; esac
   local line; line=$(grep '^BENCH ' <<<"$out") || { echo "$name: wrk printed no result:"; echo "$out"; exit 1; } >&2
   local requests duration_us p50_us p99_us non2xx sockerr modes=-
   eval "$(sed -e 's/^BENCH //' <<<"$line")"

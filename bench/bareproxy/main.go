@@ -1,0 +1,42 @@
+// Command bareproxy is the floor of the comparison benchmark: a reverse
+// proxy of a few lines on the same HTTP stack as Sentinel (a fasthttp server
+// and a fasthttp.HostClient with keep-alive to one upstream), with no
+// routing, identity, limits, adaptive layer, header hygiene or metrics.
+// The gap between it and Sentinel is what Sentinel's own work costs; the gap
+// between it and nginx is the HTTP stack's.
+package main
+
+import (
+	"flag"
+	"log"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:29380", "address to serve on")
+	upstream := flag.String("upstream", "127.0.0.1:29100", "host:port of the upstream")
+	flag.Parse()
+	client := &fasthttp.HostClient{
+		Addr:                     *upstream,
+		MaxConns:                 512,
+		DisablePathNormalizing:   true,
+		NoDefaultUserAgentHeader: true,
+		ReadBufferSize:           8 << 10,
+	}
+	handler := func(ctx *fasthttp.RequestCtx) {
+		if err := client.DoTimeout(&ctx.Request, &ctx.Response, 10*time.Second); err != nil {
+			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
+		}
+	}
+	srv := &fasthttp.Server{
+		Handler:               handler,
+		ReadTimeout:           5 * time.Second,
+		WriteTimeout:          30 * time.Second,
+		IdleTimeout:           60 * time.Second,
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+	}
+	log.Fatal(srv.ListenAndServe(*listen))
+}
