@@ -80,6 +80,7 @@ func build(cfg *Config) (_ *app, err error) {
 	if err = a.buildServers(cfg); err != nil {
 		return nil, err
 	}
+	markLoaded(time.Now())
 	return a, nil
 }
 
@@ -99,11 +100,7 @@ func (a *app) buildLimits(cfg *Config) (err error) {
 	if a.catalog, err = limit.NewCatalog(cfg.Plans, cfg.Tenants, cfg.Rules); err != nil {
 		return err
 	}
-	resources := make([]string, 0, len(cfg.Proxy.Routes))
-	for _, r := range cfg.Proxy.Routes {
-		resources = append(resources, r.Resource)
-	}
-	a.catalog.SetRouteResources(resources)
+	a.catalog.SetRouteResources(routeResources(cfg.Proxy.Routes))
 	// Without Redis the sync keeps the same rules semantics in the process.
 	a.sync = limit.NewCatalogSync(a.redis, a.catalog, limit.CatalogSyncOptions{
 		KeyPrefix: cfg.Redis.KeyPrefix, Logf: logx.Printf(slog.LevelWarn),

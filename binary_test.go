@@ -194,3 +194,77 @@ func TestBinaryCheckAndHelp(t *testing.T) {
 	assert.Contains(t, string(out), "SENTINEL_LIMITS_IP")
 	assert.Contains(t, string(out), "SIGHUP")
 }
+
+func routesConfig(listen, admin, upstreams, routes string) string {
+	return fmt.Sprintf(`
+server: {listen: %q, admin_listen: %q, admin_token: s3cret, drain_delay: 0s, shutdown_grace: 3s}
+log: {format: json, level: info}
+upstreams:
+%s
+routes:
+%s
+`, listen, admin, upstreams, routes)
+}
+
+// TestBinaryReloadRoutes runs the built command: SIGHUP moves a route to a
+// second backend, which the next request on the same kept-alive connection
+// reaches, and adds a route; an invalid upstream address is refused with
+// 400 and the running routes keep serving; POST /v1/reload lists what
+// applied.
+func TestBinaryReloadRoutes(t *testing.T) {
+	bin := sentinelBinary(t)
+	one, two := startUpstream(t), startUpstream(t)
+	listen, admin := freePort(t), freePort(t)
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	write := func(upstreams, routes string) {
+		require.NoError(t, os.WriteFile(path, []byte(routesConfig(listen, admin, upstreams, routes)), 0o600))
+	}
+	write(`  one: {targets: [`+one.url+`]}`, `  - {path_prefix: /, upstream: one}`)
+	var stderr syncBuffer
+	cmd := exec.Command(bin, "-config", path)
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	eventually(t, 10*time.Second, "the gateway is ready", func() bool { return status("GET", "http://"+admin+"/readyz") == 200 })
+	conn, err := net.Dial("tcp", listen)
+	require.NoError(t, err)
+	defer conn.Close()
+	k := &keepAlive{conn: conn, r: bufio.NewReader(conn)}
+	require.Equal(t, 200, k.get(t, "/x"))
+	require.Equal(t, 1, one.count())
+
+	bothUpstreams := `  one: {targets: [` + one.url + `]}` + "\n  two: {targets: [" + two.url + `]}`
+	write(bothUpstreams, "  - {path_prefix: /, upstream: two}\n  - {path_prefix: /old, upstream: one, resource: old}")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
+	eventually(t, 5*time.Second, "the route moves to the second backend on the same connection", func() bool {
+		require.Equal(t, 200, k.get(t, "/x"))
+		return two.count() > 0
+	})
+	n := one.count()
+	assert.Equal(t, 200, k.get(t, "/old/y"))
+	assert.Equal(t, n+1, one.count(), "the added route reaches the first backend")
+
+	write(`  one: {targets: [`+one.url+`]}`+"\n  two: {targets: [\"htp://"+strings.TrimPrefix(two.url, "http://")+`"]}`,
+		"  - {path_prefix: /, upstream: one}")
+	a := do(t, "POST", "http://"+admin+"/v1/reload", "", "Authorization", "Bearer s3cret")
+	assert.Equal(t, 400, a.status)
+	assert.Contains(t, string(a.body), "upstreams.two.targets[0]")
+	before := two.count()
+	assert.Equal(t, 200, k.get(t, "/x"))
+	assert.Equal(t, before+1, two.count(), "the running routes keep serving")
+	assert.Zero(t, scrape(t, "http://"+admin, "sentinel_config_last_reload_successful"))
+
+	write(bothUpstreams, "  - {path_prefix: /, upstream: two}\n  - {path_prefix: /old, upstream: one, resource: old}\n  - {path_prefix: /new, upstream: one, resource: new}")
+	a = do(t, "POST", "http://"+admin+"/v1/reload", "", "Authorization", "Bearer s3cret")
+	require.Equal(t, 200, a.status, "%s", a.body)
+	assert.Equal(t, []any{"routes"}, a.json(t)["applied"])
+	n = one.count()
+	assert.Equal(t, 200, k.get(t, "/new"))
+	assert.Equal(t, n+1, one.count())
+	assert.EqualValues(t, 3, scrape(t, "http://"+admin, "sentinel_config_generation"), "start, SIGHUP, POST")
+	assert.EqualValues(t, 1, scrape(t, "http://"+admin, "sentinel_config_last_reload_successful"))
+	assert.Contains(t, stderr.String(), `"upstreams_added":"two"`)
+}

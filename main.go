@@ -45,8 +45,9 @@ Environment:
                          A SENTINEL_ variable that names no key is an error.
 
 Signals:
-  SIGHUP                 re-read the file and environment; apply limits, tenants,
-                         rules and log.level; an invalid file keeps the running one
+  SIGHUP                 re-read the file and environment; apply routes, upstreams,
+                         limits, tenants, rules, log.level and the adaptive
+                         tunables; an invalid file keeps the running one
   SIGTERM, SIGINT        /readyz turns 503, serve for server.drain_delay, then
                          stop accepting and wait up to server.shutdown_grace
 `

@@ -8,25 +8,43 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/sentinel-gateway/sentinel/adaptive"
 )
 
 var (
 	reloadsOK     = metrics.NewCounter(`sentinel_config_reloads_total{result="applied"}`)
 	reloadsFailed = metrics.NewCounter(`sentinel_config_reloads_total{result="invalid"}`)
+	// configGeneration counts the configurations the process has served:
+	// 1 from the start, one more for each reload that applied a change.
+	configGeneration = metrics.NewGauge(`sentinel_config_generation`, nil)
+	lastReloadOK     = metrics.NewGauge(`sentinel_config_last_reload_successful`, nil)
+	lastReloadAt     = metrics.NewGauge(`sentinel_config_last_reload_success_timestamp_seconds`, nil)
 )
 
 // reloadable are the config keys (and key prefixes, ending in ".") that a
-// reload applies without a restart. Every other changed key is reported as
-// needing one.
-var reloadable = []string{"limits.", "tenants", "rules", "log.level"}
+// reload applies without a restart; in the adaptive section, every key but
+// adaptive.RestartKeys. Every other changed key is reported as needing a
+// restart.
+var reloadable = []string{"limits.", "tenants", "rules", "log.level", "routes", "upstreams"}
+
+// markLoaded records a configuration that serves: the next generation.
+func markLoaded(now time.Time) {
+	configGeneration.Inc()
+	lastReloadOK.Set(1)
+	lastReloadAt.Set(float64(now.Unix()))
+}
 
 // reload re-reads the configuration, validates it and applies the
 // reloadable keys that changed: a new limiter for the limits section, the
-// config entries of tenants and rules, log.level. It returns the changed
-// keys it applied and those that need a restart. An invalid configuration
-// changes nothing and is returned as the error.
+// config entries of tenants and rules, log.level, and a new routing (route
+// table, pools, adaptive tunables and limiters) for routes, upstreams and
+// the adaptive section. It returns the changed keys it applied and those
+// that need a restart. An invalid configuration changes nothing and is
+// returned as the error.
 func (a *app) reload() (applied, restart []string, err error) {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
@@ -35,8 +53,7 @@ func (a *app) reload() (applied, restart []string, err error) {
 	}
 	next, err := a.load()
 	if err != nil {
-		reloadsFailed.Inc()
-		slog.Error("config reload failed; keeping the running configuration", "error", err.Error())
+		reloadFailed(err)
 		return nil, nil, err
 	}
 	changed := diffKeys(flatten(a.cfg), flatten(next))
@@ -48,35 +65,49 @@ func (a *app) reload() (applied, restart []string, err error) {
 		}
 	}
 	if err := a.apply(next, applied); err != nil {
-		reloadsFailed.Inc()
-		slog.Error("config reload failed; keeping the running configuration", "error", err.Error())
+		reloadFailed(err)
 		return nil, restart, err
 	}
 	reloadsOK.Inc()
+	lastReloadOK.Set(1)
+	if len(applied) > 0 {
+		markLoaded(time.Now())
+	}
 	slog.Info("config reloaded", "applied", strings.Join(applied, ","), "restart_required", strings.Join(restart, ","))
 	return applied, restart, nil
 }
 
-// apply switches the parts whose keys changed to next's sections.
+// reloadFailed counts and logs a refused reload.
+func reloadFailed(err error) {
+	reloadsFailed.Inc()
+	lastReloadOK.Set(0)
+	slog.Error("config reload failed; keeping the running configuration", "error", err.Error())
+}
+
+// apply switches the parts whose keys changed to next's sections, all or
+// nothing: the parts that can refuse are built first (the routing staged,
+// the limiter and its catalog base set last), and only then switched.
 func (a *app) apply(next *Config, applied []string) error {
 	has := func(prefix string) bool {
 		return slices.ContainsFunc(applied, func(k string) bool { return strings.HasPrefix(k, prefix) })
 	}
+	var r *routing
+	if has("routes") || has("upstreams") || has("adaptive.") {
+		var err error
+		if r, err = a.stageRouting(next); err != nil {
+			return err
+		}
+	}
 	if has("limits.") || has("tenants") || has("rules") {
-		// A new limiter starts without the old one's local buckets and
-		// cached refusals, so that a changed limit or rule applies to the
-		// next request; the store keeps the counts.
-		l, err := a.newLimiter(next.Limits)
-		if err != nil {
+		if err := a.applyLimits(next); err != nil {
+			if r != nil {
+				r.abort()
+			}
 			return err
 		}
-		// Rules take their defaults from the limits section.
-		if err := a.sync.SetBase(next.Tenants, next.Rules); err != nil {
-			l.Close()
-			return err
-		}
-		a.limiter.swap(l)
-		a.cfg.Limits, a.cfg.Tenants, a.cfg.Rules = next.Limits, next.Tenants, next.Rules
+	}
+	if r != nil {
+		a.commitRouting(r, next)
 	}
 	if has("log.level") && a.logLevel != nil {
 		a.logLevel.Set(next.Log.SlogLevel())
@@ -85,7 +116,30 @@ func (a *app) apply(next *Config, applied []string) error {
 	return nil
 }
 
+// applyLimits switches to a new limiter and catalog base for next's limits,
+// tenants and rules.
+func (a *app) applyLimits(next *Config) error {
+	// A new limiter starts without the old one's local buckets and cached
+	// refusals, so that a changed limit or rule applies to the next
+	// request; the store keeps the counts.
+	l, err := a.newLimiter(next.Limits)
+	if err != nil {
+		return err
+	}
+	// Rules take their defaults from the limits section.
+	if err := a.sync.SetBase(next.Tenants, next.Rules); err != nil {
+		l.Close()
+		return err
+	}
+	a.limiter.swap(l)
+	a.cfg.Limits, a.cfg.Tenants, a.cfg.Rules = next.Limits, next.Tenants, next.Rules
+	return nil
+}
+
 func isReloadable(key string) bool {
+	if k, ok := strings.CutPrefix(key, "adaptive."); ok {
+		return adaptive.Live(k)
+	}
 	for _, r := range reloadable {
 		if key == r || (strings.HasSuffix(r, ".") && strings.HasPrefix(key, r)) ||
 			strings.HasPrefix(key, r+"[") {

@@ -74,14 +74,14 @@ type ConcurrencyLimiter struct {
 
 	shed        [3][2]atomic.Int64     // by priority, by reason (0 limit, 1 queue timeout)
 	shedMetrics [3][2]*metrics.Counter // sentinel_shed_total{upstream,plan,reason}
+	series      []string               // the names addMetrics registered
 }
 
-// newConcurrencyLimiter builds the limiter of one upstream; its series go
-// into set.
-func newConcurrencyLimiter(name string, cfg ConcurrencyConfig, set *metrics.Set) *ConcurrencyLimiter {
+// newConcurrencyLimiter builds the limiter of one upstream. It serves no
+// request before addMetrics has given it its series.
+func newConcurrencyLimiter(name string, cfg ConcurrencyConfig) *ConcurrencyLimiter {
 	c := &ConcurrencyLimiter{name: name, cfg: cfg, slot: make(chan struct{}, 1)}
 	c.limit.Store(math.Float64bits(float64(cfg.InitialLimit)))
-	c.addMetrics(set)
 	return c
 }
 

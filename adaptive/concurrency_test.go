@@ -12,7 +12,9 @@ import (
 func testConcurrency(initial int) *ConcurrencyLimiter {
 	c := testConfig().Concurrency
 	c.InitialLimit, c.MinLimit, c.MaxLimit = initial, 4, 1000
-	return newConcurrencyLimiter("api", c, metrics.NewSet())
+	l := newConcurrencyLimiter("api", c)
+	l.addMetrics(metrics.NewSet())
+	return l
 }
 
 // feed runs n successful samples of rtt with inflight requests in flight,

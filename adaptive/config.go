@@ -120,9 +120,11 @@ type ConcurrencyBounds struct {
 	MaxLimit     int `mapstructure:"max_limit"`
 }
 
-// For returns the section with upstream's bounds applied.
+// For returns the section with upstream's bounds applied, without the
+// other upstreams' (Upstreams is nil): one limiter's configuration.
 func (cc ConcurrencyConfig) For(upstream string) ConcurrencyConfig {
 	b := cc.Upstreams[upstream]
+	cc.Upstreams = nil
 	confutil.SetDefault(&b.InitialLimit, cc.InitialLimit)
 	confutil.SetDefault(&b.MinLimit, cc.MinLimit)
 	confutil.SetDefault(&b.MaxLimit, cc.MaxLimit)

@@ -34,18 +34,22 @@ type Options struct {
 // path's reads with atomic loads. The exchange with the other pods is its
 // clusterView's.
 type Controller struct {
-	cfg  Config
+	cfg  Config // as built: the keys in RestartKeys keep these values
 	opts Options
 	on   bool
+	// tune is the current configuration: cfg with a reload's changes of
+	// the keys that may change live (see Stage). The sampling loop loads
+	// it once per sample.
+	tune atomic.Pointer[Config]
 
 	policy   atomic.Pointer[Policy]
 	inflight atomic.Int64
 	started  atomic.Int64 // requests started, for the rate
 
 	upstream    *upstreamWindow
-	concurrency map[string]*ConcurrencyLimiter
-	view        *clusterView // nil without Redis: this pod alone
-	set         *metrics.Set // this controller's series, registered from New to Stop
+	concurrency map[string]*ConcurrencyLimiter // by upstream; guarded by mu
+	view        *clusterView                   // nil without Redis: this pod alone
+	set         *metrics.Set                   // this controller's series, registered from New to Stop
 
 	mu          sync.Mutex // guards what State reads
 	machine     *machine
@@ -90,16 +94,19 @@ func New(cfg Config, opts Options) (*Controller, error) {
 		upstream:    newUpstreamWindow(2 * time.Second),
 		concurrency: map[string]*ConcurrencyLimiter{},
 		set:         metrics.NewSet(),
-		machine:     newMachine(&cfg, opts.Now()),
 	}
+	c.tune.Store(&cfg)
+	c.machine = newMachine(&cfg, opts.Now())
 	p := policyFor(Normal, 1)
 	c.policy.Store(&p)
 	if opts.Redis != nil {
 		c.view = newClusterView(&cfg, &opts, c.set)
 	}
-	if c.on && *cfg.Concurrency.Enabled {
+	if c.limited() {
 		for _, name := range opts.Upstreams {
-			c.concurrency[name] = newConcurrencyLimiter(name, cfg.Concurrency.For(name), c.set)
+			l := newConcurrencyLimiter(name, cfg.Concurrency.For(name))
+			l.addMetrics(c.set)
+			c.concurrency[name] = l
 		}
 	}
 	c.addMetrics()
@@ -167,14 +174,19 @@ func (c *Controller) ObserveUpstream(end time.Time, latency time.Duration, r Res
 	if !c.on || r == Ignored {
 		return
 	}
-	c.upstream.observe(end.UnixNano(), latency, r, c.cfg.UpstreamLatencyObjective)
+	c.upstream.observe(end.UnixNano(), latency, r)
 }
 
 // Concurrency returns the upstream's concurrency limiter, or nil when there
 // is none (unknown upstream, or switched off).
 func (c *Controller) Concurrency(upstream string) *ConcurrencyLimiter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.concurrency[upstream]
 }
+
+// limited reports whether upstreams get concurrency limiters.
+func (c *Controller) limited() bool { return c.on && *c.cfg.Concurrency.Enabled }
 
 func (c *Controller) sampleLoop(ctx context.Context) {
 	t := time.NewTicker(c.cfg.SampleInterval)
@@ -191,10 +203,12 @@ func (c *Controller) sampleLoop(ctx context.Context) {
 
 // sample reads the signals and steps the mode machine once.
 func (c *Controller) sample(now time.Time) {
-	s := c.readSignals(now)
-	raw := score(s, c.cfg.Weights)
+	cfg := c.tune.Load()
+	s := c.readSignals(now, cfg)
+	raw := score(s, cfg.Weights)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.machine.cfg = cfg
 	c.signals = s
 	// Fast up, slow down: protection engages within a few samples and
 	// releases calmly.
@@ -224,9 +238,9 @@ func (c *Controller) sample(now time.Time) {
 	c.policy.Store(&p)
 }
 
-func (c *Controller) readSignals(now time.Time) Signals {
+func (c *Controller) readSignals(now time.Time, cfg *Config) Signals {
 	var s Signals
-	moderate := c.cfg.Thresholds.Moderate
+	moderate := cfg.Thresholds.Moderate
 	var err error
 	if s.CPU, err = c.host.cpuLoad(now); err != nil {
 		s.CPU = moderate
@@ -236,11 +250,11 @@ func (c *Controller) readSignals(now time.Time) Signals {
 		s.Memory = moderate
 		s.Unavailable = append(s.Unavailable, "memory")
 	}
-	if s.Scheduler, err = c.host.schedLatency(c.cfg.SchedLatencyObjective); err != nil {
+	if s.Scheduler, err = c.host.schedLatency(cfg.SchedLatencyObjective); err != nil {
 		s.Scheduler = moderate
 		s.Unavailable = append(s.Unavailable, "scheduler")
 	}
-	s.Inflight = clamp(float64(c.inflight.Load()) / float64(c.cfg.MaxInflight))
+	s.Inflight = clamp(float64(c.inflight.Load()) / float64(cfg.MaxInflight))
 	w := c.upstream.read(now.UnixNano())
 	if w.count >= minSignalSample { // too few answers say nothing
 		// A failure counts whole, a 503/429 half: a backend that sheds is
@@ -250,7 +264,7 @@ func (c *Controller) readSignals(now time.Time) Signals {
 		s.UpstreamErrors = clamp(bad / float64(w.count) / 0.5)
 	}
 	if w.ok >= minSignalSample {
-		obj := c.cfg.UpstreamLatencyObjective.Seconds()
+		obj := cfg.UpstreamLatencyObjective.Seconds()
 		// At the objective: no pressure; at 2.25× the objective: full.
 		s.UpstreamLatency = clamp((w.mean.Seconds()/obj - 1) / 1.25)
 	}

@@ -25,6 +25,12 @@
 // and admits by priority: PREMIUM may use the whole limit, STANDARD and FREE
 // only part of it, so FREE is shed first and PREMIUM keeps a guaranteed share.
 //
+// A reload stages a new section (Controller.Stage) and commits it: the
+// thresholds, weights, hysteresis, objectives and concurrency bounds change
+// for the next sample; an upstream whose limiter configuration did not
+// change keeps its limiter, the others get a new one. The keys in
+// RestartKeys keep their values until a restart.
+//
 // Each Controller's series (signals, pressures, mode, multiplier, live pods,
 // cluster errors, and its limiters' limits, in-flight requests, sheds and
 // back-offs) live in a metrics.Set of its own, registered from New to Stop.

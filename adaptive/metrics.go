@@ -53,15 +53,29 @@ func (c *Controller) modeTransitions(from, to Mode) *metrics.Counter {
 	return c.set.GetOrCreateCounter(`sentinel_adaptive_mode_transitions_total{from="` + from.String() + `",to="` + to.String() + `"}`)
 }
 
-// addMetrics adds the limiter's series for its upstream to set.
+// addMetrics adds the limiter's series for its upstream to set. A limiter
+// that a reload replaced must have left set first (removeMetrics): the two
+// share the names.
 func (c *ConcurrencyLimiter) addMetrics(set *metrics.Set) {
 	upstream := `upstream="` + c.name + `"`
-	set.NewGauge(`sentinel_concurrency_limit{`+upstream+`}`, c.Limit)
-	set.NewGauge(`sentinel_concurrency_inflight{`+upstream+`}`, func() float64 { return float64(c.Inflight()) })
-	c.drops = set.NewCounter(`sentinel_concurrency_backoffs_total{` + upstream + `}`)
+	named := func(name string) string {
+		c.series = append(c.series, name)
+		return name
+	}
+	set.NewGauge(named(`sentinel_concurrency_limit{`+upstream+`}`), c.Limit)
+	set.NewGauge(named(`sentinel_concurrency_inflight{`+upstream+`}`), func() float64 { return float64(c.Inflight()) })
+	c.drops = set.NewCounter(named(`sentinel_concurrency_backoffs_total{` + upstream + `}`))
 	for _, p := range []Priority{PriorityFree, PriorityStandard, PriorityPremium} {
 		for r, reason := range []string{"concurrency", "queue_timeout"} {
-			c.shedMetrics[p][r] = set.NewCounter(`sentinel_shed_total{` + upstream + `,plan="` + p.String() + `",reason="` + reason + `"}`)
+			c.shedMetrics[p][r] = set.NewCounter(named(`sentinel_shed_total{` + upstream + `,plan="` + p.String() + `",reason="` + reason + `"}`))
 		}
+	}
+}
+
+// removeMetrics takes the limiter's series out of set. The limiter still
+// serves the requests that hold it; their counts are no longer exported.
+func (c *ConcurrencyLimiter) removeMetrics(set *metrics.Set) {
+	for _, name := range c.series {
+		set.UnregisterMetric(name)
 	}
 }

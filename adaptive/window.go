@@ -23,7 +23,6 @@ type windowBucket struct {
 	pushed  atomic.Int64 // Backpressure answers
 	ok      atomic.Int64
 	latency atomic.Int64 // sum over OK answers, nanos
-	slow    atomic.Int64 // OK answers slower than the objective
 }
 
 func newUpstreamWindow(span time.Duration) *upstreamWindow {
@@ -31,7 +30,7 @@ func newUpstreamWindow(span time.Duration) *upstreamWindow {
 }
 
 // observe records one upstream answer at now.
-func (w *upstreamWindow) observe(now int64, latency time.Duration, r Result, objective time.Duration) {
+func (w *upstreamWindow) observe(now int64, latency time.Duration, r Result) {
 	start := now - now%w.width
 	b := &w.buckets[(now/w.width)%ringBuckets]
 	if old := b.start.Load(); old != start && b.start.CompareAndSwap(old, start) {
@@ -40,7 +39,6 @@ func (w *upstreamWindow) observe(now int64, latency time.Duration, r Result, obj
 		b.pushed.Store(0)
 		b.ok.Store(0)
 		b.latency.Store(0)
-		b.slow.Store(0)
 	}
 	b.count.Add(1)
 	switch r {
@@ -55,9 +53,6 @@ func (w *upstreamWindow) observe(now int64, latency time.Duration, r Result, obj
 	// a refused connection answers fast and would hide a slow upstream.
 	b.ok.Add(1)
 	b.latency.Add(int64(latency))
-	if latency > objective {
-		b.slow.Add(1)
-	}
 }
 
 // windowSums are an upstreamWindow's live buckets added up.

@@ -35,18 +35,26 @@ type Tenants interface {
 // Gate is the adaptive layer as the request path sees it.
 // *adaptive.Controller implements it. Policy, RequestStarted,
 // RequestFinished and ObserveUpstream are atomic operations ("needs to be
-// instantaneous"). Concurrency is called once per upstream at New; it may
-// return nil (no concurrency limit for that upstream).
+// instantaneous"). Its Limits bind the routes of the table New builds.
 type Gate interface {
 	Policy() adaptive.Policy
 	RequestStarted()
 	RequestFinished()
 	ObserveUpstream(end time.Time, latency time.Duration, r adaptive.Result)
+	Limits
+}
+
+// Limits resolves an upstream name to its concurrency limiter.
+// *adaptive.Controller and a reload's *adaptive.Update implement it.
+// Concurrency is called once per route when a table is built; it may
+// return nil (no concurrency limit for that upstream).
+type Limits interface {
 	Concurrency(upstream string) *adaptive.ConcurrencyLimiter
 }
 
 // Upstreams resolves a route's upstream name to its pool. *upstream.Set
-// implements it. It is called once per route at New.
+// and a reload's *upstream.Update implement it. It is called once per
+// route when a table is built.
 type Upstreams interface {
 	Pool(name string) *upstream.Pool
 }
@@ -82,6 +90,10 @@ var (
 	_ Limiter     = (*limit.Limiter)(nil)
 	_ Tenants     = (*limit.Catalog)(nil)
 	_ concurrency = (*adaptive.ConcurrencyLimiter)(nil)
+	_ Gate        = (*adaptive.Controller)(nil)
+	_ Limits      = (*adaptive.Update)(nil)
+	_ Upstreams   = (*upstream.Set)(nil)
+	_ Upstreams   = (*upstream.Update)(nil)
 )
 
 // Deps are the configuration and the parts a Server uses. Only Config and
@@ -104,4 +116,12 @@ type Deps struct {
 	// Pools, when set, replaces Upstreams' lookup (tests; and a main that
 	// wants its own Doer per upstream name). A nil Doer means "unknown".
 	Pools func(name string) Doer
+}
+
+// limits is the Gate's Limits, nil without a Gate.
+func (d *Deps) limits() Limits {
+	if d.Adaptive == nil {
+		return nil
+	}
+	return d.Adaptive
 }

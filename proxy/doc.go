@@ -10,6 +10,12 @@
 // come from internal/reply). It allocates nothing on the local fast path once
 // pools are warm; handler_allocs_test.go proves it.
 //
+// The routes and what each is bound to (pool, body timeout, concurrency
+// limiter, metrics) are one immutable Table behind an atomic pointer: a
+// request loads it once, and a reload builds a new one (NewTable) and
+// publishes it (SetTable) while requests in flight finish on theirs
+// (table.go).
+//
 // proxy consumes limit, adaptive and upstream through the small interfaces of
 // deps.go, so each part can be replaced by a func-field fake in tests.
 package proxy

@@ -34,7 +34,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	path, query, ref := s.prepare(ctx, id)
 	var r *route
 	if ref == nil {
-		r = s.routes.match(ctx.Request.Header.Host(), path)
+		r = s.table.Load().match(ctx.Request.Header.Host(), path)
 		s.setTarget(ctx, r, id, query)
 	}
 	s.identify(ctx, r, id)
@@ -48,7 +48,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case r == nil:
 		s.reject(ctx, id, reasonNoRoute)
 	default:
-		m = s.metrics[r.index]
+		m = r.metrics
 		s.serve(ctx, r, id)
 	}
 	// Answer with no Content-Type when the upstream sent none.
@@ -169,7 +169,7 @@ func (s *Server) admit(id *Identity) (limit.Decision, *reason) {
 
 // acquire takes a slot of the route's upstream concurrency limit.
 func (s *Server) acquire(r *route, id *Identity) (adaptive.Ticket, *reason) {
-	c := s.conc[r.index]
+	c := r.conc
 	if c == nil {
 		return adaptive.Ticket{}, nil
 	}
@@ -233,7 +233,7 @@ func (s *Server) outbound(ctx *fasthttp.RequestCtx, r *route, id *Identity, pre 
 		} else {
 			body = &id.body
 			*body = clientBody{pre: pre, r: ctx.RequestBodyStream(), left: int64(s.cfg.Server.MaxRequestBody) - int64(len(pre))}
-			if t := s.bodyTimeouts[r.index]; t > 0 {
+			if t := r.bodyTimeout; t > 0 {
 				body.deadline = time.Now().Add(t).UnixNano()
 			}
 			fwd.SetBodyStream(body, req.Header.ContentLength())
@@ -254,7 +254,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, r *route, id *Identity, req *
 	resp := &ctx.Response
 	resp.StreamBody = !cacheable // stream answers unless they may be cached
 	sent := time.Now()
-	end, err := s.pools[r.index].DoAt(req, resp, sent)
+	end, err := r.pool.DoAt(req, resp, sent)
 	latency := end.Sub(sent)
 	id.upstreamLatency, id.answeredAt = latency, end
 	status := 0

@@ -40,27 +40,33 @@ func rejection(reason string) *metrics.Counter {
 // code is counted as its class ("2xx" ... "5xx"), so the label set is bounded.
 var trackedCodes = [...]int{200, 201, 204, 206, 301, 302, 304, 400, 401, 403, 404, 405, 408, 413, 414, 429, 431, 500, 502, 503, 504, 505}
 
-// routeMetrics are one route's counters, created at New in the Server's
-// metrics.Set (one set per Server, unregistered at Shutdown).
+// routeMetrics are one route's counters, in the Server's metrics.Set (one
+// set per Server, unregistered at Shutdown). Routes of one resource share
+// them, in one table and across tables: a reload keeps counting them.
 type routeMetrics struct {
 	codes    [len(trackedCodes)]*metrics.Counter
 	classes  [6]*metrics.Counter // index code/100; 0 for nonsense codes
 	duration *metrics.PrometheusHistogram
+	names    []string // the series, for unregistering a removed route's
 }
 
 func newRouteMetrics(set *metrics.Set, route string) *routeMetrics {
 	m := &routeMetrics{}
-	name := func(code string) string {
-		return `sentinel_http_requests_total{route="` + route + `",code="` + code + `"}`
+	counter := func(code string) *metrics.Counter {
+		name := `sentinel_http_requests_total{route="` + route + `",code="` + code + `"}`
+		m.names = append(m.names, name)
+		return set.GetOrCreateCounter(name)
 	}
 	for i, c := range trackedCodes {
-		m.codes[i] = set.GetOrCreateCounter(name(strconv.Itoa(c)))
+		m.codes[i] = counter(strconv.Itoa(c))
 	}
-	m.classes[0] = set.GetOrCreateCounter(name("other"))
+	m.classes[0] = counter("other")
 	for c := 1; c <= 5; c++ {
-		m.classes[c] = set.GetOrCreateCounter(name(strconv.Itoa(c) + "xx"))
+		m.classes[c] = counter(strconv.Itoa(c) + "xx")
 	}
-	m.duration = set.GetOrCreatePrometheusHistogram(`sentinel_http_request_duration_seconds{route="` + route + `"}`)
+	duration := `sentinel_http_request_duration_seconds{route="` + route + `"}`
+	m.names = append(m.names, duration)
+	m.duration = set.GetOrCreatePrometheusHistogram(duration)
 	return m
 }
 

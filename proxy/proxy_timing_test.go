@@ -19,7 +19,7 @@ func BenchmarkIdentifyRoute(b *testing.B) {
 	id := new(Identity)
 	b.ReportAllocs()
 	for b.Loop() {
-		r := s.routes.match(ctx.Host(), ctx.Path())
+		r := s.table.Load().match(ctx.Host(), ctx.Path())
 		s.identify(ctx, r, id)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Route matching.
@@ -25,29 +26,39 @@ import (
 // compares its prefix ignoring ASCII case; the forwarded path then carries
 // the prefix as configured (canonicalize).
 //
-// The compiled table is immutable; match allocates nothing. Routes are kept
-// sorted by prefix length, longest first, and scanned linearly: route tables
-// are small (tens), and a linear scan over a few cache lines beats a trie.
+// The compiled table is immutable once published (table.go); match
+// allocates nothing. Routes are kept sorted by prefix length, longest first,
+// and scanned linearly: route tables are small (tens), and a linear scan
+// over a few cache lines beats a trie.
 
-// route is a compiled Route.
+// route is a compiled Route with what the request path needs of it, bound
+// when its table is built and fixed for the table's life.
 type route struct {
 	Route
-	index  int    // position in the config's routes list
 	prefix []byte // PathPrefix
 	subdir bool   // prefix ends with "/"
+
+	pool Doer // the upstream pool
+	// bodyTimeout bounds the upload of a streamed body: the pool's
+	// timeout, which the upload would otherwise spend (0: none).
+	bodyTimeout time.Duration
+	conc        concurrency   // the upstream's concurrency limit; nil: none
+	metrics     *routeMetrics // set when the table is published
 }
 
-// routeTable matches requests to routes.
-type routeTable struct {
+// Table is one generation of the routes: it matches requests to routes,
+// each bound to its pool, concurrency limit and metrics. Build it with
+// Server.NewTable and publish it with Server.SetTable.
+type Table struct {
 	byHost  map[string][]*route // lower-case host → routes, longest prefix first
 	generic []*route            // host-less routes, longest prefix first
 	all     []*route            // in config order
 }
 
-func compileRoutes(routes []Route) *routeTable {
-	t := &routeTable{byHost: make(map[string][]*route)}
-	for i, r := range routes {
-		cr := &route{Route: r, index: i, prefix: []byte(r.PathPrefix), subdir: strings.HasSuffix(r.PathPrefix, "/")}
+func compileRoutes(routes []Route) *Table {
+	t := &Table{byHost: make(map[string][]*route)}
+	for _, r := range routes {
+		cr := &route{Route: r, prefix: []byte(r.PathPrefix), subdir: strings.HasSuffix(r.PathPrefix, "/")}
 		t.all = append(t.all, cr)
 		if r.Host == "" {
 			t.generic = append(t.generic, cr)
@@ -68,7 +79,7 @@ func compileRoutes(routes []Route) *routeTable {
 
 // match returns the route for host (the Host header, port allowed) and path,
 // or nil.
-func (t *routeTable) match(host, path []byte) *route {
+func (t *Table) match(host, path []byte) *route {
 	if len(t.byHost) > 0 {
 		var buf [256]byte
 		if h, ok := lowerHost(buf[:0], host); ok {

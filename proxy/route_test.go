@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-func testTable() *routeTable {
+func testTable() *Table {
 	return compileRoutes([]Route{
 		{PathPrefix: "/", Upstream: "web", Resource: "root"},
 		{PathPrefix: "/api", Upstream: "api", Resource: "api"},

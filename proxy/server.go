@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"time"
+	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
@@ -21,7 +21,7 @@ import (
 // upstream pool.
 type Server struct {
 	cfg     Config
-	routes  *routeTable
+	table   atomic.Pointer[Table] // the routes: one load per request
 	trusted trustedSet
 
 	tenants Tenants
@@ -29,14 +29,9 @@ type Server struct {
 	gate    Gate
 	cache   Cache
 
-	pools []Doer // by route index
-	// bodyTimeouts bound the upload of a streamed body, by route index: the
-	// pool's timeout, which the upload would otherwise spend (0: none).
-	bodyTimeouts []time.Duration
-	conc         []concurrency   // by route index; nil entries: no limit
-	metrics      []*routeMetrics // by route index
-	noRoute      *routeMetrics
-	set          *metrics.Set
+	tableMu sync.Mutex // serializes SetTable
+	noRoute *routeMetrics
+	set     *metrics.Set // the route series, unregistered at Shutdown
 
 	apiKeyHeader    []byte
 	requestIDHeader []byte
@@ -64,7 +59,6 @@ func New(deps Deps) (*Server, error) {
 	}
 	s := &Server{
 		cfg:             cfg,
-		routes:          compileRoutes(cfg.Routes),
 		trusted:         trusted,
 		tenants:         deps.Tenants,
 		limiter:         deps.Limiter,
@@ -76,10 +70,12 @@ func New(deps Deps) (*Server, error) {
 		ids:             newIDGen(),
 	}
 	s.idents.New = func() any { return new(Identity) }
-	if err := s.bindRoutes(deps); err != nil {
+	t, err := s.NewTable(cfg.Routes, Bindings{Upstreams: deps.Upstreams, Limits: deps.limits(), Pools: deps.Pools})
+	if err != nil {
 		return nil, err
 	}
 	s.noRoute = newRouteMetrics(s.set, "none")
+	s.SetTable(t)
 	metrics.RegisterSet(s.set)
 	log := deps.Log
 	if log == nil {
@@ -96,37 +92,6 @@ func New(deps Deps) (*Server, error) {
 	}
 	s.server = s.newFastServer()
 	return s, nil
-}
-
-// bindRoutes resolves each route's upstream pool and concurrency limit and
-// creates its metrics, by route index.
-func (s *Server) bindRoutes(deps Deps) error {
-	for i, r := range s.cfg.Routes {
-		var d Doer
-		if deps.Pools != nil {
-			d = deps.Pools(r.Upstream)
-		} else if p := deps.Upstreams.Pool(r.Upstream); p != nil {
-			d = p
-		}
-		if d == nil {
-			return fmt.Errorf("routes[%d].upstream: %q names no upstream pool", i, r.Upstream)
-		}
-		s.pools = append(s.pools, d)
-		var timeout time.Duration
-		if t, ok := d.(interface{ Timeout() time.Duration }); ok {
-			timeout = t.Timeout()
-		}
-		s.bodyTimeouts = append(s.bodyTimeouts, timeout)
-		var c concurrency
-		if s.gate != nil {
-			if l := s.gate.Concurrency(r.Upstream); l != nil {
-				c = l
-			}
-		}
-		s.conc = append(s.conc, c)
-		s.metrics = append(s.metrics, newRouteMetrics(s.set, r.Resource))
-	}
-	return nil
 }
 
 // newFastServer is the fasthttp server of the proxy listener. Request

@@ -88,13 +88,13 @@ func isUpgrade(h *fasthttp.RequestHeader) bool {
 // upgrade forwards an admitted Upgrade request and, on a 101, splices the
 // connections (see the comment at the top of this file).
 func (s *Server) upgrade(ctx *fasthttp.RequestCtx, r *route, id *Identity, d *limit.Decision) {
-	dialer, ok := s.pools[r.index].(upstreamDialer)
+	dialer, ok := r.pool.(upstreamDialer)
 	if !ok {
 		wsFailed.Inc()
 		s.reject(ctx, id, upstreamErrorReason(errNoDialer))
 		return
 	}
-	timeout := s.bodyTimeouts[r.index]
+	timeout := r.bodyTimeout
 	if timeout <= 0 {
 		timeout = s.cfg.Server.WriteTimeout
 	}

@@ -29,6 +29,13 @@
 // *ClientBodyError → 400/408/413, ErrTimeout → 504, anything else → 502
 // (ErrNoHealthy → 503 only for a pool without targets).
 //
+// Set.Stage builds the pools of a new configuration for a reload: a pool
+// whose configuration did not change is kept as it is (health, ejections,
+// breakers, connections), the others are new; Update.Commit makes them
+// current and retires the replaced and removed pools once the requests in
+// them have finished (their health checks stop, their idle connections
+// close, their series are unregistered).
+//
 // The request path reads and updates only atomics (pending counts, health
 // flags, breaker state, failure counts); breaker transitions, which are rare,
 // take a per-target mutex. Do allocates nothing beyond what fasthttp does.

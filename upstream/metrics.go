@@ -16,7 +16,8 @@ const (
 var stateNames = [...]string{stateClosed: "closed", stateHalfOpen: "half_open", stateOpen: "open"}
 
 // targetMetrics are one target's series, created once at construction; the
-// labels come from the configuration, so their number is bounded.
+// labels come from the configuration, so their number is bounded. names
+// lists the series, for unregistering them when the pool is retired.
 type targetMetrics struct {
 	success, failure, timeout *metrics.Counter
 	backpressure              *metrics.Counter
@@ -24,28 +25,54 @@ type targetMetrics struct {
 	healthy, breakerState     *metrics.Gauge
 	transitions               [3]*metrics.Counter // indexed by breaker state
 	ejections                 *metrics.Counter
+	names                     []string
 }
 
 func newTargetMetrics(pool, target string) *targetMetrics {
 	l := `upstream="` + escapeLabel(pool) + `",target="` + escapeLabel(target) + `"`
-	m := &targetMetrics{
-		success:        metrics.GetOrCreateCounter(`sentinel_upstream_requests_total{` + l + `,outcome="success"}`),
-		failure:        metrics.GetOrCreateCounter(`sentinel_upstream_requests_total{` + l + `,outcome="error"}`),
-		timeout:        metrics.GetOrCreateCounter(`sentinel_upstream_requests_total{` + l + `,outcome="timeout"}`),
-		backpressure:   metrics.GetOrCreateCounter(`sentinel_upstream_requests_total{` + l + `,outcome="backpressure"}`),
-		removalRefused: metrics.GetOrCreateCounter(`sentinel_upstream_removals_refused_total{` + l + `}`),
-		healthy:        metrics.GetOrCreateGauge(`sentinel_upstream_target_healthy{`+l+`}`, nil),
-		breakerState:   metrics.GetOrCreateGauge(`sentinel_upstream_breaker_state{`+l+`}`, nil),
-		ejections:      metrics.GetOrCreateCounter(`sentinel_upstream_ejections_total{` + l + `}`),
+	m := &targetMetrics{}
+	counter := func(name string) *metrics.Counter {
+		m.names = append(m.names, name)
+		return metrics.GetOrCreateCounter(name)
 	}
+	gauge := func(name string) *metrics.Gauge {
+		m.names = append(m.names, name)
+		return metrics.GetOrCreateGauge(name, nil)
+	}
+	m.success = counter(`sentinel_upstream_requests_total{` + l + `,outcome="success"}`)
+	m.failure = counter(`sentinel_upstream_requests_total{` + l + `,outcome="error"}`)
+	m.timeout = counter(`sentinel_upstream_requests_total{` + l + `,outcome="timeout"}`)
+	m.backpressure = counter(`sentinel_upstream_requests_total{` + l + `,outcome="backpressure"}`)
+	m.removalRefused = counter(`sentinel_upstream_removals_refused_total{` + l + `}`)
+	m.healthy = gauge(`sentinel_upstream_target_healthy{` + l + `}`)
+	m.breakerState = gauge(`sentinel_upstream_breaker_state{` + l + `}`)
+	m.ejections = counter(`sentinel_upstream_ejections_total{` + l + `}`)
 	for s, name := range stateNames {
-		m.transitions[s] = metrics.GetOrCreateCounter(`sentinel_upstream_breaker_transitions_total{` + l + `,to="` + name + `"}`)
+		m.transitions[s] = counter(`sentinel_upstream_breaker_transitions_total{` + l + `,to="` + name + `"}`)
 	}
 	return m
 }
 
+// latencyName and panicName are a pool's own series.
+func latencyName(pool string) string {
+	return `sentinel_upstream_latency_seconds{upstream="` + escapeLabel(pool) + `"}`
+}
+
+func panicName(pool string) string {
+	return `sentinel_upstream_panic_total{upstream="` + escapeLabel(pool) + `"}`
+}
+
 func newLatency(pool string) *metrics.PrometheusHistogram {
-	return metrics.GetOrCreatePrometheusHistogram(`sentinel_upstream_latency_seconds{upstream="` + escapeLabel(pool) + `"}`)
+	return metrics.GetOrCreatePrometheusHistogram(latencyName(pool))
+}
+
+// seriesNames lists every series of p: its own and its targets'.
+func (p *Pool) seriesNames() []string {
+	names := []string{latencyName(p.name), panicName(p.name)}
+	for _, t := range p.targets {
+		names = append(names, t.m.names...)
+	}
+	return names
 }
 
 // escapeLabel escapes a Prometheus label value.

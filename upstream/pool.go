@@ -31,7 +31,7 @@ func newPool(name string, cfg PoolConfig) *Pool {
 		leastPend:   cfg.Balance == BalanceLeastPending,
 		timeout:     cfg.Timeout,
 		latency:     newLatency(name),
-		panics:      metrics.GetOrCreateCounter(`sentinel_upstream_panic_total{upstream="` + escapeLabel(name) + `"}`),
+		panics:      metrics.GetOrCreateCounter(panicName(name)),
 		errNoTarget: fmt.Errorf("upstream %s: %w", name, ErrNoHealthy),
 	}
 	p.removal.max = maxRemoved(len(cfg.Targets), cfg.MaxEjectionPercent)

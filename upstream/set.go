@@ -3,48 +3,93 @@ package upstream
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
+	"time"
 )
 
 // Set is every configured pool. Build it with New, run its health checks
-// and re-probes with Start, end them with Stop.
+// and re-probes with Start, change its pools with Stage (a reload), end
+// everything with Stop.
 type Set struct {
-	pools map[string]*Pool
-	names []string
+	mu      sync.Mutex // guards members, names, staged, ctx and stopped
+	members map[string]*member
+	names   []string
+	staged  []*member       // the new pools of an Update not yet committed or aborted
+	ctx     context.Context // Start's; nil before Start
+	stopped bool
 
-	startOnce sync.Once
-	stopOnce  sync.Once
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	cfg       Config
+	cancel   context.CancelFunc
+	done     chan struct{} // closed by Stop: retirements close at once
+	stopOnce sync.Once
+	retiring sync.WaitGroup // retirement goroutines
+
+	// retireGrace is how long a retired pool stays open after the reload
+	// before it waits for its last requests (see retire).
+	retireGrace time.Duration
 }
+
+// member is one pool of a Set with its configuration and the background
+// goroutines that watch its targets.
+type member struct {
+	pool   *Pool
+	cfg    PoolConfig
+	cancel context.CancelFunc // nil while not watched
+	wg     sync.WaitGroup
+}
+
+// defaultRetireGrace is the Set's retireGrace: longer than a request takes
+// from loading the route table to entering the pool (receiving a buffered
+// body head, waiting for a concurrency slot of at most a second).
+const defaultRetireGrace = 2 * time.Second
 
 // New builds the pools of cfg. It fills cfg's defaults and validates it
 // (main has normally done both), so a Set is never built from a bad config.
 // Nothing runs in the background until Start.
 func New(cfg Config) (*Set, error) {
+	c, err := prepare(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Set{members: make(map[string]*member, len(c)), done: make(chan struct{}), retireGrace: defaultRetireGrace}
+	for _, name := range sortedNames(c) {
+		s.members[name] = &member{pool: newPool(name, c[name]), cfg: c[name]}
+	}
+	s.names = sortedNames(c)
+	return s, nil
+}
+
+// prepare copies cfg, fills its defaults and validates it.
+func prepare(cfg Config) (Config, error) {
 	c := make(Config, len(cfg))
 	for name, p := range cfg {
-		p.Targets = append([]string(nil), p.Targets...)
+		p.Targets = slices.Clone(p.Targets)
 		c[name] = p
 	}
 	c.SetDefaults()
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("cannot build upstream pools: %w", err)
 	}
-	s := &Set{pools: make(map[string]*Pool, len(c)), names: sortedNames(c), cfg: c}
-	for _, name := range s.names {
-		s.pools[name] = newPool(name, c[name])
-	}
-	return s, nil
+	return c, nil
 }
 
 // Pool returns the pool called name, or nil.
-func (s *Set) Pool(name string) *Pool { return s.pools[name] }
+func (s *Set) Pool(name string) *Pool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m := s.members[name]; m != nil {
+		return m.pool
+	}
+	return nil
+}
 
 // Names returns the pool names in sorted order. The caller must not modify
 // the slice.
-func (s *Set) Names() []string { return s.names }
+func (s *Set) Names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.names
+}
 
 // Start runs one background goroutine per target: the active health checks
 // of pools that configure a path, and the re-probe of ejected targets. They
@@ -52,37 +97,63 @@ func (s *Set) Names() []string { return s.names }
 // Before Start, an ejected target comes back when its ejection has run out,
 // without a probe.
 func (s *Set) Start(ctx context.Context) {
-	s.startOnce.Do(func() {
-		ctx, cancel := context.WithCancel(ctx)
-		s.cancel = cancel
-		for _, name := range s.names {
-			p := s.pools[name]
-			cfg := s.cfg[name]
-			p.watched.Store(true)
-			for _, t := range p.targets {
-				w := &watcher{t: t, check: cfg.HealthCheck, ejectFor: cfg.Passive.EjectFor}
-				s.wg.Go(func() { w.run(ctx) })
-			}
-		}
-	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx != nil || s.stopped {
+		return
+	}
+	s.ctx, s.cancel = context.WithCancel(ctx)
+	for _, name := range s.names {
+		s.members[name].watch(s.ctx)
+	}
 }
 
-// Stop ends the background goroutines, waits for them, and closes the idle
-// connections to the targets. Requests may still be sent afterwards (without
-// health checks); Stop is for shutdown, after the proxy has drained.
+// watch starts m's watchers under ctx.
+func (m *member) watch(ctx context.Context) {
+	ctx, m.cancel = context.WithCancel(ctx)
+	m.pool.watched.Store(true)
+	for _, t := range m.pool.targets {
+		w := &watcher{t: t, check: m.cfg.HealthCheck, ejectFor: m.cfg.Passive.EjectFor}
+		m.wg.Go(func() { w.run(ctx) })
+	}
+}
+
+// close ends m's watchers, waits for them, and closes the idle connections
+// to its targets. Requests may still be sent afterwards (without health
+// checks): a HostClient dials again when asked.
+func (m *member) close() {
+	if m.cancel != nil {
+		m.cancel()
+	}
+	m.wg.Wait()
+	m.pool.watched.Store(false)
+	for _, t := range m.pool.targets {
+		t.hc.CloseIdleConnections()
+		t.probe.CloseIdleConnections()
+	}
+}
+
+// Stop ends the background goroutines, waits for them, closes the idle
+// connections to the targets and closes the pools that a reload retired
+// without waiting for their grace. Requests may still be sent afterwards
+// (without health checks); Stop is for shutdown, after the proxy has
+// drained.
 func (s *Set) Stop() {
 	s.stopOnce.Do(func() {
-		s.startOnce.Do(func() {}) // a later Start does nothing
+		s.mu.Lock()
+		s.stopped = true
+		members := make([]*member, 0, len(s.members))
+		for _, m := range s.members {
+			members = append(members, m)
+		}
+		s.mu.Unlock()
+		close(s.done)
 		if s.cancel != nil {
 			s.cancel()
 		}
-		s.wg.Wait()
-		for _, p := range s.pools {
-			p.watched.Store(false)
-			for _, t := range p.targets {
-				t.hc.CloseIdleConnections()
-				t.probe.CloseIdleConnections()
-			}
+		for _, m := range members {
+			m.close()
 		}
+		s.retiring.Wait()
 	})
 }
