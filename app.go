@@ -48,6 +48,10 @@ type app struct {
 	load     func() (*Config, error)
 	reloadMu sync.Mutex  // serializes reloads; guards cfg's reloadable sections
 	draining atomic.Bool // SIGTERM arrived: /readyz answers 503
+	// onStoreFailure is limits.on_store_failure as /readyz reads it, set
+	// at start and by every reload that changes the limits (readiness
+	// probes do not wait for a reload's lock).
+	onStoreFailure atomic.Pointer[string]
 }
 
 // build wires the parts; nothing listens or runs in the background yet. On
@@ -71,6 +75,7 @@ func build(cfg *Config) (_ *app, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	a.onStoreFailure.Store(&cfg.Limits.OnStoreFailure)
 	l, err := a.newLimiter(cfg.Limits)
 	if err != nil {
 		return nil, err
@@ -270,14 +275,15 @@ func (a *app) ready(ctx context.Context) (bool, string) {
 		return false, "draining: shutting down, finishing in-flight requests"
 	}
 	err := a.store.Ping(ctx)
+	onFailure := *a.onStoreFailure.Load()
 	switch {
 	case err == nil:
 		return true, "store " + a.storeName + " answers"
-	case a.cfg.Limits.OnStoreFailure == limit.FailClosed.String():
+	case onFailure == limit.FailClosed.String():
 		return false, fmt.Sprintf("store %s does not answer (%v) and limits.on_store_failure is closed", a.storeName, err)
 	default:
 		return true, fmt.Sprintf("store %s does not answer (%v); deciding per limits.on_store_failure: %s",
-			a.storeName, err, a.cfg.Limits.OnStoreFailure)
+			a.storeName, err, onFailure)
 	}
 }
 

@@ -133,6 +133,7 @@ func (a *app) applyLimits(next *Config) error {
 	}
 	a.limiter.swap(l)
 	a.cfg.Limits, a.cfg.Tenants, a.cfg.Rules = next.Limits, next.Tenants, next.Rules
+	a.onStoreFailure.Store(&next.Limits.OnStoreFailure)
 	return nil
 }
 
