@@ -61,7 +61,8 @@ type Upstreams interface {
 
 // Doer forwards one request, sent at start (the caller's clock read), to an
 // upstream pool and returns when the answer came (its own clock read, which
-// the caller reuses). *upstream.Pool implements it. Its error and the answer's status are sorted by upstream.Classify:
+// the caller reuses). *upstream.Pool implements it. Its error and the
+// answer's status are sorted by upstream.Classify:
 // a *upstream.ClientBodyError (the client broke its body → 400/408/413),
 // upstream.ErrNoHealthy (→ 503), upstream.ErrTimeout (→ 504), anything else
 // is a connection failure (→ 502).

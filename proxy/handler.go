@@ -54,7 +54,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	// Answer with no Content-Type when the upstream sent none.
 	ctx.Response.Header.SetNoDefaultContentType(true)
 	ctx.Response.Header.SetCanonical(s.requestIDHeader, id.RequestID)
-	now := id.answeredAt // the upstream's answer: the handler's work after it is negligible
+	// The upstream's answer time ends a forwarded request: what follows is
+	// header work (and a copy into the cache), and the body is written
+	// after the handler returns anyway. Other requests read the clock.
+	now := id.answeredAt
 	if now.IsZero() {
 		now = time.Now()
 	}
