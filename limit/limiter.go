@@ -386,7 +386,16 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 			cachedDenials.Inc()
 			return d, taking{}
 		}
-		if f := b.fill; f != nil && attempt < 2 {
+		if f := b.fill; f != nil {
+			if attempt >= 2 {
+				// The call in flight outlasted two waits: this request asks
+				// the store for its own tokens only and leaves the bucket's
+				// lease to that call. Stragglers that each asked for a full
+				// lease would, on a slow store, take the whole budget out
+				// on leases and refuse clients under their limit.
+				b.mu.Unlock()
+				return l.direct(ctx, s, tokens, nil), taking{}
+			}
 			b.demand += tokens
 			b.mu.Unlock()
 			l.wait(f)
@@ -547,7 +556,8 @@ func (b *bucket) retryFrom(now int64) time.Duration {
 }
 
 // direct decides with one store call, outside the local buckets: sliding_log
-// with a trusted request ID, which the store must see to skip a retry.
+// with a trusted request ID, which the store must see to skip a retry, and a
+// request that outwaited its bucket's slow lease call (rid nil).
 func (l *Limiter) direct(ctx context.Context, s *spec, tokens int64, rid []byte) Decision {
 	// A late answer's permit stays counted: its request ID is recorded.
 	res, err := l.lease(ctx, s, &LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid)}, nil)
