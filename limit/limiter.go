@@ -499,7 +499,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	now := l.now().UnixNano()
 	b.mu.Lock()
 	defer func() {
-		if b.fill == f { // a request that waited too long may have replaced it
+		if b.fill == f { // one fill at a time: stragglers do not replace it (see one)
 			b.fill = nil
 		}
 		b.mu.Unlock()
@@ -512,9 +512,10 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	b.remaining = res.Remaining
 	b.resetAt = now + int64(res.Reset)
 	if res.Granted >= tokens && b.leased > 0 {
-		// Another call filled the bucket meanwhile (a request that waited
-		// too long made its own): the bucket keeps that lease, and this
-		// one's permits beyond the request's go back.
+		// The bucket holds a lease already. One fill runs at a time (a
+		// request that outwaits it decides alone, see one), so this is a
+		// guard: the bucket keeps that lease, and this one's permits beyond
+		// the request's go back.
 		if extra := res.Granted - tokens; extra > 0 {
 			go l.giveBack(req, LeaseResult{Granted: extra, Ref: res.Ref})
 		}
