@@ -2,11 +2,13 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -287,4 +289,56 @@ func TestTrickleUploadIsTheClients(t *testing.T) {
 		assert.True(t, resp.Close, "the connection ends with the answer")
 	}
 	assertUpstreamUntouched(t, streamed, up.url)
+}
+
+// A flood that the gateway refuses itself is not pressure. Refusing costs
+// CPU, and counted whole that CPU would push the gateway into Moderate and
+// up, cutting every tenant's limits, which refuses more: a loop fed by the
+// gateway's own answers. The flood's clients run in this process and share
+// its CPU, so the CPU signal would read the busy cores in full; weighed by
+// the share of requests forwarded, it stays near zero, and a calm tenant
+// keeps its whole limit.
+func TestRefusedFloodIsNotPressure(t *testing.T) {
+	up := startUpstream(t)
+	g := startGateway(t, fmt.Sprintf(`
+upstreams:
+  api: {targets: [%q]}
+routes:
+  - {path_prefix: /, upstream: api, resource: default}
+tenants:
+  - {id: flood, plan: FREE, api_keys: [flood-key]}
+  - {id: calm, plan: FREE, api_keys: [calm-key]}
+limits: {ip: 0, api_key: 0, tenant: 20}
+adaptive: {enabled: true}
+`, up.url))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	for range 32 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if status("GET", g.url+"/x", "X-API-Key", "flood-key") == http.StatusTooManyRequests {
+					refused.Add(1)
+				}
+			}
+		})
+	}
+	var samples int
+	for ctx.Err() == nil {
+		time.Sleep(250 * time.Millisecond)
+		st := adaptiveState(t, g)
+		sig := st["signals"].(map[string]any)
+		assert.Equal(t, "normal", st["mode"], "signals %v", sig)
+		assert.EqualValues(t, 1, st["multiplier"])
+		if samples++; samples > 2 { // past the first sample's mixed share
+			assert.Less(t, sig["forwarded_share"], 0.5, "signals %v", sig)
+		}
+	}
+	wg.Wait()
+	assert.Greater(t, refused.Load(), int64(1000), "the flood was refused")
+	assert.Zero(t, scrape(t, g.admin, "sentinel_adaptive_mode_transitions_total"), "no mode change")
+	for i := range 10 {
+		assert.Equal(t, http.StatusOK, status("GET", g.url+"/x", "X-API-Key", "calm-key"), "calm request %d", i)
+	}
 }

@@ -45,21 +45,25 @@ type Controller struct {
 	policy   atomic.Pointer[Policy]
 	inflight atomic.Int64
 	started  atomic.Int64 // requests started, for the rate
+	// forwarded counts the requests sent to an upstream: with started, it
+	// tells how much of the gateway's work the modes can relieve.
+	forwarded atomic.Int64
 
 	upstream    *upstreamWindow
 	concurrency map[string]*ConcurrencyLimiter // by upstream; guarded by mu
 	view        *clusterView                   // nil without Redis: this pod alone
 	set         *metrics.Set                   // this controller's series, registered from New to Stop
 
-	mu          sync.Mutex // guards what State reads
-	machine     *machine
-	host        *hostSampler
-	signals     Signals
-	local       float64 // smoothed own pressure
-	effective   float64 // what the mode machine sees: max(local, cluster)
-	transitions []Transition
-	lastStarted int64
-	lastSample  time.Time
+	mu            sync.Mutex // guards what State reads
+	machine       *machine
+	host          *hostSampler
+	signals       Signals
+	local         float64 // smoothed own pressure
+	effective     float64 // what the mode machine sees: max(local, cluster)
+	transitions   []Transition
+	lastStarted   int64
+	lastForwarded int64
+	lastSample    time.Time
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -171,7 +175,11 @@ func (c *Controller) RequestFinished() { c.inflight.Add(-1) }
 // error-rate and latency signals. Ignored results are not counted at all:
 // only the upstream's own answers may move its signals.
 func (c *Controller) ObserveUpstream(end time.Time, latency time.Duration, r Result) {
-	if !c.on || r == Ignored {
+	if !c.on {
+		return
+	}
+	c.forwarded.Add(1)
+	if r == Ignored {
 		return
 	}
 	c.upstream.observe(end.UnixNano(), latency, r)
@@ -204,7 +212,9 @@ func (c *Controller) sampleLoop(ctx context.Context) {
 // sample reads the signals and steps the mode machine once.
 func (c *Controller) sample(now time.Time) {
 	cfg := c.tune.Load()
-	s := c.readSignals(now, cfg)
+	// Only this goroutine writes lastStarted and lastForwarded.
+	started, forwarded := c.started.Load(), c.forwarded.Load()
+	s := c.readSignals(now, cfg, forwardedShare(started-c.lastStarted, forwarded-c.lastForwarded))
 	raw := score(s, cfg.Weights)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -220,12 +230,11 @@ func (c *Controller) sample(now time.Time) {
 	c.effective = max(c.local, c.clusterPressure())
 	interval := now.Sub(c.lastSample)
 	c.lastSample = now
-	started := c.started.Load()
 	rate := 0.0
 	if interval > 0 {
 		rate = float64(started-c.lastStarted) / interval.Seconds()
 	}
-	c.lastStarted = started
+	c.lastStarted, c.lastForwarded = started, forwarded
 	if tr, ok := c.machine.step(now, c.effective, rate, interval); ok {
 		c.transitions = append(c.transitions, tr)
 		if len(c.transitions) > maxTransitions {
@@ -238,13 +247,41 @@ func (c *Controller) sample(now time.Time) {
 	c.policy.Store(&p)
 }
 
-func (c *Controller) readSignals(now time.Time, cfg *Config) Signals {
-	var s Signals
+// forwardedShare is the share of the requests of a sample that were sent
+// upstream: forwarded of started, in [0, 1]. A request is counted as started
+// when it comes and as forwarded when its answer does, so a sample can see
+// more forwarded than started; one that saw neither had nothing to relieve.
+func forwardedShare(started, forwarded int64) float64 {
+	switch {
+	case forwarded <= 0:
+		return 0
+	case forwarded >= started:
+		return 1
+	}
+	return float64(forwarded) / float64(started)
+}
+
+// readSignals reads the signals of one sample; share is the sample's
+// forwardedShare.
+//
+// CPU and scheduler latency measure the gateway's own saturation, and the
+// modes relieve it only by forwarding less. Requests the gateway answers
+// itself (refusals, mode rejections, cached answers) are its cheapest
+// answers: lowering limits does not make them fewer, it makes more of them.
+// Counted whole, a flood of refused requests would raise the CPU signal,
+// which would cut every client's limits, which would refuse more: a loop
+// fed by the gateway's own answers. So the two signals count in proportion
+// to the share of requests forwarded: under such a flood they fall as the
+// gateway refuses more, and the loop cannot run away.
+func (c *Controller) readSignals(now time.Time, cfg *Config, share float64) Signals {
+	s := Signals{ForwardedShare: share}
 	moderate := cfg.Thresholds.Moderate
 	var err error
 	if s.CPU, err = c.host.cpuLoad(now); err != nil {
 		s.CPU = moderate
 		s.Unavailable = append(s.Unavailable, "cpu")
+	} else {
+		s.CPU *= share
 	}
 	if s.Memory, err = memoryLoad(); err != nil {
 		s.Memory = moderate
@@ -253,6 +290,8 @@ func (c *Controller) readSignals(now time.Time, cfg *Config) Signals {
 	if s.Scheduler, err = c.host.schedLatency(cfg.SchedLatencyObjective); err != nil {
 		s.Scheduler = moderate
 		s.Unavailable = append(s.Unavailable, "scheduler")
+	} else {
+		s.Scheduler *= share
 	}
 	s.Inflight = clamp(float64(c.inflight.Load()) / float64(cfg.MaxInflight))
 	w := c.upstream.read(now.UnixNano())

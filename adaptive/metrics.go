@@ -36,6 +36,9 @@ func (c *Controller) addMetrics() {
 	for _, p := range pressures {
 		c.set.NewGauge(`sentinel_adaptive_pressure{scope="`+p.scope+`"}`, func() float64 { return c.locked(p.f) })
 	}
+	c.set.NewGauge(`sentinel_adaptive_forwarded_share`, func() float64 {
+		return c.locked(func() float64 { return c.signals.ForwardedShare })
+	})
 	c.set.NewGauge(`sentinel_adaptive_mode`, func() float64 { return float64(c.Policy().Mode) })
 	c.set.NewGauge(`sentinel_adaptive_multiplier`, func() float64 { return c.Policy().Multiplier })
 	c.set.NewGauge(`sentinel_adaptive_live_pods`, func() float64 { return float64(c.LivePods()) })

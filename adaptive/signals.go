@@ -15,12 +15,16 @@ import (
 
 // Signals are the normalised inputs of the pressure score, each in [0, 1].
 type Signals struct {
+	// CPU and Scheduler are the measured values × ForwardedShare.
 	CPU             float64 `json:"cpu"`
 	Memory          float64 `json:"memory"`
 	Scheduler       float64 `json:"scheduler"`
 	Inflight        float64 `json:"inflight"`
 	UpstreamErrors  float64 `json:"upstream_errors"`
 	UpstreamLatency float64 `json:"upstream_latency"`
+	// ForwardedShare is the share of the sample's requests that were sent
+	// upstream (not a signal of its own: it weighs CPU and Scheduler).
+	ForwardedShare float64 `json:"forwarded_share"`
 	// Unavailable lists the signals that could not be read (each counted as
 	// moderate pressure: an unreadable signal is neither ignored nor alarming).
 	Unavailable []string `json:"unavailable,omitempty"`
