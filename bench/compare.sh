@@ -3,7 +3,8 @@
 #
 # One upstream (the demo backend's fixed 64-byte answer), one nginx
 # (bench/nginx.conf), one bare fasthttp proxy (bench/bareproxy: the floor of
-# Sentinel's HTTP stack) and one redis-server run for the whole benchmark; a fresh
+# Sentinel's HTTP stack), one bare fasthttp server that answers 429 itself (the
+# floor of the refusal path) and one redis-server run for the whole benchmark; a fresh
 # Sentinel (bench/sentinel.yaml plus the environment of its row) starts for
 # each run. Every configuration runs once per round, rounds interleaved
 # (ROUNDS=3), each run a WARMUP then DURATION seconds of wrk. Per run it keeps
@@ -43,6 +44,7 @@ runs=(
   "no-adaptive|Sentinel, proxy, adaptive.enabled false|nginx|proxy|proxy.lua|$THREADS|$CONNS|SENTINEL_ADAPTIVE_ENABLED=false"
   "redis|Sentinel, proxy, Redis store (leases), adaptive on|nginx|proxy|proxy.lua|$THREADS|$CONNS|$REDIS"
   "nginx-refuse|nginx 1.22, limit_req 100 r/s (nearly all refused)|nginx-refuse|nginx:$NGINX_LIMIT_PORT|proxy.lua|$THREADS|$CONNS|"
+  "bare-refuse|bare fasthttp server answering every request 429 itself|nginx-refuse|bare-refuse|proxy.lua|$THREADS|$CONNS|"
   "refuse|Sentinel, tenant limit 99/s (nearly all refused), memory|nginx-refuse|proxy|proxy.lua|$THREADS|$CONNS|$REFUSE"
   "refuse-redis|Sentinel, tenant limit 99/s (nearly all refused), Redis|nginx-refuse|proxy|proxy.lua|$THREADS|$CONNS|$REFUSE $REDIS"
   "check-hot|Sentinel check API, one hot key, Redis|nginx|admin|check_hot.lua|$THREADS|$CONNS|$REDIS"
@@ -62,6 +64,9 @@ wait_for "http://$HOST:$NGINX_PROXY_PORT/"
 timeout "$BENCH_MAX" bin/bareproxy -listen "$HOST:$BARE_PORT" -upstream "$HOST:$BACKEND_PORT" >"$tmp/bare.log" 2>&1 &
 bare_pid=$!; pids+=("$bare_pid")
 wait_for "http://$HOST:$BARE_PORT/"
+timeout "$BENCH_MAX" bin/bareproxy -refuse -listen "$HOST:$BARE_REFUSE_PORT" >"$tmp/bare-refuse.log" 2>&1 &
+bare_refuse_pid=$!; pids+=("$bare_refuse_pid")
+for _ in $(seq 100); do curl -s -o /dev/null "http://$HOST:$BARE_REFUSE_PORT/" && break; sleep 0.1; done
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 results=bin/bench-compare.tsv
@@ -76,6 +81,7 @@ run_one() {
   case $target in
     nginx:*) url="http://$HOST:${target#nginx:}/"; gw=$nginx_pid ;;
     bare) url="http://$HOST:$BARE_PORT/"; gw=$bare_pid ;;
+    bare-refuse) url="http://$HOST:$BARE_REFUSE_PORT/"; gw=$bare_refuse_pid ;;
     proxy) url="http://$HOST:$SENTINEL_PORT/"; read -ra e <<<"$envs"; start_sentinel "${e[@]}"; gw=$sentinel_pid ;;
     admin) url="http://$HOST:$ADMIN_PORT/"; read -ra e <<<"$envs"; start_sentinel "${e[@]}"; gw=$sentinel_pid ;;
   esac
@@ -84,7 +90,7 @@ run_one() {
   g0=$(ticks "$gw"); b0=$(ticks "$backend_pid"); r0=$(ticks "$redis_pid"); w0=$(waited_ticks)
   out=$(wrk -t"$threads" -c"$conns" -d"${DURATION}s" --timeout 2s -s "bench/$script" "$url")
   g1=$(ticks "$gw"); b1=$(ticks "$backend_pid"); r1=$(ticks "$redis_pid"); w1=$(waited_ticks)
-  case $target in nginx:* | bare) ;; *) stop_sentinel ;; esac
+  case $target in nginx:* | bare*) ;; *) stop_sentinel ;; esac
   local line; line=$(grep '^BENCH ' <<<"$out") || { echo "$name: wrk printed no result:"; echo "$out"; exit 1; } >&2
   local requests duration_us p50_us p99_us non2xx sockerr modes=-
   eval "$(sed -e 's/^BENCH //' <<<"$line")"

@@ -3,7 +3,9 @@
 // and a fasthttp.HostClient with keep-alive to one upstream), with no
 // routing, identity, limits, adaptive layer, header hygiene or metrics.
 // The gap between it and Sentinel is what Sentinel's own work costs; the gap
-// between it and nginx is the HTTP stack's.
+// between it and nginx is the HTTP stack's. With -refuse it answers every
+// request 429 with a small JSON body and never calls the upstream: the floor
+// of the refusal path.
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 func main() {
 	listen := flag.String("listen", "127.0.0.1:29380", "address to serve on")
 	upstream := flag.String("upstream", "127.0.0.1:29100", "host:port of the upstream")
+	refuse := flag.Bool("refuse", false, "answer every request 429 itself (the floor of the refusal path)")
 	flag.Parse()
 	client := &fasthttp.HostClient{
 		Addr:                     *upstream,
@@ -25,7 +28,14 @@ func main() {
 		NoDefaultUserAgentHeader: true,
 		ReadBufferSize:           8 << 10,
 	}
+	refusal := []byte(`{"error":"rate limit exceeded"}`)
 	handler := func(ctx *fasthttp.RequestCtx) {
+		if *refuse {
+			ctx.SetStatusCode(fasthttp.StatusTooManyRequests)
+			ctx.SetContentType("application/json")
+			ctx.SetBody(refusal)
+			return
+		}
 		if err := client.DoTimeout(&ctx.Request, &ctx.Response, 10*time.Second); err != nil {
 			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
 		}
