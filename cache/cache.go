@@ -106,6 +106,10 @@ func (c *Cache) Set(key []byte, resp *fasthttp.Response, ttl time.Duration) {
 	c.stores.Inc()
 }
 
+// MaxBody is the largest answer body c may keep (its entries are bounded,
+// and an entry also holds the status and headers).
+func (c *Cache) MaxBody() int { return c.maxItem }
+
 // Stats returns c's counters and size.
 func (c *Cache) Stats() Stats {
 	var fs fastcache.Stats

@@ -77,6 +77,9 @@ type Doer interface {
 type Cache interface {
 	Get(key []byte, dst *fasthttp.Response) bool
 	Set(key []byte, resp *fasthttp.Response, ttl time.Duration)
+	// MaxBody is the largest answer body the cache may keep: larger
+	// answers on cacheable routes are streamed, not read whole.
+	MaxBody() int
 }
 
 // concurrency is the per-upstream adaptive concurrency limit.

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/valyala/bytebufferpool"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
@@ -255,9 +256,12 @@ func (s *Server) outbound(ctx *fasthttp.RequestCtx, r *route, id *Identity, pre 
 // to the concurrency limit and the adaptive signals.
 func (s *Server) forward(ctx *fasthttp.RequestCtx, r *route, id *Identity, req *fasthttp.Request, ticket adaptive.Ticket, cacheable bool) (upstream.Class, error) {
 	resp := &ctx.Response
-	resp.StreamBody = !cacheable // stream answers unless they may be cached
+	resp.StreamBody = true
 	sent := time.Now()
 	end, err := r.pool.DoAt(req, resp, sent)
+	if err == nil && cacheable {
+		err = s.bufferForCache(resp)
+	}
 	latency := end.Sub(sent)
 	id.upstreamLatency, id.answeredAt = latency, end
 	status := 0
@@ -272,6 +276,33 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, r *route, id *Identity, req *
 	}
 	return class, err
 }
+
+// bufferForCache reads a streamed answer whole when the cache could keep it:
+// a 200 whose Content-Length is within the cache's largest body. Any other
+// answer stays streamed, and the cache skips streamed answers, so a large or
+// endless answer (chunked, with no length) on a cacheable route is passed
+// through, never held in memory. The read ends at the Content-Length and,
+// like a streamed answer's, at the pool's deadline; an error is the
+// upstream's (502).
+func (s *Server) bufferForCache(resp *fasthttp.Response) error {
+	n := resp.Header.ContentLength()
+	stream := resp.BodyStream()
+	if stream == nil || resp.StatusCode() != fasthttp.StatusOK || n < 0 || n > s.cache.MaxBody() {
+		return nil
+	}
+	bb := bodyBuffers.Get()
+	defer bodyBuffers.Put(bb)
+	// Read to io.EOF, not just n bytes: only then does fasthttp put the
+	// connection back in the pool when the stream is closed.
+	if _, err := bb.ReadFrom(stream); err != nil {
+		return err
+	}
+	resp.SetBody(bb.B) // closes the stream
+	return nil
+}
+
+// bodyBuffers hold answers read whole for the cache.
+var bodyBuffers bytebufferpool.Pool
 
 // respond finishes the answer: the reason of a failed forward, or the
 // upstream's answer with its hop-by-hop headers removed, the rate-limit

@@ -2,11 +2,14 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -411,4 +414,77 @@ func TestParseErrorLog(t *testing.T) {
 	// summary line per second.
 	assert.Less(t, strings.Count(log, "\n"), 40, log)
 	assert.Less(t, len(log), 8<<10)
+}
+
+// A cacheable route holds in memory only answers the cache could keep: a 200
+// with a Content-Length within the cache's largest body. A chunked answer is
+// passed through as it comes (the client reads its first part while the
+// backend is still writing), and one over the bound is passed through whole;
+// neither is stored.
+func TestCacheableAnswersAreBounded(t *testing.T) {
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	defer releaseOnce.Do(func() { close(release) })
+	big := bytes.Repeat([]byte("x"), 2<<20) // over 1/64 of the default 64MB cache
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public")
+		switch r.URL.Path {
+		case "/cached/chunked":
+			_, _ = io.WriteString(w, "first;")
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			_, _ = io.WriteString(w, "rest")
+		case "/cached/big":
+			w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+			_, _ = w.Write(big)
+		default:
+			w.Header().Set("Content-Length", "5")
+			_, _ = io.WriteString(w, "small")
+		}
+	}))
+	t.Cleanup(up.Close)
+	gate := &fakeGate{}
+	rc := cache.New(cache.Config{})
+	t.Cleanup(rc.Close)
+	require.Less(t, rc.MaxBody(), len(big))
+	p := startProxy(t, up.URL, func(d *Deps, _ *upstream.Config) { d.Adaptive, d.Cache = gate, rc })
+
+	resp, err := http.Get(p.url + "/cached/chunked")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	first := make(chan string, 1)
+	go func() {
+		b := make([]byte, len("first;"))
+		_, _ = io.ReadFull(resp.Body, b)
+		first <- string(b)
+	}()
+	select {
+	case got := <-first:
+		assert.Equal(t, "first;", got)
+	case <-time.After(3 * time.Second):
+		t.Fatal("the chunked answer was held back: the gateway buffered it")
+	}
+	releaseOnce.Do(func() { close(release) })
+	rest, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Equal(t, "rest", string(rest))
+
+	r2, body := get(t, p.url+"/cached/big")
+	require.Equal(t, http.StatusOK, r2.StatusCode)
+	assert.Equal(t, len(big), len(body))
+	_, body = get(t, p.url+"/cached/small")
+	assert.Equal(t, "small", string(body))
+
+	gate.policy = adaptive.Policy{CacheOnly: true}
+	r2, body = get(t, p.url+"/cached/small")
+	assert.Equal(t, "HIT", r2.Header.Get("X-Sentinel-Cache"))
+	assert.Equal(t, "small", string(body))
+	for _, path := range []string{"/cached/chunked", "/cached/big"} {
+		r2, _ = get(t, p.url+path)
+		assert.Empty(t, r2.Header.Get("X-Sentinel-Cache"), "%s was not stored", path)
+	}
+	assert.EqualValues(t, 1, rc.Stats().Stores)
 }
