@@ -189,28 +189,3 @@ func TestLimiterLateAnswerGivesPermitsBack(t *testing.T) {
 	d := other.Allow(context.Background(), &Request{IP: []byte("10.8.8.8"), Tokens: 10})
 	assert.True(t, d.Allowed, "the late lease spent budget: %+v", d)
 }
-
-// TestLocalShareCountsStorePermits: a pod that let its whole share through
-// on the store's permits refuses when the store then fails. Before, the
-// local share started full at the first timeout and let a second window's
-// worth through.
-func TestLocalShareCountsStorePermits(t *testing.T) {
-	srv := redistest.Start(t)
-	for _, alg := range []string{"sliding_window", "token_bucket"} {
-		t.Run(alg, func(t *testing.T) {
-			cfg := testLimitsConfig(func(c *Config) {
-				c.Algorithm, c.IP, c.Window, c.StoreTimeout, c.MaxLease = alg, 10, time.Hour, 50*time.Millisecond, 4
-			})
-			l := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
-			ip := []byte("local-share-" + alg)
-			got, _ := allowN(l, &Request{IP: ip}, 10)
-			require.Equal(t, 10, got)
-			srv.Pause()
-			defer srv.Resume()
-			local := fallbackLocal.Get()
-			got, d := allowN(l, &Request{IP: ip}, 3)
-			require.Greater(t, fallbackLocal.Get(), local, "the local policy decided")
-			assert.Zero(t, got, "the local share let through again what the store already had: %+v", d)
-		})
-	}
-}

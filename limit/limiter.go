@@ -23,9 +23,6 @@ type Limiter struct {
 	policy   FailurePolicy // limits.on_store_failure, parsed once
 	store    Store
 	fallback *MemoryStore // the local policy's per-pod limits
-	// shared: the store is another process's (Redis), so it can fail and
-	// the local policy can take over.
-	shared bool
 	adj      Adjuster
 	livePods func() int
 	catalog  *Catalog
@@ -84,8 +81,6 @@ func NewLimiter(cfg Config, store Store, opts Options) (*Limiter, error) {
 			breakerOpenings.Inc()
 		}
 	}
-	_, local := store.(*MemoryStore)
-	l.shared = !local
 	live.Store(l, struct{}{})
 	go l.sweepLoop()
 	return l, nil
@@ -599,7 +594,6 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest, b *buck
 	}
 	storeCallsOK.Inc()
 	l.breaker.success(probe)
-	l.spendLocally(ctx, s, res.Granted)
 	if took := l.now().UnixNano() - start; took > 0 {
 		old := l.rtt.Load()
 		l.rtt.Store(old + (took-old)/8) // a lost update among racing calls is harmless
@@ -621,7 +615,14 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64) D
 		return d
 	}
 	fallbackLocal.Inc()
-	p := l.localShare(s)
+	pods := max(1, l.livePods())
+	p := s.params
+	if p.Algorithm == TokenBucket {
+		p.Capacity = (p.Capacity + int64(pods) - 1) / int64(pods)
+		p.RefillRate /= float64(pods)
+	} else {
+		p.Limit = (p.Limit + int64(pods) - 1) / int64(pods)
+	}
 	res, err := l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: tokens, Need: tokens})
 	if err != nil { // only a malformed request: decide like the store would
 		return s.decision(false, 0, l.cfg.BreakerCooldown, 0)
@@ -632,35 +633,6 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64) D
 		d.Limit = p.Capacity
 	}
 	return d
-}
-
-// localShare is s's params for this pod alone: its share of the limit.
-func (l *Limiter) localShare(s *spec) Params {
-	pods := max(1, l.livePods())
-	p := s.params
-	if p.Algorithm == TokenBucket {
-		p.Capacity = (p.Capacity + int64(pods) - 1) / int64(pods)
-		p.RefillRate /= float64(pods)
-	} else {
-		p.Limit = (p.Limit + int64(pods) - 1) / int64(pods)
-	}
-	return p
-}
-
-// spendLocally takes the n permits the store just granted from this pod's
-// local share too, under the local policy. Without it the share would be
-// full whenever the store fails: a pod whose store call timed out, having
-// already let through its share of the window from the store's permits,
-// would let through as many again from the local share (one more window's
-// worth for every stretch of timeouts). Permits later given back to the
-// store are not given back here: the local share errs low, as it should.
-// One memory-store call per store call, which the local fast path does not
-// make.
-func (l *Limiter) spendLocally(ctx context.Context, s *spec, n int64) {
-	if !l.shared || l.policy != FailLocal || n <= 0 {
-		return
-	}
-	_, _ = l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s), Want: n})
 }
 
 // decision builds a Decision about this limit.
