@@ -17,7 +17,8 @@ type leaseAnswer struct {
 	retryMS, resetMS   int64 // -1: never
 	duplicate          bool
 	late               bool  // run after the call's deadline: nothing granted
-	ref                int64 // where the grant was counted, for a return
+	ref                int64 // where the leased permits (granted - need) were counted, for a return
+	usedRef            int64 // where the need permits were counted; 0: with the rest, at ref
 	keepMS             int64 // how long the state must be kept (the key's TTL)
 }
 
@@ -29,6 +30,7 @@ func (a *leaseAnswer) result() LeaseResult {
 		Reset:      fromMS(a.resetMS),
 		Duplicate:  a.duplicate,
 		Ref:        a.ref,
+		UsedRef:    a.usedRef,
 	}
 }
 

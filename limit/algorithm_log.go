@@ -10,7 +10,8 @@ type logState struct {
 }
 
 // lease mirrors sliding_log.lua step by step (without the deadline). Its
-// ref is the score of the grant's run (the script's is the last member).
+// ref and usedRef are the scores of the grant's two runs (the script's are
+// members).
 func (s *logState) lease(now int64, q *leaseQuery, rid []byte) leaseAnswer {
 	now = max(now, s.last)
 	s.last = now
@@ -29,8 +30,11 @@ func (s *logState) lease(now int64, q *leaseQuery, rid []byte) leaseAnswer {
 	}
 	a := leaseAnswer{duplicate: dup}
 	if granted > 0 {
-		a.ref = now + q.leaseMS
-		s.runs.add(a.ref, granted)
+		a.usedRef, a.ref = now, now+q.leaseMS
+		s.runs.add(a.usedRef, q.need)
+		if granted > q.need {
+			s.runs.add(a.ref, granted-q.need)
+		}
 		used += granted
 		if len(rid) > 0 {
 			if s.ids == nil {

@@ -25,8 +25,12 @@ func (s *windowState) lease(now int64, q *leaseQuery, g int64) leaseAnswer {
 	}
 	a := leaseAnswer{}
 	if granted > 0 {
+		a.usedRef = ((now / g) + 1) * g
 		a.ref = (((now + q.leaseMS) / g) + 1) * g
-		s.subs.add(a.ref, granted)
+		s.subs.add(a.usedRef, q.need)
+		if granted > q.need {
+			s.subs.add(a.ref, granted-q.need)
+		}
 		used += granted
 	}
 	a.granted, a.remaining = granted, max(q.limit-used, 0)

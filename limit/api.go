@@ -69,8 +69,14 @@ type LeaseResult struct {
 	RetryAfter time.Duration // when a permit may next be granted; 0 if granted; -1 never
 	Reset      time.Duration // until the budget is whole again
 	Duplicate  bool          // RequestID was already counted: nothing new was taken
-	// Ref says where the grant was counted, for a later Return; opaque.
+	// Ref says where the grant's leased permits (Granted - Need, those the
+	// caller may hold) were counted, for a later Return; opaque.
 	Ref int64
+	// UsedRef says where the Need permits the caller uses at once were
+	// counted: the sliding algorithms count them from the time of the call,
+	// not until the lease expires. 0 when they count with the rest, at Ref
+	// (token_bucket). Opaque; Need permits given back go there.
+	UsedRef int64
 }
 
 // Store grants permits atomically for one key. Implementations must be safe

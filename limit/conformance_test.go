@@ -87,6 +87,8 @@ var confCases = []confCase{
 	{"TokenBucketZeroRefill", confTokenBucketZeroRefill},
 	{"SlidingWindowLeaseCountsUntilExpiryPlusWindow", confLeaseCounted(SlidingWindow)},
 	{"SlidingLogLeaseCountsUntilExpiryPlusWindow", confLeaseCounted(SlidingLog)},
+	{"SlidingWindowHeldAtTheLimit", confHeldAtLimit(SlidingWindow)},
+	{"SlidingLogHeldAtTheLimit", confHeldAtLimit(SlidingLog)},
 	{"SlidingWindowBoundaryBurst", confBoundaryBurst(SlidingWindow)},
 	{"SlidingLogBoundaryBurst", confBoundaryBurst(SlidingLog)},
 	{"SlidingLogDuplicateRequestID", confDuplicateID},
@@ -260,19 +262,46 @@ func confTokenBucketZeroRefill(t *testing.T, e *confEnv, key string) {
 	assert.Equal(t, int64(0), e.lease(t, key, p, 1, 0, "").Granted)
 }
 
-// confLeaseCounted: a lease may be used until its expiry, so it counts until
-// its expiry plus the window, not just the window.
+// confLeaseCounted: the Need permits a caller uses at once count for one
+// window from the call; the rest of the lease may be used until its expiry,
+// so it counts until its expiry plus the window, not just the window.
 func confLeaseCounted(alg Algorithm) func(*testing.T, *confEnv, string) {
 	return func(t *testing.T, e *confEnv, key string) {
 		const window, ttl = 200 * time.Millisecond, 200 * time.Millisecond
 		p := Params{Algorithm: alg, Limit: 3, Window: window}
-		require.Equal(t, int64(3), e.lease(t, key, p, 3, ttl, "").Granted)
+		a := e.lease(t, key, p, 3, ttl, "") // Need 1: one used now, two leased
+		require.Equal(t, int64(3), a.Granted)
+		assert.NotZero(t, a.UsedRef, "the used permit is counted apart from the lease")
 		e.sleep(window + ttl/2) // past the window, not past lease expiry + window
-		r := e.lease(t, key, p, 1, ttl, "")
+		r := e.lease(t, key, p, 3, ttl, "")
+		assert.Equal(t, int64(1), r.Granted, "the used permit must count one window from the call, the leased ones until expiry + window")
+		r = e.lease(t, key, p, 1, ttl, "")
 		assert.Equal(t, int64(0), r.Granted, "a lease stopped counting before its expiry + window")
 		assert.Positive(t, r.RetryAfter)
 		e.sleep(r.RetryAfter + 5*time.Millisecond)
 		assert.Equal(t, int64(1), e.lease(t, key, p, 1, ttl, "").Granted)
+	}
+}
+
+// confHeldAtTheLimit: a client that asks for one permit at a time, as
+// often as it can, with leases (every grant is the Need part, used at once)
+// gets the limit per window. Counted until lease expiry + window, each permit
+// would cost window + lease of budget: here half the limit.
+func confHeldAtLimit(alg Algorithm) func(*testing.T, *confEnv, string) {
+	return func(t *testing.T, e *confEnv, key string) {
+		const limit, window, ttl = 10, 200 * time.Millisecond, 200 * time.Millisecond
+		p := Params{Algorithm: alg, Limit: limit, Window: window}
+		start := e.now()
+		var granted int64
+		for e.now().Sub(start) < 5*window {
+			granted += e.lease(t, key, p, 1, ttl, "").Granted
+			e.sleep(2 * time.Millisecond)
+		}
+		// 5 windows: the first grants at once, each later one after the
+		// window (plus up to one sub-window for sliding_window, and the
+		// loop's step): at least 4 whole windows' worth, never more than 5.
+		assert.GreaterOrEqual(t, granted, int64(4*limit), "a client held at the limit got less than the limit per window")
+		assert.LessOrEqual(t, granted, int64(5*limit))
 	}
 }
 
@@ -499,6 +528,13 @@ func confReturn(alg Algorithm) func(*testing.T, *confEnv, string) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(3), r.Granted, "the 3 returned permits are granted again, and no more")
 		assert.Equal(t, int64(0), r.Remaining)
+		if alg != TokenBucket {
+			// The used permit (Need) is counted apart and goes back there.
+			require.NotZero(t, a.UsedRef)
+			r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 10, LeaseTTL: time.Second, Return: 1, ReturnRef: a.UsedRef})
+			require.NoError(t, err)
+			assert.Equal(t, int64(1), r.Granted, "the returned used permit is granted again, and no more")
+		}
 		// A lease that no longer counts (or another algorithm's ref) uncounts nothing.
 		if alg != TokenBucket {
 			r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 1, Return: 1, ReturnRef: 12345})

@@ -59,7 +59,7 @@ func (l *Limiter) callStore(ctx context.Context, req *LeaseRequest, b *bucket) (
 		if b == nil {
 			return
 		}
-		if err == nil && res.Granted > 0 && l.giveBack(req, res) {
+		if err == nil && res.Granted > 0 && l.giveBackGrant(req, res) {
 			lateReturns.Inc()
 		}
 		b.late.Add(-1)
@@ -85,16 +85,32 @@ func (l *Limiter) callStore(ctx context.Context, req *LeaseRequest, b *bucket) (
 	return c.res, c.err
 }
 
-// giveBack returns res.Granted permits of the lease that answered req (one
-// that nobody will use: its caller gave up, or the bucket holds another
-// lease), in the background, once; it reports whether the store took them.
-func (l *Limiter) giveBack(req *LeaseRequest, res LeaseResult) bool {
+// giveBackGrant returns the whole grant res that answered req (its caller
+// gave up on it): the leased permits where they were counted (Ref) and the
+// Need part where it was (UsedRef), when the store counted them apart.
+func (l *Limiter) giveBackGrant(req *LeaseRequest, res LeaseResult) bool {
+	if res.UsedRef == 0 {
+		return l.giveBack(req, res.Granted, res.Ref)
+	}
+	need := min(req.need(), res.Granted)
+	ok := true
+	if rest := res.Granted - need; rest > 0 {
+		ok = l.giveBack(req, rest, res.Ref)
+	}
+	return l.giveBack(req, need, res.UsedRef) && ok
+}
+
+// giveBack returns n permits that nobody will use, counted at ref by a lease
+// call for req's key and params (its caller gave up, the bucket holds
+// another lease, or a later limit refused the request), once; it reports
+// whether the store took them. Callers run it in the background.
+func (l *Limiter) giveBack(req *LeaseRequest, n, ref int64) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), l.lateWait())
 	defer cancel()
-	ret := &LeaseRequest{Key: req.Key, Params: req.Params, Return: res.Granted, ReturnRef: res.Ref}
+	ret := &LeaseRequest{Key: req.Key, Params: req.Params, Return: n, ReturnRef: ref}
 	if _, err := l.store.Lease(ctx, ret); err != nil {
 		return false
 	}
-	returnedPermits.Add(int(res.Granted))
+	returnedPermits.Add(int(n))
 	return true
 }

@@ -200,7 +200,7 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 		s := &specs[i]
 		d, tk := l.one(ctx, s, tokens, strict, req.RequestID, now)
 		if d.Unavailable {
-			l.refund(taken[:i], tokens)
+			l.refund(taken[:i], specs[:i], tokens)
 			counters.blocked.Inc()
 			l.observe(start)
 			return d
@@ -214,7 +214,7 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 				}
 				continue
 			}
-			l.refund(taken[:i], tokens)
+			l.refund(taken[:i], specs[:i], tokens)
 			counters.blocked.Inc()
 			l.observe(start)
 			return d
@@ -347,6 +347,11 @@ func (l *Limiter) finish(s *spec, req *Request) {
 type taking struct {
 	b   *bucket
 	gen uint64
+	// usedRef is not 0 when the permits were the Need part of a lease
+	// call's grant: the store counts them from the call, not until the
+	// lease expires, so they cannot go back into the bucket (whose permits
+	// may be used until then) and a refund returns them to the store.
+	usedRef int64
 }
 
 // one decides one limit. It returns where the permits came from (for a
@@ -375,7 +380,7 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		if b.permits >= tokens {
 			b.permits -= tokens
 			d := s.decision(true, b.remaining+b.permits, 0, b.resetAt-now)
-			tk := taking{b, b.gen}
+			tk := taking{b: b, gen: b.gen}
 			b.mu.Unlock()
 			localHits.Inc()
 			return d, tk
@@ -410,11 +415,7 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		want := l.leaseSize(s, b, tokens, strict)
 		ret := b.takeReturn(now)
 		b.mu.Unlock()
-		d, gen := l.refill(ctx, s, b, f, tokens, want, ret)
-		if gen == 0 { // the permits did not come from the bucket's lease
-			return d, taking{}
-		}
-		return d, taking{b, gen}
+		return l.refill(ctx, s, b, f, tokens, want, ret)
 	}
 }
 
@@ -486,9 +487,9 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 // refill gives back ret and asks the store for a lease of want permits (at
 // least tokens: all or nothing) and takes tokens from it. The caller holds
 // the bucket's fill and has emptied the bucket (takeReturn); refill releases
-// the fill and returns the generation of the lease the request's permits
-// came from, 0 when they did not come from the bucket's lease.
-func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64, ret giveBack) (Decision, uint64) {
+// the fill and returns where the request's permits came from, for a refund
+// (a zero taking when none were granted).
+func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64, ret giveBack) (Decision, taking) {
 	sent := l.now().UnixNano()
 	req := &LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, Return: ret.n, ReturnRef: ret.ref}
 	res, err := l.lease(ctx, s, req, b)
@@ -506,7 +507,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		close(f.done)
 	}()
 	if err != nil {
-		return l.fallbackDecision(ctx, s, tokens), 0
+		return l.fallbackDecision(ctx, s, tokens), taking{}
 	}
 	leaseSize.Update(float64(want))
 	b.remaining = res.Remaining
@@ -517,23 +518,33 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		// guard: the bucket keeps that lease, and this one's permits beyond
 		// the request's go back.
 		if extra := res.Granted - tokens; extra > 0 {
-			go l.giveBack(req, LeaseResult{Granted: extra, Ref: res.Ref})
+			go l.giveBack(req, extra, res.Ref)
 		}
-		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), 0
+		tk := taking{} // not from the bucket's lease
+		if res.UsedRef != 0 {
+			tk = l.fresh(b, res)
+		}
+		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), tk
 	}
 	if res.Granted >= tokens {
 		// The permits expire one lease lifetime after the call was sent
 		// (before the store dated it); the store counts them until then
 		// plus the window, and a return is worth sending until about half
-		// a window after their expiry.
-		b.permits, b.leased, b.ref = res.Granted-tokens, res.Granted, res.Ref
+		// a window after their expiry. The request's own permits count
+		// apart (UsedRef) when the store dates them at the call: they are
+		// not part of the lease that goes back.
+		leased := res.Granted
+		if res.UsedRef != 0 {
+			leased -= tokens
+		}
+		b.permits, b.leased, b.ref = res.Granted-tokens, leased, res.Ref
 		b.expires = sent + int64(s.ttl)
 		b.returnBy = math.MaxInt64
 		if s.params.Algorithm != TokenBucket {
 			b.returnBy = b.expires + int64(s.params.Window)/2
 		}
 		b.deniedUntil = 0
-		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), b.gen
+		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), l.fresh(b, res)
 	}
 	b.retryAfter, b.deniedAt, b.deniedNeed = int64(res.RetryAfter), now, tokens
 	switch {
@@ -545,7 +556,16 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	case res.RetryAfter > 0:
 		b.deniedUntil = now + int64(min(res.RetryAfter, maxCachedDenial))
 	}
-	return s.decision(false, 0, b.retryFrom(now), b.resetAt-now), 0
+	return s.decision(false, 0, b.retryFrom(now), b.resetAt-now), taking{}
+}
+
+// fresh is the taking of a request's permits granted by a lease call of b.
+// The caller holds b.mu.
+func (l *Limiter) fresh(b *bucket, res LeaseResult) taking {
+	if res.UsedRef != 0 {
+		return taking{b: b, usedRef: res.UsedRef}
+	}
+	return taking{b: b, gen: b.gen}
 }
 
 // retryFrom is the retry-after of the cached refusal, seen at now.
@@ -651,12 +671,24 @@ func (s *spec) decision(allowed bool, remaining int64, retry time.Duration, rese
 // refund puts the permits taken from earlier limits back into their local
 // buckets when a later limit rejects the request: they stay usable until
 // their lease expires. Permits of a lease the bucket has since replaced are
-// not put into the new one (they were counted elsewhere).
-func (l *Limiter) refund(taken []taking, tokens int64) {
+// not put into the new one (they were counted elsewhere). Permits that the
+// store counted as used at once (the Need part of a lease call) go back to
+// the store, in the background: the refusing limit's store call came first,
+// so this is not on the local fast path.
+func (l *Limiter) refund(taken []taking, specs []spec, tokens int64) {
 	now := l.now().UnixNano()
-	for _, tk := range taken {
+	for i, tk := range taken {
 		b := tk.b
 		if b == nil {
+			continue
+		}
+		if tk.usedRef != 0 {
+			req := &LeaseRequest{Key: []byte(b.key), Params: specs[i].params}
+			if _, inProcess := l.store.(*MemoryStore); inProcess {
+				l.giveBack(req, tokens, tk.usedRef)
+			} else {
+				go l.giveBack(req, tokens, tk.usedRef)
+			}
 			continue
 		}
 		b.mu.Lock()

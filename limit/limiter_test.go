@@ -2,6 +2,7 @@ package limit
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -116,22 +117,31 @@ func TestLimiterRule(t *testing.T) {
 
 func TestLimiterRefundsWhenALaterLimitRejects(t *testing.T) {
 	// Rule (checked first) allows plenty; the IP limit rejects. The rule's
-	// permits taken for rejected requests must come back.
-	cat := testCatalog(t, Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 10, Window: confutil.Duration(time.Hour)})
-	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 2; c.LeaseTTL = time.Minute }), memStore(t), Options{Catalog: cat})
-	ipA := &Request{Tenant: "acme", Plan: "PREMIUM", Resource: "r", IP: []byte("10.0.0.1")}
-	got, last := allowN(l, ipA, 8)
-	require.Equal(t, 2, got)
-	require.Equal(t, ScopeIP, last.Scope)
-	// 8 IPs × 1 request: the rule still has 8 of its 10 permits.
-	got = 0
-	for i := range 9 {
-		d := l.Allow(context.Background(), &Request{Tenant: "acme", Plan: "PREMIUM", Resource: "r", IP: []byte{'i', byte('a' + i)}})
-		if d.Allowed {
-			got++
-		}
+	// permits taken for rejected requests must come back: into the local
+	// bucket when they came from its lease, to the store when the store
+	// counted them as used at once (without the fast path every permit is).
+	for _, fast := range []bool{true, false} {
+		t.Run(fmt.Sprintf("local_fast_path=%v", fast), func(t *testing.T) {
+			cat := testCatalog(t, Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 10, Window: confutil.Duration(time.Hour)})
+			cfg := testLimitsConfig(func(c *Config) { c.IP = 2; c.LeaseTTL = time.Minute; c.LocalFastPath = &fast })
+			store := NewMemoryStore(MemoryOptions{}) // in-process: refunds to it are made before Allow returns
+			t.Cleanup(store.Close)
+			l := newTestLimiter(t, cfg, store, Options{Catalog: cat})
+			ipA := &Request{Tenant: "acme", Plan: "PREMIUM", Resource: "r", IP: []byte("10.0.0.1")}
+			got, last := allowN(l, ipA, 8)
+			require.Equal(t, 2, got)
+			require.Equal(t, ScopeIP, last.Scope)
+			// 8 IPs × 1 request: the rule still has 8 of its 10 permits.
+			got = 0
+			for i := range 9 {
+				d := l.Allow(context.Background(), &Request{Tenant: "acme", Plan: "PREMIUM", Resource: "r", IP: []byte{'i', byte('a' + i)}})
+				if d.Allowed {
+					got++
+				}
+			}
+			assert.Equal(t, 8, got)
+		})
 	}
-	assert.Equal(t, 8, got)
 }
 
 func TestLimiterTokens(t *testing.T) {

@@ -2,7 +2,9 @@
 -- dedupe.
 --
 -- KEYS[1]  sorted set of permits: member = a unique sequence number, score =
---          the lease's expiry (ms); a permit counts while score + window > now.
+--          when it may last be used (ms): the time of the call for the need
+--          permits the caller uses at once, the lease's expiry for the rest;
+--          a permit counts while score + window > now.
 -- KEYS[2]  hash: "seq" (the member sequence), "t" (the newest Redis time seen, ms).
 -- KEYS[3]  sorted set of request IDs already counted: score = when the ID is
 --          forgotten (its permit's expiry + window, ms).
@@ -19,11 +21,14 @@
 --          return_ref - return + 1 .. return_ref are removed
 -- ARGV[9]  deadline in Redis time (microseconds), 0 for none: a call that
 --          runs later grants nothing (its caller has given up on it)
--- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us}
+-- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
+--          used_ref}
 --          status 1 when the request ID was already counted (nothing is
 --          taken, granted is 0), 2 when past the deadline (nothing granted),
---          else 0; ref is the last member of this grant; retry_after_ms is
---          the window when limit is 0, -1 when need > limit.
+--          else 0; ref is the last member of this grant (the leased permits
+--          are its last granted - need members), used_ref the last of its
+--          need permits (its first members); retry_after_ms is the window
+--          when limit is 0, -1 when need > limit.
 -- All keys share one hash tag. A clock that moves backwards is treated as the
 -- newest time seen. The return is applied even past the deadline.
 local log, meta, ids = KEYS[1], KEYS[2], KEYS[3]
@@ -66,13 +71,14 @@ if status == 0 then
   if granted > want then granted = want end
   if granted < need then granted = 0 end
 end
-local ref = 0
+local ref, used_ref = 0, 0
 if granted > 0 then
   local score = now + lease
   ref = redis.call('HINCRBY', meta, 'seq', granted)
+  used_ref = ref - granted + need
   local batch = {}
   for m = ref - granted + 1, ref do
-    batch[#batch + 1] = score
+    if m <= used_ref then batch[#batch + 1] = now else batch[#batch + 1] = score end
     batch[#batch + 1] = m
   end
   redis.call('ZADD', log, unpack(batch))
@@ -110,4 +116,4 @@ if #latest > 0 then
 end
 local remaining = limit - used
 if remaining < 0 then remaining = 0 end
-return {granted, remaining, retry, reset, status, ref, now_us}
+return {granted, remaining, retry, reset, status, ref, now_us, used_ref}

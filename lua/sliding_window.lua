@@ -15,15 +15,22 @@
 -- ARGV[8]  return_ref: that lease's ref (the field E it was counted in)
 -- ARGV[9]  deadline in Redis time (microseconds), 0 for none: a call that
 --          runs later grants nothing (its caller has given up on it)
--- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us}
+-- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
+--          used_ref}
 --          status 0, or 2 when past the deadline (nothing granted); ref is
---          the field E of this grant; retry_after_ms is 0 when granted > 0,
+--          the field E of the leased permits (granted - need), used_ref the
+--          field of the need permits; retry_after_ms is 0 when granted > 0,
 --          the window when limit is 0, -1 when need > limit.
 --
--- A lease granted at t may be used until t + lease_ttl, so it stays counted
--- until at least t + lease_ttl + window: no interval of one window can hold
--- more uses than the limit, whatever the callers do with their leases. A
--- return uncounts permits the caller will never use, so the invariant holds.
+-- The caller uses need permits at once: they count from the sub-window of
+-- now, like a call without a lease. The rest of a lease granted at t may be
+-- used until t + lease_ttl, so it stays counted until at least t + lease_ttl
+-- + window: no interval of one window can hold more uses than the limit,
+-- whatever the callers do with their leases. (Counting the used permits at
+-- the lease's expiry too would make every permit cost window + lease_ttl of
+-- budget: a client held at the limit would get limit × window / (window +
+-- lease_ttl).) A return uncounts permits the caller will never use, so the
+-- invariant holds.
 -- The return is applied even past the deadline. A clock that moves
 -- backwards is treated as the newest time seen.
 local key = KEYS[1]
@@ -79,11 +86,16 @@ if deadline > 0 and now_us > deadline then status = 2 end
 local granted = limit - used
 if granted > want then granted = want end
 if granted < need or status ~= 0 then granted = 0 end
-local ref = 0
+local ref, used_ref = 0, 0
 if granted > 0 then
+  used_ref = (math.floor(now / g) + 1) * g
   ref = (math.floor((now + lease) / g) + 1) * g
-  redis.call('HINCRBY', key, string.format('%d', ref), granted)
-  live[#live + 1] = {ref, granted}
+  redis.call('HINCRBY', key, string.format('%d', used_ref), need)
+  live[#live + 1] = {used_ref, need}
+  if granted > need then
+    redis.call('HINCRBY', key, string.format('%d', ref), granted - need)
+    live[#live + 1] = {ref, granted - need}
+  end
   used = used + granted
 end
 redis.call('HSET', key, 't', string.format('%d', now))
@@ -114,4 +126,4 @@ if remaining < 0 then remaining = 0 end
 local keep = reset
 if keep < window then keep = window end
 redis.call('PEXPIRE', key, string.format('%d', keep + 1000))
-return {granted, remaining, retry, reset, status, ref, now_us}
+return {granted, remaining, retry, reset, status, ref, now_us, used_ref}

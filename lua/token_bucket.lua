@@ -13,7 +13,7 @@
 -- ARGV[7]  return_ref (unused)
 -- ARGV[8]  deadline in Redis time (microseconds), 0 for none: a call that
 --          runs later grants nothing (its caller has given up on it)
--- Returns  {granted, remaining, retry_after_ms, reset_ms, status, 0, now_us}
+-- Returns  {granted, remaining, retry_after_ms, reset_ms, status, 0, now_us, 0}
 --          granted = min(want, floor(tokens)) when that is >= need, else 0;
 --          status 2 when past the deadline (nothing granted), else 0;
 --          retry_after_ms is 0 when granted > 0, ceil((need - tokens) / rate
@@ -83,4 +83,4 @@ end
 
 redis.call('HSET', key, 'tokens', string.format('%.17g', tokens), 'ts', string.format('%d', now))
 redis.call('PEXPIRE', key, string.format('%d', keep))
-return {granted, math.floor(tokens), retry, reset, status, 0, now_us}
+return {granted, math.floor(tokens), retry, reset, status, 0, now_us, 0}
