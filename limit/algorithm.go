@@ -101,6 +101,9 @@ func checkLease(req *LeaseRequest) error {
 	if req.Return < 0 || req.Return > MaxLimit {
 		return fmt.Errorf("limit: lease for %q: return of %d permits is out of range", req.Key, req.Return)
 	}
+	if req.Used < 0 || req.Used > MaxLimit || req.Spent < 0 || req.Spent > MaxLimit {
+		return fmt.Errorf("limit: lease for %q: %d used or %d spent permits is out of range", req.Key, req.Used, req.Spent)
+	}
 	p := &req.Params
 	switch p.Algorithm {
 	case SlidingWindow, SlidingLog:
@@ -110,7 +113,7 @@ func checkLease(req *LeaseRequest) error {
 		if p.Limit < 0 || p.Limit > MaxLimit {
 			return fmt.Errorf("limit: lease for %q: limit %d is out of range 0..%d", req.Key, p.Limit, int64(MaxLimit))
 		}
-		if p.Algorithm == SlidingLog && (req.Want > MaxLogTokens || req.Return > MaxLogTokens) {
+		if p.Algorithm == SlidingLog && (req.Want > MaxLogTokens || req.Return > MaxLogTokens || req.Used > MaxLogTokens || req.Spent > MaxLogTokens) {
 			return fmt.Errorf("limit: lease for %q: sliding_log grants and returns at most %d permits per call", req.Key, MaxLogTokens)
 		}
 	case TokenBucket:

@@ -19,6 +19,10 @@ func (s *logState) lease(now int64, q *leaseQuery, rid []byte) leaseAnswer {
 		s.runs.unadd(q.retRef, q.ret)
 	}
 	s.runs.expire(now - q.windowMS)
+	s.runs.move(q.retRef, now, q.used)
+	if q.spent > 0 {
+		s.runs.add(now, q.spent)
+	}
 	dup := len(rid) > 0 && s.seen(rid, now)
 	used := s.runs.total()
 	var granted int64

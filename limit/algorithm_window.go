@@ -12,10 +12,14 @@ type windowState struct {
 // lease mirrors sliding_window.lua step by step (without the deadline: the
 // in-process store checks ctx instead).
 func (s *windowState) lease(now int64, q *leaseQuery, g int64) leaseAnswer {
+	now = max(now, s.last) // a clock that moves backwards keeps the newest time
 	if q.ret > 0 {
 		s.subs.unadd(q.retRef, q.ret)
 	}
-	now = max(now, s.last) // a clock that moves backwards keeps the newest time
+	s.subs.move(q.retRef, ((now/g)+1)*g, q.used)
+	if q.spent > 0 {
+		s.subs.add(((now/g)+1)*g, q.spent)
+	}
 	s.last = now
 	s.subs.expire(now - q.windowMS)
 	used := s.subs.total()

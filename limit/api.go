@@ -53,9 +53,24 @@ type LeaseRequest struct {
 	// lease's Granted; at most MaxLogTokens for sliding_log.
 	Return    int64
 	ReturnRef int64
+	// Used reports how many of that earlier lease's other permits (those
+	// before the returned ones) the caller has used by now: the sliding
+	// algorithms count them from this call for a window instead of until
+	// the lease's expiry plus the window (they were counted since the
+	// grant, so every use made by now stays covered). A lease used up
+	// early then frees its budget a window after its use. At most the
+	// lease's permits beyond its Need, less Return.
+	Used int64
+	// Spent is how many permits the caller let through on its own while the
+	// store was unreachable (its share under the local failure policy): the
+	// store counts them from this call, so that when it answers again it
+	// does not grant the window's whole budget on top of them. At most
+	// MaxLogTokens for sliding_log.
+	Spent int64
 	// LeaseTTL is how long the caller may keep unused permits before it drops
-	// them. The store counts a lease as living until its expiry plus the window,
-	// so that no window holds more uses than the limit.
+	// them. The store counts the lease's permits beyond Need as living until
+	// its expiry plus the window (or until Used re-dates them), so that no
+	// window holds more uses than the limit.
 	LeaseTTL time.Duration
 	// RequestID, when set, lets sliding_log skip a request it already counted.
 	// Callers set it only when the ID can be trusted.

@@ -89,6 +89,11 @@ var confCases = []confCase{
 	{"SlidingLogLeaseCountsUntilExpiryPlusWindow", confLeaseCounted(SlidingLog)},
 	{"SlidingWindowHeldAtTheLimit", confHeldAtLimit(SlidingWindow)},
 	{"SlidingLogHeldAtTheLimit", confHeldAtLimit(SlidingLog)},
+	{"SlidingWindowUsedLeaseRedated", confRedate(SlidingWindow)},
+	{"SlidingLogUsedLeaseRedated", confRedate(SlidingLog)},
+	{"SlidingWindowSpent", confSpent(SlidingWindow)},
+	{"SlidingLogSpent", confSpent(SlidingLog)},
+	{"TokenBucketSpent", confSpent(TokenBucket)},
 	{"SlidingWindowBoundaryBurst", confBoundaryBurst(SlidingWindow)},
 	{"SlidingLogBoundaryBurst", confBoundaryBurst(SlidingLog)},
 	{"SlidingLogDuplicateRequestID", confDuplicateID},
@@ -297,11 +302,68 @@ func confHeldAtLimit(alg Algorithm) func(*testing.T, *confEnv, string) {
 			granted += e.lease(t, key, p, 1, ttl, "").Granted
 			e.sleep(2 * time.Millisecond)
 		}
-		// 5 windows: the first grants at once, each later one after the
-		// window (plus up to one sub-window for sliding_window, and the
-		// loop's step): at least 4 whole windows' worth, never more than 5.
+		// Calls over 5 windows (the last one may land just past them): the
+		// first grants at once, each later window after the one before
+		// (plus up to one sub-window for sliding_window, and the loop's
+		// step): at least 4 whole windows' worth, at most 6.
 		assert.GreaterOrEqual(t, granted, int64(4*limit), "a client held at the limit got less than the limit per window")
-		assert.LessOrEqual(t, granted, int64(5*limit))
+		assert.LessOrEqual(t, granted, int64(6*limit))
+	}
+}
+
+// confRedate: the permits of a lease that its holder reports used (with its
+// next call) count for a window from that call, not until the lease's
+// expiry plus the window; returned ones stop counting; a lease that has
+// expired is not re-dated later than it was.
+func confRedate(alg Algorithm) func(*testing.T, *confEnv, string) {
+	return func(t *testing.T, e *confEnv, key string) {
+		const window, ttl = 200 * time.Millisecond, 2 * time.Second
+		p := Params{Algorithm: alg, Limit: 6, Window: window}
+		a := e.lease(t, key, p, 6, ttl, "") // 1 used now, 5 leased until now + 2 s
+		require.Equal(t, int64(6), a.Granted)
+		ctx := context.Background()
+		// 3 of the 5 leased permits used, 2 given back: those 2 are granted again.
+		r, err := e.store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 6, LeaseTTL: ttl, Return: 2, Used: 3, ReturnRef: a.Ref})
+		require.NoError(t, err)
+		require.Equal(t, int64(2), r.Granted, "only the 2 returned permits are free")
+		e.sleep(window + 50*time.Millisecond)
+		// A window after the report: the 3 re-dated permits and the first
+		// call's used one are free; the second call's leased one is not.
+		got := e.lease(t, key, p, 6, ttl, "").Granted
+		assert.Equal(t, int64(5), got, "used permits must count for a window from the report, not until the lease expires")
+
+		// A lease reported after its expiry keeps its count (moving it to
+		// the report would count it longer), and a report alone is no error.
+		k2 := key + ":expired"
+		b := e.lease(t, k2, p, 6, 10*time.Millisecond, "")
+		require.Equal(t, int64(6), b.Granted)
+		e.sleep(30 * time.Millisecond)
+		r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(k2), Params: p, Want: 1, Used: 5, ReturnRef: b.Ref})
+		require.NoError(t, err)
+		assert.Zero(t, r.Granted)
+		e.sleep(window - 5*time.Millisecond) // past the lease's expiry + window, not past the report + window
+		assert.Equal(t, int64(6), e.lease(t, k2, p, 6, ttl, "").Granted, "an expired lease was re-dated to the report")
+	}
+}
+
+// confSpent: permits a caller let through without the store are counted
+// from its next call, before anything is granted, even when nothing can be.
+func confSpent(alg Algorithm) func(*testing.T, *confEnv, string) {
+	return func(t *testing.T, e *confEnv, key string) {
+		const window = 200 * time.Millisecond
+		p := confParams(alg, 5, window)
+		ctx := context.Background()
+		r, err := e.store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 5, Spent: 3})
+		require.NoError(t, err)
+		assert.Equal(t, int64(2), r.Granted, "the 3 spent permits were not counted")
+		r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 1, Spent: 4})
+		require.NoError(t, err)
+		assert.Zero(t, r.Granted)
+		assert.Zero(t, r.Remaining)
+		if alg != TokenBucket { // a bucket that refills over a window is not empty again a window later
+			e.sleep(window + 20*time.Millisecond)
+			assert.Equal(t, int64(5), e.lease(t, key, p, 5, 0, "").Granted, "spent permits count for one window")
+		}
 	}
 }
 
@@ -437,13 +499,16 @@ func confConcurrent(t *testing.T, e *confEnv, key string) {
 func confInvalid(t *testing.T, e *confEnv, key string) {
 	ok := Params{Algorithm: SlidingWindow, Limit: 1, Window: time.Second}
 	for name, req := range map[string]*LeaseRequest{
-		"nil":           nil,
-		"no key":        {Params: ok, Want: 1},
-		"want 0":        {Key: []byte(key), Params: ok, Want: 0},
-		"negative ttl":  {Key: []byte(key), Params: ok, Want: 1, LeaseTTL: -1},
-		"zero window":   {Key: []byte(key), Params: Params{Limit: 1}, Want: 1},
-		"negative rate": {Key: []byte(key), Params: Params{Algorithm: TokenBucket, Capacity: 1, RefillRate: -1}, Want: 1},
-		"unknown alg":   {Key: []byte(key), Params: Params{Algorithm: 9, Limit: 1, Window: time.Second}, Want: 1},
+		"nil":                      nil,
+		"no key":                   {Params: ok, Want: 1},
+		"want 0":                   {Key: []byte(key), Params: ok, Want: 0},
+		"negative ttl":             {Key: []byte(key), Params: ok, Want: 1, LeaseTTL: -1},
+		"zero window":              {Key: []byte(key), Params: Params{Limit: 1}, Want: 1},
+		"negative rate":            {Key: []byte(key), Params: Params{Algorithm: TokenBucket, Capacity: 1, RefillRate: -1}, Want: 1},
+		"unknown alg":              {Key: []byte(key), Params: Params{Algorithm: 9, Limit: 1, Window: time.Second}, Want: 1},
+		"negative used":            {Key: []byte(key), Params: ok, Want: 1, Used: -1},
+		"negative spent":           {Key: []byte(key), Params: ok, Want: 1, Spent: -1},
+		"log spent over its bound": {Key: []byte(key), Params: Params{Algorithm: SlidingLog, Limit: 1, Window: time.Second}, Want: 1, Spent: MaxLogTokens + 1},
 	} {
 		_, err := e.store.Lease(context.Background(), req)
 		assert.Error(t, err, name)

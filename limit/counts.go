@@ -43,6 +43,18 @@ func (c *counts) unadd(at, n int64) {
 	(*c)[i].n -= n
 }
 
+// move re-dates up to n permits counted at from to the earlier to (a lease
+// used up before its expiry); nothing moves when to is not earlier.
+func (c *counts) move(from, to, n int64) {
+	i, found := c.find(from)
+	if !found || to >= from || n <= 0 {
+		return
+	}
+	n = min(n, (*c)[i].n)
+	c.unadd(from, n)
+	c.add(to, n)
+}
+
 // expire drops the counts at or before upTo (the script's HDEL of dead
 // sub-windows, ZREMRANGEBYSCORE -inf upTo).
 func (c *counts) expire(upTo int64) {

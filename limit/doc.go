@@ -5,10 +5,11 @@
 // tenant and resource), a local bucket of permits leased from a Store; a
 // request that finds permits is decided locally without allocating. An empty
 // bucket asks the store, in one atomic call, for a lease of up to k permits;
-// the store counts the whole lease until its expiry plus one window, so no
-// window of the algorithm's length ever holds more approvals than the limit,
-// whatever the number of pods. k is learned per key and falls to 1 near the
-// limit, and is 1 when enforcement must be strict.
+// the store counts the request's own permits from the call and the rest of
+// the lease until its expiry plus one window (until the pod's next call
+// reports them used), so no window of the algorithm's length ever holds more
+// approvals than the limit, whatever the number of pods. k is learned per key
+// and falls to 1 near the limit, and is 1 when enforcement must be strict.
 //
 // Stores: RedisStore runs one Lua script per lease (lua/), with Redis' clock,
 // on one node or a cluster (one hash-tagged slot per key); MemoryStore is the
@@ -19,6 +20,8 @@
 //
 // A breaker stops store calls after consecutive failures; meanwhile the
 // failure policy decides (each pod's share of the limit, allow, or reject).
+// The share counts what the store granted the pod, and what the share let
+// through is reported to the store once it answers again.
 // The Catalog holds tenants, plans and rules as an immutable snapshot;
 // CatalogSync keeps it equal on every pod through Redis.
 package limit

@@ -47,6 +47,9 @@ type bucket struct {
 	wasted   bool  // permits expired unused since the last lease
 	leasedAt int64 // unix nanos when the last lease call was sent
 	demand   int64 // tokens wanted by requests that waited for a fill
+	// spent counts the permits the local failure policy let through on this
+	// key since the last lease call that reached the store.
+	spent int64
 
 	lastUsed atomic.Int64 // unix nanos
 	// late counts this bucket's store calls whose caller gave up and whose

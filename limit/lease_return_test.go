@@ -189,3 +189,86 @@ func TestLimiterLateAnswerGivesPermitsBack(t *testing.T) {
 	d := other.Allow(context.Background(), &Request{IP: []byte("10.8.8.8"), Tokens: 10})
 	assert.True(t, d.Allowed, "the late lease spent budget: %+v", d)
 }
+
+// TestLocalShareCountsStorePermits: a pod that let its whole share through
+// on the store's permits refuses when the store then fails. Before, the
+// local share started full at the first timeout and let a second window's
+// worth through.
+func TestLocalShareCountsStorePermits(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, alg := range []string{"sliding_window", "token_bucket"} {
+		t.Run(alg, func(t *testing.T) {
+			cfg := testLimitsConfig(func(c *Config) {
+				c.Algorithm, c.IP, c.Window, c.StoreTimeout, c.MaxLease = alg, 10, time.Hour, 50*time.Millisecond, 4
+			})
+			l := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
+			ip := []byte("local-share-" + alg)
+			got, _ := allowN(l, &Request{IP: ip}, 10)
+			require.Equal(t, 10, got)
+			srv.Pause()
+			defer srv.Resume()
+			local := fallbackLocal.Get()
+			got, d := allowN(l, &Request{IP: ip}, 3)
+			require.Greater(t, fallbackLocal.Get(), local, "the local policy decided")
+			assert.Zero(t, got, "the local share let through again what the store already had: %+v", d)
+		})
+	}
+}
+
+// TestLimiterReportsUsedLeases: a bucket's next lease call reports the
+// permits of its previous lease that were used, so the store re-dates them:
+// on Redis, a client held at its limit then gets the limit per window,
+// where counting each leased permit until its lease's expiry plus the
+// window gave it limit × window / (window + lease lifetime).
+func TestLimiterReportsUsedLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testLimitsConfig(func(c *Config) {
+		c.IP, c.Window, c.StoreTimeout = 1000, time.Hour, time.Second
+	})
+	l := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
+	ip := []byte("10.7.7.7")
+	before := redatedPermits.Get()
+	got, _ := allowN(l, &Request{IP: ip}, 200) // leases double while they run out: several refills
+	require.Equal(t, 200, got)
+	// Every leased permit taken before the bucket's last refill was
+	// reported used: all 200 requests but each call's own Need permit (at
+	// most 10 calls: leases double up to 64) and those taken from the
+	// current lease (at most 64).
+	reported := redatedPermits.Get() - before
+	assert.GreaterOrEqual(t, reported, uint64(200-10-64), "used permits were not reported")
+	assert.Less(t, reported, uint64(200), "more permits reported used than were taken")
+}
+
+// TestStoreLearnsWhatTheLocalShareLetThrough: what a pod let through on its
+// local share while Redis was unreachable is reported with its next call
+// that reaches Redis, so Redis does not then grant the window's whole budget
+// on top of it (up to twice the limit in one window).
+func TestStoreLearnsWhatTheLocalShareLetThrough(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, alg := range []string{"sliding_window", "sliding_log", "token_bucket"} {
+		t.Run(alg, func(t *testing.T) {
+			cfg := testLimitsConfig(func(c *Config) {
+				c.Algorithm, c.IP, c.Window, c.StoreTimeout = alg, 10, time.Hour, 50*time.Millisecond
+				c.BreakerCooldown = 100 * time.Millisecond
+			})
+			pod := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
+			ip := []byte("spent-" + alg)
+			local := fallbackLocal.Get()
+			srv.Pause()
+			got, _ := allowN(pod, &Request{IP: ip}, 10)
+			srv.Resume()
+			require.Equal(t, 10, got, "the local share (the whole limit: one pod)")
+			require.Greater(t, fallbackLocal.Get(), local, "the local policy decided")
+			// Past the breaker's cooldown (and the late answers' give-backs),
+			// the pod's next call reaches Redis and reports the 10.
+			time.Sleep(700 * time.Millisecond)
+			reported := reportedPermits.Get()
+			d := pod.Allow(context.Background(), &Request{IP: ip})
+			assert.False(t, d.Allowed, "Redis granted on top of what the local share let through: %+v", d)
+			assert.Greater(t, reportedPermits.Get(), reported, "nothing reported")
+			other := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
+			got, _ = allowN(other, &Request{IP: ip}, 5)
+			assert.Zero(t, got, "another pod got permits of a limit the first one used up")
+		})
+	}
+}

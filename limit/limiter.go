@@ -23,6 +23,9 @@ type Limiter struct {
 	policy   FailurePolicy // limits.on_store_failure, parsed once
 	store    Store
 	fallback *MemoryStore // the local policy's per-pod limits
+	// shared: the store is another process's (Redis), so it can fail and
+	// the local policy can take over.
+	shared   bool
 	adj      Adjuster
 	livePods func() int
 	catalog  *Catalog
@@ -81,6 +84,8 @@ func NewLimiter(cfg Config, store Store, opts Options) (*Limiter, error) {
 			breakerOpenings.Inc()
 		}
 	}
+	_, local := store.(*MemoryStore)
+	l.shared = !local
 	live.Store(l, struct{}{})
 	go l.sweepLoop()
 	return l, nil
@@ -335,8 +340,8 @@ func (l *Limiter) finish(s *spec, req *Request) {
 		return
 	}
 	s.limit, s.window = p.Limit, p.Window
-	// A lease counts in the store until it expires plus a window, so a
-	// long lifetime wastes budget: keep it to 1/30 of the window, but at
+	// A lease's unused permits count in the store until it expires plus a
+	// window, so a long lifetime wastes budget: keep it to 1/30 of the window, but at
 	// least four store round trips, or leases would expire on arrival
 	// (shorter lifetimes measured worse: leases expired before use).
 	s.ttl = max(time.Millisecond, min(l.cfg.LeaseTTL, max(p.Window/30, 4*time.Duration(l.rtt.Load()))))
@@ -414,29 +419,35 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		b.fill = f
 		want := l.leaseSize(s, b, tokens, strict)
 		ret := b.takeReturn(now)
+		ret.spent = min(b.spent, MaxLogTokens)
+		b.spent -= ret.spent
 		b.mu.Unlock()
 		return l.refill(ctx, s, b, f, tokens, want, ret)
 	}
 }
 
-// giveBack is the unused permits of a bucket's lease sent back to the store
-// with the next lease call.
+// giveBack is what the next lease call reports about a bucket's previous
+// lease: its n unused permits go back to the store, and the store re-dates
+// the used ones to the call (see LeaseRequest.Used); and the permits the
+// local policy let through since the last call that reached the store
+// (LeaseRequest.Spent).
 type giveBack struct {
-	n, ref int64
+	n, used, ref, spent int64
 }
 
 // takeReturn empties the bucket of its unused permits (expired or too few
-// for the request) and returns what to give back to the store: at most what
+// for the request) and returns what to report to the store: at most what
 // the lease granted, and nothing once the lease no longer counts anyway.
 // The caller holds b.mu.
 func (b *bucket) takeReturn(now int64) giveBack {
 	n := min(b.permits+b.expired, b.leased)
+	used := b.leased - n
 	b.permits, b.expired, b.leased = 0, 0, 0
 	b.gen++ // refunds of the old lease's permits are dropped from now on
-	if n <= 0 || now >= b.returnBy {
+	if now >= b.returnBy {
 		return giveBack{}
 	}
-	return giveBack{n: n, ref: b.ref}
+	return giveBack{n: max(n, 0), used: used, ref: b.ref}
 }
 
 // wait blocks until the in-flight lease call ends, at most the store deadline.
@@ -491,11 +502,14 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 // (a zero taking when none were granted).
 func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64, ret giveBack) (Decision, taking) {
 	sent := l.now().UnixNano()
-	req := &LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, Return: ret.n, ReturnRef: ret.ref}
+	req := &LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, Return: ret.n, ReturnRef: ret.ref, Used: ret.used, Spent: ret.spent}
 	res, err := l.lease(ctx, s, req, b)
 	if ret.n > 0 {
 		// Given back whether or not the answer arrives: never sent twice.
 		returnedPermits.Add(int(ret.n))
+	}
+	if ret.used > 0 {
+		redatedPermits.Add(int(ret.used))
 	}
 	now := l.now().UnixNano()
 	b.mu.Lock()
@@ -507,7 +521,20 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		close(f.done)
 	}()
 	if err != nil {
-		return l.fallbackDecision(ctx, s, tokens), taking{}
+		if errors.Is(err, ErrStoreUnavailable) {
+			b.spent += ret.spent // not sent (the breaker is open): the next call reports them
+		}
+		d := l.fallbackDecision(ctx, s, tokens)
+		if d.Allowed && l.policy == FailLocal {
+			// Let through without the store: reported with the next call
+			// that reaches it, so that the store, once it answers again,
+			// does not grant the window's whole budget on top of these.
+			b.spent += tokens
+		}
+		return d, taking{}
+	}
+	if ret.spent > 0 {
+		reportedPermits.Add(int(ret.spent))
 	}
 	leaseSize.Update(float64(want))
 	b.remaining = res.Remaining
@@ -614,6 +641,7 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest, b *buck
 	}
 	storeCallsOK.Inc()
 	l.breaker.success(probe)
+	l.spendLocally(ctx, s, res.Granted)
 	if took := l.now().UnixNano() - start; took > 0 {
 		old := l.rtt.Load()
 		l.rtt.Store(old + (took-old)/8) // a lost update among racing calls is harmless
@@ -635,14 +663,7 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64) D
 		return d
 	}
 	fallbackLocal.Inc()
-	pods := max(1, l.livePods())
-	p := s.params
-	if p.Algorithm == TokenBucket {
-		p.Capacity = (p.Capacity + int64(pods) - 1) / int64(pods)
-		p.RefillRate /= float64(pods)
-	} else {
-		p.Limit = (p.Limit + int64(pods) - 1) / int64(pods)
-	}
+	p := l.localShare(s)
 	res, err := l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: tokens, Need: tokens})
 	if err != nil { // only a malformed request: decide like the store would
 		return s.decision(false, 0, l.cfg.BreakerCooldown, 0)
@@ -653,6 +674,35 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64) D
 		d.Limit = p.Capacity
 	}
 	return d
+}
+
+// localShare is s's params for this pod alone: its share of the limit.
+func (l *Limiter) localShare(s *spec) Params {
+	pods := max(1, l.livePods())
+	p := s.params
+	if p.Algorithm == TokenBucket {
+		p.Capacity = (p.Capacity + int64(pods) - 1) / int64(pods)
+		p.RefillRate /= float64(pods)
+	} else {
+		p.Limit = (p.Limit + int64(pods) - 1) / int64(pods)
+	}
+	return p
+}
+
+// spendLocally takes the n permits the store just granted from this pod's
+// local share too, under the local policy. Without it the share would be
+// full whenever the store fails: a pod whose store call timed out, having
+// already let through its share of the window from the store's permits,
+// would let through as many again from the local share (one more window's
+// worth for every stretch of timeouts). Permits later given back to the
+// store are not given back here: the local share errs low, as it should.
+// One memory-store call per store call, which the local fast path does not
+// make.
+func (l *Limiter) spendLocally(ctx context.Context, s *spec, n int64) {
+	if !l.shared || l.policy != FailLocal || n <= 0 {
+		return
+	}
+	_, _ = l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s), Want: n})
 }
 
 // decision builds a Decision about this limit.

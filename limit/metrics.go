@@ -22,6 +22,8 @@ var (
 	localHits         = metrics.NewCounter(`sentinel_limit_local_hits_total`)
 	expiredPermits    = metrics.NewCounter(`sentinel_limit_expired_permits_total`)
 	returnedPermits   = metrics.NewCounter(`sentinel_limit_returned_permits_total`)
+	redatedPermits    = metrics.NewCounter(`sentinel_limit_redated_permits_total`)
+	reportedPermits   = metrics.NewCounter(`sentinel_limit_fallback_permits_reported_total`)
 	lateReturns       = metrics.NewCounter(`sentinel_limit_late_lease_returns_total`)
 	cachedDenials     = metrics.NewCounter(`sentinel_limit_cached_denials_total`)
 	fallbackLocal     = metrics.NewCounter(`sentinel_limit_fallback_decisions_total{policy="local"}`)

@@ -21,6 +21,13 @@
 --          return_ref - return + 1 .. return_ref are removed
 -- ARGV[9]  deadline in Redis time (microseconds), 0 for none: a call that
 --          runs later grants nothing (its caller has given up on it)
+-- ARGV[10] used: permits of that earlier lease the caller has used by now
+--          (0..1000): the members return_ref - return - used + 1 ..
+--          return_ref - return (the lease's permits before the returned
+--          ones) are dated now when that is earlier than their score
+-- ARGV[11] spent: permits the caller let through without the store (its
+--          own share while the store was unreachable; 0..1000), counted
+--          from now
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
 --          used_ref}
 --          status 1 when the request ID was already counted (nothing is
@@ -30,7 +37,8 @@
 --          need permits (its first members); retry_after_ms is the window
 --          when limit is 0, -1 when need > limit.
 -- All keys share one hash tag. A clock that moves backwards is treated as the
--- newest time seen. The return is applied even past the deadline.
+-- newest time seen. The return, used and spent are applied even past the
+-- deadline.
 local log, meta, ids = KEYS[1], KEYS[2], KEYS[3]
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
@@ -41,6 +49,8 @@ local need = tonumber(ARGV[6])
 local ret = tonumber(ARGV[7])
 local ret_ref = tonumber(ARGV[8])
 local deadline = tonumber(ARGV[9])
+local moved = tonumber(ARGV[10])
+local spent = tonumber(ARGV[11])
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -57,6 +67,24 @@ if ret > 0 then
 end
 
 redis.call('ZREMRANGEBYSCORE', log, '-inf', now - window)
+if moved > 0 then
+  -- XX: members no longer counted stay gone; LT: never later than before.
+  local batch = {}
+  for m = ret_ref - ret - moved + 1, ret_ref - ret do
+    batch[#batch + 1] = now
+    batch[#batch + 1] = string.format('%d', m)
+  end
+  redis.call('ZADD', log, 'XX', 'LT', unpack(batch))
+end
+if spent > 0 then
+  local last_seq = redis.call('HINCRBY', meta, 'seq', spent)
+  local batch = {}
+  for m = last_seq - spent + 1, last_seq do
+    batch[#batch + 1] = now
+    batch[#batch + 1] = m
+  end
+  redis.call('ZADD', log, unpack(batch))
+end
 local status = 0
 if rid ~= '' then
   redis.call('ZREMRANGEBYSCORE', ids, '-inf', now)

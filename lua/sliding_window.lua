@@ -15,6 +15,10 @@
 -- ARGV[8]  return_ref: that lease's ref (the field E it was counted in)
 -- ARGV[9]  deadline in Redis time (microseconds), 0 for none: a call that
 --          runs later grants nothing (its caller has given up on it)
+-- ARGV[10] used: permits of that earlier lease the caller has used by now
+--          (>= 0); they count from now instead of until its expiry
+-- ARGV[11] spent: permits the caller let through without the store (its
+--          own share while the store was unreachable), counted from now
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
 --          used_ref}
 --          status 0, or 2 when past the deadline (nothing granted); ref is
@@ -30,8 +34,10 @@
 -- the lease's expiry too would make every permit cost window + lease_ttl of
 -- budget: a client held at the limit would get limit × window / (window +
 -- lease_ttl).) A return uncounts permits the caller will never use, so the
--- invariant holds.
--- The return is applied even past the deadline. A clock that moves
+-- invariant holds. A lease used up early is re-dated by the caller's next
+-- call (used): its permits were counted from the grant until now, and count
+-- from now for a window, which covers every use made by now.
+-- The return, used and spent are applied even past the deadline. A clock that moves
 -- backwards is treated as the newest time seen.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
@@ -42,20 +48,36 @@ local g = tonumber(ARGV[5])
 local need = tonumber(ARGV[6])
 local ret = tonumber(ARGV[7])
 local deadline = tonumber(ARGV[9])
+local moved = tonumber(ARGV[10])
+local spent = tonumber(ARGV[11])
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(now_us / 1000)
 
-if ret > 0 then
+if ret > 0 or moved > 0 then
   local cur = tonumber(redis.call('HGET', key, ARGV[8]))
   if cur then
-    if cur <= ret then
+    local from = tonumber(ARGV[8])
+    local last = tonumber(redis.call('HGET', key, 't'))
+    if last and last > now then now = last end
+    local to = (math.floor(now / g) + 1) * g
+    local r = math.min(ret, cur)
+    local m = 0
+    if to < from then m = math.min(moved, cur - r) end
+    if r + m >= cur then
       redis.call('HDEL', key, ARGV[8])
-    else
-      redis.call('HINCRBY', key, ARGV[8], -ret)
+    elseif r + m > 0 then
+      redis.call('HINCRBY', key, ARGV[8], -(r + m))
     end
+    if m > 0 then redis.call('HINCRBY', key, string.format('%d', to), m) end
   end
+end
+
+if spent > 0 then
+  local last = tonumber(redis.call('HGET', key, 't'))
+  if last and last > now then now = last end
+  redis.call('HINCRBY', key, string.format('%d', (math.floor(now / g) + 1) * g), spent)
 end
 
 local raw = redis.call('HGETALL', key)

@@ -13,6 +13,10 @@
 -- ARGV[7]  return_ref (unused)
 -- ARGV[8]  deadline in Redis time (microseconds), 0 for none: a call that
 --          runs later grants nothing (its caller has given up on it)
+-- ARGV[9]  used (unused: a taken token counts from the grant)
+-- ARGV[10] spent: tokens the caller took without the store (its own share
+--          while the store was unreachable), taken from the bucket first
+--          (it does not go below 0)
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, 0, now_us, 0}
 --          granted = min(want, floor(tokens)) when that is >= need, else 0;
 --          status 2 when past the deadline (nothing granted), else 0;
@@ -23,8 +27,8 @@
 -- The key expires once the bucket would be full again (plus 1 s, at most 400
 -- days), or after a day when the rate is 0. Every value is computed before
 -- the first write, so an error never leaves a key without its TTL. A clock
--- that moves backwards is treated as the newest time seen. The return is
--- applied even past the deadline.
+-- that moves backwards is treated as the newest time seen. The return and
+-- spent are applied even past the deadline.
 local key = KEYS[1]
 local capacity = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
@@ -32,6 +36,7 @@ local want = tonumber(ARGV[3])
 local need = tonumber(ARGV[5])
 local ret = tonumber(ARGV[6])
 local deadline = tonumber(ARGV[8])
+local spent = tonumber(ARGV[10])
 local maxms = 1000000000000
 
 local t = redis.call('TIME')
@@ -46,6 +51,8 @@ end
 if ts > now then now = ts end
 tokens = tokens + (now - ts) * rate / 1000 + ret
 if tokens > capacity then tokens = capacity end
+tokens = tokens - spent
+if tokens < 0 then tokens = 0 end
 
 local status = 0
 if deadline > 0 and now_us > deadline then status = 2 end
