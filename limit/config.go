@@ -77,7 +77,7 @@ type Config struct {
 	Shadow bool `mapstructure:"shadow"`
 	// LeaseTTL is how long a pod may keep unused leased permits. Default 250ms.
 	LeaseTTL time.Duration `mapstructure:"lease_ttl"`
-	// MaxLease caps the permits leased in one store call. Default 64.
+	// MaxLease caps the permits leased in one store call. Default 1024.
 	MaxLease int64 `mapstructure:"max_lease"`
 	// BreakerFailures is the number of consecutive store failures that open
 	// the store breaker. Default 5.
@@ -101,7 +101,7 @@ func (c *Config) SetDefaults() {
 	confutil.SetDefault(&c.StoreTimeout, 5*time.Millisecond)
 	confutil.SetDefault(&c.OnStoreFailure, FailLocal.String())
 	confutil.SetDefault(&c.LeaseTTL, 250*time.Millisecond)
-	confutil.SetDefault(&c.MaxLease, 64)
+	confutil.SetDefault(&c.MaxLease, 1024)
 	confutil.SetDefault(&c.BreakerFailures, 5)
 	confutil.SetDefault(&c.BreakerCooldown, 200*time.Millisecond)
 	confutil.SetDefault(&c.MaxKeys, 100000)

@@ -223,7 +223,7 @@ func TestLocalShareCountsStorePermits(t *testing.T) {
 func TestLimiterReportsUsedLeases(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := testLimitsConfig(func(c *Config) {
-		c.IP, c.Window, c.StoreTimeout = 1000, time.Hour, time.Second
+		c.IP, c.Window, c.StoreTimeout, c.MaxLease = 1000, time.Hour, time.Second, 64
 	})
 	l := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
 	ip := []byte("10.7.7.7")
