@@ -419,6 +419,9 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		b.fill = f
 		want := l.leaseSize(s, b, tokens, strict)
 		ret := b.takeReturn(now)
+		if s.params.Algorithm == TokenBucket {
+			ret.used = 0 // a taken token counts from its grant: nothing to re-date
+		}
 		ret.spent = min(b.spent, MaxLogTokens)
 		b.spent -= ret.spent
 		b.mu.Unlock()
