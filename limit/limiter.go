@@ -729,6 +729,9 @@ func (s *spec) decision(allowed bool, remaining int64, retry time.Duration, rese
 // the store, in the background: the refusing limit's store call came first,
 // so this is not on the local fast path.
 func (l *Limiter) refund(taken []taking, specs []spec, tokens int64) {
+	if len(taken) == 0 { // the first limit refused: nothing taken (and no clock read)
+		return
+	}
 	now := l.now().UnixNano()
 	for i, tk := range taken {
 		b := tk.b

@@ -80,11 +80,10 @@ func TestLastTargetIsNeverRemoved(t *testing.T) {
 // together.
 func TestMaxEjectionPercent(t *testing.T) {
 	var urls []string
-	var bs []*backend
 	for range 4 {
 		b := startBackend(t)
 		b.status.Store(500)
-		bs, urls = append(bs, b), append(urls, b.URL)
+		urls = append(urls, b.URL)
 	}
 	_, p := testPool(t, func(c *PoolConfig) {
 		c.Passive = PassiveConfig{Failures: 2, EjectFor: time.Minute}
