@@ -371,7 +371,7 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		return s.decision(false, 0, retry, 0), taking{}
 	}
 	if s.useRID {
-		return l.direct(ctx, s, tokens, rid), taking{}
+		return l.direct(ctx, s, nil, tokens, rid), taking{}
 	}
 	b := l.table.get(s.key(), now)
 	for attempt := 0; ; attempt++ {
@@ -404,7 +404,7 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 				// lease would, on a slow store, take the whole budget out
 				// on leases and refuse clients under their limit.
 				b.mu.Unlock()
-				return l.direct(ctx, s, tokens, nil), taking{}
+				return l.direct(ctx, s, b, tokens, nil), taking{}
 			}
 			b.demand += tokens
 			b.mu.Unlock()
@@ -608,12 +608,19 @@ func (b *bucket) retryFrom(now int64) time.Duration {
 
 // direct decides with one store call, outside the local buckets: sliding_log
 // with a trusted request ID, which the store must see to skip a retry, and a
-// request that outwaited its bucket's slow lease call (rid nil).
-func (l *Limiter) direct(ctx context.Context, s *spec, tokens int64, rid []byte) Decision {
+// request that outwaited its bucket's slow lease call (rid nil; b is that bucket,
+// which reports what the local policy lets through here).
+func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, rid []byte) Decision {
 	// A late answer's permit stays counted: its request ID is recorded.
 	res, err := l.lease(ctx, s, &LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid)}, nil)
 	if err != nil {
-		return l.fallbackDecision(ctx, s, tokens)
+		d := l.fallbackDecision(ctx, s, tokens)
+		if d.Allowed && l.policy == FailLocal && b != nil {
+			b.mu.Lock()
+			b.spent += tokens // reported with the bucket's next lease call (see refill)
+			b.mu.Unlock()
+		}
+		return d
 	}
 	leaseSize.Update(float64(tokens))
 	return s.decision(res.Granted >= tokens || res.Duplicate, res.Remaining, res.RetryAfter, int64(res.Reset))
