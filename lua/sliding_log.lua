@@ -68,13 +68,18 @@ end
 
 redis.call('ZREMRANGEBYSCORE', log, '-inf', now - window)
 if moved > 0 then
-  -- XX: members no longer counted stay gone; LT: never later than before.
+  -- Only members still counted, and never later than before (as ZADD XX
+  -- LT, which needs Redis 6.2).
   local batch = {}
   for m = ret_ref - ret - moved + 1, ret_ref - ret do
-    batch[#batch + 1] = now
-    batch[#batch + 1] = string.format('%d', m)
+    local member = string.format('%d', m)
+    local score = tonumber(redis.call('ZSCORE', log, member))
+    if score and score > now then
+      batch[#batch + 1] = now
+      batch[#batch + 1] = member
+    end
   end
-  redis.call('ZADD', log, 'XX', 'LT', unpack(batch))
+  if #batch > 0 then redis.call('ZADD', log, unpack(batch)) end
 end
 if spent > 0 then
   local last_seq = redis.call('HINCRBY', meta, 'seq', spent)
