@@ -16,10 +16,10 @@ import (
 // answer 400 and never reach the limiter, so they are not counted.
 func (s *Server) check(ctx *fasthttp.RequestCtx) {
 	req, fe := parseCheck(ctx.PostBody())
+	var lreq limit.Request
 	if fe == nil {
-		fe = s.knownTenant("", req.TenantID)
+		lreq, fe = s.request("", &req)
 	}
-	lreq := s.request(&req)
 	if fe == nil {
 		fe = overCapacity(s.deps.Limiter, "", &lreq)
 	}
@@ -47,8 +47,7 @@ func (s *Server) checkBatch(ctx *fasthttp.RequestCtx) {
 	reqs := make([]limit.Request, len(b.Checks))
 	for i := 0; fe == nil && i < len(b.Checks); i++ {
 		prefix := "checks[" + strconv.Itoa(i) + "]."
-		if fe = s.knownTenant(prefix, b.Checks[i].TenantID); fe == nil {
-			reqs[i] = s.request(&b.Checks[i])
+		if reqs[i], fe = s.request(prefix, &b.Checks[i]); fe == nil {
 			fe = overCapacity(s.deps.Limiter, prefix, &reqs[i])
 		}
 	}
@@ -70,27 +69,21 @@ func (s *Server) checkBatch(ctx *fasthttp.RequestCtx) {
 	ctx.Response.SetBodyRaw(buf)
 }
 
-// knownTenant answers a 400 for a tenant the catalog does not know: the
-// check API limits tenants as the proxy does, with their plan, so a tenant is
-// added through the tenants API (or config) before it is checked.
-func (s *Server) knownTenant(prefix, id string) *limit.ValidationError {
-	if _, ok := s.deps.Catalog.Tenant(id); ok {
-		return nil
-	}
-	return badField(prefix+"tenant_id", strconv.Quote(id)+" is not a known tenant; add it with PUT /v1/tenants/{id}")
-}
-
 // request is the limiter's request for one valid check: tenant_id and its
 // plan, resource, key as the API key, tokens_requested permits, request_id
-// as a trusted request ID.
-func (s *Server) request(c *checkRequest) limit.Request {
+// as a trusted request ID. A tenant the catalog does not know answers a
+// 400: the check API limits tenants as the proxy does, with their plan, so a
+// tenant is added through the tenants API (or config) before it is checked.
+func (s *Server) request(prefix string, c *checkRequest) (limit.Request, *limit.ValidationError) {
+	plan, ok := s.deps.Catalog.TenantPlan(c.TenantID)
+	if !ok {
+		return limit.Request{}, badField(prefix+"tenant_id", strconv.Quote(c.TenantID)+" is not a known tenant; add it with PUT /v1/tenants/{id}")
+	}
 	req := limit.Request{
 		Tenant:   c.TenantID,
+		Plan:     plan,
 		Resource: c.Resource,
 		Tokens:   c.tokens(),
-	}
-	if t, ok := s.deps.Catalog.Tenant(c.TenantID); ok {
-		req.Plan = t.Plan
 	}
 	if c.Key != "" {
 		req.APIKey = []byte(c.Key)
@@ -98,7 +91,7 @@ func (s *Server) request(c *checkRequest) limit.Request {
 	if c.RequestID != "" {
 		req.RequestID = []byte(c.RequestID)
 	}
-	return req
+	return req, nil
 }
 
 // appendCheckResult appends the JSON answer of one decision:

@@ -31,6 +31,7 @@ type Catalog interface {
 	Rule(tenant, resource string) (limit.Rule, bool)
 	Tenants() []limit.Tenant
 	Tenant(id string) (limit.Tenant, bool)
+	TenantPlan(id string) (string, bool)
 }
 
 // CatalogWriter changes rules and tenants. *limit.CatalogSync implements it:

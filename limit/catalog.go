@@ -213,6 +213,16 @@ func (c *Catalog) Tenant(id string) (Tenant, bool) {
 	return cloneTenant(*t), true
 }
 
+// TenantPlan returns the plan of tenant id, without copying the tenant: the
+// check API and the rate limit service look it up for every decision.
+func (c *Catalog) TenantPlan(id string) (string, bool) {
+	t, ok := c.snap.Load().tenants[id]
+	if !ok {
+		return "", false
+	}
+	return t.Plan, true
+}
+
 // Tenants returns a copy of every tenant, sorted by ID.
 func (c *Catalog) Tenants() []Tenant {
 	l := c.snap.Load().tlist

@@ -33,7 +33,7 @@ type Limiter interface {
 
 // Catalog gives a tenant's plan. *limit.Catalog implements it.
 type Catalog interface {
-	Tenant(id string) (limit.Tenant, bool)
+	TenantPlan(id string) (string, bool)
 }
 
 // Interface guards.

@@ -141,8 +141,8 @@ func (s *service) request(dom *Domain, desc *commonv3.RateLimitDescriptor, hits 
 		}
 	}
 	if lreq.Tenant != "" {
-		if t, ok := s.catalog.Tenant(lreq.Tenant); ok {
-			lreq.Plan = t.Plan
+		if plan, ok := s.catalog.TenantPlan(lreq.Tenant); ok {
+			lreq.Plan = plan
 		}
 	}
 	return lreq
