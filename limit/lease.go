@@ -26,6 +26,7 @@ type bucket struct {
 	// and a generation that changes with every lease, so that a refund
 	// never puts permits of an earlier lease into a later one.
 	ref      int64
+	localRef int64 // where the local share counted it (see Limiter.spendLocally)
 	leased   int64
 	expired  int64 // permits of the lease that expired unused, not yet given back
 	returnBy int64

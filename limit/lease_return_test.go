@@ -272,3 +272,24 @@ func TestStoreLearnsWhatTheLocalShareLetThrough(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalShareGetsUnusedPermitsBack: the local share counts a lease when
+// Redis grants it, and the lease's unused permits, given back to Redis, are
+// given back to the share too: when Redis then fails the pod lets through
+// its share less what it used, not less what it leased.
+func TestLocalShareGetsUnusedPermitsBack(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testLimitsConfig(func(c *Config) {
+		c.IP, c.Window, c.LeaseTTL, c.MaxLease, c.StoreTimeout = 100, time.Hour, 50*time.Millisecond, 8, 50*time.Millisecond
+	})
+	pod := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
+	ip := []byte("10.9.9.9")
+	got, _ := allowN(pod, &Request{IP: ip}, 8) // leases of 1, 2, 4, then 8 of which 1 is used
+	require.Equal(t, 8, got)
+	require.Equal(t, int64(7), pod.heldPermits(ip))
+	time.Sleep(80 * time.Millisecond) // the 7 expire unused
+	srv.Pause()
+	defer srv.Resume()
+	got, _ = allowN(pod, &Request{IP: ip}, 100)
+	assert.Equal(t, 100-8, got, "the local share must count the 8 used permits, not the 15 leased")
+}

@@ -436,6 +436,7 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 // (LeaseRequest.Spent).
 type giveBack struct {
 	n, used, ref, spent int64
+	localRef            int64 // where the local share counted the lease (creditLocally)
 }
 
 // takeReturn empties the bucket of its unused permits (expired or too few
@@ -450,7 +451,7 @@ func (b *bucket) takeReturn(now int64) giveBack {
 	if now >= b.returnBy {
 		return giveBack{}
 	}
-	return giveBack{n: max(n, 0), used: used, ref: b.ref}
+	return giveBack{n: max(n, 0), used: used, ref: b.ref, localRef: b.localRef}
 }
 
 // wait blocks until the in-flight lease call ends, at most the store deadline.
@@ -510,6 +511,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	if ret.n > 0 {
 		// Given back whether or not the answer arrives: never sent twice.
 		returnedPermits.Add(int(ret.n))
+		l.creditLocally(ctx, s, ret.n, ret.localRef)
 	}
 	if ret.used > 0 {
 		redatedPermits.Add(int(ret.used))
@@ -550,6 +552,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		if extra := res.Granted - tokens; extra > 0 {
 			go l.giveBack(req, extra, res.Ref)
 		}
+		l.spendLocally(ctx, s, tokens)
 		tk := taking{} // not from the bucket's lease
 		if res.UsedRef != 0 {
 			tk = l.fresh(b, res)
@@ -568,6 +571,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 			leased -= tokens
 		}
 		b.permits, b.leased, b.ref = res.Granted-tokens, leased, res.Ref
+		b.localRef = l.spendLocally(ctx, s, res.Granted)
 		b.expires = sent + int64(s.ttl)
 		b.returnBy = math.MaxInt64
 		if s.params.Algorithm != TokenBucket {
@@ -623,6 +627,7 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 		return d
 	}
 	leaseSize.Update(float64(tokens))
+	l.spendLocally(ctx, s, res.Granted)
 	return s.decision(res.Granted >= tokens || res.Duplicate, res.Remaining, res.RetryAfter, int64(res.Reset))
 }
 
@@ -651,7 +656,6 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest, b *buck
 	}
 	storeCallsOK.Inc()
 	l.breaker.success(probe)
-	l.spendLocally(ctx, s, res.Granted)
 	if took := l.now().UnixNano() - start; took > 0 {
 		old := l.rtt.Load()
 		l.rtt.Store(old + (took-old)/8) // a lost update among racing calls is harmless
@@ -704,15 +708,27 @@ func (l *Limiter) localShare(s *spec) Params {
 // full whenever the store fails: a pod whose store call timed out, having
 // already let through its share of the window from the store's permits,
 // would let through as many again from the local share (one more window's
-// worth for every stretch of timeouts). Permits later given back to the
-// store are not given back here: the local share errs low, as it should.
-// One memory-store call per store call, which the local fast path does not
-// make.
-func (l *Limiter) spendLocally(ctx context.Context, s *spec, n int64) {
+// worth for every stretch of timeouts). It returns where the share counted
+// them, for creditLocally. One memory-store call per store call, which the
+// local fast path does not make.
+func (l *Limiter) spendLocally(ctx context.Context, s *spec, n int64) int64 {
+	if !l.shared || l.policy != FailLocal || n <= 0 {
+		return 0
+	}
+	res, _ := l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s), Want: n})
+	return res.Ref
+}
+
+// creditLocally gives the local share back n permits of a lease that went
+// unused (counted at ref by spendLocally): the share counts what the pod
+// used, so a pod that leased much and used little is not held to less than
+// its share when the store fails. Credited whether or not the store gets
+// its return: the permits were not used.
+func (l *Limiter) creditLocally(ctx context.Context, s *spec, n, ref int64) {
 	if !l.shared || l.policy != FailLocal || n <= 0 {
 		return
 	}
-	_, _ = l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s), Want: n})
+	_, _ = l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s), Return: n, ReturnRef: ref})
 }
 
 // decision builds a Decision about this limit.
