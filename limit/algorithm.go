@@ -104,6 +104,9 @@ func checkLease(req *LeaseRequest) error {
 	if req.Used < 0 || req.Used > MaxLimit || req.Spent < 0 || req.Spent > MaxLimit {
 		return fmt.Errorf("limit: lease for %q: %d used or %d spent permits is out of range", req.Key, req.Used, req.Spent)
 	}
+	if req.SpentAgo < 0 || req.SpentAgo > MaxWindow {
+		return fmt.Errorf("limit: lease for %q: spent %v ago is out of range [0, %v]", req.Key, req.SpentAgo, MaxWindow)
+	}
 	p := &req.Params
 	switch p.Algorithm {
 	case SlidingWindow, SlidingLog:

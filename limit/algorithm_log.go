@@ -20,8 +20,8 @@ func (s *logState) lease(now int64, q *leaseQuery, rid []byte) leaseAnswer {
 	}
 	s.runs.expire(now - q.windowMS)
 	s.runs.move(q.retRef, now, q.used)
-	if q.spent > 0 {
-		s.runs.add(now, q.spent)
+	if at := now - q.spentAgoMS; q.spent > 0 && at+q.windowMS > now {
+		s.runs.add(at, q.spent)
 	}
 	dup := len(rid) > 0 && s.seen(rid, now)
 	used := s.runs.total()

@@ -17,8 +17,8 @@ func (s *windowState) lease(now int64, q *leaseQuery, g int64) leaseAnswer {
 		s.subs.unadd(q.retRef, q.ret)
 	}
 	s.subs.move(q.retRef, ((now/g)+1)*g, q.used)
-	if q.spent > 0 {
-		s.subs.add(((now/g)+1)*g, q.spent)
+	if at := (((now - q.spentAgoMS) / g) + 1) * g; q.spent > 0 && at+q.windowMS > now {
+		s.subs.add(at, q.spent)
 	}
 	s.last = now
 	s.subs.expire(now - q.windowMS)

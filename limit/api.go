@@ -67,6 +67,11 @@ type LeaseRequest struct {
 	// does not grant the window's whole budget on top of them. At most
 	// MaxLogTokens for sliding_log.
 	Spent int64
+	// SpentAgo is how long before this call the last of the Spent permits
+	// was let through (0..MaxWindow): the sliding algorithms count them from
+	// then, measured on the caller's clock as a duration, so the two clocks
+	// need not agree.
+	SpentAgo time.Duration
 	// LeaseTTL is how long the caller may keep unused permits before it drops
 	// them. The store counts the lease's permits beyond Need as living until
 	// its expiry plus the window (or until Used re-dates them), so that no

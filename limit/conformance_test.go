@@ -363,6 +363,19 @@ func confSpent(alg Algorithm) func(*testing.T, *confEnv, string) {
 		if alg != TokenBucket { // a bucket that refills over a window is not empty again a window later
 			e.sleep(window + 20*time.Millisecond)
 			assert.Equal(t, int64(5), e.lease(t, key, p, 5, 0, "").Granted, "spent permits count for one window")
+
+			// SpentAgo dates them when the last was let through: a window
+			// from then, not from the report.
+			k2 := key + ":ago"
+			r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(k2), Params: p, Want: 5, Spent: 3, SpentAgo: window - 40*time.Millisecond})
+			require.NoError(t, err)
+			assert.Equal(t, int64(2), r.Granted)
+			e.sleep(60 * time.Millisecond)
+			assert.Equal(t, int64(3), e.lease(t, k2, p, 5, 0, "").Granted, "spent permits counted past a window from their use")
+			k3 := key + ":old"
+			r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(k3), Params: p, Want: 5, Spent: 3, SpentAgo: window + 10*time.Millisecond}) // past a window and a sub-window
+			require.NoError(t, err)
+			assert.Equal(t, int64(5), r.Granted, "permits spent a window ago no longer count")
 		}
 	}
 }
@@ -508,6 +521,7 @@ func confInvalid(t *testing.T, e *confEnv, key string) {
 		"unknown alg":              {Key: []byte(key), Params: Params{Algorithm: 9, Limit: 1, Window: time.Second}, Want: 1},
 		"negative used":            {Key: []byte(key), Params: ok, Want: 1, Used: -1},
 		"negative spent":           {Key: []byte(key), Params: ok, Want: 1, Spent: -1},
+		"spent ago over its bound": {Key: []byte(key), Params: ok, Want: 1, Spent: 1, SpentAgo: MaxWindow + 1},
 		"log spent over its bound": {Key: []byte(key), Params: Params{Algorithm: SlidingLog, Limit: 1, Window: time.Second}, Want: 1, Spent: MaxLogTokens + 1},
 	} {
 		_, err := e.store.Lease(context.Background(), req)

@@ -50,7 +50,8 @@ type bucket struct {
 	demand   int64 // tokens wanted by requests that waited for a fill
 	// spent counts the permits the local failure policy let through on this
 	// key since the last lease call that reached the store.
-	spent int64
+	spent   int64
+	spentAt int64 // unix nanos: when the last of them was let through
 
 	lastUsed atomic.Int64 // unix nanos
 	// late counts this bucket's store calls whose caller gave up and whose

@@ -424,6 +424,9 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		}
 		ret.spent = min(b.spent, MaxLogTokens)
 		b.spent -= ret.spent
+		if ret.spent > 0 {
+			ret.spentAgo = time.Duration(max(now-b.spentAt, 0))
+		}
 		b.mu.Unlock()
 		return l.refill(ctx, s, b, f, tokens, want, ret)
 	}
@@ -436,7 +439,8 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 // (LeaseRequest.Spent).
 type giveBack struct {
 	n, used, ref, spent int64
-	localRef            int64 // where the local share counted the lease (creditLocally)
+	spentAgo            time.Duration // since the last spent permit (LeaseRequest.SpentAgo)
+	localRef            int64         // where the local share counted the lease (creditLocally)
 }
 
 // takeReturn empties the bucket of its unused permits (expired or too few
@@ -506,7 +510,7 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 // (a zero taking when none were granted).
 func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64, ret giveBack) (Decision, taking) {
 	sent := l.now().UnixNano()
-	req := &LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, Return: ret.n, ReturnRef: ret.ref, Used: ret.used, Spent: ret.spent}
+	req := &LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, Return: ret.n, ReturnRef: ret.ref, Used: ret.used, Spent: ret.spent, SpentAgo: min(ret.spentAgo, MaxWindow)}
 	res, err := l.lease(ctx, s, req, b)
 	if ret.n > 0 {
 		// Given back whether or not the answer arrives: never sent twice.
@@ -535,6 +539,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 			// that reaches it, so that the store, once it answers again,
 			// does not grant the window's whole budget on top of these.
 			b.spent += tokens
+			b.spentAt = now
 		}
 		return d, taking{}
 	}
@@ -622,6 +627,7 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 		if d.Allowed && l.policy == FailLocal && b != nil {
 			b.mu.Lock()
 			b.spent += tokens // reported with the bucket's next lease call (see refill)
+			b.spentAt = l.now().UnixNano()
 			b.mu.Unlock()
 		}
 		return d

@@ -26,8 +26,9 @@
 --          return_ref - return (the lease's permits before the returned
 --          ones) are dated now when that is earlier than their score
 -- ARGV[11] spent: permits the caller let through without the store (its
---          own share while the store was unreachable; 0..1000), counted
---          from now
+--          own share while the store was unreachable; 0..1000)
+-- ARGV[12] spent_ago in ms (>= 0): how long before this call the last of
+--          them was let through; they are scored then
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
 --          used_ref}
 --          status 1 when the request ID was already counted (nothing is
@@ -51,6 +52,7 @@ local ret_ref = tonumber(ARGV[8])
 local deadline = tonumber(ARGV[9])
 local moved = tonumber(ARGV[10])
 local spent = tonumber(ARGV[11])
+local spent_ago = tonumber(ARGV[12])
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -81,11 +83,11 @@ if moved > 0 then
   end
   if #batch > 0 then redis.call('ZADD', log, unpack(batch)) end
 end
-if spent > 0 then
+if spent > 0 and now - spent_ago + window > now then
   local last_seq = redis.call('HINCRBY', meta, 'seq', spent)
   local batch = {}
   for m = last_seq - spent + 1, last_seq do
-    batch[#batch + 1] = now
+    batch[#batch + 1] = now - spent_ago
     batch[#batch + 1] = m
   end
   redis.call('ZADD', log, unpack(batch))

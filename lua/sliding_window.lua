@@ -18,7 +18,9 @@
 -- ARGV[10] used: permits of that earlier lease the caller has used by now
 --          (>= 0); they count from now instead of until its expiry
 -- ARGV[11] spent: permits the caller let through without the store (its
---          own share while the store was unreachable), counted from now
+--          own share while the store was unreachable)
+-- ARGV[12] spent_ago in ms (>= 0): how long before this call the last of
+--          them was let through; they count from then, for a window
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
 --          used_ref}
 --          status 0, or 2 when past the deadline (nothing granted); ref is
@@ -50,6 +52,7 @@ local ret = tonumber(ARGV[7])
 local deadline = tonumber(ARGV[9])
 local moved = tonumber(ARGV[10])
 local spent = tonumber(ARGV[11])
+local spent_ago = tonumber(ARGV[12])
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -77,7 +80,10 @@ end
 if spent > 0 then
   local last = tonumber(redis.call('HGET', key, 't'))
   if last and last > now then now = last end
-  redis.call('HINCRBY', key, string.format('%d', (math.floor(now / g) + 1) * g), spent)
+  local at = (math.floor((now - spent_ago) / g) + 1) * g
+  if at + window > now then
+    redis.call('HINCRBY', key, string.format('%d', at), spent)
+  end
 end
 
 local raw = redis.call('HGETALL', key)
