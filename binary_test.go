@@ -47,10 +47,7 @@ func sentinelBinary(t *testing.T) string {
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
 }
 
 func binaryConfig(listen, admin, upstream string, ip int) string {

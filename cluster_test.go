@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -174,16 +175,40 @@ func getJSON(url string, out any) error {
 // freePorts returns n distinct loopback ports that were free a moment ago.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
+	lo, hi := 10000, ephemeralLow()
 	var ports []int
-	var lns []net.Listener
-	for len(ports) < n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
+	seen := map[int]bool{}
+	for tries := 0; len(ports) < n && tries < 100*n; tries++ {
+		p := lo + rand.IntN(hi-lo)
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
 		ln.Close()
+		ports = append(ports, p)
 	}
+	require.Len(t, ports, n, "no free loopback ports in %d..%d", lo, hi)
 	return ports
+}
+
+// ephemeralLow is the low end of the kernel's ephemeral port range. Ports
+// for a process that starts later are picked below it: a port taken by
+// listening on :0 comes from that range, where an outgoing connection of a
+// test running in parallel may take it before the process listens on it
+// (cluster.sh builds for seconds first; a gateway then failed with "address
+// already in use").
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	var low, high int
+	if _, err := fmt.Sscan(string(b), &low, &high); err != nil || low < 12000 {
+		return 32768
+	}
+	return low
 }
