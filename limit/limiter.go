@@ -468,6 +468,13 @@ func (l *Limiter) wait(f *fill) {
 	}
 }
 
+// maxLogLease caps sliding_log leases below limits.max_lease: each permit is
+// a sorted-set member that the lease's script writes (and the next one
+// re-dates) while Redis runs nothing else. On this project's 2-core test
+// machine a grant of 1,000 members took 2.7-4.5 ms of Redis' time, one of 64
+// about 0.4 ms.
+const maxLogLease = 64
+
 // leaseSize is how many permits to ask for: what this pod's traffic on the
 // key uses within a lease lifetime (learned: doubled when a lease ran out
 // within 3/4 of its lifetime, halved when permits expired unused), capped by a share of the remaining
@@ -486,6 +493,9 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 	}
 	pods := int64(max(1, l.livePods()))
 	most := min(l.cfg.MaxLease, s.most)
+	if s.params.Algorithm == SlidingLog {
+		most = min(most, maxLogLease)
+	}
 	limit := min(max(budget/(4*pods), 1), most)
 	now := l.now().UnixNano()
 	switch {

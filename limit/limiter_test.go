@@ -19,12 +19,15 @@ import (
 // countingStore counts the calls to a real store and can slow them down.
 type countingStore struct {
 	Store
-	calls atomic.Int64
-	delay time.Duration
+	calls    atomic.Int64
+	delay    time.Duration
+	mostWant atomic.Int64 // the largest lease asked for
 }
 
 func (c *countingStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult, error) {
 	c.calls.Add(1)
+	for w := c.mostWant.Load(); req.Want > w && !c.mostWant.CompareAndSwap(w, req.Want); w = c.mostWant.Load() {
+	}
 	if c.delay > 0 {
 		time.Sleep(c.delay)
 	}
@@ -405,4 +408,26 @@ func TestLimiterUnderTheLimitIsNeverRefused(t *testing.T) {
 		}
 	}
 	assert.Zero(t, refused)
+}
+
+// TestSlidingLogLeasesStaySmall: a hot sliding_log key leases at most
+// maxLogLease permits whatever limits.max_lease says (each permit is a
+// sorted-set member its script writes while Redis runs nothing else), while
+// a sliding_window key grows to max_lease.
+func TestSlidingLogLeasesStaySmall(t *testing.T) {
+	for _, tc := range []struct {
+		alg  string
+		most int64
+	}{{"sliding_log", maxLogLease}, {"sliding_window", 1024}} {
+		t.Run(tc.alg, func(t *testing.T) {
+			store := memStore(t)
+			cfg := testLimitsConfig(func(c *Config) {
+				c.Algorithm, c.IP, c.Window, c.LeaseTTL, c.MaxLease = tc.alg, 1_000_000, time.Hour, time.Minute, 1024
+			})
+			l := newTestLimiter(t, cfg, store, Options{})
+			got, _ := allowN(l, &Request{IP: []byte("10.1.2.3")}, 5000)
+			require.Equal(t, 5000, got)
+			assert.Equal(t, tc.most, store.mostWant.Load())
+		})
+	}
 }

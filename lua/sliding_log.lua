@@ -70,18 +70,19 @@ end
 
 redis.call('ZREMRANGEBYSCORE', log, '-inf', now - window)
 if moved > 0 then
-  -- Only members still counted, and never later than before (as ZADD XX
-  -- LT, which needs Redis 6.2).
-  local batch = {}
-  for m = ret_ref - ret - moved + 1, ret_ref - ret do
-    local member = string.format('%d', m)
-    local score = tonumber(redis.call('ZSCORE', log, member))
-    if score and score > now then
+  -- The members of one lease share its expiry as their score: one ZSCORE
+  -- tells whether they still count and would count later than now (as
+  -- ZADD XX LT would, which needs Redis 6.2).
+  local first = ret_ref - ret - moved + 1
+  local score = tonumber(redis.call('ZSCORE', log, string.format('%d', first)))
+  if score and score > now then
+    local batch = {}
+    for m = first, ret_ref - ret do
       batch[#batch + 1] = now
-      batch[#batch + 1] = member
+      batch[#batch + 1] = string.format('%d', m)
     end
+    redis.call('ZADD', log, 'XX', unpack(batch))
   end
-  if #batch > 0 then redis.call('ZADD', log, unpack(batch)) end
 end
 if spent > 0 and now - spent_ago + window > now then
   local last_seq = redis.call('HINCRBY', meta, 'seq', spent)
