@@ -98,6 +98,9 @@ func checkLease(req *LeaseRequest) error {
 	if req.LeaseTTL < 0 || req.LeaseTTL > time.Hour {
 		return fmt.Errorf("limit: lease for %q: lease TTL %v is out of range [0, 1h]", req.Key, req.LeaseTTL)
 	}
+	if req.UseWithin < 0 || req.UseWithin > time.Hour {
+		return fmt.Errorf("limit: lease for %q: use within %v is out of range [0, 1h]", req.Key, req.UseWithin)
+	}
 	if req.Return < 0 || req.Return > MaxLimit {
 		return fmt.Errorf("limit: lease for %q: return of %d permits is out of range", req.Key, req.Return)
 	}

@@ -34,7 +34,7 @@ func (s *logState) lease(now int64, q *leaseQuery, rid []byte) leaseAnswer {
 	}
 	a := leaseAnswer{duplicate: dup}
 	if granted > 0 {
-		a.usedRef, a.ref = now, now+q.leaseMS
+		a.usedRef, a.ref = now+q.useWithinMS, now+q.leaseMS
 		s.runs.add(a.usedRef, q.need)
 		if granted > q.need {
 			s.runs.add(a.ref, granted-q.need)

@@ -29,7 +29,7 @@ func (s *windowState) lease(now int64, q *leaseQuery, g int64) leaseAnswer {
 	}
 	a := leaseAnswer{}
 	if granted > 0 {
-		a.usedRef = ((now / g) + 1) * g
+		a.usedRef = (((now + q.useWithinMS) / g) + 1) * g
 		a.ref = (((now + q.leaseMS) / g) + 1) * g
 		s.subs.add(a.usedRef, q.need)
 		if granted > q.need {

@@ -72,6 +72,11 @@ type LeaseRequest struct {
 	// then, measured on the caller's clock as a duration, so the two clocks
 	// need not agree.
 	SpentAgo time.Duration
+	// UseWithin is how long after the call the caller may still use the
+	// Need permits (the time it waits for the answer; later it gives them
+	// back): the sliding algorithms count them from the call plus UseWithin.
+	// 0..1h.
+	UseWithin time.Duration
 	// LeaseTTL is how long the caller may keep unused permits before it drops
 	// them. The store counts the lease's permits beyond Need as living until
 	// its expiry plus the window (or until Used re-dates them), so that no

@@ -285,6 +285,19 @@ func confLeaseCounted(alg Algorithm) func(*testing.T, *confEnv, string) {
 		assert.Positive(t, r.RetryAfter)
 		e.sleep(r.RetryAfter + 5*time.Millisecond)
 		assert.Equal(t, int64(1), e.lease(t, key, p, 1, ttl, "").Granted)
+
+		// UseWithin: the caller may use its Need permit up to then, so it
+		// counts a window from then.
+		k2 := key + ":within"
+		ctx := context.Background()
+		p1 := Params{Algorithm: alg, Limit: 1, Window: window}
+		w, err := e.store.Lease(ctx, &LeaseRequest{Key: []byte(k2), Params: p1, Want: 1, UseWithin: 100 * time.Millisecond})
+		require.NoError(t, err)
+		require.Equal(t, int64(1), w.Granted)
+		e.sleep(window + 30*time.Millisecond)
+		assert.Zero(t, e.lease(t, k2, p1, 1, 0, "").Granted, "a permit usable until the call + UseWithin stopped counting a window after the call")
+		e.sleep(100 * time.Millisecond)
+		assert.Equal(t, int64(1), e.lease(t, k2, p1, 1, 0, "").Granted)
 	}
 }
 
@@ -391,9 +404,16 @@ func confBoundaryBurst(alg Algorithm) func(*testing.T, *confEnv, string) {
 		const limit, window, ttl = 5, 200 * time.Millisecond, 50 * time.Millisecond
 		p := Params{Algorithm: alg, Limit: limit, Window: window}
 		var grants []time.Time
+		// A grant is used when its answer is back; the caller says it uses
+		// the Need permit within ttl of the call (UseWithin), as a pod that
+		// waits at most its store timeout does. (Dated before the call, a
+		// grant whose call took longer to reach the store than another's
+		// would look earlier than the store saw it.)
+		ctx := context.Background()
 		take := func(want int64) {
+			r, err := e.store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: want, LeaseTTL: ttl, UseWithin: ttl})
+			require.NoError(t, err)
 			at := e.now()
-			r := e.lease(t, key, p, want, ttl, "")
 			for i := int64(0); i < r.Granted; i++ {
 				grants = append(grants, at)
 			}
@@ -520,6 +540,7 @@ func confInvalid(t *testing.T, e *confEnv, key string) {
 		"negative rate":            {Key: []byte(key), Params: Params{Algorithm: TokenBucket, Capacity: 1, RefillRate: -1}, Want: 1},
 		"unknown alg":              {Key: []byte(key), Params: Params{Algorithm: 9, Limit: 1, Window: time.Second}, Want: 1},
 		"negative used":            {Key: []byte(key), Params: ok, Want: 1, Used: -1},
+		"negative use within":      {Key: []byte(key), Params: ok, Want: 1, UseWithin: -1},
 		"negative spent":           {Key: []byte(key), Params: ok, Want: 1, Spent: -1},
 		"spent ago over its bound": {Key: []byte(key), Params: ok, Want: 1, Spent: 1, SpentAgo: MaxWindow + 1},
 		"log spent over its bound": {Key: []byte(key), Params: Params{Algorithm: SlidingLog, Limit: 1, Window: time.Second}, Want: 1, Spent: MaxLogTokens + 1},

@@ -468,6 +468,23 @@ func (l *Limiter) wait(f *fill) {
 	}
 }
 
+// useWithin is how long after a store call its Need permits may still be
+// used: the caller waits for the answer at most limits.store_timeout (a later
+// answer is given back). The answer arrives after the store dated the call,
+// so counting the permits from the call alone would let a window see them up
+// to that transit late. Capped by the lease lifetime (at least a thirtieth
+// of the window), which is how long past the call the store counted them
+// before they were counted apart: with the defaults (5 ms against at least
+// 33 ms) the cap never applies, and where a long store_timeout meets a short
+// window an answer slower than the lifetime is covered no worse than before.
+// An in-process store answers at once.
+func (l *Limiter) useWithin(s *spec) time.Duration {
+	if _, inProcess := l.store.(*MemoryStore); inProcess {
+		return 0
+	}
+	return min(l.cfg.StoreTimeout, max(s.ttl, time.Millisecond))
+}
+
 // maxLogLease caps sliding_log leases below limits.max_lease: each permit is
 // a sorted-set member that the lease's script writes (and the next one
 // re-dates) while Redis runs nothing else. On this project's 2-core test
@@ -520,7 +537,7 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 // (a zero taking when none were granted).
 func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64, ret giveBack) (Decision, taking) {
 	sent := l.now().UnixNano()
-	req := &LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, Return: ret.n, ReturnRef: ret.ref, Used: ret.used, Spent: ret.spent, SpentAgo: min(ret.spentAgo, MaxWindow)}
+	req := &LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.useWithin(s), Return: ret.n, ReturnRef: ret.ref, Used: ret.used, Spent: ret.spent, SpentAgo: min(ret.spentAgo, MaxWindow)}
 	res, err := l.lease(ctx, s, req, b)
 	if ret.n > 0 {
 		// Given back whether or not the answer arrives: never sent twice.
@@ -631,7 +648,7 @@ func (b *bucket) retryFrom(now int64) time.Duration {
 // which reports what the local policy lets through here).
 func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, rid []byte) Decision {
 	// A late answer's permit stays counted: its request ID is recorded.
-	res, err := l.lease(ctx, s, &LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid)}, nil)
+	res, err := l.lease(ctx, s, &LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid), UseWithin: l.useWithin(s)}, nil)
 	if err != nil {
 		d := l.fallbackDecision(ctx, s, tokens)
 		if d.Allowed && l.policy == FailLocal && b != nil {

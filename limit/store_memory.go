@@ -124,13 +124,14 @@ func (s *MemoryStore) Len() int {
 type leaseQuery struct {
 	limit, windowMS, want, need, leaseMS int64
 	ret, retRef, used, spent, spentAgoMS int64
+	useWithinMS                          int64
 }
 
 func newLeaseQuery(req *LeaseRequest) leaseQuery {
 	return leaseQuery{
 		limit: req.Params.Limit, windowMS: ceilMS(req.Params.Window), want: req.Want, need: req.need(),
 		leaseMS: ceilMS(req.LeaseTTL), ret: req.Return, retRef: req.ReturnRef, used: req.Used, spent: req.Spent,
-		spentAgoMS: int64(req.SpentAgo / time.Millisecond),
+		spentAgoMS: int64(req.SpentAgo / time.Millisecond), useWithinMS: ceilMS(req.UseWithin),
 	}
 }
 

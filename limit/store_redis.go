@@ -142,10 +142,10 @@ func parseAnswer(resp rueidis.RedisResult) (leaseAnswer, int64, error) {
 // over buf, valid only for the call.
 type redisCall struct {
 	buf    []byte
-	ends   [15]int // ends of the pieces written into buf
+	ends   [16]int // ends of the pieces written into buf
 	n      int
 	keyArr [3]string
-	argArr [12]string
+	argArr [13]string
 	keys   []string
 	args   []string
 }
@@ -163,7 +163,7 @@ func putRedisCall(c *redisCall) {
 	if cap(c.buf) > 4096 {
 		return
 	}
-	c.keyArr, c.argArr = [3]string{}, [12]string{}
+	c.keyArr, c.argArr = [3]string{}, [13]string{}
 	c.keys, c.args = nil, nil
 	redisCallPool.Put(c)
 }
@@ -197,7 +197,7 @@ func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64) *rue
 		w := ceilMS(p.Window)
 		c.ints(p.Limit, w, req.Want, leaseMS, granularityMS(w, leaseMS))
 	}
-	c.ints(req.need(), req.Return, req.ReturnRef, deadline, req.Used, req.Spent, int64(req.SpentAgo/time.Millisecond))
+	c.ints(req.need(), req.Return, req.ReturnRef, deadline, req.Used, req.Spent, int64(req.SpentAgo/time.Millisecond), ceilMS(req.UseWithin))
 	c.strings(nkeys)
 	return script
 }

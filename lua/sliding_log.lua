@@ -2,8 +2,8 @@
 -- dedupe.
 --
 -- KEYS[1]  sorted set of permits: member = a unique sequence number, score =
---          when it may last be used (ms): the time of the call for the need
---          permits the caller uses at once, the lease's expiry for the rest;
+--          when it may last be used (ms): the call plus use_within for the
+--          need permits the caller uses at once, the lease's expiry for the rest;
 --          a permit counts while score + window > now.
 -- KEYS[2]  hash: "seq" (the member sequence), "t" (the newest Redis time seen, ms).
 -- KEYS[3]  sorted set of request IDs already counted: score = when the ID is
@@ -29,6 +29,9 @@
 --          own share while the store was unreachable; 0..1000)
 -- ARGV[12] spent_ago in ms (>= 0): how long before this call the last of
 --          them was let through; they are scored then
+-- ARGV[13] use_within in ms (>= 0): the caller uses the need permits within
+--          this of the call (after it, it gives them back); they are scored
+--          now + use_within
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
 --          used_ref}
 --          status 1 when the request ID was already counted (nothing is
@@ -53,6 +56,7 @@ local deadline = tonumber(ARGV[9])
 local moved = tonumber(ARGV[10])
 local spent = tonumber(ARGV[11])
 local spent_ago = tonumber(ARGV[12])
+local use_within = tonumber(ARGV[13])
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -114,7 +118,7 @@ if granted > 0 then
   used_ref = ref - granted + need
   local batch = {}
   for m = ref - granted + 1, ref do
-    if m <= used_ref then batch[#batch + 1] = now else batch[#batch + 1] = score end
+    if m <= used_ref then batch[#batch + 1] = now + use_within else batch[#batch + 1] = score end
     batch[#batch + 1] = m
   end
   redis.call('ZADD', log, unpack(batch))

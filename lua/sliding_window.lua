@@ -21,6 +21,9 @@
 --          own share while the store was unreachable)
 -- ARGV[12] spent_ago in ms (>= 0): how long before this call the last of
 --          them was let through; they count from then, for a window
+-- ARGV[13] use_within in ms (>= 0): the caller uses the need permits within
+--          this of the call (after it, it gives them back); they count from
+--          now + use_within
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
 --          used_ref}
 --          status 0, or 2 when past the deadline (nothing granted); ref is
@@ -28,8 +31,8 @@
 --          field of the need permits; retry_after_ms is 0 when granted > 0,
 --          the window when limit is 0, -1 when need > limit.
 --
--- The caller uses need permits at once: they count from the sub-window of
--- now, like a call without a lease. The rest of a lease granted at t may be
+-- The caller uses need permits at once (within use_within, the time it
+-- waits for the answer): they count from then. The rest of a lease granted at t may be
 -- used until t + lease_ttl, so it stays counted until at least t + lease_ttl
 -- + window: no interval of one window can hold more uses than the limit,
 -- whatever the callers do with their leases. (Counting the used permits at
@@ -53,6 +56,7 @@ local deadline = tonumber(ARGV[9])
 local moved = tonumber(ARGV[10])
 local spent = tonumber(ARGV[11])
 local spent_ago = tonumber(ARGV[12])
+local use_within = tonumber(ARGV[13])
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -116,7 +120,7 @@ if granted > want then granted = want end
 if granted < need or status ~= 0 then granted = 0 end
 local ref, used_ref = 0, 0
 if granted > 0 then
-  used_ref = (math.floor(now / g) + 1) * g
+  used_ref = (math.floor((now + use_within) / g) + 1) * g
   ref = (math.floor((now + lease) / g) + 1) * g
   redis.call('HINCRBY', key, string.format('%d', used_ref), need)
   live[#live + 1] = {used_ref, need}

@@ -18,6 +18,7 @@
 --          while the store was unreachable), taken from the bucket first
 --          (it does not go below 0)
 -- ARGV[11] spent_ago (unused: the bucket refills from now)
+-- ARGV[12] use_within (unused: a taken token counts from the grant)
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, 0, now_us, 0}
 --          granted = min(want, floor(tokens)) when that is >= need, else 0;
 --          status 2 when past the deadline (nothing granted), else 0;
