@@ -43,7 +43,7 @@ func (l *Limiter) lateWait() time.Duration {
 // An in-process store (MemoryStore) answers at once and cannot be late: it
 // is called directly, without the goroutine, channel and timer.
 func (l *Limiter) callStore(ctx context.Context, req *LeaseRequest, b *bucket) (LeaseResult, error) {
-	if _, inProcess := l.store.(*MemoryStore); inProcess {
+	if !l.shared {
 		return l.store.Lease(ctx, req)
 	}
 	c := &storeCall{done: make(chan struct{})}

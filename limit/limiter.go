@@ -23,8 +23,9 @@ type Limiter struct {
 	policy   FailurePolicy // limits.on_store_failure, parsed once
 	store    Store
 	fallback *MemoryStore // the local policy's per-pod limits
-	// shared: the store is another process's (Redis), so it can fail and
-	// the local policy can take over.
+	// shared: the store is another process's (Redis): it can fail (the
+	// local policy takes over) and its answers take a round trip. When
+	// false the store is in-process (MemoryStore) and answers at once.
 	shared   bool
 	adj      Adjuster
 	livePods func() int
@@ -455,7 +456,7 @@ func (b *bucket) takeReturn(now int64) giveBack {
 	if now >= b.returnBy {
 		return giveBack{}
 	}
-	return giveBack{n: max(n, 0), used: used, ref: b.ref, localRef: b.localRef}
+	return giveBack{n: n, used: used, ref: b.ref, localRef: b.localRef}
 }
 
 // wait blocks until the in-flight lease call ends, at most the store deadline.
@@ -479,7 +480,7 @@ func (l *Limiter) wait(f *fill) {
 // window an answer slower than the lifetime is covered no worse than before.
 // An in-process store answers at once.
 func (l *Limiter) useWithin(s *spec) time.Duration {
-	if _, inProcess := l.store.(*MemoryStore); inProcess {
+	if !l.shared {
 		return 0
 	}
 	return min(l.cfg.StoreTimeout, max(s.ttl, time.Millisecond))
@@ -587,7 +588,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		l.spendLocally(ctx, s, tokens)
 		tk := taking{} // not from the bucket's lease
 		if res.UsedRef != 0 {
-			tk = l.fresh(b, res)
+			tk = freshTaking(b, res)
 		}
 		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), tk
 	}
@@ -610,7 +611,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 			b.returnBy = b.expires + int64(s.params.Window)/2
 		}
 		b.deniedUntil = 0
-		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), l.fresh(b, res)
+		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), freshTaking(b, res)
 	}
 	b.retryAfter, b.deniedAt, b.deniedNeed = int64(res.RetryAfter), now, tokens
 	switch {
@@ -625,9 +626,9 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	return s.decision(false, 0, b.retryFrom(now), b.resetAt-now), taking{}
 }
 
-// fresh is the taking of a request's permits granted by a lease call of b.
-// The caller holds b.mu.
-func (l *Limiter) fresh(b *bucket, res LeaseResult) taking {
+// freshTaking is the taking of a request's permits granted by a lease call
+// of b. The caller holds b.mu.
+func freshTaking(b *bucket, res LeaseResult) taking {
 	if res.UsedRef != 0 {
 		return taking{b: b, usedRef: res.UsedRef}
 	}
@@ -796,10 +797,10 @@ func (l *Limiter) refund(taken []taking, specs []spec, tokens int64) {
 		}
 		if tk.usedRef != 0 {
 			req := &LeaseRequest{Key: []byte(b.key), Params: specs[i].params}
-			if _, inProcess := l.store.(*MemoryStore); inProcess {
-				l.giveBack(req, tokens, tk.usedRef)
-			} else {
+			if l.shared {
 				go l.giveBack(req, tokens, tk.usedRef)
+			} else {
+				l.giveBack(req, tokens, tk.usedRef)
 			}
 			continue
 		}
