@@ -93,7 +93,8 @@ func loadConfig(path string, environ []string) (*Config, error) {
 // AutomaticEnv only consults the environment for keys it already knows, and a
 // key absent from the file is unknown to it, so the keys are derived from the
 // Config struct instead. Keys inside maps (upstreams.NAME.x) are reachable only
-// when NAME is in the file. It returns the variable that set each key.
+// when NAME is in the file, and then every key of its struct is. It returns
+// the variable that set each key.
 func applyEnv(v *viper.Viper, environ []string) (map[string]string, error) {
 	env := make(map[string]string)
 	for _, kv := range environ {
@@ -106,6 +107,7 @@ func applyEnv(v *viper.Viper, environ []string) (map[string]string, error) {
 		return nil, nil
 	}
 	keys := structKeys(reflect.TypeOf(Config{}), "")
+	keys = append(keys, mapEntryKeys(v, reflect.TypeOf(Config{}))...)
 	keys = append(keys, v.AllKeys()...)
 	seen := make(map[string]bool, len(keys))
 	fromEnv := make(map[string]string)
@@ -178,6 +180,24 @@ func structKeys(t reflect.Type, prefix string) []string {
 			continue
 		}
 		keys = append(keys, key)
+	}
+	return keys
+}
+
+// mapEntryKeys lists the keys of the entries that the file names in t's
+// maps of structs: upstreams.api.x for every field x of a pool when the file
+// has upstreams.api.
+func mapEntryKeys(v *viper.Viper, t reflect.Type) []string {
+	var keys []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag, squash, ok := fieldKey(f)
+		if !ok || squash || f.Type.Kind() != reflect.Map || f.Type.Elem().Kind() != reflect.Struct {
+			continue
+		}
+		for name := range v.GetStringMap(tag) {
+			keys = append(keys, structKeys(f.Type.Elem(), tag+"."+name)...)
+		}
 	}
 	return keys
 }

@@ -60,6 +60,7 @@ func TestEnvOverrides(t *testing.T) {
 		"SENTINEL_REDIS_ADDRS=10.0.0.5:6379,10.0.0.6:6379",
 		"SENTINEL_LIMITS_IP=7",
 		"SENTINEL_UPSTREAMS_API_TARGETS=http://127.0.0.1:9001,http://127.0.0.1:9002",
+		"SENTINEL_UPSTREAMS_API_PIPELINE=2", // a key the file does not have, of a pool it names
 		"PATH=/usr/bin",
 	}
 	cfg, err := loadConfig("testdata/config/good_minimal.yaml", env)
@@ -69,6 +70,7 @@ func TestEnvOverrides(t *testing.T) {
 	assert.Equal(t, []string{"10.0.0.5:6379", "10.0.0.6:6379"}, cfg.Redis.Addrs)
 	assert.EqualValues(t, 7, cfg.Limits.IP)
 	assert.Equal(t, []string{"http://127.0.0.1:9001", "http://127.0.0.1:9002"}, cfg.Upstreams["api"].Targets)
+	assert.Equal(t, 2, cfg.Upstreams["api"].Pipeline)
 }
 
 func TestEnvUnknownKeyIsAnError(t *testing.T) {

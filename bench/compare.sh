@@ -2,8 +2,9 @@
 # make bench-compare: Sentinel against nginx on this machine, side by side.
 #
 # One upstream (the demo backend's fixed 64-byte answer), one nginx
-# (bench/nginx.conf), one bare fasthttp proxy (bench/bareproxy: the floor of
-# Sentinel's HTTP stack), one bare fasthttp server that answers 429 itself (the
+# (bench/nginx.conf), two bare fasthttp proxies (bench/bareproxy: the floor of
+# Sentinel's HTTP stack, with a connection per request in flight and with one
+# pipelined connection), one bare fasthttp server that answers 429 itself (the
 # floor of the refusal path) and one redis-server run for the whole benchmark; a fresh
 # Sentinel (bench/sentinel.yaml plus the environment of its row) starts for
 # each run. Every configuration runs once per round, rounds interleaved
@@ -41,6 +42,8 @@ runs=(
   "nginx|nginx 1.22, proxy|nginx|nginx:$NGINX_PROXY_PORT|proxy.lua|$THREADS|$CONNS|"
   "bare|bare fasthttp proxy (no limits, headers or metrics)|nginx|bare|proxy.lua|$THREADS|$CONNS|"
   "sentinel|Sentinel, proxy, default (memory store, adaptive on)|nginx|proxy|proxy.lua|$THREADS|$CONNS|"
+  "bare-pipe|bare fasthttp proxy, pipelined (1 connection)|nginx|bare-pipe|proxy.lua|$THREADS|$CONNS|"
+  "pipeline|Sentinel, proxy, default + upstream pipeline: 1|nginx|proxy|proxy.lua|$THREADS|$CONNS|SENTINEL_UPSTREAMS_API_PIPELINE=1"
   "no-adaptive|Sentinel, proxy, adaptive.enabled false|nginx|proxy|proxy.lua|$THREADS|$CONNS|SENTINEL_ADAPTIVE_ENABLED=false"
   "redis|Sentinel, proxy, Redis store (leases), adaptive on|nginx|proxy|proxy.lua|$THREADS|$CONNS|$REDIS"
   "nginx-refuse|nginx 1.22, limit_req 100 r/s (nearly all refused)|nginx-refuse|nginx:$NGINX_LIMIT_PORT|proxy.lua|$THREADS|$CONNS|"
@@ -64,6 +67,9 @@ wait_for "http://$HOST:$NGINX_PROXY_PORT/"
 timeout "$BENCH_MAX" bin/bareproxy -listen "$HOST:$BARE_PORT" -upstream "$HOST:$BACKEND_PORT" >"$tmp/bare.log" 2>&1 &
 bare_pid=$!; pids+=("$bare_pid")
 wait_for "http://$HOST:$BARE_PORT/"
+timeout "$BENCH_MAX" bin/bareproxy -pipeline 1 -listen "$HOST:$BARE_PIPE_PORT" -upstream "$HOST:$BACKEND_PORT" >"$tmp/bare-pipe.log" 2>&1 &
+bare_pipe_pid=$!; pids+=("$bare_pipe_pid")
+wait_for "http://$HOST:$BARE_PIPE_PORT/"
 timeout "$BENCH_MAX" bin/bareproxy -refuse -listen "$HOST:$BARE_REFUSE_PORT" >"$tmp/bare-refuse.log" 2>&1 &
 bare_refuse_pid=$!; pids+=("$bare_refuse_pid")
 for _ in $(seq 100); do curl -s -o /dev/null "http://$HOST:$BARE_REFUSE_PORT/" && break; sleep 0.1; done
@@ -81,6 +87,7 @@ run_one() {
   case $target in
     nginx:*) url="http://$HOST:${target#nginx:}/"; gw=$nginx_pid ;;
     bare) url="http://$HOST:$BARE_PORT/"; gw=$bare_pid ;;
+    bare-pipe) url="http://$HOST:$BARE_PIPE_PORT/"; gw=$bare_pipe_pid ;;
     bare-refuse) url="http://$HOST:$BARE_REFUSE_PORT/"; gw=$bare_refuse_pid ;;
     proxy) url="http://$HOST:$SENTINEL_PORT/"; read -ra e <<<"$envs"; start_sentinel "${e[@]}"; gw=$sentinel_pid ;;
     admin) url="http://$HOST:$ADMIN_PORT/"; read -ra e <<<"$envs"; start_sentinel "${e[@]}"; gw=$sentinel_pid ;;

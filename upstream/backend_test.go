@@ -69,6 +69,10 @@ func (b *backend) handle(ctx *fasthttp.RequestCtx) {
 	b.mu.Unlock()
 	ctx.SetStatusCode(int(b.status.Load()))
 	ctx.Response.Header.Set("X-Backend", b.addr)
+	ctx.Response.Header.SetBytesV("X-Uri", ctx.RequestURI())
+	if ctx.QueryArgs().Has("close") {
+		ctx.SetConnectionClose()
+	}
 	if n, err := strconv.Atoi(string(ctx.QueryArgs().Peek("size"))); err == nil {
 		ctx.SetBody(make([]byte, n))
 		return

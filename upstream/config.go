@@ -50,6 +50,14 @@ type PoolConfig struct {
 	// Default 10s (fasthttp's default). Keep it below the target's own
 	// keep-alive timeout.
 	MaxIdleConnDuration time.Duration `mapstructure:"max_idle_conn_duration"`
+	// Pipeline, when above 0, sends the GET requests without a body over at
+	// most this many connections to each target, each request written
+	// without waiting for the answers before it (HTTP/1.1 pipelining):
+	// fewer system calls on the gateway and the target. Their answers are
+	// read whole into memory, and a slow answer delays the ones behind it;
+	// see pipeline. Only for targets that answer pipelined requests in
+	// order (any HTTP/1.1 server must) with small answers. Default 0: off.
+	Pipeline int `mapstructure:"pipeline"`
 	// Passive configures ejection on consecutive failures of live requests.
 	Passive PassiveConfig `mapstructure:"passive"`
 	// Breaker configures the per-target circuit breaker.
@@ -186,6 +194,9 @@ func (p *PoolConfig) validate(key string) error {
 		confutil.Positive(key+".breaker.open_for", p.Breaker.OpenFor),
 		confutil.AtLeastOne(key+".breaker.half_open_requests", p.Breaker.HalfOpenRequests),
 	)
+	if p.Pipeline < 0 || p.Pipeline > MaxPipeline {
+		errs = append(errs, fmt.Errorf("%s.pipeline: %d must be within 0..%d (0: no pipelining)", key, p.Pipeline, MaxPipeline))
+	}
 	if p.MaxEjectionPercent < 0 || p.MaxEjectionPercent > 100 {
 		errs = append(errs, fmt.Errorf("%s.max_ejection_percent: %d must be within 0..100", key, p.MaxEjectionPercent))
 	}

@@ -2,7 +2,9 @@
 //
 // A Set holds one Pool per `upstreams.NAME` entry of the configuration. A
 // Pool has one fasthttp.HostClient per target (so fasthttp's connection
-// pooling, MaxConns, dial and request deadlines do the transport work) and
+// pooling, MaxConns, dial and request deadlines do the transport work), and
+// with `pipeline` set a fasthttp.PipelineClient per target for the GETs
+// without a body (see pipeline), and
 // picks a target for each request by round robin or least pending among the
 // targets that are
 //
@@ -47,5 +49,6 @@
 // 2 open), sentinel_upstream_breaker_transitions_total{upstream,target,to},
 // sentinel_upstream_ejections_total{upstream,target},
 // sentinel_upstream_removals_refused_total{upstream,target},
-// and sentinel_upstream_panic_total{upstream}.
+// sentinel_upstream_pipeline_requests_total{upstream,target,path} (pools
+// with pipeline set) and sentinel_upstream_panic_total{upstream}.
 package upstream

@@ -109,7 +109,11 @@ func (p *Pool) attempt(t *target, trial int64, req *fasthttp.Request, resp *fast
 		uri.SetHostBytes(t.host)
 	}
 	t.pending.Add(1)
-	err = t.hc.DoDeadline(req, resp, deadline)
+	if t.pipe != nil && t.pipe.takes(req) {
+		err = t.pipe.do(t.hc, req, resp, deadline)
+	} else {
+		err = t.hc.DoDeadline(req, resp, deadline)
+	}
 	t.pending.Add(-1)
 	end = time.Now()
 	now := end.UnixNano()
@@ -119,10 +123,16 @@ func (p *Pool) attempt(t *target, trial int64, req *fasthttp.Request, resp *fast
 	}
 	switch Classify(err, status) {
 	case Success:
+		if t.pipe != nil {
+			t.pipe.up()
+		}
 		t.observe(false, trial, now)
 		t.m.success.Inc()
 		return end, false, nil
 	case Backpressure:
+		if t.pipe != nil {
+			t.pipe.up()
+		}
 		t.breaker.cancel(trial) // alive and answering: no verdict either way
 		t.m.backpressure.Inc()
 		return end, false, nil

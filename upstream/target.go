@@ -19,6 +19,7 @@ type target struct {
 	host   []byte // host[:port] as in the URL, the Host header when req has none
 	hc     *fasthttp.HostClient
 	probe  *fasthttp.HostClient // health checks and re-probes, apart from hc's connections
+	pipe   *pipeline            // nil unless upstreams.NAME.pipeline is set
 
 	pending atomic.Int32 // requests in flight through this pool
 
@@ -90,6 +91,9 @@ func newTarget(pool, rawURL string, cfg *PoolConfig, rm *removal) *target {
 		MaxIdemponentCallAttempts: 1,
 		NoDefaultUserAgentHeader:  true,
 		Name:                      "sentinel-health-check",
+	}
+	if cfg.Pipeline > 0 {
+		t.pipe = newPipeline(t, addr, isTLS, cfg)
 	}
 	t.healthy.Store(true)
 	t.breaker = newBreaker(cfg.Breaker, t.breakerChanged)

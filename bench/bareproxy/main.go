@@ -3,7 +3,9 @@
 // and a fasthttp.HostClient with keep-alive to one upstream), with no
 // routing, identity, limits, adaptive layer, header hygiene or metrics.
 // The gap between it and Sentinel is what Sentinel's own work costs; the gap
-// between it and nginx is the HTTP stack's. With -refuse it answers every
+// between it and nginx is the HTTP stack's. With -pipeline N it sends the
+// requests over at most N pipelined connections (fasthttp.PipelineClient),
+// the floor of a pool with `pipeline: N`. With -refuse it answers every
 // request 429 with a small JSON body and never calls the upstream: the floor
 // of the refusal path.
 package main
@@ -20,6 +22,7 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:29380", "address to serve on")
 	upstream := flag.String("upstream", "127.0.0.1:29100", "host:port of the upstream")
 	refuse := flag.Bool("refuse", false, "answer every request 429 itself (the floor of the refusal path)")
+	pipeline := flag.Int("pipeline", 0, "pipeline the requests over at most this many connections (0: a HostClient's connection each)")
 	flag.Parse()
 	client := &fasthttp.HostClient{
 		Addr:                     *upstream,
@@ -27,6 +30,16 @@ func main() {
 		DisablePathNormalizing:   true,
 		NoDefaultUserAgentHeader: true,
 		ReadBufferSize:           8 << 10,
+	}
+	var do func(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error = client.DoTimeout
+	if *pipeline > 0 {
+		do = (&fasthttp.PipelineClient{
+			Addr:                     *upstream,
+			MaxConns:                 *pipeline,
+			DisablePathNormalizing:   true,
+			NoDefaultUserAgentHeader: true,
+			ReadBufferSize:           8 << 10,
+		}).DoTimeout
 	}
 	refusal := []byte(`{"error":"rate limit exceeded"}`)
 	handler := func(ctx *fasthttp.RequestCtx) {
@@ -36,7 +49,7 @@ func main() {
 			ctx.SetBody(refusal)
 			return
 		}
-		if err := client.DoTimeout(&ctx.Request, &ctx.Response, 10*time.Second); err != nil {
+		if err := do(&ctx.Request, &ctx.Response, 10*time.Second); err != nil {
 			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
 		}
 	}

@@ -1,0 +1,192 @@
+package upstream
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+)
+
+// MaxPipeline is the largest `upstreams.NAME.pipeline`: pipelining pays off
+// when many requests share a connection, so a few connections are enough.
+const MaxPipeline = 64
+
+// pipeline sends a target's GET requests without a body over at most
+// `pipeline` connections, each written without waiting for the answers
+// before it (HTTP/1.1 pipelining, fasthttp.PipelineClient): the requests of
+// many clients leave in one write and their answers come back in one read,
+// on the gateway and on the target, instead of one of each per request.
+//
+// What it changes for the requests it carries:
+//   - Their answers are read whole into memory before they are passed on,
+//     not streamed: pipeline is for upstreams with small answers.
+//   - An answer waits for the ones before it on its connection: a slow
+//     answer delays the requests behind it (head-of-line blocking).
+//   - A request whose connection broke before its answer came (the target
+//     closed it, or the connection could not be made) is sent again, once,
+//     on a connection of its own (the HostClient), as fasthttp does for an
+//     idempotent request on a dead keep-alive connection; only the result
+//     of that attempt counts against the target.
+//
+// HEAD (whose answer has a length but no body, which the pipelined reader
+// does not know), requests with a body and every other method take the
+// HostClient, as do all requests while the pipeline cannot connect (down):
+// those fail at once with the connection error, so the pool's retry on
+// another target and passive ejection work as without pipelining. A success
+// of the target on the HostClient brings the pipeline back.
+type pipeline struct {
+	pc *fasthttp.PipelineClient
+	// down is set while the pipeline's last attempt to connect failed;
+	// reset by a success of the target (up).
+	down atomic.Bool
+	// The requests answered through the pipeline (sent), sent again on a
+	// connection of their own after the pipeline broke (resent), and sent
+	// on the HostClient while the pipeline was down (bypassed).
+	sent, resent, bypassed *metrics.Counter
+}
+
+func newPipeline(t *target, addr string, isTLS bool, cfg *PoolConfig) *pipeline {
+	p := &pipeline{}
+	l := `{upstream="` + escapeLabel(t.pool) + `",target="` + escapeLabel(t.url) + `",path="`
+	counter := func(path string) *metrics.Counter {
+		name := `sentinel_upstream_pipeline_requests_total` + l + path + `"}`
+		t.m.names = append(t.m.names, name)
+		return metrics.GetOrCreateCounter(name)
+	}
+	p.sent, p.resent, p.bypassed = counter("pipelined"), counter("resent"), counter("bypassed")
+	p.pc = &fasthttp.PipelineClient{
+		Addr:     addr,
+		IsTLS:    isTLS,
+		MaxConns: cfg.Pipeline,
+		Dial:     p.dialer(cfg.ConnectTimeout),
+		// A connection left idle this long closes, as the HostClient's do.
+		MaxIdleConnDuration: cfg.MaxIdleConnDuration,
+		// An answer that does not come within the pool timeout breaks its
+		// connection (every request behind it is sent again or times out):
+		// a stuck answer must not hold the connection for good.
+		ReadTimeout:              cfg.Timeout,
+		WriteTimeout:             cfg.Timeout,
+		DisablePathNormalizing:   true,
+		NoDefaultUserAgentHeader: true,
+		ReadBufferSize:           8 << 10,
+		Logger:                   pipelineLogger{pool: t.pool, target: t.url},
+	}
+	return p
+}
+
+// takes tells whether req goes through the pipeline: a GET without a body
+// while the pipeline is up.
+func (p *pipeline) takes(req *fasthttp.Request) bool {
+	if !req.Header.IsGet() || req.IsBodyStream() || len(req.Body()) != 0 || req.Header.ConnectionClose() {
+		return false
+	}
+	if p.down.Load() {
+		p.bypassed.Inc()
+		return false
+	}
+	return true
+}
+
+// do sends req through the pipeline, and once more on hc when the pipeline
+// broke before the answer; resp is read whole (see pipeline).
+func (p *pipeline) do(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
+	stream := resp.StreamBody
+	resp.StreamBody = false
+	err := p.pc.DoDeadline(req, resp, deadline)
+	if err == nil {
+		p.sent.Inc()
+		return nil
+	}
+	if _, timedOut := errorKind(err); timedOut || !time.Now().Before(deadline) {
+		return err
+	}
+	// The connection broke (closed by the target, reset, never made)
+	// before this answer: the GET may not have reached the target, and may
+	// be sent again.
+	p.resent.Inc()
+	resp.Reset()
+	resp.StreamBody = stream
+	return hc.DoDeadline(req, resp, deadline)
+}
+
+// up records a success of the target: the pipeline may connect again.
+func (p *pipeline) up() {
+	if p.down.Load() {
+		p.down.Store(false)
+	}
+}
+
+// dialer connects the pipeline's connections. A failed connect marks the
+// pipeline down and answers a connection that fails every write: the
+// PipelineClient would otherwise keep the requests already queued for it
+// until their deadline (it redials in a loop and fails no request on a
+// dial error), while this way they fail at once and are sent again on the
+// HostClient, which reports the connect error.
+func (p *pipeline) dialer(connectTimeout time.Duration) fasthttp.DialFunc {
+	return func(addr string) (net.Conn, error) {
+		c, err := fasthttp.DialTimeout(addr, connectTimeout)
+		if err != nil {
+			p.down.Store(true)
+			return newFailedConn(&dialError{err: err}), nil
+		}
+		return c, nil
+	}
+}
+
+// failedConn stands for a connection that could not be made: writes (and,
+// to an https target, the TLS handshake) fail with the connect error; reads
+// wait until it is closed (a read that failed at once would make the
+// PipelineClient redial in a busy loop while no request waits).
+type failedConn struct {
+	err    error
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newFailedConn(err error) *failedConn {
+	return &failedConn{err: err, closed: make(chan struct{})}
+}
+
+func (c *failedConn) Read([]byte) (int, error) {
+	<-c.closed
+	return 0, c.err
+}
+
+func (c *failedConn) Write([]byte) (int, error) { return 0, c.err }
+
+// Handshake fails: fasthttp takes a connection with a Handshake method for
+// one that is TLS already and does not wrap it.
+func (c *failedConn) Handshake() error { return c.err }
+
+func (c *failedConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return nil
+}
+
+func (c *failedConn) LocalAddr() net.Addr              { return failedAddr{} }
+func (c *failedConn) RemoteAddr() net.Addr             { return failedAddr{} }
+func (c *failedConn) SetDeadline(time.Time) error      { return nil }
+func (c *failedConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *failedConn) SetWriteDeadline(time.Time) error { return nil }
+
+type failedAddr struct{}
+
+func (failedAddr) Network() string { return "tcp" }
+func (failedAddr) String() string  { return "unconnected" }
+
+// pipelineLogger sends the PipelineClient's messages (a connection that
+// broke or could not be made, once per event) to the debug log: what they
+// cost requests shows in sentinel_upstream_pipeline_requests_total.
+type pipelineLogger struct{ pool, target string }
+
+func (l pipelineLogger) Printf(format string, args ...any) {
+	if slog.Default().Enabled(context.Background(), slog.LevelDebug) {
+		slog.Debug("upstream pipeline", "upstream", l.pool, "target", l.target, "event", fmt.Sprintf(format, args...))
+	}
+}

@@ -1,0 +1,188 @@
+package upstream
+
+import (
+	"errors"
+	"io"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
+)
+
+// send sends method uri (with body, if any) through p and returns the
+// answer's status, X-Uri (the request URI the backend saw) and body.
+func send(p *Pool, method, uri, body string) (status int, seen, answer string, err error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(method)
+	req.SetRequestURI(uri)
+	req.Header.SetHost("client.example")
+	if body != "" {
+		req.SetBodyString(body)
+	}
+	err = p.Do(req, resp)
+	return resp.StatusCode(), string(resp.Header.Peek("X-Uri")), string(resp.Body()), err
+}
+
+// concurrently sends GET /r?id=... from clients goroutines, each its
+// requests in turn, and checks that every answer is the answer to its own
+// request; query is appended to each URI.
+func concurrently(t *testing.T, p *Pool, clients, requests int, query string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, clients*requests)
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range requests {
+				uri := "/r?id=" + strconv.Itoa(c) + "-" + strconv.Itoa(i) + query
+				status, seen, _, err := send(p, "GET", uri, "")
+				switch {
+				case err != nil:
+					errs <- err
+				case status != 200 || seen != uri:
+					errs <- errors.New(uri + ": answered " + strconv.Itoa(status) + " for " + seen)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// pipelined turns pipelining on. The PipelineClient connects again as soon
+// as a connection breaks, whether a request waits or not; such a connection
+// holds a backend's Shutdown until it closes, idle, after
+// MaxIdleConnDuration.
+func pipelined(c *PoolConfig) {
+	c.Pipeline = 1
+	c.MaxIdleConnDuration = 100 * time.Millisecond
+}
+
+func TestPipelineCarriesGetsInOrder(t *testing.T) {
+	b := startBackend(t)
+	_, p := testPool(t, pipelined, b.URL)
+	pipe := p.target(b.URL).pipe
+	require.NotNil(t, pipe)
+
+	concurrently(t, p, 32, 25, "")
+	assert.EqualValues(t, 32*25, pipe.sent.Get(), "every GET went through the pipeline")
+	assert.Zero(t, pipe.resent.Get())
+	assert.Zero(t, pipe.bypassed.Get())
+
+	// A body, HEAD and other methods take a connection of their own.
+	status, _, answer, err := send(p, "POST", "/echo", "payload")
+	require.NoError(t, err)
+	assert.Equal(t, 200, status)
+	assert.Equal(t, "payload", answer)
+	status, _, _, err = send(p, "HEAD", "/r?size=100", "")
+	require.NoError(t, err, "HEAD: an answer with a length and no body")
+	assert.Equal(t, 200, status)
+	status, _, answer, err = send(p, "GET", "/r?size=3", "")
+	require.NoError(t, err, "the pipeline still answers after the HEAD")
+	assert.Equal(t, 200, status)
+	assert.Len(t, answer, 3)
+	assert.EqualValues(t, 32*25+1, pipe.sent.Get())
+	assert.Zero(t, pipe.resent.Get(), "nothing needed sending again")
+}
+
+// A target that closes its connection after every answer: each request
+// pipelined behind another is lost with the connection, and is sent again
+// on a connection of its own, without counting against the target.
+func TestPipelineResendsWhatAClosedConnectionLost(t *testing.T) {
+	b := startBackend(t)
+	_, p := testPool(t, pipelined, b.URL)
+	tg := p.target(b.URL)
+
+	concurrently(t, p, 16, 10, "&close=1")
+	assert.Positive(t, tg.pipe.resent.Get(), "requests queued behind a closed connection were sent again")
+	assert.Zero(t, tg.m.failure.Get(), "no failure counted against the target")
+	assert.Zero(t, tg.m.timeout.Get())
+	assert.EqualValues(t, 16*10, tg.m.success.Get())
+}
+
+// A target that cannot be connected to fails its requests at once, as
+// without pipelining, so the pool sends them to another target: none waits
+// for the pool timeout (2s here; a request that did would fail with
+// ErrTimeout).
+func TestPipelineDeadTargetFailsOver(t *testing.T) {
+	live := startBackend(t)
+	dead := closedURL(t)
+	_, p := testPool(t, pipelined, dead, live.URL)
+
+	concurrently(t, p, 16, 10, "")
+	d := p.target(dead)
+	assert.Positive(t, d.m.failure.Get(), "the dead target's connect failures are counted")
+	assert.Zero(t, d.pipe.sent.Get())
+	assert.True(t, d.pipe.down.Load(), "its pipeline is down: requests take the HostClient")
+	assert.Positive(t, d.pipe.bypassed.Get())
+}
+
+// A pipeline that could not connect comes back once the target answers a
+// request on a connection of its own.
+func TestPipelineComesBackWithTheTarget(t *testing.T) {
+	b := startBackend(t)
+	_, p := testPool(t, pipelined, b.URL)
+	pipe := p.target(b.URL).pipe
+
+	b.stop()
+	_, _, _, err := send(p, "GET", "/r", "")
+	require.Error(t, err)
+	assert.False(t, errors.Is(err, ErrTimeout), "a connect failure, not a timeout: %v", err)
+	dialed, _ := errorKind(err)
+	assert.True(t, dialed, "%v", err)
+	assert.True(t, pipe.down.Load())
+
+	b.restart(t)
+	concurrently(t, p, 1, 3, "")
+	assert.False(t, pipe.down.Load(), "the target answered: the pipeline is up again")
+	sent := pipe.sent.Get()
+	concurrently(t, p, 4, 5, "")
+	assert.Greater(t, pipe.sent.Get(), sent)
+}
+
+func TestPipelineConfig(t *testing.T) {
+	for _, n := range []int{-1, MaxPipeline + 1} {
+		c := Config{"api": {Targets: []string{"http://127.0.0.1:1"}, Pipeline: n}}
+		c.SetDefaults()
+		err := c.Validate()
+		require.Error(t, err, "pipeline %d", n)
+		assert.Contains(t, err.Error(), "upstreams.api.pipeline: "+strconv.Itoa(n)+" must be within 0..64")
+	}
+}
+
+// A request whose body is still arriving (a stream) takes a connection of
+// its own: on the pipeline's, a slow client would hold every request behind
+// it.
+func TestPipelineLeavesBodyStreamsAlone(t *testing.T) {
+	b := startBackend(t)
+	_, p := testPool(t, pipelined, b.URL)
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		req := fasthttp.AcquireRequest()
+		resp := fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		req.SetRequestURI("/upload")
+		req.Header.SetHost("client.example")
+		req.SetBodyStream(pr, 5)
+		done <- p.Do(req, resp)
+	}()
+	_, _ = pw.Write([]byte("ab")) // the upload has started and stalls
+	concurrently(t, p, 8, 5, "")
+	_, _ = pw.Write([]byte("cde"))
+	require.NoError(t, pw.Close())
+	require.NoError(t, <-done)
+	assert.EqualValues(t, 8*5, p.target(b.URL).pipe.sent.Get())
+}
