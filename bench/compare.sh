@@ -12,7 +12,7 @@
 # req/s, p50, p99, the answers of status >= 400 and the CPU time of each
 # process (/proc/PID/stat before and after); the table gives the median over
 # rounds, with the ratio to the nginx baseline taken within each round.
-# Everything listens on 127.0.0.1 and stops by itself. About 4 minutes.
+# Everything listens on 127.0.0.1 and stops by itself. About 4.5 minutes.
 # ONLY='nginx|sentinel' runs only the rows so named (quick comparisons).
 set -euo pipefail
 cd "$(dirname "$0")/.."
