@@ -11,7 +11,10 @@
 # (ROUNDS=3), each run a WARMUP then DURATION seconds of wrk. Per run it keeps
 # req/s, p50, p99, the answers of status >= 400 and the CPU time of each
 # process (/proc/PID/stat before and after); the table gives the median over
-# rounds, with the ratio to the nginx baseline taken within each round.
+# rounds, with the ratio to the nginx baseline taken within each round, and,
+# for Sentinel, its limit-store calls per request and the share of them not
+# answered (timed out, failed, or skipped by the open store breaker: those
+# decisions were the local share's, limits.on_store_failure).
 # Everything listens on 127.0.0.1 and stops by itself. About 4.5 minutes.
 # ONLY='nginx|sentinel' runs only the rows so named (quick comparisons).
 set -euo pipefail
@@ -52,6 +55,7 @@ runs=(
   "refuse-redis|Sentinel, tenant limit 99/s (nearly all refused), Redis|nginx-refuse|proxy|proxy.lua|$THREADS|$CONNS|$REFUSE $REDIS"
   "check-hot|Sentinel check API, one hot key, Redis|nginx|admin|check_hot.lua|$THREADS|$CONNS|$REDIS"
   "check-10k|Sentinel check API, 10k keys, Redis|nginx|admin|check_10k.lua|$THREADS|$CONNS|$REDIS"
+  "check-10k-wait|Sentinel check API, 10k keys, Redis, store_timeout 50ms|nginx|admin|check_10k.lua|$THREADS|$CONNS|$REDIS SENTINEL_LIMITS_STORE_TIMEOUT=50ms"
   "nginx-c1|nginx 1.22, proxy, 1 connection|nginx-c1|nginx:$NGINX_PROXY_PORT|proxy.lua|1|1|"
   "sentinel-c1|Sentinel, proxy, default, 1 connection|nginx-c1|proxy|proxy.lua|1|1|"
 )
@@ -76,8 +80,15 @@ for _ in $(seq 100); do curl -s -o /dev/null "http://$HOST:$BARE_REFUSE_PORT/" &
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 results=bin/bench-compare.tsv
-printf 'round\tname\tlabel\tbaseline\trequests\tduration_us\tp50_us\tp99_us\tnon2xx\tsockerr\tgateway_ms\tbackend_ms\tredis_ms\twrk_ms\tmodes\n' >"$results"
+printf 'round\tname\tlabel\tbaseline\trequests\tduration_us\tp50_us\tp99_us\tnon2xx\tsockerr\tgateway_ms\tbackend_ms\tredis_ms\twrk_ms\tmodes\tstore_calls\tstore_unanswered\n' >"$results"
 ms() { echo $(( ($1) * 1000 / CLK_TCK )); }
+# store_calls prints the gateway's limit-store calls so far: answered, and
+# not (timed out, failed, or skipped while the store breaker was open: those
+# decisions fell to limits.on_store_failure).
+store_calls() {
+  curl -sf "http://$HOST:$ADMIN_PORT/metrics" | awk '/^sentinel_limit_store_calls_total/ {
+    if ($1 ~ /result="ok"/) ok += $2; else bad += $2 } END { print ok + 0, bad + 0 }'
+}
 
 run_one() {
   local round=$1 name label baseline target script threads conns envs url gw
@@ -94,18 +105,21 @@ run_one() {
   esac
   wrk -t"$threads" -c"$conns" -d"${WARMUP}s" -s "bench/$script" "$url" >/dev/null
   local g0 b0 r0 w0 g1 b1 r1 w1 out
+  local s0=(0 0) s1=(0 0)
+  case $target in proxy | admin) read -ra s0 <<<"$(store_calls)" ;; esac
   g0=$(ticks "$gw"); b0=$(ticks "$backend_pid"); r0=$(ticks "$redis_pid"); w0=$(waited_ticks)
   out=$(wrk -t"$threads" -c"$conns" -d"${DURATION}s" --timeout 2s -s "bench/$script" "$url")
   g1=$(ticks "$gw"); b1=$(ticks "$backend_pid"); r1=$(ticks "$redis_pid"); w1=$(waited_ticks)
-  case $target in nginx:* | bare*) ;; *) stop_sentinel ;; esac
+  case $target in proxy | admin) read -ra s1 <<<"$(store_calls)"; stop_sentinel ;; esac
   local line; line=$(grep '^BENCH ' <<<"$out") || { echo "$name: wrk printed no result:"; echo "$out"; exit 1; } >&2
   local requests duration_us p50_us p99_us non2xx sockerr modes=-
   eval "$(sed -e 's/^BENCH //' <<<"$line")"
   # The adaptive modes the gateway entered (its log: "adaptive: mode normal → moderate ...").
   [ -f "$sentinel_log" ] && modes=$( { grep -o 'adaptive: mode [a-z]* → [a-z]*' "$sentinel_log" || true; } | awk '{print $5}' | sort -u | paste -sd, -)
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$label" "$baseline" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$label" "$baseline" \
     "$requests" "$duration_us" "$p50_us" "$p99_us" "$non2xx" "$sockerr" \
-    "$(ms "g1 - g0")" "$(ms "b1 - b0")" "$(ms "r1 - r0")" "$(ms "w1 - w0")" "${modes:--}" >>"$results"
+    "$(ms "g1 - g0")" "$(ms "b1 - b0")" "$(ms "r1 - r0")" "$(ms "w1 - w0")" "${modes:--}" \
+    "$((s1[0] + s1[1] - s0[0] - s0[1]))" "$((s1[1] - s0[1]))" >>"$results"
   printf '  round %s %-13s %8d req/s  p99 %6.2f ms  >=400: %-7d modes: %s\n' "$round" "$name" \
     $((requests * 1000000 / duration_us)) "$(awk "BEGIN{print $p99_us/1000}")" "$non2xx" "${modes:--}" >&2
 }

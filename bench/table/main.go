@@ -36,6 +36,10 @@ type run struct {
 	non2xx, sockErr       float64
 	cpuMS                 [4]float64 // gateway, backend, redis, wrk
 	modes                 string     // adaptive modes entered during the run, comma-separated; "" or "-": none
+	// The gateway's limit-store calls during the run, and those not
+	// answered (timed out, failed, or skipped by the open store breaker);
+	// optional columns, 0 when absent.
+	storeCalls, storeUnanswered float64
 }
 
 func (r run) rps() float64 { return r.requests / r.seconds }
@@ -78,9 +82,19 @@ func parse(r io.Reader) ([]run, error) {
 		if nums[1] <= 0 || nums[2] <= 0 {
 			return nil, fmt.Errorf("line %d: %s: requests and duration_us must be > 0", line, f[idx["name"]])
 		}
-		runs = append(runs, run{round: int(nums[0]), name: f[idx["name"]], label: f[idx["label"]], baseline: f[idx["baseline"]],
+		r := run{round: int(nums[0]), name: f[idx["name"]], label: f[idx["label"]], baseline: f[idx["baseline"]],
 			requests: nums[1], seconds: nums[2] / 1e6, p50us: nums[3], p99us: nums[4], non2xx: nums[5], sockErr: nums[6],
-			cpuMS: [4]float64{nums[7], nums[8], nums[9], nums[10]}, modes: f[idx["modes"]]})
+			cpuMS: [4]float64{nums[7], nums[8], nums[9], nums[10]}, modes: f[idx["modes"]]}
+		for c, dst := range map[string]*float64{"store_calls": &r.storeCalls, "store_unanswered": &r.storeUnanswered} {
+			if i, ok := idx[c]; ok {
+				v, err := strconv.ParseFloat(f[i], 64)
+				if err != nil {
+					return nil, fmt.Errorf("line %d: %s: %w", line, c, err)
+				}
+				*dst = v
+			}
+		}
+		runs = append(runs, r)
 	}
 	return runs, sc.Err()
 }
@@ -97,8 +111,8 @@ func write(w io.Writer, runs []run) error {
 		}
 		byKey[fmt.Sprint(r.name, "/", r.round)] = r
 	}
-	fmt.Fprintln(w, "| configuration | req/s | 2xx/s | p50 ms | p99 ms | status ≥ 400 or socket error | adaptive modes entered | CPU µs/request: gateway | backend | redis | wrk | vs baseline: req/s | 2xx/s | p99 |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| configuration | req/s | 2xx/s | p50 ms | p99 ms | status ≥ 400 or socket error | adaptive modes entered | store calls per request, unanswered | CPU µs/request: gateway | backend | redis | wrk | vs baseline: req/s | 2xx/s | p99 |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, name := range names {
 		var rs []run
 		for _, r := range runs {
@@ -127,10 +141,15 @@ func write(w io.Writer, runs []run) error {
 			}
 			return fmt.Sprintf("%.2f×", median(xs))
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %.2f | %.2f | %s | %s | %.1f | %.1f | %.1f | %.1f | %s | %s | %s |\n", rs[0].label,
+		store := "–"
+		if m(func(r run) float64 { return r.storeCalls }) > 0 {
+			store = fmt.Sprintf("%.3f, %s", m(func(r run) float64 { return r.storeCalls / r.requests }),
+				share(m(func(r run) float64 { return r.storeUnanswered / max(r.storeCalls, 1) })))
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %.2f | %.2f | %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %s | %s | %s |\n", rs[0].label,
 			thousands(m(run.rps)), thousands(m(run.ok2xx)),
 			m(func(r run) float64 { return r.p50us / 1000 }), m(func(r run) float64 { return r.p99us / 1000 }),
-			share(m(func(r run) float64 { return (r.non2xx + r.sockErr) / r.requests })), modes(rs),
+			share(m(func(r run) float64 { return (r.non2xx + r.sockErr) / r.requests })), modes(rs), store,
 			cpu(0), cpu(1), cpu(2), cpu(3), vs(rpsRatio), vs(okRatio), vs(p99Ratio))
 	}
 	return nil

@@ -26,11 +26,11 @@ func TestTableRatiosAreTakenPerRound(t *testing.T) {
 	require.NoError(t, write(&out, runs))
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	require.Len(t, lines, 4)
-	assert.Equal(t, "| nginx, proxy | 50 | 50 | 0.10 | 1.00 | 0 | – | 1000.0 | 200.0 | 0.0 | 400.0 | baseline | baseline | baseline |", lines[2])
+	assert.Equal(t, "| nginx, proxy | 50 | 50 | 0.10 | 1.00 | 0 | – | – | 1000.0 | 200.0 | 0.0 | 400.0 | baseline | baseline | baseline |", lines[2])
 	// gateway: median req/s 25, 2xx/s 45, 25, 20: 25; 2xx ratios 0.45, 0.5,
 	// 0.5; p99 3 ms; status >= 400 in 5 of 50 in round 1 (10%), 0 in the
 	// others: median 0; CPU 50 ms over 25 requests = 2000 µs.
-	assert.Equal(t, "| gateway | 25 | 25 | 0.20 | 3.00 | 0 | moderate 1/3, critical 2/3 | 2000.0 | 400.0 | 0.0 | 800.0 | 0.50× | 0.50× | 3.00× |", lines[3])
+	assert.Equal(t, "| gateway | 25 | 25 | 0.20 | 3.00 | 0 | moderate 1/3, critical 2/3 | – | 2000.0 | 400.0 | 0.0 | 800.0 | 0.50× | 0.50× | 3.00× |", lines[3])
 }
 
 func TestTableWithoutBaselineRun(t *testing.T) {
@@ -38,8 +38,28 @@ func TestTableWithoutBaselineRun(t *testing.T) {
 	require.NoError(t, err)
 	var out strings.Builder
 	require.NoError(t, write(&out, runs))
-	assert.Contains(t, out.String(), "| gateway | 2.5k | 2.5k | 0.20 | 2.00 | 0.020% | – |")
+	assert.Contains(t, out.String(), "| gateway | 2.5k | 2.5k | 0.20 | 2.00 | 0.020% | – | – |")
 	assert.Contains(t, out.String(), "| – | – | – |")
+}
+
+// The optional store columns: calls per request and the share unanswered,
+// medians over the rounds.
+func TestTableStoreCalls(t *testing.T) {
+	h := strings.TrimSuffix(header, "\n") + "\tstore_calls\tstore_unanswered\n"
+	in := h +
+		"1\tgw\tgateway\tgw\t1000\t1000000\t200\t2000\t0\t0\t50\t10\t0\t20\t-\t500\t250\n" +
+		"2\tgw\tgateway\tgw\t1000\t1000000\t200\t2000\t0\t0\t50\t10\t0\t20\t-\t100\t0\n" +
+		"3\tgw\tgateway\tgw\t1000\t1000000\t200\t2000\t0\t0\t50\t10\t0\t20\t-\t200\t20\n" +
+		"1\tnginx\tnginx\tgw\t1000\t1000000\t200\t2000\t0\t0\t50\t10\t0\t20\t-\t0\t0\n"
+	runs, err := parse(strings.NewReader(in))
+	require.NoError(t, err)
+	var out strings.Builder
+	require.NoError(t, write(&out, runs))
+	assert.Contains(t, out.String(), "| gateway | 1.0k | 1.0k | 0.20 | 2.00 | 0 | – | 0.200, 10.0% |")
+	assert.Contains(t, out.String(), "| nginx | 1.0k | 1.0k | 0.20 | 2.00 | 0 | – | – |")
+	_, err = parse(strings.NewReader(h + "1\tgw\tgw\tx\t1\t1\t1\t1\t0\t0\t1\t1\t1\t1\t-\tsome\t0\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "line 2: store_calls")
 }
 
 func TestParseNamesWhatIsWrong(t *testing.T) {
