@@ -15,12 +15,12 @@
 # for Sentinel, its limit-store calls per request and the share of them not
 # answered (timed out, failed, or skipped by the open store breaker: those
 # decisions were the local share's, limits.on_store_failure).
-# Everything listens on 127.0.0.1 and stops by itself. About 4.5 minutes.
+# Everything listens on 127.0.0.1 and stops by itself. About 4.5 minutes (DURATION=5: 5).
 # ONLY='nginx|sentinel' runs only the rows so named (quick comparisons).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
-DURATION=${DURATION:-5}   # seconds measured per run
+DURATION=${DURATION:-4}   # seconds measured per run (16 rows × 3 rounds: about 4.5 minutes)
 WARMUP=${WARMUP:-1}       # seconds of load before each measurement
 THREADS=${THREADS:-2}
 CONNS=${CONNS:-64}
