@@ -6,6 +6,8 @@
 # allocations made in the same SECONDS (a delta of the allocs profile).
 # Writes bin/profile-{cpu,allocs}.pb.gz and the `go tool pprof -top` output
 # next to them (profile-cpu-cum.txt sorted by cumulative time), and prints the top entries. Everything stops by itself.
+# PROFILE_ENV adds Sentinel environment, e.g.
+# PROFILE_ENV=SENTINEL_UPSTREAMS_API_PIPELINE=1 make profile (a pipelined upstream).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROFILE_SECONDS=${PROFILE_SECONDS:-10}
@@ -19,7 +21,8 @@ go build -o bin/sentinel .   # not stripped: pprof -top names every function
 go build -o bin/demo-backend ./loadtest/backend
 
 start_backend
-start_sentinel -- -pprof "$HOST:$PPROF_PORT"
+read -ra profile_env <<<"${PROFILE_ENV:-}"
+start_sentinel "${profile_env[@]}" -- -pprof "$HOST:$PPROF_PORT"
 pprof="http://$HOST:$PPROF_PORT/debug/pprof"
 wrk -t2 -c64 -d1s -s bench/proxy.lua "http://$HOST:$SENTINEL_PORT/" >/dev/null # warm-up
 # Heap allocations of the whole process (go_memstats_mallocs_total) over 3 s
