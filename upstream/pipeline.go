@@ -17,6 +17,13 @@ import (
 // when many requests share a connection, so a few connections are enough.
 const MaxPipeline = 64
 
+// pipelineStall is how long a pipeline with requests in flight may go
+// without an answer before new requests take connections of their own: an
+// answer that takes longer holds every request behind it on its connection
+// (head-of-line blocking), and one slow request, such as an expensive
+// search an attacker repeats, must not hold the traffic that follows it.
+const pipelineStall = 20 * time.Millisecond
+
 // pipeline sends a target's GET requests without a body over at most
 // `pipeline` connections, each written without waiting for the answers
 // before it (HTTP/1.1 pipelining, fasthttp.PipelineClient): the requests of
@@ -39,16 +46,24 @@ const MaxPipeline = 64
 // HostClient, as do all requests while the pipeline cannot connect (down):
 // those fail at once with the connection error, so the pool's retry on
 // another target and passive ejection work as without pipelining. A success
-// of the target on the HostClient brings the pipeline back.
+// of the target on the HostClient brings the pipeline back. New requests
+// also take the HostClient while the pipeline is stalled: requests in
+// flight and no answer for pipelineStall; the next answer ends the stall.
 type pipeline struct {
 	pc *fasthttp.PipelineClient
 	// down is set while the pipeline's last attempt to connect failed;
 	// reset by a success of the target (up).
 	down atomic.Bool
+	// inflight counts the requests in the pipeline; answered is when the
+	// last answer came, or when the first request of a busy spell went in
+	// (unix nanoseconds).
+	inflight atomic.Int32
+	answered atomic.Int64
 	// The requests answered through the pipeline (sent), sent again on a
 	// connection of their own after the pipeline broke (resent), and sent
-	// on the HostClient while the pipeline was down (bypassed).
-	sent, resent, bypassed *metrics.Counter
+	// on the HostClient while the pipeline was down (bypassed) or stalled
+	// (stalled).
+	sent, resent, bypassed, stalled *metrics.Counter
 }
 
 func newPipeline(t *target, addr string, isTLS bool, cfg *PoolConfig) *pipeline {
@@ -59,7 +74,7 @@ func newPipeline(t *target, addr string, isTLS bool, cfg *PoolConfig) *pipeline 
 		t.m.names = append(t.m.names, name)
 		return metrics.GetOrCreateCounter(name)
 	}
-	p.sent, p.resent, p.bypassed = counter("pipelined"), counter("resent"), counter("bypassed")
+	p.sent, p.resent, p.bypassed, p.stalled = counter("pipelined"), counter("resent"), counter("bypassed"), counter("stalled")
 	p.pc = &fasthttp.PipelineClient{
 		Addr:     addr,
 		IsTLS:    isTLS,
@@ -80,9 +95,9 @@ func newPipeline(t *target, addr string, isTLS bool, cfg *PoolConfig) *pipeline 
 	return p
 }
 
-// takes tells whether req goes through the pipeline: a GET without a body
-// while the pipeline is up.
-func (p *pipeline) takes(req *fasthttp.Request) bool {
+// takes tells whether req, sent at now, goes through the pipeline: a GET
+// without a body while the pipeline is up and not stalled.
+func (p *pipeline) takes(req *fasthttp.Request, now int64) bool {
 	if !req.Header.IsGet() || req.IsBodyStream() || len(req.Body()) != 0 || req.Header.ConnectionClose() {
 		return false
 	}
@@ -90,12 +105,20 @@ func (p *pipeline) takes(req *fasthttp.Request) bool {
 		p.bypassed.Inc()
 		return false
 	}
+	if p.inflight.Load() > 0 && now-p.answered.Load() > int64(pipelineStall) {
+		p.stalled.Inc()
+		return false
+	}
 	return true
 }
 
-// do sends req through the pipeline, and once more on hc when the pipeline
-// broke before the answer; resp is read whole (see pipeline).
-func (p *pipeline) do(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
+// do sends req, taken at now, through the pipeline, and once more on hc
+// when the pipeline broke before the answer; resp is read whole (see
+// pipeline). The caller reports the end with done.
+func (p *pipeline) do(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, now int64, deadline time.Time) error {
+	if p.inflight.Add(1) == 1 {
+		p.answered.Store(now) // a busy spell starts: no answer is late yet
+	}
 	stream := resp.StreamBody
 	resp.StreamBody = false
 	err := p.pc.DoDeadline(req, resp, deadline)
@@ -113,6 +136,15 @@ func (p *pipeline) do(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fast
 	resp.Reset()
 	resp.StreamBody = stream
 	return hc.DoDeadline(req, resp, deadline)
+}
+
+// done ends a request that do took, at now: an answer (err nil) ends a
+// stall.
+func (p *pipeline) done(err error, now int64) {
+	if err == nil {
+		p.answered.Store(now)
+	}
+	p.inflight.Add(-1)
 }
 
 // up records a success of the target: the pipeline may connect again.

@@ -91,32 +91,35 @@ func (p *Pool) DoAt(req *fasthttp.Request, resp *fasthttp.Response, start time.T
 			return time.Now(), p.errNoTarget
 		}
 	}
-	end, dialFailed, err := p.attempt(t, trial, req, resp, deadline)
+	end, dialFailed, err := p.attempt(t, trial, req, resp, start.UnixNano(), deadline)
 	if dialFailed && len(p.targets) > 1 {
 		if t2, trial2 := p.pick(end.UnixNano(), t); t2 != nil {
-			end, _, err = p.attempt(t2, trial2, req, resp, deadline)
+			end, _, err = p.attempt(t2, trial2, req, resp, end.UnixNano(), deadline)
 		}
 	}
 	p.latency.Update(end.Sub(start).Seconds())
 	return end, err
 }
 
-// attempt sends req to t and records the result; end is when it came.
-func (p *Pool) attempt(t *target, trial int64, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (end time.Time, dialFailed bool, err error) {
+// attempt sends req to t at now (unix nanoseconds) and records the result;
+// end is when it came.
+func (p *Pool) attempt(t *target, trial int64, req *fasthttp.Request, resp *fasthttp.Response, now int64, deadline time.Time) (end time.Time, dialFailed bool, err error) {
 	uri := req.URI()
 	uri.SetSchemeBytes(t.scheme)
 	if len(uri.Host()) == 0 && len(req.Header.Host()) == 0 {
 		uri.SetHostBytes(t.host)
 	}
 	t.pending.Add(1)
-	if t.pipe != nil && t.pipe.takes(req) {
-		err = t.pipe.do(t.hc, req, resp, deadline)
+	if pipe := t.pipe; pipe != nil && pipe.takes(req, now) {
+		err = pipe.do(t.hc, req, resp, now, deadline)
+		end = time.Now()
+		pipe.done(err, end.UnixNano())
 	} else {
 		err = t.hc.DoDeadline(req, resp, deadline)
+		end = time.Now()
 	}
 	t.pending.Add(-1)
-	end = time.Now()
-	now := end.UnixNano()
+	now = end.UnixNano()
 	var status int
 	if err == nil {
 		status = resp.StatusCode()
