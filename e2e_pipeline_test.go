@@ -45,9 +45,10 @@ limits: {tenant: 100000}
 		}()
 	}
 	wg.Wait()
-	// (stalled: a slow moment of the machine sent some on their own.)
+	// (idle, stalled: alone in flight, or at a slow moment of the machine,
+	// a request takes a connection of its own.)
 	pipelined := scrape(t, g.admin, "sentinel_upstream_pipeline_requests_total", "target", up.url, "path", "pipelined")
-	assert.EqualValues(t, 200, pipelined+scrape(t, g.admin, "sentinel_upstream_pipeline_requests_total", "target", up.url, "path", "stalled"))
+	assert.EqualValues(t, 200, scrape(t, g.admin, "sentinel_upstream_pipeline_requests_total", "target", up.url))
 	assert.Greater(t, pipelined, 100.0)
 
 	a := do(t, "POST", g.url+"/form", "a=1", "X-API-Key", "k-1")

@@ -41,6 +41,9 @@ const pipelineStall = 20 * time.Millisecond
 //     idempotent request on a dead keep-alive connection; only the result
 //     of that attempt counts against the target.
 //
+// A request alone in flight to the target takes the HostClient: the
+// pipeline pays off only when requests overlap.
+//
 // HEAD (whose answer has a length but no body, which the pipelined reader
 // does not know), requests with a body and every other method take the
 // HostClient, as do all requests while the pipeline cannot connect (down):
@@ -62,8 +65,8 @@ type pipeline struct {
 	// The requests answered through the pipeline (sent), sent again on a
 	// connection of their own after the pipeline broke (resent), and sent
 	// on the HostClient while the pipeline was down (bypassed) or stalled
-	// (stalled).
-	sent, resent, bypassed, stalled *metrics.Counter
+	// (stalled) or nothing else was in flight to the target (idle).
+	sent, resent, bypassed, stalled, idle *metrics.Counter
 }
 
 func newPipeline(t *target, addr string, isTLS bool, cfg *PoolConfig) *pipeline {
@@ -74,7 +77,8 @@ func newPipeline(t *target, addr string, isTLS bool, cfg *PoolConfig) *pipeline 
 		t.m.names = append(t.m.names, name)
 		return metrics.GetOrCreateCounter(name)
 	}
-	p.sent, p.resent, p.bypassed, p.stalled = counter("pipelined"), counter("resent"), counter("bypassed"), counter("stalled")
+	p.sent, p.resent, p.bypassed, p.stalled, p.idle = counter("pipelined"), counter("resent"), counter("bypassed"),
+		counter("stalled"), counter("idle")
 	p.pc = &fasthttp.PipelineClient{
 		Addr:     addr,
 		IsTLS:    isTLS,
@@ -96,9 +100,16 @@ func newPipeline(t *target, addr string, isTLS bool, cfg *PoolConfig) *pipeline 
 }
 
 // takes tells whether req, sent at now, goes through the pipeline: a GET
-// without a body while the pipeline is up and not stalled.
-func (p *pipeline) takes(req *fasthttp.Request, now int64) bool {
+// without a body while the pipeline is up and not stalled, and while
+// another request to the target is in flight (busy). Alone, a request
+// gains nothing from the pipeline and pays for its goroutine hand-offs:
+// on one connection of wrk, 5.3k against 6.9k req/s.
+func (p *pipeline) takes(req *fasthttp.Request, now int64, busy bool) bool {
 	if !req.Header.IsGet() || req.IsBodyStream() || len(req.Body()) != 0 || req.Header.ConnectionClose() {
+		return false
+	}
+	if !busy {
+		p.idle.Inc()
 		return false
 	}
 	if p.down.Load() {

@@ -76,9 +76,9 @@ func TestPipelineCarriesGetsInOrder(t *testing.T) {
 	require.NotNil(t, pipe)
 
 	concurrently(t, p, 32, 25, "")
-	// A slow moment of this machine (no answer for pipelineStall) may send
-	// a few on connections of their own.
-	assert.EqualValues(t, 32*25, pipe.sent.Get()+pipe.stalled.Get(), "every GET went through the pipeline")
+	// A request alone in flight (idle), or sent at a slow moment of this
+	// machine (no answer for pipelineStall), takes a connection of its own.
+	assert.EqualValues(t, 32*25, pipe.sent.Get()+pipe.stalled.Get()+pipe.idle.Get(), "every GET was a pipeline's")
 	assert.Greater(t, pipe.sent.Get(), uint64(32*25/2))
 	assert.Zero(t, pipe.resent.Get())
 	assert.Zero(t, pipe.bypassed.Get())
@@ -92,10 +92,10 @@ func TestPipelineCarriesGetsInOrder(t *testing.T) {
 	require.NoError(t, err, "HEAD: an answer with a length and no body")
 	assert.Equal(t, 200, status)
 	status, _, answer, err = send(p, "GET", "/r?size=3", "")
-	require.NoError(t, err, "the pipeline still answers after the HEAD")
+	require.NoError(t, err, "the target still answers after the HEAD")
 	assert.Equal(t, 200, status)
 	assert.Len(t, answer, 3)
-	assert.EqualValues(t, 32*25+1, pipe.sent.Get()+pipe.stalled.Get())
+	assert.EqualValues(t, 32*25+1, pipe.sent.Get()+pipe.stalled.Get()+pipe.idle.Get())
 	assert.Zero(t, pipe.resent.Get(), "nothing needed sending again")
 }
 
@@ -136,7 +136,12 @@ func TestPipelineDeadTargetFailsOver(t *testing.T) {
 func TestPipelineComesBackWithTheTarget(t *testing.T) {
 	b := startBackend(t)
 	_, p := testPool(t, pipelined, b.URL)
-	pipe := p.target(b.URL).pipe
+	tg := p.target(b.URL)
+	pipe := tg.pipe
+	// Another request in flight throughout (counted, not sent), so that each
+	// request here is one the pipeline takes: alone it would not (idle).
+	tg.pending.Add(1)
+	defer tg.pending.Add(-1)
 
 	b.stop()
 	_, _, _, err := send(p, "GET", "/r", "")
@@ -188,7 +193,7 @@ func TestPipelineLeavesBodyStreamsAlone(t *testing.T) {
 	require.NoError(t, pw.Close())
 	require.NoError(t, <-done)
 	pipe := p.target(b.URL).pipe
-	assert.EqualValues(t, 8*5, pipe.sent.Get()+pipe.stalled.Get(), "the GETs were not held behind the upload")
+	assert.EqualValues(t, 8*5, pipe.sent.Get()+pipe.stalled.Get()+pipe.idle.Get(), "the GETs were not held behind the upload")
 	assert.Positive(t, pipe.sent.Get())
 }
 
@@ -200,19 +205,38 @@ func TestPipelineStallIsBypassed(t *testing.T) {
 	b := startBackend(t)
 	_, p := testPool(t, pipelined, b.URL)
 	pipe := p.target(b.URL).pipe
-	held := make(chan error, 1)
-	go func() {
-		_, _, _, err := send(p, "GET", "/block", "")
-		held <- err
-	}()
-	require.Eventually(t, func() bool { return b.hits.Load() == 1 }, 2*time.Second, time.Millisecond)
+	release := sync.OnceFunc(func() { close(b.gate) })
+	t.Cleanup(release) // before the backend's stop, which waits for held requests
+	// The first request is alone in flight and takes a connection of its
+	// own; the second, sent while the first is held, is pipelined.
+	held := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			_, _, _, err := send(p, "GET", "/block", "")
+			held <- err
+		}()
+		require.Eventually(t, func() bool { return b.hits.Load() == int64(i+1) }, 2*time.Second, time.Millisecond)
+	}
+	require.EqualValues(t, 1, pipe.inflight.Load())
 	time.Sleep(2 * pipelineStall)
 
 	concurrently(t, p, 4, 5, "")
 	assert.EqualValues(t, 20, pipe.stalled.Get())
 	assert.Zero(t, pipe.sent.Get())
-	close(b.gate)
+	release()
+	require.NoError(t, <-held)
 	require.NoError(t, <-held)
 	concurrently(t, p, 4, 5, "")
 	assert.Greater(t, pipe.sent.Get(), uint64(1), "the answer ended the stall")
+}
+
+// A request alone in flight to the target gains nothing from the pipeline
+// and takes a connection of its own.
+func TestPipelineLeavesALoneRequestAlone(t *testing.T) {
+	b := startBackend(t)
+	_, p := testPool(t, pipelined, b.URL)
+	pipe := p.target(b.URL).pipe
+	concurrently(t, p, 1, 10, "")
+	assert.Zero(t, pipe.sent.Get())
+	assert.EqualValues(t, 10, pipe.idle.Get())
 }

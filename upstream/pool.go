@@ -109,8 +109,8 @@ func (p *Pool) attempt(t *target, trial int64, req *fasthttp.Request, resp *fast
 	if len(uri.Host()) == 0 && len(req.Header.Host()) == 0 {
 		uri.SetHostBytes(t.host)
 	}
-	t.pending.Add(1)
-	if pipe := t.pipe; pipe != nil && pipe.takes(req, now) {
+	busy := t.pending.Add(1) > 1
+	if pipe := t.pipe; pipe != nil && pipe.takes(req, now, busy) {
 		err = pipe.do(t.hc, req, resp, now, deadline)
 		end = time.Now()
 		pipe.done(err, end.UnixNano())
