@@ -2,9 +2,11 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +26,14 @@ const MaxPipeline = 64
 // search an attacker repeats, must not hold the traffic that follows it.
 const pipelineStall = 20 * time.Millisecond
 
+// pipelineMaxAnswer bounds what a pipelined connection reads for one
+// answer (give or take its read-ahead): the pipeline reads answers whole,
+// and one larger than this breaks its connection and is fetched again on a
+// connection of its own, streamed. Without it one large answer (a download
+// on a pipelined pool, or a target that sends without end) would be held
+// in memory whole.
+const pipelineMaxAnswer = 1 << 20
+
 // pipeline sends a target's GET requests without a body over at most
 // `pipeline` connections, each written without waiting for the answers
 // before it (HTTP/1.1 pipelining, fasthttp.PipelineClient): the requests of
@@ -32,7 +42,8 @@ const pipelineStall = 20 * time.Millisecond
 //
 // What it changes for the requests it carries:
 //   - Their answers are read whole into memory before they are passed on,
-//     not streamed: pipeline is for upstreams with small answers.
+//     not streamed: pipeline is for upstreams with small answers. An answer
+//     over pipelineMaxAnswer is fetched again on a connection of its own.
 //   - An answer waits for the ones before it on its connection: a slow
 //     answer delays the requests behind it (head-of-line blocking).
 //   - A request whose connection broke before its answer came (the target
@@ -65,8 +76,10 @@ type pipeline struct {
 	// The requests answered through the pipeline (sent), sent again on a
 	// connection of their own after the pipeline broke (resent), and sent
 	// on the HostClient while the pipeline was down (bypassed) or stalled
-	// (stalled) or nothing else was in flight to the target (idle).
-	sent, resent, bypassed, stalled, idle *metrics.Counter
+	// (stalled) or nothing else was in flight to the target (idle), and
+	// fetched again on their own connection for an answer over
+	// pipelineMaxAnswer (large).
+	sent, resent, bypassed, stalled, idle, large *metrics.Counter
 }
 
 func newPipeline(t *target, addr string, isTLS bool, cfg *PoolConfig) *pipeline {
@@ -77,8 +90,8 @@ func newPipeline(t *target, addr string, isTLS bool, cfg *PoolConfig) *pipeline 
 		t.m.names = append(t.m.names, name)
 		return metrics.GetOrCreateCounter(name)
 	}
-	p.sent, p.resent, p.bypassed, p.stalled, p.idle = counter("pipelined"), counter("resent"), counter("bypassed"),
-		counter("stalled"), counter("idle")
+	p.sent, p.resent, p.bypassed, p.stalled, p.idle, p.large = counter("pipelined"), counter("resent"), counter("bypassed"),
+		counter("stalled"), counter("idle"), counter("large")
 	p.pc = &fasthttp.PipelineClient{
 		Addr:     addr,
 		IsTLS:    isTLS,
@@ -133,17 +146,27 @@ func (p *pipeline) do(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fast
 	stream := resp.StreamBody
 	resp.StreamBody = false
 	err := p.pc.DoDeadline(req, resp, deadline)
+	// The answer's connection: the pipeline stamps each answer with it
+	// (fasthttp's Response.ParseNetConn) before the request is written.
+	c, _ := resp.LocalAddr().(*countedAddr)
 	if err == nil {
+		if c != nil {
+			c.conn.read.Store(0) // its answer is complete: the next one counts from here
+		}
 		p.sent.Inc()
 		return nil
 	}
 	if _, timedOut := errorKind(err); timedOut || !time.Now().Before(deadline) {
 		return err
 	}
-	// The connection broke (closed by the target, reset, never made)
-	// before this answer: the GET may not have reached the target, and may
-	// be sent again.
-	p.resent.Inc()
+	// The connection broke (closed by the target, reset, never made, or
+	// cut by the answer size) before this answer: the GET may not have
+	// reached the target, and may be sent again.
+	if errors.Is(err, errAnswerTooLarge) {
+		p.large.Inc()
+	} else {
+		p.resent.Inc()
+	}
 	resp.Reset()
 	resp.StreamBody = stream
 	return hc.DoDeadline(req, resp, deadline)
@@ -178,9 +201,45 @@ func (p *pipeline) dialer(connectTimeout time.Duration) fasthttp.DialFunc {
 			p.down.Store(true)
 			return newFailedConn(&dialError{err: err}), nil
 		}
-		return c, nil
+		return newCountedConn(c), nil
 	}
 }
+
+// errAnswerTooLarge cuts a pipelined connection whose answer outgrew
+// pipelineMaxAnswer.
+var errAnswerTooLarge = errors.New("upstream: pipelined answer over " + strconv.Itoa(pipelineMaxAnswer>>20) + " MiB")
+
+// countedConn is a pipelined connection that counts the bytes read since
+// its last complete answer (do resets the count) and fails its reads past
+// pipelineMaxAnswer. Its LocalAddr leads back to it from a Response.
+type countedConn struct {
+	net.Conn
+	read  atomic.Int64
+	local *countedAddr
+}
+
+// countedAddr is a countedConn's local address.
+type countedAddr struct {
+	net.Addr
+	conn *countedConn
+}
+
+func newCountedConn(c net.Conn) *countedConn {
+	cc := &countedConn{Conn: c}
+	cc.local = &countedAddr{Addr: c.LocalAddr(), conn: cc}
+	return cc
+}
+
+func (c *countedConn) Read(b []byte) (int, error) {
+	if c.read.Load() > pipelineMaxAnswer {
+		return 0, errAnswerTooLarge
+	}
+	n, err := c.Conn.Read(b)
+	c.read.Add(int64(n))
+	return n, err
+}
+
+func (c *countedConn) LocalAddr() net.Addr { return c.local }
 
 // failedConn stands for a connection that could not be made: writes (and,
 // to an https target, the TLS handshake) fail with the connect error; reads

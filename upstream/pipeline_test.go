@@ -240,3 +240,29 @@ func TestPipelineLeavesALoneRequestAlone(t *testing.T) {
 	assert.Zero(t, pipe.sent.Get())
 	assert.EqualValues(t, 10, pipe.idle.Get())
 }
+
+// An answer over pipelineMaxAnswer is not held whole: its pipelined
+// connection is cut, and it is fetched again on a connection of its own,
+// streamed; the requests pipelined beside it are answered.
+func TestPipelineFetchesLargeAnswersApart(t *testing.T) {
+	b := startBackend(t)
+	_, p := testPool(t, pipelined, b.URL)
+	tg := p.target(b.URL)
+	tg.pending.Add(1) // another request in flight (counted, not sent): the pipeline takes the GET
+	defer tg.pending.Add(-1)
+
+	size := 3 * pipelineMaxAnswer
+	done := make(chan error, 1)
+	go func() {
+		status, _, answer, err := send(p, "GET", "/r?size="+strconv.Itoa(size), "")
+		if err == nil && (status != 200 || len(answer) != size) {
+			err = errors.New("answered " + strconv.Itoa(status) + " with " + strconv.Itoa(len(answer)) + " bytes")
+		}
+		done <- err
+	}()
+	concurrently(t, p, 4, 10, "")
+	require.NoError(t, <-done)
+	assert.EqualValues(t, 1, tg.pipe.large.Get())
+	assert.Positive(t, tg.pipe.sent.Get())
+	assert.Zero(t, tg.m.failure.Get())
+}
