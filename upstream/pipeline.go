@@ -24,7 +24,17 @@ const MaxPipeline = 64
 // answer that takes longer holds every request behind it on its connection
 // (head-of-line blocking), and one slow request, such as an expensive
 // search an attacker repeats, must not hold the traffic that follows it.
-const pipelineStall = 20 * time.Millisecond
+// A pipelined request that took longer than this sends the requests of the
+// next pipelineBackoff on connections of their own: a target answers a
+// connection's requests one after another, so a target whose answers take
+// 50 ms serves one pipelined connection 20 requests a second, where it
+// would serve many connections in parallel. After the back-off the
+// pipeline carries one request at a time (a probe, queued behind nothing)
+// until one is answered within pipelineStall; a new pipeline starts so.
+const (
+	pipelineStall   = 20 * time.Millisecond
+	pipelineBackoff = time.Second
+)
 
 // pipelineMaxAnswer bounds what a pipelined connection reads for one
 // answer (give or take its read-ahead): the pipeline reads answers whole,
@@ -61,8 +71,10 @@ const pipelineMaxAnswer = 1 << 20
 // those fail at once with the connection error, so the pool's retry on
 // another target and passive ejection work as without pipelining. A success
 // of the target on the HostClient brings the pipeline back. New requests
-// also take the HostClient while the pipeline is stalled: requests in
-// flight and no answer for pipelineStall; the next answer ends the stall.
+// also take the HostClient while the pipeline is stalled (requests in
+// flight and no answer for pipelineStall; the next answer ends the stall)
+// and for pipelineBackoff after a pipelined request took longer than
+// pipelineStall.
 type pipeline struct {
 	pc *fasthttp.PipelineClient
 	// down is set while the pipeline's last attempt to connect failed;
@@ -73,6 +85,10 @@ type pipeline struct {
 	// (unix nanoseconds).
 	inflight atomic.Int32
 	answered atomic.Int64
+	// slowUntil is when the back-off after a slow pipelined answer ends
+	// (unix nanoseconds); until a probe is answered quickly it stays set
+	// (not 0), and the pipeline takes one request at a time.
+	slowUntil atomic.Int64
 	// The requests answered through the pipeline (sent), sent again on a
 	// connection of their own after the pipeline broke (resent), and sent
 	// on the HostClient while the pipeline was down (bypassed) or stalled
@@ -84,6 +100,7 @@ type pipeline struct {
 
 func newPipeline(t *target, addr string, isTLS bool, cfg *PoolConfig) *pipeline {
 	p := &pipeline{}
+	p.slowUntil.Store(1) // a probe first: the target's speed is not known yet
 	l := `{upstream="` + escapeLabel(t.pool) + `",target="` + escapeLabel(t.url) + `",path="`
 	counter := func(path string) *metrics.Counter {
 		name := `sentinel_upstream_pipeline_requests_total` + l + path + `"}`
@@ -129,7 +146,8 @@ func (p *pipeline) takes(req *fasthttp.Request, now int64, busy bool) bool {
 		p.bypassed.Inc()
 		return false
 	}
-	if p.inflight.Load() > 0 && now-p.answered.Load() > int64(pipelineStall) {
+	if p.inflight.Load() > 0 && (now-p.answered.Load() > int64(pipelineStall) || p.slowUntil.Load() != 0) ||
+		now < p.slowUntil.Load() {
 		p.stalled.Inc()
 		return false
 	}
@@ -138,14 +156,15 @@ func (p *pipeline) takes(req *fasthttp.Request, now int64, busy bool) bool {
 
 // do sends req, taken at now, through the pipeline, and once more on hc
 // when the pipeline broke before the answer; resp is read whole (see
-// pipeline). The caller reports the end with done.
-func (p *pipeline) do(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, now int64, deadline time.Time) error {
+// pipeline). piped tells whether the result is the pipeline's (not hc's).
+// The caller reports the end with done.
+func (p *pipeline) do(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, now int64, deadline time.Time) (piped bool, err error) {
 	if p.inflight.Add(1) == 1 {
 		p.answered.Store(now) // a busy spell starts: no answer is late yet
 	}
 	stream := resp.StreamBody
 	resp.StreamBody = false
-	err := p.pc.DoDeadline(req, resp, deadline)
+	err = p.pc.DoDeadline(req, resp, deadline)
 	// The answer's connection: the pipeline stamps each answer with it
 	// (fasthttp's Response.ParseNetConn) before the request is written.
 	c, _ := resp.LocalAddr().(*countedAddr)
@@ -154,10 +173,10 @@ func (p *pipeline) do(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fast
 			c.conn.read.Store(0) // its answer is complete: the next one counts from here
 		}
 		p.sent.Inc()
-		return nil
+		return true, nil
 	}
 	if _, timedOut := errorKind(err); timedOut || !time.Now().Before(deadline) {
-		return err
+		return true, err
 	}
 	// The connection broke (closed by the target, reset, never made, or
 	// cut by the answer size) before this answer: the GET may not have
@@ -169,14 +188,22 @@ func (p *pipeline) do(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fast
 	}
 	resp.Reset()
 	resp.StreamBody = stream
-	return hc.DoDeadline(req, resp, deadline)
+	return false, hc.DoDeadline(req, resp, deadline)
 }
 
-// done ends a request that do took, at now: an answer (err nil) ends a
-// stall.
-func (p *pipeline) done(err error, now int64) {
+// done ends a request that do took at start, at end, with do's results:
+// an answer (err nil) ends a stall; a pipelined answer (or timeout) that
+// took longer than pipelineStall starts a back-off, a quick one ends it.
+func (p *pipeline) done(err error, piped bool, start, end int64) {
 	if err == nil {
-		p.answered.Store(now)
+		p.answered.Store(end)
+	}
+	switch {
+	case !piped:
+	case end-start > int64(pipelineStall):
+		p.slowUntil.Store(end + int64(pipelineBackoff))
+	case err == nil && p.slowUntil.Load() != 0:
+		p.slowUntil.Store(0) // a quick answer: the pipeline is open
 	}
 	p.inflight.Add(-1)
 }
@@ -231,8 +258,12 @@ func newCountedConn(c net.Conn) *countedConn {
 }
 
 func (c *countedConn) Read(b []byte) (int, error) {
-	if c.read.Load() > pipelineMaxAnswer {
+	room := pipelineMaxAnswer + 1 - c.read.Load()
+	if room <= 0 {
 		return 0, errAnswerTooLarge
+	}
+	if int64(len(b)) > room {
+		b = b[:room] // a large body is read straight into its buffer: no read may pass the bound
 	}
 	n, err := c.Conn.Read(b)
 	c.read.Add(int64(n))

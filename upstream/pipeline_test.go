@@ -226,8 +226,27 @@ func TestPipelineStallIsBypassed(t *testing.T) {
 	release()
 	require.NoError(t, <-held)
 	require.NoError(t, <-held)
+	// The held request was a slow pipelined answer: a back-off follows.
 	concurrently(t, p, 4, 5, "")
-	assert.Greater(t, pipe.sent.Get(), uint64(1), "the answer ended the stall")
+	assert.EqualValues(t, 1, pipe.sent.Get(), "pipelined during the back-off")
+	time.Sleep(pipelineBackoff)
+	concurrently(t, p, 4, 5, "")
+	assert.Greater(t, pipe.sent.Get(), uint64(1), "the back-off ended")
+}
+
+// A target that answers a connection's requests one after another, each
+// in 50 ms: pipelined, it would serve 20 requests a second. After the first
+// slow answer the requests take connections of their own: 40 requests from
+// 8 clients are all answered within the pool's timeout (2 s), which 40
+// answers of 50 ms in a row (2 s) would not be.
+func TestPipelineStepsAsideForASlowTarget(t *testing.T) {
+	b := startBackend(t)
+	b.delay.Store(int64(50 * time.Millisecond))
+	_, p := testPool(t, pipelined, b.URL)
+	pipe := p.target(b.URL).pipe
+	concurrently(t, p, 8, 5, "")
+	assert.Positive(t, pipe.stalled.Get())
+	assert.Less(t, pipe.sent.Get(), uint64(10))
 }
 
 // A request alone in flight to the target gains nothing from the pipeline
@@ -243,26 +262,25 @@ func TestPipelineLeavesALoneRequestAlone(t *testing.T) {
 
 // An answer over pipelineMaxAnswer is not held whole: its pipelined
 // connection is cut, and it is fetched again on a connection of its own,
-// streamed; the requests pipelined beside it are answered.
+// streamed; the pipeline goes on answering.
 func TestPipelineFetchesLargeAnswersApart(t *testing.T) {
 	b := startBackend(t)
 	_, p := testPool(t, pipelined, b.URL)
 	tg := p.target(b.URL)
-	tg.pending.Add(1) // another request in flight (counted, not sent): the pipeline takes the GET
+	tg.pending.Add(1) // another request in flight (counted, not sent): the pipeline takes the GETs
 	defer tg.pending.Add(-1)
+	concurrently(t, p, 1, 1, "") // the first request probes the target: then the pipeline is open
+	require.Zero(t, tg.pipe.slowUntil.Load())
 
 	size := 3 * pipelineMaxAnswer
-	done := make(chan error, 1)
-	go func() {
-		status, _, answer, err := send(p, "GET", "/r?size="+strconv.Itoa(size), "")
-		if err == nil && (status != 200 || len(answer) != size) {
-			err = errors.New("answered " + strconv.Itoa(status) + " with " + strconv.Itoa(len(answer)) + " bytes")
-		}
-		done <- err
-	}()
-	concurrently(t, p, 4, 10, "")
-	require.NoError(t, <-done)
-	assert.EqualValues(t, 1, tg.pipe.large.Get())
-	assert.Positive(t, tg.pipe.sent.Get())
+	status, _, answer, err := send(p, "GET", "/r?size="+strconv.Itoa(size), "")
+	require.NoError(t, err)
+	assert.Equal(t, 200, status)
+	assert.Len(t, answer, size)
+	assert.EqualValues(t, 1, tg.pipe.large.Get(), "sent %d resent %d stalled %d idle %d bypassed %d", tg.pipe.sent.Get(), tg.pipe.resent.Get(), tg.pipe.stalled.Get(), tg.pipe.idle.Get(), tg.pipe.bypassed.Get())
 	assert.Zero(t, tg.m.failure.Get())
+
+	sent := tg.pipe.sent.Get()
+	concurrently(t, p, 4, 10, "")
+	assert.Greater(t, tg.pipe.sent.Get(), sent)
 }

@@ -111,9 +111,10 @@ func (p *Pool) attempt(t *target, trial int64, req *fasthttp.Request, resp *fast
 	}
 	busy := t.pending.Add(1) > 1
 	if pipe := t.pipe; pipe != nil && pipe.takes(req, now, busy) {
-		err = pipe.do(t.hc, req, resp, now, deadline)
+		var piped bool
+		piped, err = pipe.do(t.hc, req, resp, now, deadline)
 		end = time.Now()
-		pipe.done(err, end.UnixNano())
+		pipe.done(err, piped, now, end.UnixNano())
 	} else {
 		err = t.hc.DoDeadline(req, resp, deadline)
 		end = time.Now()
