@@ -114,6 +114,7 @@ func TestPipelineResendsWhatAClosedConnectionLost(t *testing.T) {
 	b := startBackend(t)
 	_, p := testPool(t, pipelined, b.URL)
 	tg := p.target(b.URL)
+	patient(tg.pipe)
 
 	concurrently(t, p, 16, 10, "&close=1")
 	assert.Positive(t, tg.pipe.resent.Get(), "requests queued behind a closed connection were sent again")
