@@ -131,9 +131,14 @@ func TestPipelineDeadTargetFailsOver(t *testing.T) {
 	live := startBackend(t)
 	dead := closedURL(t)
 	_, p := testPool(t, pipelined, dead, live.URL)
+	d := p.target(dead)
+	// Another request in flight to the dead target throughout (counted, not
+	// sent): its requests fail too fast to overlap, and alone a request
+	// would not be the pipeline's (idle).
+	d.pending.Add(1)
+	defer d.pending.Add(-1)
 
 	concurrently(t, p, 16, 10, "")
-	d := p.target(dead)
 	assert.Positive(t, d.m.failure.Get(), "the dead target's connect failures are counted")
 	assert.Zero(t, d.pipe.sent.Get())
 	assert.True(t, d.pipe.down.Load(), "its pipeline is down: requests take the HostClient")
