@@ -167,12 +167,12 @@ func (p *pipeline) do(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fast
 	stream := resp.StreamBody
 	resp.StreamBody = false
 	err = p.pc.DoDeadline(req, resp, deadline)
-	// The answer's connection: the pipeline stamps each answer with it
-	// (fasthttp's Response.ParseNetConn) before the request is written.
-	c, _ := resp.LocalAddr().(*countedAddr)
 	if err == nil {
-		if c != nil {
-			c.conn.read.Store(0) // its answer is complete: the next one counts from here
+		// The answer's connection (the pipeline stamps each answer with it,
+		// fasthttp's Response.ParseNetConn): its answer is complete, the next
+		// one counts from here.
+		if c, ok := resp.LocalAddr().(*countedAddr); ok {
+			c.conn.read.Store(0)
 		}
 		p.sent.Inc()
 		return true, nil

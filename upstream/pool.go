@@ -125,18 +125,16 @@ func (p *Pool) attempt(t *target, trial int64, req *fasthttp.Request, resp *fast
 	if err == nil {
 		status = resp.StatusCode()
 	}
-	switch Classify(err, status) {
+	class := Classify(err, status)
+	if t.pipe != nil && (class == Success || class == Backpressure) {
+		t.pipe.up() // the target answers: its pipeline may connect again
+	}
+	switch class {
 	case Success:
-		if t.pipe != nil {
-			t.pipe.up()
-		}
 		t.observe(false, trial, now)
 		t.m.success.Inc()
 		return end, false, nil
 	case Backpressure:
-		if t.pipe != nil {
-			t.pipe.up()
-		}
 		t.breaker.cancel(trial) // alive and answering: no verdict either way
 		t.m.backpressure.Inc()
 		return end, false, nil
