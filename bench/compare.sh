@@ -4,7 +4,8 @@
 # One upstream (the demo backend's fixed 64-byte answer), one nginx
 # (bench/nginx.conf), two bare fasthttp proxies (bench/bareproxy: the floor of
 # Sentinel's HTTP stack, with a connection per request in flight and with one
-# pipelined connection), one bare fasthttp server that answers 429 itself (the
+# pipelined connection; the first also at one client connection, the floor
+# of the -c1 rows), one bare fasthttp server that answers 429 itself (the
 # floor of the refusal path) and one redis-server run for the whole benchmark; a fresh
 # Sentinel (bench/sentinel.yaml plus the environment of its row) starts for
 # each run. Every configuration runs once per round, rounds interleaved
@@ -20,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
-DURATION=${DURATION:-4}   # seconds measured per run (16 rows × 3 rounds: about 4.5 minutes)
+DURATION=${DURATION:-4}   # seconds measured per run (17 rows × 3 rounds: about 4.5 minutes)
 WARMUP=${WARMUP:-1}       # seconds of load before each measurement
 THREADS=${THREADS:-2}
 CONNS=${CONNS:-64}
@@ -57,6 +58,7 @@ runs=(
   "check-10k|Sentinel check API, 10k keys, Redis|nginx|admin|check_10k.lua|$THREADS|$CONNS|$REDIS"
   "check-10k-wait|Sentinel check API, 10k keys, Redis, store_timeout 50ms|nginx|admin|check_10k.lua|$THREADS|$CONNS|$REDIS SENTINEL_LIMITS_STORE_TIMEOUT=50ms"
   "nginx-c1|nginx 1.22, proxy, 1 connection|nginx-c1|nginx:$NGINX_PROXY_PORT|proxy.lua|1|1|"
+  "bare-c1|bare fasthttp proxy, 1 connection|nginx-c1|bare|proxy.lua|1|1|"
   "sentinel-c1|Sentinel, proxy, default, 1 connection|nginx-c1|proxy|proxy.lua|1|1|"
 )
 
