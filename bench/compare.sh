@@ -18,6 +18,9 @@
 # decisions were the local share's, limits.on_store_failure).
 # Everything listens on 127.0.0.1 and stops by itself. About 4.5 minutes (DURATION=5: 5).
 # ONLY='nginx|sentinel' runs only the rows so named (quick comparisons).
+# BASE=<git revision> also builds Sentinel at that revision and runs each
+# Sentinel row with it too ("name@base" rows, in the same rounds): a change
+# measured before and after on the same machine in the same hour.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -26,6 +29,7 @@ WARMUP=${WARMUP:-1}       # seconds of load before each measurement
 THREADS=${THREADS:-2}
 CONNS=${CONNS:-64}
 ONLY=${ONLY:-}            # an extended regex: run only the rows whose name matches it
+BASE=${BASE:-}            # a git revision to measure beside the working tree
 export BENCH_DIR=bench
 source bench/lib.sh
 
@@ -35,6 +39,12 @@ need redis-server redis-server
 need redis-cli redis-tools
 mkdir -p bin
 go build -o bin/sentinel .
+if [ -n "$BASE" ]; then
+  base_src=$(mktemp -d)
+  git archive --format=tar "$BASE" | tar -x -C "$base_src"
+  (cd "$base_src" && go build -o "$OLDPWD/bin/sentinel-base" .)
+  rm -rf "$base_src"
+fi
 go build -o bin/demo-backend ./loadtest/backend
 go build -o bin/bench-table ./bench/table
 go build -o bin/bareproxy ./bench/bareproxy
@@ -102,17 +112,19 @@ run_one() {
     bare) url="http://$HOST:$BARE_PORT/"; gw=$bare_pid ;;
     bare-pipe) url="http://$HOST:$BARE_PIPE_PORT/"; gw=$bare_pipe_pid ;;
     bare-refuse) url="http://$HOST:$BARE_REFUSE_PORT/"; gw=$bare_refuse_pid ;;
-    proxy) url="http://$HOST:$SENTINEL_PORT/"; read -ra e <<<"$envs"; start_sentinel "${e[@]}"; gw=$sentinel_pid ;;
-    admin) url="http://$HOST:$ADMIN_PORT/"; read -ra e <<<"$envs"; start_sentinel "${e[@]}"; gw=$sentinel_pid ;;
+    proxy*) url="http://$HOST:$SENTINEL_PORT/" ;;&
+    admin*) url="http://$HOST:$ADMIN_PORT/" ;;&
+    *@base) SENTINEL_BIN=bin/sentinel-base ;;&
+    proxy* | admin*) read -ra e <<<"$envs"; start_sentinel "${e[@]}"; gw=$sentinel_pid; SENTINEL_BIN= ;;
   esac
   wrk -t"$threads" -c"$conns" -d"${WARMUP}s" -s "bench/$script" "$url" >/dev/null
   local g0 b0 r0 w0 g1 b1 r1 w1 out
   local s0=(0 0) s1=(0 0)
-  case $target in proxy | admin) read -ra s0 <<<"$(store_calls)" ;; esac
+  case $target in proxy* | admin*) read -ra s0 <<<"$(store_calls)" ;; esac
   g0=$(ticks "$gw"); b0=$(ticks "$backend_pid"); r0=$(ticks "$redis_pid"); w0=$(waited_ticks)
   out=$(wrk -t"$threads" -c"$conns" -d"${DURATION}s" --timeout 2s -s "bench/$script" "$url")
   g1=$(ticks "$gw"); b1=$(ticks "$backend_pid"); r1=$(ticks "$redis_pid"); w1=$(waited_ticks)
-  case $target in proxy | admin) read -ra s1 <<<"$(store_calls)"; stop_sentinel ;; esac
+  case $target in proxy* | admin*) read -ra s1 <<<"$(store_calls)"; stop_sentinel ;; esac
   local line; line=$(grep '^BENCH ' <<<"$out") || { echo "$name: wrk printed no result:"; echo "$out"; exit 1; } >&2
   local requests duration_us p50_us p99_us non2xx sockerr modes=-
   eval "$(sed -e 's/^BENCH //' <<<"$line")"
@@ -128,6 +140,15 @@ run_one() {
 
 if [ -n "$ONLY" ]; then
   kept=(); for r in "${runs[@]}"; do [[ ${r%%|*} =~ ^($ONLY)$ ]] && kept+=("$r"); done; runs=("${kept[@]}")
+fi
+if [ -n "$BASE" ]; then
+  kept=()
+  for r in "${runs[@]}"; do
+    kept+=("$r")
+    IFS='|' read -r name label baseline target rest <<<"$r"
+    case $target in proxy | admin) kept+=("$name@base|$label, at $BASE|$baseline|$target@base|$rest") ;; esac
+  done
+  runs=("${kept[@]}")
 fi
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "bench-compare: $ROUNDS rounds × ${#runs[@]} runs of ${WARMUP}+${DURATION}s; load average at start: $load_start" >&2

@@ -66,15 +66,16 @@ start_backend() {
   wait_for "http://$HOST:$BACKEND_PORT/healthz"
 }
 
-# start_sentinel [VAR=value...] [-- flags]: a gateway on bench/sentinel.yaml with
-# these environment overrides, logging to $sentinel_log; sets sentinel_pid.
+# start_sentinel [VAR=value...] [-- flags]: a gateway ($SENTINEL_BIN, by default
+# bin/sentinel) on bench/sentinel.yaml with these environment overrides,
+# logging to $sentinel_log; sets sentinel_pid.
 start_sentinel() {
   local env=() flags=()
   while [ $# -gt 0 ]; do
     if [ "$1" = -- ]; then shift; flags=("$@"); break; fi
     env+=("$1"); shift
   done
-  env "${env[@]}" timeout "$BENCH_MAX" bin/sentinel -config bench/sentinel.yaml "${flags[@]}" >"${sentinel_log:-$tmp/sentinel.log}" 2>&1 &
+  env "${env[@]}" timeout "$BENCH_MAX" "${SENTINEL_BIN:-bin/sentinel}" -config bench/sentinel.yaml "${flags[@]}" >"${sentinel_log:-$tmp/sentinel.log}" 2>&1 &
   sentinel_pid=$!; pids+=("$sentinel_pid")
   wait_for "http://$HOST:$ADMIN_PORT/readyz"
 }
