@@ -35,8 +35,8 @@ func (s *Server) check(ctx *fasthttp.RequestCtx) {
 	}
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.SetStatusCode(status)
-	buf := appendCheckResult(ctx.Response.Body()[:0], &d)
-	ctx.Response.SetBodyRaw(append(buf, '\n'))
+	var scratch [192]byte
+	ctx.Response.SetBody(append(appendCheckResult(scratch[:0], &d), '\n'))
 }
 
 // checkBatch serves POST /v1/ratelimit/check/batch: up to MaxBatchChecks

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/valyala/fastjson"
-
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit"
 )
@@ -73,41 +71,35 @@ func parseCheck(body []byte) (checkRequest, *limit.ValidationError) {
 	return r, r.validate("")
 }
 
-// checkParsers parse check bodies on the fast path.
-var checkParsers fastjson.ParserPool
-
 // parseCheckFast decodes the common check body, a flat object of the known
-// fields with plain strings and an integer tokens_requested, without
-// encoding/json's reflection (several times its cost, and most of the
-// check API's own). It answers ok only when decodeStrict would decode body
-// to the same request without an error; anything else (an escape sequence,
-// a field name in another case, null, a float, malformed JSON) is left to
+// fields with plain strings and an integer tokens_requested, in one pass and
+// one allocation (the fields are substrings of one copy of body), without
+// encoding/json's reflection (several times its cost, and most of the check
+// API's own). It answers ok only when decodeStrict would decode body to the
+// same request without an error; anything else (an escape sequence, a field
+// name in another case, null, a float, malformed JSON) is left to
 // decodeStrict, which names what is wrong. FuzzCheckParseFast holds the two
 // to that.
 func parseCheckFast(body []byte) (r checkRequest, ok bool) {
-	// fastjson is laxer than JSON in numbers (1., 01, NaN), strings (raw
-	// control characters, any escape) and UTF-8, where encoding/json
-	// rejects or rewrites; those bodies go to decodeStrict.
-	if len(body) > MaxBody || bytes.IndexByte(body, '\\') >= 0 {
+	// A string with an escape, a control character or invalid UTF-8 reads
+	// differently to encoding/json (or not at all): those go to decodeStrict.
+	if len(body) > MaxBody || bytes.IndexByte(body, '\\') >= 0 || !utf8.Valid(body) {
 		return r, false
 	}
-	p := checkParsers.Get()
-	defer checkParsers.Put(p)
-	v, err := p.ParseBytes(body)
-	if err != nil {
+	p := jsonScanner{s: string(body)}
+	if !p.skip('{') {
 		return r, false
 	}
-	o, err := v.Object()
-	if err != nil {
-		return r, false
+	if p.skip('}') {
+		return r, p.end()
 	}
-	ok = true
-	o.Visit(func(key []byte, v *fastjson.Value) {
-		if !ok {
-			return
+	for {
+		key, ok := p.str()
+		if !ok || !p.skip(':') {
+			return r, false
 		}
 		var dst *string
-		switch string(key) {
+		switch key {
 		case "tenant_id":
 			dst = &r.TenantID
 		case "resource":
@@ -117,54 +109,106 @@ func parseCheckFast(body []byte) (r checkRequest, ok bool) {
 		case "request_id":
 			dst = &r.RequestID
 		case "tokens_requested":
-			n, isInt := plainInt(v)
-			r.TokensRequested, ok = &n, isInt
-			return
+			n, ok := p.int()
+			if !ok {
+				return r, false
+			}
+			if r.TokensRequested == nil {
+				r.TokensRequested = new(int64)
+			}
+			*r.TokensRequested = n
 		default:
-			ok = false
+			return r, false
+		}
+		if dst != nil {
+			if *dst, ok = p.str(); !ok {
+				return r, false
+			}
+		}
+		if p.skip('}') {
+			return r, p.end()
+		}
+		if !p.skip(',') {
+			return r, false
+		}
+	}
+}
+
+// jsonScanner reads the tokens of a flat JSON object from s; each method
+// skips the whitespace before its token.
+type jsonScanner struct {
+	s string
+	i int
+}
+
+func (p *jsonScanner) space() {
+	for p.i < len(p.s) {
+		switch p.s[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
 			return
 		}
-		s, err := v.StringBytes()
-		if ok = err == nil && plainString(s); ok {
-			*dst = string(s)
-		}
-	})
-	return r, ok
+	}
 }
 
-// plainString reports whether s reads the same to encoding/json: valid
-// UTF-8 (which it would rewrite) with no control character (which it
-// rejects unescaped).
-func plainString(s []byte) bool {
-	for _, c := range s {
-		if c < 0x20 {
-			return false
+// skip consumes c when it is the next token.
+func (p *jsonScanner) skip(c byte) bool {
+	p.space()
+	if p.i < len(p.s) && p.s[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// end reports whether only whitespace is left.
+func (p *jsonScanner) end() bool {
+	p.space()
+	return p.i == len(p.s)
+}
+
+// str reads a string without escapes or control characters (the caller
+// has ruled out backslashes and invalid UTF-8).
+func (p *jsonScanner) str() (string, bool) {
+	if !p.skip('"') {
+		return "", false
+	}
+	start := p.i
+	for ; p.i < len(p.s); p.i++ {
+		switch c := p.s[p.i]; {
+		case c == '"':
+			p.i++
+			return p.s[start : p.i-1], true
+		case c < 0x20:
+			return "", false
 		}
 	}
-	return utf8.Valid(s)
+	return "", false
 }
 
-// plainInt is v as an int64 when it is a JSON integer literal in range:
+// int reads a JSON integer literal in int64's range,
 // -?(0|[1-9][0-9]*), as encoding/json reads into an int64.
-func plainInt(v *fastjson.Value) (int64, bool) {
-	if v.Type() != fastjson.TypeNumber {
+func (p *jsonScanner) int() (int64, bool) {
+	p.space()
+	start := p.i
+	if p.i < len(p.s) && p.s[p.i] == '-' {
+		p.i++
+	}
+	digits := p.i
+	for p.i < len(p.s) && p.s[p.i] >= '0' && p.s[p.i] <= '9' {
+		p.i++
+	}
+	if p.i == digits || p.i-digits > 1 && p.s[digits] == '0' {
 		return 0, false
 	}
-	var buf [24]byte
-	raw := v.MarshalTo(buf[:0])
-	digits := raw
-	if len(digits) > 0 && digits[0] == '-' {
-		digits = digits[1:]
-	}
-	if len(digits) == 0 || len(digits) > 1 && digits[0] == '0' {
-		return 0, false
-	}
-	for _, c := range digits {
-		if c < '0' || c > '9' {
+	if p.i < len(p.s) {
+		switch p.s[p.i] {
+		case '.', 'e', 'E': // a float: decodeStrict refuses it into an int64
 			return 0, false
 		}
 	}
-	n, err := strconv.ParseInt(string(raw), 10, 64)
+	n, err := strconv.ParseInt(p.s[start:p.i], 10, 64)
 	return n, err == nil
 }
 
