@@ -3,6 +3,7 @@ package limit
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -94,7 +95,11 @@ func (t *bucketTable) get(key []byte, now int64) *bucket {
 	b := sh.m[string(key)]
 	sh.mu.RUnlock()
 	if b != nil {
-		b.lastUsed.Store(now)
+		// Idle means unused for 10 s or more: a hot key's bucket need not
+		// write its shared cache line on every request.
+		if now-b.lastUsed.Load() > int64(time.Millisecond) {
+			b.lastUsed.Store(now)
+		}
 		return b
 	}
 	sh.mu.Lock()

@@ -268,11 +268,7 @@ func (l *Limiter) specs(specs *[4]spec, req *Request, mult float64) int {
 		}
 	}
 	if l.cfg.Tenant > 0 && req.Tenant != "" {
-		base := float64(l.cfg.Tenant)
-		if l.catalog != nil {
-			base *= l.catalog.PlanMultiplier(req.Plan)
-		}
-		s := l.baseSpec(&specs[n], ScopeTenant, scale(int64(math.Floor(min(base, MaxLimit))), mult))
+		s := l.baseSpec(&specs[n], ScopeTenant, scale(l.tenantLimit(req.Plan), mult))
 		s.setKey(AppendKeyStrings(s.buf[:0], "", "tenant", req.Tenant))
 		l.finish(s, req)
 		n++
@@ -307,28 +303,46 @@ func scale(limit int64, mult float64) int64 {
 	return max(1, int64(float64(limit)*mult))
 }
 
+// tenantLimit is limits.tenant times the plan's multiplier.
+func (l *Limiter) tenantLimit(plan string) int64 {
+	base := float64(l.cfg.Tenant)
+	if l.catalog != nil {
+		base *= l.catalog.PlanMultiplier(plan)
+	}
+	return int64(math.Floor(min(base, MaxLimit)))
+}
+
 // base sets the params of a base limit (tenant, API key, IP) under the
 // configured default algorithm.
 func (l *Limiter) base(s *spec, limit int64) {
-	alg := l.alg
 	s.shadow = false
-	s.params = Params{Algorithm: alg, Limit: limit, Window: l.cfg.Window}
-	if alg == TokenBucket {
-		s.params = Params{Algorithm: alg, Capacity: limit, RefillRate: float64(limit) / l.cfg.Window.Seconds()}
+	s.params = l.baseParams(limit)
+}
+
+func (l *Limiter) baseParams(limit int64) Params {
+	if l.alg == TokenBucket {
+		return Params{Algorithm: l.alg, Capacity: limit, RefillRate: float64(limit) / l.cfg.Window.Seconds()}
 	}
+	return Params{Algorithm: l.alg, Limit: limit, Window: l.cfg.Window}
+}
+
+// mostOf is the most tokens one decision under p can take: its capacity,
+// and at most MaxLogTokens for sliding_log.
+func mostOf(p *Params) int64 {
+	switch p.Algorithm {
+	case TokenBucket:
+		return p.Capacity
+	case SlidingLog:
+		return min(p.Limit, MaxLogTokens)
+	}
+	return p.Limit
 }
 
 // finish derives the shown limit and window and the lease lifetime.
 func (l *Limiter) finish(s *spec, req *Request) {
 	p := &s.params
 	s.useRID = p.Algorithm == SlidingLog && len(req.RequestID) > 0
-	s.most = p.Limit
-	switch p.Algorithm {
-	case TokenBucket:
-		s.most = p.Capacity
-	case SlidingLog:
-		s.most = min(p.Limit, MaxLogTokens)
-	}
+	s.most = mostOf(p)
 	if p.Algorithm == TokenBucket {
 		s.limit = p.Capacity
 		s.window = 0
@@ -817,14 +831,29 @@ func (l *Limiter) refund(taken []taking, specs []spec, tokens int64) {
 // adaptive reduction; sliding_log takes at most MaxLogTokens per decision),
 // and the scope of that limit. With no limit it is MaxLimit and ScopeNone.
 // A request for more can never pass; the check API answers it 400.
+//
+// It reads the limits as specs does, in the same order (the first of equal
+// bounds names the scope), without building their keys.
 func (l *Limiter) MaxTokens(req *Request) (int64, Scope) {
-	var specs [4]spec
-	n := l.specs(&specs, req, 1)
 	most, scope := int64(MaxLimit), ScopeNone
-	for i := range n {
-		if specs[i].most < most {
-			most, scope = specs[i].most, specs[i].scope
+	bound := func(p Params, sc Scope) {
+		if m := mostOf(&p); m < most {
+			most, scope = m, sc
 		}
+	}
+	if l.catalog != nil {
+		if r, _ := l.catalog.requestRule(req); r != nil {
+			bound(r.params, ScopeRule)
+		}
+	}
+	if l.cfg.Tenant > 0 && req.Tenant != "" {
+		bound(l.baseParams(l.tenantLimit(req.Plan)), ScopeTenant)
+	}
+	if l.cfg.APIKey > 0 && len(req.APIKey) > 0 {
+		bound(l.baseParams(l.cfg.APIKey), ScopeAPIKey)
+	}
+	if l.cfg.IP > 0 && len(req.IP) > 0 {
+		bound(l.baseParams(l.cfg.IP), ScopeIP)
 	}
 	return most, scope
 }
