@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"strconv"
+	"sync"
 
 	"github.com/valyala/fasthttp"
 
@@ -15,19 +16,20 @@ import (
 // headers; a refusal by on_store_failure: closed answers 503. Invalid requests
 // answer 400 and never reach the limiter, so they are not counted.
 func (s *Server) check(ctx *fasthttp.RequestCtx) {
+	sc := checkScratches.Get().(*checkScratch)
+	defer checkScratches.Put(sc)
 	req, fe := parseCheck(ctx.PostBody())
-	var lreq limit.Request
 	if fe == nil {
-		lreq, fe = s.request("", &req)
+		sc.buf, fe = s.request("", &req, &sc.req, sc.buf[:0])
 	}
 	if fe == nil {
-		fe = overCapacity(s.deps.Limiter, "", &lreq)
+		fe = overCapacity(s.deps.Limiter, "", &sc.req)
 	}
 	if fe != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, fe.Field, fe.Msg)
 		return
 	}
-	d := s.deps.Limiter.Allow(context.Background(), &lreq)
+	d := s.deps.Limiter.Allow(context.Background(), &sc.req)
 	reply.SetRateLimitHeaders(&ctx.Response.Header, &d)
 	status := fasthttp.StatusOK
 	if d.Unavailable {
@@ -47,7 +49,7 @@ func (s *Server) checkBatch(ctx *fasthttp.RequestCtx) {
 	reqs := make([]limit.Request, len(b.Checks))
 	for i := 0; fe == nil && i < len(b.Checks); i++ {
 		prefix := "checks[" + strconv.Itoa(i) + "]."
-		if reqs[i], fe = s.request(prefix, &b.Checks[i]); fe == nil {
+		if _, fe = s.request(prefix, &b.Checks[i], &reqs[i], nil); fe == nil {
 			fe = overCapacity(s.deps.Limiter, prefix, &reqs[i])
 		}
 	}
@@ -69,29 +71,43 @@ func (s *Server) checkBatch(ctx *fasthttp.RequestCtx) {
 	ctx.Response.SetBodyRaw(buf)
 }
 
-// request is the limiter's request for one valid check: tenant_id and its
-// plan, resource, key as the API key, tokens_requested permits, request_id
-// as a trusted request ID. A tenant the catalog does not know answers a
+// checkScratch is a check's limiter request and the room for its byte
+// fields, reused across checks: the limiter copies what it keeps.
+type checkScratch struct {
+	req limit.Request
+	buf []byte
+}
+
+var checkScratches = sync.Pool{New: func() any { return new(checkScratch) }}
+
+// request fills dst, the limiter's request for one valid check: tenant_id
+// and its plan, resource, key as the API key, tokens_requested permits,
+// request_id as a trusted request ID. The key and request ID are appended
+// to buf, which it returns. A tenant the catalog does not know answers a
 // 400: the check API limits tenants as the proxy does, with their plan, so a
 // tenant is added through the tenants API (or config) before it is checked.
-func (s *Server) request(prefix string, c *checkRequest) (limit.Request, *limit.ValidationError) {
+func (s *Server) request(prefix string, c *checkRequest, dst *limit.Request, buf []byte) ([]byte, *limit.ValidationError) {
 	plan, ok := s.deps.Catalog.TenantPlan(c.TenantID)
 	if !ok {
-		return limit.Request{}, badField(prefix+"tenant_id", strconv.Quote(c.TenantID)+" is not a known tenant; add it with PUT /v1/tenants/{id}")
+		return buf, badField(prefix+"tenant_id", strconv.Quote(c.TenantID)+" is not a known tenant; add it with PUT /v1/tenants/{id}")
 	}
-	req := limit.Request{
+	*dst = limit.Request{
 		Tenant:   c.TenantID,
 		Plan:     plan,
 		Resource: c.Resource,
 		Tokens:   c.tokens(),
 	}
 	if c.Key != "" {
-		req.APIKey = []byte(c.Key)
+		n := len(buf)
+		buf = append(buf, c.Key...)
+		dst.APIKey = buf[n:len(buf):len(buf)]
 	}
 	if c.RequestID != "" {
-		req.RequestID = []byte(c.RequestID)
+		n := len(buf)
+		buf = append(buf, c.RequestID...)
+		dst.RequestID = buf[n:len(buf):len(buf)]
 	}
-	return req, nil
+	return buf, nil
 }
 
 // appendCheckResult appends the JSON answer of one decision:

@@ -63,10 +63,11 @@ func badField(field, msg string) *limit.ValidationError {
 func parseCheck(body []byte) (checkRequest, *limit.ValidationError) {
 	r, ok := parseCheckFast(body)
 	if !ok {
-		r = checkRequest{}
-		if fe := decodeStrict(body, &r); fe != nil {
-			return r, fe
+		slow := new(checkRequest) // decodeStrict's argument escapes: kept off the fast path
+		if fe := decodeStrict(body, slow); fe != nil {
+			return *slow, fe
 		}
+		r = *slow
 	}
 	return r, r.validate("")
 }
