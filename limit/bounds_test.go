@@ -74,3 +74,46 @@ func TestLimiterMaxTokens(t *testing.T) {
 	assert.Zero(t, store.calls.Load(), "no store call for a request over the capacity")
 	assert.True(t, l.Allow(t.Context(), &Request{IP: []byte("a"), Tokens: 50}).Allowed)
 }
+
+// TestMaxTokensMatchesSpecs: MaxTokens reads the limits' bounds without
+// building their specs; whatever the algorithm, plan, rule and request, it
+// names the same bound and scope as the specs Allow decides with (before any
+// adaptive reduction).
+func TestMaxTokensMatchesSpecs(t *testing.T) {
+	cat := testCatalog(t,
+		Rule{Tenant: "acme", Resource: "log", Algorithm: "sliding_log", Limit: 5000, Window: confutil.Duration(time.Second)},
+		Rule{Tenant: "acme", Resource: "tb", Algorithm: "token_bucket", Capacity: 7, RefillRate: 1},
+		Rule{Tenant: "free", Resource: "sw", Algorithm: "sliding_window", Limit: 40, Window: confutil.Duration(time.Second)},
+		Rule{Tenant: AnonymousTenant, Resource: "sw", Algorithm: "sliding_window", Limit: 3, Window: confutil.Duration(time.Second)},
+	)
+	reqs := []Request{
+		{IP: []byte("a"), Tenant: "acme", Plan: "PREMIUM", Resource: "x"},
+		{Tenant: "acme", Plan: "PREMIUM", Resource: "log"},
+		{Tenant: "acme", Plan: "PREMIUM", Resource: "tb", APIKey: []byte("k1")},
+		{Tenant: "free", Plan: "FREE", Resource: "sw", APIKey: []byte("k2"), IP: []byte("b")},
+		{IP: []byte("c"), Resource: "sw"},
+		{IP: []byte("c")},
+		{},
+	}
+	for _, alg := range []string{"sliding_window", "token_bucket", "sliding_log"} {
+		for _, base := range [][3]int64{{10000, 50, 50}, {30, 0, 100}, {0, 0, 0}, {5, 9000, 2}} {
+			l := newTestLimiter(t, testLimitsConfig(func(c *Config) {
+				c.Algorithm = alg
+				c.Tenant, c.APIKey, c.IP = base[0], base[1], base[2]
+			}), memStore(t), Options{Catalog: cat})
+			for _, req := range reqs {
+				var specs [4]spec
+				n := l.specs(&specs, &req, 1)
+				want, wantScope := int64(MaxLimit), ScopeNone
+				for i := range n {
+					if specs[i].most < want {
+						want, wantScope = specs[i].most, specs[i].scope
+					}
+				}
+				most, scope := l.MaxTokens(&req)
+				assert.Equal(t, want, most, "%s %v %+v", alg, base, req)
+				assert.Equal(t, wantScope, scope, "%s %v %+v", alg, base, req)
+			}
+		}
+	}
+}
