@@ -43,18 +43,26 @@ func startAdmin(t *testing.T, cfg Config) *fasthttp.Client {
 	var lcfg limit.Config
 	lcfg.SetDefaults()
 	lcfg.Tenant = 3
-	store := limit.NewMemoryStore(limit.MemoryOptions{})
-	t.Cleanup(func() { store.Close() })
-	cat := testTenants(t)
-	lim, err := limit.NewLimiter(lcfg, store, limit.Options{Catalog: cat})
-	require.NoError(t, err)
-	t.Cleanup(lim.Close)
-	s, err := New(Deps{Config: cfg, Limiter: lim, Catalog: cat, Writer: limit.NewCatalogSync(nil, cat, limit.CatalogSyncOptions{})})
-	require.NoError(t, err)
+	s := memServer(t, cfg, lcfg)
 	ln := fasthttputil.NewInmemoryListener()
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
 	return &fasthttp.Client{Dial: func(string) (net.Conn, error) { return ln.Dial() }}
+}
+
+// memServer is an admin Server on testTenants with a limiter of lcfg on the
+// in-memory store.
+func memServer(tb testing.TB, cfg Config, lcfg limit.Config) *Server {
+	tb.Helper()
+	store := limit.NewMemoryStore(limit.MemoryOptions{})
+	tb.Cleanup(func() { store.Close() })
+	cat := testTenants(tb)
+	lim, err := limit.NewLimiter(lcfg, store, limit.Options{Catalog: cat})
+	require.NoError(tb, err)
+	tb.Cleanup(lim.Close)
+	s, err := New(Deps{Config: cfg, Limiter: lim, Catalog: cat, Writer: limit.NewCatalogSync(nil, cat, limit.CatalogSyncOptions{})})
+	require.NoError(tb, err)
+	return s
 }
 
 // call sends one request; headers are name, value pairs.

@@ -3,7 +3,6 @@ package admin
 import (
 	"testing"
 
-	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/limit"
@@ -17,14 +16,7 @@ func BenchmarkCheckHandler(b *testing.B) {
 	var cfg limit.Config
 	cfg.SetDefaults()
 	cfg.Tenant, cfg.APIKey = 1<<39, 1<<39
-	store := limit.NewMemoryStore(limit.MemoryOptions{})
-	b.Cleanup(func() { store.Close() })
-	cat := testTenants(b)
-	lim, err := limit.NewLimiter(cfg, store, limit.Options{Catalog: cat})
-	require.NoError(b, err)
-	b.Cleanup(lim.Close)
-	a, err := New(Deps{Config: Config{Listen: "127.0.0.1:0"}, Limiter: lim, Catalog: cat, Writer: limit.NewCatalogSync(nil, cat, limit.CatalogSyncOptions{})})
-	require.NoError(b, err)
+	a := memServer(b, Config{Listen: "127.0.0.1:0"}, cfg)
 	var ctx fasthttp.RequestCtx
 	ctx.Request.Header.SetMethod("POST")
 	ctx.Request.SetRequestURI("/v1/ratelimit/check")

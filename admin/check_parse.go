@@ -203,12 +203,8 @@ func (p *jsonScanner) int() (int64, bool) {
 	if p.i == digits || p.i-digits > 1 && p.s[digits] == '0' {
 		return 0, false
 	}
-	if p.i < len(p.s) {
-		switch p.s[p.i] {
-		case '.', 'e', 'E': // a float: decodeStrict refuses it into an int64
-			return 0, false
-		}
-	}
+	// A fraction or exponent after the digits is not a ',' or '}': the
+	// caller declines the body.
 	n, err := strconv.ParseInt(p.s[start:p.i], 10, 64)
 	return n, err == nil
 }
