@@ -288,10 +288,11 @@ func (l *Limiter) specs(specs *[4]spec, req *Request, mult float64) int {
 	return n
 }
 
-// baseSpec makes s a limit of the base configuration for scope.
+// baseSpec makes s a limit of the base configuration (tenant, API key, IP)
+// for scope, under the configured default algorithm.
 func (l *Limiter) baseSpec(s *spec, scope Scope, limit int64) *spec {
-	s.scope = scope
-	l.base(s, limit)
+	s.scope, s.shadow = scope, false
+	s.params = l.baseParams(limit)
 	return s
 }
 
@@ -312,13 +313,8 @@ func (l *Limiter) tenantLimit(plan string) int64 {
 	return int64(math.Floor(min(base, MaxLimit)))
 }
 
-// base sets the params of a base limit (tenant, API key, IP) under the
-// configured default algorithm.
-func (l *Limiter) base(s *spec, limit int64) {
-	s.shadow = false
-	s.params = l.baseParams(limit)
-}
-
+// baseParams are the params of a base limit under the configured default
+// algorithm.
 func (l *Limiter) baseParams(limit int64) Params {
 	if l.alg == TokenBucket {
 		return Params{Algorithm: l.alg, Capacity: limit, RefillRate: float64(limit) / l.cfg.Window.Seconds()}
