@@ -9,6 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sentinel-gateway/sentinel/internal/deadline"
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 )
 
@@ -61,7 +62,9 @@ func New(deps Deps) (*Server, error) {
 	return s, nil
 }
 
-// newFastServer is the fasthttp server of the admin listener.
+// newFastServer is the fasthttp server of the admin listener. Its timeouts
+// are the listener's (Serve): fasthttp's own would set socket deadlines on
+// every request.
 func (s *Server) newFastServer() *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:      s.handle,
@@ -72,9 +75,6 @@ func (s *Server) newFastServer() *fasthttp.Server {
 		// before reading resets a client still writing, which then sees no
 		// answer at all).
 		MaxRequestBodySize:    maxRead,
-		ReadTimeout:           s.cfg.ReadTimeout,
-		WriteTimeout:          s.cfg.WriteTimeout,
-		IdleTimeout:           s.cfg.IdleTimeout,
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
 		CloseOnShutdown:       true,
@@ -87,7 +87,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.cert != nil {
 		ln = tls.NewListener(ln, s.cert.ServerConfig("http/1.1"))
 	}
-	return s.server.Serve(ln)
+	return s.server.Serve(deadline.Listen(ln, "admin", deadline.Timeouts{Read: s.cfg.ReadTimeout, Write: s.cfg.WriteTimeout, Idle: s.cfg.IdleTimeout}))
 }
 
 // ListenAndServe listens on server.admin_listen and serves until Shutdown.

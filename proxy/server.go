@@ -13,6 +13,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
+	"github.com/sentinel-gateway/sentinel/internal/deadline"
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 )
 
@@ -96,6 +97,8 @@ func New(deps Deps) (*Server, error) {
 
 // newFastServer is the fasthttp server of the proxy listener. Request
 // bodies stream (the handler enforces max_request_body on them).
+// read_timeout, write_timeout and idle_timeout are the listener's (Serve):
+// fasthttp's own would set socket deadlines on every request.
 func (s *Server) newFastServer() *fasthttp.Server {
 	srv := s.cfg.Server
 	return &fasthttp.Server{
@@ -104,9 +107,6 @@ func (s *Server) newFastServer() *fasthttp.Server {
 		Logger:                        s.errLog,
 		Name:                          "sentinel",
 		Concurrency:                   srv.Concurrency,
-		ReadTimeout:                   srv.ReadTimeout,
-		WriteTimeout:                  srv.WriteTimeout,
-		IdleTimeout:                   srv.IdleTimeout,
 		MaxRequestBodySize:            int(srv.MaxRequestBody),
 		StreamRequestBody:             true,
 		DisablePreParseMultipartForm:  true,
@@ -123,9 +123,12 @@ func (s *Server) newFastServer() *fasthttp.Server {
 // TLS, a client that opens with a TLS handshake is refused.
 func (s *Server) Serve(ln net.Listener) error {
 	if s.cert != nil {
-		return s.server.Serve(tls.NewListener(ln, s.cert.ServerConfig("http/1.1")))
+		ln = tls.NewListener(ln, s.cert.ServerConfig("http/1.1"))
+	} else {
+		ln = sniffListener{ln}
 	}
-	return s.server.Serve(sniffListener{ln})
+	srv := s.cfg.Server
+	return s.server.Serve(deadline.Listen(ln, "proxy", deadline.Timeouts{Read: srv.ReadTimeout, Write: srv.WriteTimeout, Idle: srv.IdleTimeout}))
 }
 
 // Shutdown stops accepting connections and waits for in-flight requests

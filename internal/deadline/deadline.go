@@ -1,0 +1,341 @@
+// Package deadline bounds a server's connections in time with a coarse clock
+// instead of a socket deadline per request.
+//
+// A fasthttp server with read, write and idle timeouts sets two or three
+// socket deadlines on every request, and each is a time read, a lock and a
+// timer moved in the runtime's heap: about 6% of the gateway's CPU on a
+// saturated check or refusal path. A Listener gives the same bounds the way
+// nginx does: a connection reads the clock when it changes phase (a request
+// starts arriving, its answer starts, the connection falls idle) and
+// publishes what it is doing and since when with an atomic store around each
+// read and write; a sweeper, every tick (a tenth of the smallest timeout, at
+// most a second), ends an operation blocked past its bound by setting a
+// deadline in the past on that one socket, so the server sees the timeout
+// error a socket deadline gives. A bound is never cut short and is enforced
+// about a tick late at most.
+//
+// The phases follow fasthttp's own use of its timeouts:
+//   - from the accept until the first byte, and from the first byte of a
+//     request until the server writes its answer: Read;
+//   - from the first write of an answer until the server reads again: Write
+//     (pipelined requests answered from one read share it);
+//   - from the next read until a byte arrives: Idle.
+//
+// A connection whose owner sets a deadline itself (fasthttp does when it
+// hands a connection to a hijack handler, crypto/tls when it closes) is the
+// owner's from then on, in that direction.
+package deadline
+
+import (
+	"crypto/tls"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// Timeouts are a listener's bounds; zero leaves that phase unbounded.
+type Timeouts struct {
+	// Read bounds reading one request, from the accept (the first request)
+	// or its first byte (the next ones) until the answer starts.
+	Read time.Duration
+	// Write bounds writing one answer.
+	Write time.Duration
+	// Idle bounds a keep-alive connection's wait for its next request.
+	Idle time.Duration
+}
+
+// phase is what a connection is doing, by the bound that applies.
+type phase uint64
+
+const (
+	phaseFirst phase = iota // accepted, no byte yet (a TLS handshake included): Read
+	phaseRead               // a request is arriving or being handled: Read
+	phaseWrite              // an answer is being written: Write
+	phaseIdle               // waiting for the next request: Idle
+)
+
+var phaseNames = [...]string{"read", "read", "write", "idle"}
+
+// A connection's state word, published to the sweeper: whether an operation
+// is blocked in the socket (a TLS handshake: both ways), the phase, and its
+// start in nanoseconds since the listener's epoch.
+const (
+	stateBlocked   = 1 << 0
+	stateHandshake = 1 << 1
+	phaseShift     = 2
+	sinceShift     = 4
+)
+
+func pack(since int64, p phase, blocked uint64) uint64 {
+	return uint64(since)<<sinceShift | uint64(p)<<phaseShift | blocked
+}
+
+func unpack(s uint64) (since int64, p phase) {
+	return int64(s >> sinceShift), phase(s>>phaseShift) & 3
+}
+
+// Listener is a net.Listener whose connections are bounded by Timeouts.
+type Listener struct {
+	net.Listener
+	limits [4]int64 // per phase, in ns; 0 = none
+	tick   time.Duration
+	epoch  time.Time
+	coarse atomic.Int64 // the clock at the sweeper's last tick (ns since epoch)
+	closed atomic.Bool
+
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	timeouts [4]*metrics.Counter
+}
+
+// Listen wraps ln. name labels sentinel_conn_timeouts_total{listener}. With
+// no timeout set, ln is returned as it is.
+func Listen(ln net.Listener, name string, t Timeouts) net.Listener {
+	if t.Read <= 0 && t.Write <= 0 && t.Idle <= 0 {
+		return ln
+	}
+	l := &Listener{
+		Listener: ln,
+		epoch:    time.Now(),
+		conns:    map[*conn]struct{}{},
+		stop:     make(chan struct{}),
+	}
+	smallest := time.Duration(0)
+	for p, d := range [4]time.Duration{t.Read, t.Read, t.Write, t.Idle} {
+		if d > 0 {
+			l.limits[p] = int64(d)
+			if smallest == 0 || d < smallest {
+				smallest = d
+			}
+		}
+		l.timeouts[p] = metrics.GetOrCreateCounter(`sentinel_conn_timeouts_total{listener="` + name + `",phase="` + phaseNames[p] + `"}`)
+	}
+	l.tick = min(max(smallest/10, time.Millisecond), time.Second)
+	go l.sweep()
+	return l
+}
+
+// clock is the time since the listener's epoch (monotonic).
+func (l *Listener) clock() int64 { return int64(time.Since(l.epoch)) }
+
+// past reports whether a phase that started at since is over its bound at
+// now.
+func (l *Listener) past(p phase, since, now int64) bool {
+	limit := l.limits[p]
+	return limit > 0 && now-since > limit
+}
+
+// Accept accepts a connection and starts its first phase.
+func (l *Listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	dc := &conn{Conn: c, l: l, since: l.clock()}
+	dc.state.Store(pack(dc.since, phaseFirst, 0))
+	l.mu.Lock()
+	l.conns[dc] = struct{}{}
+	l.mu.Unlock()
+	if _, ok := c.(*tls.Conn); ok {
+		return tlsConn{dc}, nil
+	}
+	return dc, nil
+}
+
+// Close closes the listener; its sweeper runs on until the connections it
+// accepted are closed too.
+func (l *Listener) Close() error {
+	err := l.Listener.Close()
+	l.closed.Store(true)
+	l.mu.Lock()
+	open := len(l.conns)
+	l.mu.Unlock()
+	if open == 0 {
+		l.stopOnce.Do(func() { close(l.stop) })
+	}
+	return err
+}
+
+// remove forgets a closed connection; a closed listener's sweeper stops with
+// its last connection.
+func (l *Listener) remove(c *conn) {
+	l.mu.Lock()
+	delete(l.conns, c)
+	open := len(l.conns)
+	l.mu.Unlock()
+	if open == 0 && l.closed.Load() {
+		l.stopOnce.Do(func() { close(l.stop) })
+	}
+}
+
+// sweep ends, every tick, the operations blocked past their phase's bound,
+// and advances the coarse clock that operations starting in a phase check
+// themselves against.
+func (l *Listener) sweep() {
+	t := time.NewTicker(l.tick)
+	defer t.Stop()
+	type cut struct {
+		c     *conn
+		state uint64
+	}
+	var late []cut
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		now := l.clock()
+		l.coarse.Store(now)
+		late = late[:0]
+		l.mu.Lock()
+		for c := range l.conns {
+			s := c.state.Load()
+			if since, p := unpack(s); s&(stateBlocked|stateHandshake) != 0 && l.past(p, since, now) {
+				late = append(late, cut{c, s})
+			}
+		}
+		l.mu.Unlock()
+		for _, k := range late {
+			k.c.expire(k.state)
+		}
+	}
+}
+
+// conn is an accepted connection. Its phase and since are the serving
+// goroutine's own; state publishes them to the sweeper.
+type conn struct {
+	net.Conn
+	l     *Listener
+	phase phase
+	since int64
+	state atomic.Uint64
+
+	// ownRead and ownWrite: the owner has set a deadline in that direction
+	// and bounds it from then on.
+	ownRead, ownWrite atomic.Bool
+	counted           atomic.Bool // a timeout of this connection is counted
+}
+
+// Read starts the idle phase after an answer and the read phase with a
+// request's first byte. One started past its phase's bound (by the coarse
+// clock, which is never ahead) fails as a socket deadline would.
+func (c *conn) Read(b []byte) (int, error) {
+	if c.ownRead.Load() {
+		return c.Conn.Read(b)
+	}
+	if c.phase == phaseWrite {
+		c.phase, c.since = phaseIdle, c.l.clock()
+	} else if c.l.past(c.phase, c.since, c.l.coarse.Load()) {
+		return 0, c.timedOut("read", c.phase)
+	}
+	c.state.Store(pack(c.since, c.phase, stateBlocked))
+	n, err := c.Conn.Read(b)
+	if n > 0 && (c.phase == phaseFirst || c.phase == phaseIdle) {
+		c.phase, c.since = phaseRead, c.l.clock()
+	}
+	c.state.Store(pack(c.since, c.phase, 0))
+	return n, err
+}
+
+// Write starts the write phase with an answer's first write.
+func (c *conn) Write(b []byte) (int, error) {
+	if c.ownWrite.Load() {
+		return c.Conn.Write(b)
+	}
+	if c.phase != phaseWrite {
+		c.phase, c.since = phaseWrite, c.l.clock()
+	} else if c.l.past(phaseWrite, c.since, c.l.coarse.Load()) {
+		return 0, c.timedOut("write", phaseWrite)
+	}
+	c.state.Store(pack(c.since, c.phase, stateBlocked))
+	n, err := c.Conn.Write(b)
+	c.state.Store(pack(c.since, c.phase, 0))
+	return n, err
+}
+
+// timedOut counts an operation refused because its phase is past its bound
+// and returns the error a socket deadline gives.
+func (c *conn) timedOut(op string, p phase) error {
+	c.count(p)
+	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.ErrDeadlineExceeded}
+}
+
+func (c *conn) count(p phase) {
+	if c.counted.CompareAndSwap(false, true) {
+		c.l.timeouts[p].Inc()
+	}
+}
+
+// expire ends the operation the sweeper found blocked past its bound (state
+// is what it found) with a deadline in the past: the operation returns the
+// timeout error a socket deadline gives, and so does every later one in
+// that direction. A stalled TLS handshake is ended both ways.
+func (c *conn) expire(state uint64) {
+	if c.state.Load() != state {
+		return // the operation returned meanwhile
+	}
+	_, p := unpack(state)
+	if state&stateHandshake != 0 || p == phaseWrite {
+		if !c.ownWrite.Load() {
+			_ = c.Conn.SetWriteDeadline(aLongTimeAgo)
+		}
+	}
+	if state&stateHandshake != 0 || p != phaseWrite {
+		if !c.ownRead.Load() {
+			_ = c.Conn.SetReadDeadline(aLongTimeAgo)
+		}
+	}
+	c.count(p)
+}
+
+// aLongTimeAgo is a deadline that has passed.
+var aLongTimeAgo = time.Unix(1, 0)
+
+func (c *conn) SetDeadline(t time.Time) error {
+	c.ownRead.Store(true)
+	c.ownWrite.Store(true)
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *conn) SetReadDeadline(t time.Time) error {
+	c.ownRead.Store(true)
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	c.ownWrite.Store(true)
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *conn) Close() error {
+	c.l.remove(c)
+	return c.Conn.Close()
+}
+
+// tlsConn is a conn over a TLS connection. The server finds the TLS state
+// through it (fasthttp's IsTLS) and runs the handshake, in the first phase,
+// before the first read.
+type tlsConn struct{ *conn }
+
+func (c tlsConn) Handshake() error {
+	tc := c.Conn.(*tls.Conn)
+	if c.ownRead.Load() || c.ownWrite.Load() {
+		return tc.Handshake()
+	}
+	c.state.Store(pack(c.since, c.phase, stateHandshake))
+	err := tc.Handshake()
+	c.state.Store(pack(c.since, c.phase, 0))
+	return err
+}
+
+func (c tlsConn) ConnectionState() tls.ConnectionState {
+	return c.Conn.(*tls.Conn).ConnectionState()
+}
