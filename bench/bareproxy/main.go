@@ -1,6 +1,7 @@
 // Command bareproxy is the floor of the comparison benchmark: a reverse
 // proxy of a few lines on the same HTTP stack as Sentinel (a fasthttp server
-// and a fasthttp.HostClient with keep-alive to one upstream), with no
+// whose timeouts its listener bounds as Sentinel's does, and a
+// fasthttp.HostClient with keep-alive to one upstream), with no
 // routing, identity, limits, adaptive layer, header hygiene or metrics.
 // The gap between it and Sentinel is what Sentinel's own work costs; the gap
 // between it and nginx is the HTTP stack's. With -pipeline N it sends the
@@ -13,9 +14,12 @@ package main
 import (
 	"flag"
 	"log"
+	"net"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/internal/deadline"
 )
 
 func main() {
@@ -55,11 +59,14 @@ func main() {
 	}
 	srv := &fasthttp.Server{
 		Handler:               handler,
-		ReadTimeout:           5 * time.Second,
-		WriteTimeout:          30 * time.Second,
-		IdleTimeout:           60 * time.Second,
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
 	}
-	log.Fatal(srv.ListenAndServe(*listen))
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Sentinel's default timeouts, bounded the way Sentinel's listeners bound
+	// them.
+	log.Fatal(srv.Serve(deadline.Listen(ln, "bare", deadline.Timeouts{Read: 5 * time.Second, Write: 30 * time.Second, Idle: 60 * time.Second})))
 }
