@@ -5,14 +5,16 @@
 // socket deadlines on every request, and each is a time read, a lock and a
 // timer moved in the runtime's heap: about 6% of the gateway's CPU on a
 // saturated check or refusal path. A Listener gives the same bounds the way
-// nginx does: a connection reads the clock when it changes phase (a request
-// starts arriving, its answer starts, the connection falls idle) and
-// publishes what it is doing and since when with an atomic store around each
-// read and write; a sweeper, every tick (a tenth of the smallest timeout, at
-// most a second), ends an operation blocked past its bound by setting a
-// deadline in the past on that one socket, so the server sees the timeout
-// error a socket deadline gives. A bound is never cut short and is enforced
-// about a tick late at most.
+// nginx does, without reading the clock per request: a connection publishes
+// its phase (a request arriving, its answer being written, waiting for the
+// next one) and whether it is blocked in the socket with an atomic operation
+// around each read and write; a sweeper, every tick (a tenth of the smallest
+// timeout, at most a second), stamps each phase it sees for the first time
+// with the time of that tick and ends an operation blocked past its phase's
+// bound by setting a deadline in the past on that one socket, so the server
+// sees the timeout error a socket deadline gives. A phase starts no later
+// than its stamp, so a bound is never cut short; it is enforced at most two
+// ticks late.
 //
 // The phases follow fasthttp's own use of its timeouts:
 //   - from the accept until the first byte, and from the first byte of a
@@ -60,9 +62,10 @@ const (
 
 var phaseNames = [...]string{"read", "read", "write", "idle"}
 
-// A connection's state word, published to the sweeper: whether an operation
-// is blocked in the socket (a TLS handshake: both ways), the phase, and its
-// start in nanoseconds since the listener's epoch.
+// A connection's state word, shared with the sweeper: whether an operation
+// is blocked in the socket (a TLS handshake: both ways), the phase, and the
+// sweeper's stamp of the phase in nanoseconds since the listener's epoch
+// (unstamped: 0; the first tick comes after the epoch).
 const (
 	stateBlocked   = 1 << 0
 	stateHandshake = 1 << 1
@@ -84,7 +87,7 @@ type Listener struct {
 	limits [4]int64 // per phase, in ns; 0 = none
 	tick   time.Duration
 	epoch  time.Time
-	coarse atomic.Int64 // the clock at the sweeper's last tick (ns since epoch)
+	coarse atomic.Int64 // the sweeper's last tick (ns since epoch)
 	closed atomic.Bool
 
 	mu    sync.Mutex
@@ -122,14 +125,10 @@ func Listen(ln net.Listener, name string, t Timeouts) net.Listener {
 	return l
 }
 
-// clock is the time since the listener's epoch (monotonic).
-func (l *Listener) clock() int64 { return int64(time.Since(l.epoch)) }
-
-// past reports whether a phase that started at since is over its bound at
-// now.
+// past reports whether a phase stamped at since is over its bound at now.
 func (l *Listener) past(p phase, since, now int64) bool {
 	limit := l.limits[p]
-	return limit > 0 && now-since > limit
+	return limit > 0 && since > 0 && now-since > limit
 }
 
 // Accept accepts a connection and starts its first phase.
@@ -138,8 +137,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	dc := &conn{Conn: c, l: l, since: l.clock()}
-	dc.state.Store(pack(dc.since, phaseFirst, 0))
+	dc := &conn{Conn: c, l: l}
 	l.mu.Lock()
 	l.conns[dc] = struct{}{}
 	l.mu.Unlock()
@@ -175,9 +173,9 @@ func (l *Listener) remove(c *conn) {
 	}
 }
 
-// sweep ends, every tick, the operations blocked past their phase's bound,
-// and advances the coarse clock that operations starting in a phase check
-// themselves against.
+// sweep stamps, every tick, the phases it has not seen before, ends the
+// operations blocked past their phase's bound and advances the coarse clock
+// that operations starting in a phase check themselves against.
 func (l *Listener) sweep() {
 	t := time.NewTicker(l.tick)
 	defer t.Stop()
@@ -192,13 +190,20 @@ func (l *Listener) sweep() {
 			return
 		case <-t.C:
 		}
-		now := l.clock()
+		now := int64(time.Since(l.epoch))
 		l.coarse.Store(now)
 		late = late[:0]
 		l.mu.Lock()
 		for c := range l.conns {
 			s := c.state.Load()
-			if since, p := unpack(s); s&(stateBlocked|stateHandshake) != 0 && l.past(p, since, now) {
+			since, p := unpack(s)
+			switch {
+			case since == 0:
+				// The serving goroutine keeps a stamp it finds (its
+				// operations set and clear their bits atomically); one lost
+				// to a phase change is simply for the next phase.
+				c.state.CompareAndSwap(s, s|uint64(now)<<sinceShift)
+			case s&(stateBlocked|stateHandshake) != 0 && l.past(p, since, now):
 				late = append(late, cut{c, s})
 			}
 		}
@@ -209,13 +214,12 @@ func (l *Listener) sweep() {
 	}
 }
 
-// conn is an accepted connection. Its phase and since are the serving
-// goroutine's own; state publishes them to the sweeper.
+// conn is an accepted connection. Its phase is the serving goroutine's own;
+// state shares it, the stamp and the blocked bits with the sweeper.
 type conn struct {
 	net.Conn
 	l     *Listener
 	phase phase
-	since int64
 	state atomic.Uint64
 
 	// ownRead and ownWrite: the owner has set a deadline in that direction
@@ -224,24 +228,43 @@ type conn struct {
 	counted           atomic.Bool // a timeout of this connection is counted
 }
 
+// enter starts an operation in phase p: a new phase (unstamped) or the
+// current one, which fails when it is already past its bound by the coarse
+// clock (which lags, so never early).
+func (c *conn) enter(op string, p phase, flag uint64) error {
+	if p != c.phase {
+		c.phase = p
+		c.state.Store(pack(0, p, flag))
+		return nil
+	}
+	if since, _ := unpack(c.state.Load()); c.l.past(p, since, c.l.coarse.Load()) {
+		c.count(p)
+		return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.ErrDeadlineExceeded}
+	}
+	c.state.Or(flag)
+	return nil
+}
+
 // Read starts the idle phase after an answer and the read phase with a
-// request's first byte. One started past its phase's bound (by the coarse
-// clock, which is never ahead) fails as a socket deadline would.
+// request's first byte.
 func (c *conn) Read(b []byte) (int, error) {
 	if c.ownRead.Load() {
 		return c.Conn.Read(b)
 	}
-	if c.phase == phaseWrite {
-		c.phase, c.since = phaseIdle, c.l.clock()
-	} else if c.l.past(c.phase, c.since, c.l.coarse.Load()) {
-		return 0, c.timedOut("read", c.phase)
+	p := c.phase
+	if p == phaseWrite {
+		p = phaseIdle
 	}
-	c.state.Store(pack(c.since, c.phase, stateBlocked))
+	if err := c.enter("read", p, stateBlocked); err != nil {
+		return 0, err
+	}
 	n, err := c.Conn.Read(b)
-	if n > 0 && (c.phase == phaseFirst || c.phase == phaseIdle) {
-		c.phase, c.since = phaseRead, c.l.clock()
+	if n > 0 && (p == phaseFirst || p == phaseIdle) {
+		c.phase = phaseRead
+		c.state.Store(pack(0, phaseRead, 0))
+	} else {
+		c.state.And(^uint64(stateBlocked))
 	}
-	c.state.Store(pack(c.since, c.phase, 0))
 	return n, err
 }
 
@@ -250,22 +273,12 @@ func (c *conn) Write(b []byte) (int, error) {
 	if c.ownWrite.Load() {
 		return c.Conn.Write(b)
 	}
-	if c.phase != phaseWrite {
-		c.phase, c.since = phaseWrite, c.l.clock()
-	} else if c.l.past(phaseWrite, c.since, c.l.coarse.Load()) {
-		return 0, c.timedOut("write", phaseWrite)
+	if err := c.enter("write", phaseWrite, stateBlocked); err != nil {
+		return 0, err
 	}
-	c.state.Store(pack(c.since, c.phase, stateBlocked))
 	n, err := c.Conn.Write(b)
-	c.state.Store(pack(c.since, c.phase, 0))
+	c.state.And(^uint64(stateBlocked))
 	return n, err
-}
-
-// timedOut counts an operation refused because its phase is past its bound
-// and returns the error a socket deadline gives.
-func (c *conn) timedOut(op string, p phase) error {
-	c.count(p)
-	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.ErrDeadlineExceeded}
 }
 
 func (c *conn) count(p phase) {
@@ -283,6 +296,7 @@ func (c *conn) expire(state uint64) {
 		return // the operation returned meanwhile
 	}
 	_, p := unpack(state)
+	c.count(p)
 	if state&stateHandshake != 0 || p == phaseWrite {
 		if !c.ownWrite.Load() {
 			_ = c.Conn.SetWriteDeadline(aLongTimeAgo)
@@ -293,7 +307,6 @@ func (c *conn) expire(state uint64) {
 			_ = c.Conn.SetReadDeadline(aLongTimeAgo)
 		}
 	}
-	c.count(p)
 }
 
 // aLongTimeAgo is a deadline that has passed.
@@ -330,9 +343,9 @@ func (c tlsConn) Handshake() error {
 	if c.ownRead.Load() || c.ownWrite.Load() {
 		return tc.Handshake()
 	}
-	c.state.Store(pack(c.since, c.phase, stateHandshake))
+	c.state.Or(stateHandshake)
 	err := tc.Handshake()
-	c.state.Store(pack(c.since, c.phase, 0))
+	c.state.And(^uint64(stateHandshake))
 	return err
 }
 

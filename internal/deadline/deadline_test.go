@@ -54,8 +54,17 @@ func serve(t *testing.T, name string, tm Timeouts, h fasthttp.RequestHandler, wr
 
 func hello(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("hello") }
 
-func timeouts(name, phase string) uint64 {
-	return metrics.GetOrCreateCounter(`sentinel_conn_timeouts_total{listener="` + name + `",phase="` + phase + `"}`).Get()
+// counted returns, for a listener label, how many timeouts each phase has
+// counted since it was called.
+func counted(name string) func(phase string) uint64 {
+	at := map[string]uint64{}
+	c := func(phase string) *metrics.Counter {
+		return metrics.GetOrCreateCounter(`sentinel_conn_timeouts_total{listener="` + name + `",phase="` + phase + `"}`)
+	}
+	for _, p := range []string{"read", "write", "idle"} {
+		at[p] = c(p).Get()
+	}
+	return func(phase string) uint64 { return c(phase).Get() - at[phase] }
 }
 
 func dial(t *testing.T, addr string) net.Conn {
@@ -86,19 +95,21 @@ func get(t *testing.T, c net.Conn, br *bufio.Reader) {
 }
 
 func TestIdleConnectionClosedAfterIdleTimeout(t *testing.T) {
+	timeouts := counted("t-idle")
 	addr := serve(t, "t-idle", Timeouts{Read: readBound, Write: writeBound, Idle: idleBound}, hello, nil)
 	c := dial(t, addr)
 	get(t, c, bufio.NewReader(c))
 	answered := time.Now()
 	took, _ := closedAfter(t, c, answered)
 	assert.GreaterOrEqual(t, took, idleBound, "closed before idle_timeout")
-	assert.Equal(t, uint64(1), timeouts("t-idle", "idle"))
-	assert.Zero(t, timeouts("t-idle", "read"), "an idle keep-alive connection is bounded by idle_timeout, not read_timeout")
+	assert.Equal(t, uint64(1), timeouts("idle"))
+	assert.Zero(t, timeouts("read"), "an idle keep-alive connection is bounded by idle_timeout, not read_timeout")
 }
 
 // A connection that keeps sending requests is never idle for long, however
 // long it lives.
 func TestBusyConnectionOutlivesIdleTimeout(t *testing.T) {
+	timeouts := counted("t-busy")
 	addr := serve(t, "t-busy", Timeouts{Read: readBound, Write: writeBound, Idle: 2 * time.Second}, hello, nil)
 	c := dial(t, addr)
 	br := bufio.NewReader(c)
@@ -106,24 +117,26 @@ func TestBusyConnectionOutlivesIdleTimeout(t *testing.T) {
 		get(t, c, br)
 		time.Sleep(100 * time.Millisecond)
 	}
-	assert.Zero(t, timeouts("t-busy", "idle")+timeouts("t-busy", "read")+timeouts("t-busy", "write"))
+	assert.Zero(t, timeouts("idle")+timeouts("read")+timeouts("write"))
 }
 
 // A client that connects and sends nothing has read_timeout, not the longer
 // idle_timeout.
 func TestSilentClientClosedAfterReadTimeout(t *testing.T) {
+	timeouts := counted("t-silent")
 	addr := serve(t, "t-silent", Timeouts{Read: readBound, Write: writeBound, Idle: 5 * time.Second}, hello, nil)
 	start := time.Now()
 	c := dial(t, addr)
 	took, _ := closedAfter(t, c, start)
 	assert.GreaterOrEqual(t, took, readBound)
 	assert.Less(t, took, 5*time.Second, "held for idle_timeout")
-	assert.Equal(t, uint64(1), timeouts("t-silent", "read"))
+	assert.Equal(t, uint64(1), timeouts("read"))
 }
 
 // A slow client that trickles its head a byte at a time is cut read_timeout
 // after its first byte: each byte does not start the bound again.
 func TestTricklingHeadCutAfterReadTimeout(t *testing.T) {
+	timeouts := counted("t-trickle")
 	addr := serve(t, "t-trickle", Timeouts{Read: readBound, Write: writeBound, Idle: 5 * time.Second}, hello, nil)
 	c := dial(t, addr)
 	start := time.Now()
@@ -142,7 +155,7 @@ func TestTricklingHeadCutAfterReadTimeout(t *testing.T) {
 	assert.GreaterOrEqual(t, took, readBound)
 	assert.Less(t, took, 4*time.Second, "the trickle extended the bound (it lasts 4.5 s)")
 	assert.Contains(t, answer, "408", "the server did not see a timeout error")
-	assert.Equal(t, uint64(1), timeouts("t-trickle", "read"))
+	assert.Equal(t, uint64(1), timeouts("read"))
 }
 
 // A client that does not read its answer is cut write_timeout after the
@@ -154,12 +167,13 @@ func TestUnreadAnswerCutAfterWriteTimeout(t *testing.T) {
 		ctx.SetBodyString(big)
 		written <- time.Now()
 	}
+	timeouts := counted("t-write")
 	addr := serve(t, "t-write", Timeouts{Read: readBound, Write: writeBound, Idle: 5 * time.Second}, h, nil)
 	c := dial(t, addr)
 	_, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
 	require.NoError(t, err)
 	start := <-written
-	for timeouts("t-write", "write") == 0 {
+	for timeouts("write") == 0 {
 		require.Less(t, time.Since(start), eventually, "the unread answer was never cut")
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -175,6 +189,7 @@ func TestHijackedConnectionIsTheOwners(t *testing.T) {
 	h := func(ctx *fasthttp.RequestCtx) {
 		ctx.Hijack(func(c net.Conn) { _, _ = io.Copy(c, c) })
 	}
+	timeouts := counted("t-hijack")
 	addr := serve(t, "t-hijack", Timeouts{Read: readBound, Write: writeBound, Idle: readBound}, h, nil)
 	c := dial(t, addr)
 	br := bufio.NewReader(c)
@@ -190,7 +205,7 @@ func TestHijackedConnectionIsTheOwners(t *testing.T) {
 	_, err = io.ReadFull(br, got)
 	require.NoError(t, err, "the hijacked connection was cut")
 	assert.Equal(t, "ping", string(got))
-	assert.Zero(t, timeouts("t-hijack", "idle")+timeouts("t-hijack", "read")+timeouts("t-hijack", "write"))
+	assert.Zero(t, timeouts("idle")+timeouts("read")+timeouts("write"))
 }
 
 // Behind TLS the server still sees a TLS connection (fasthttp's IsTLS), and
