@@ -1,0 +1,49 @@
+package deadline
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// BenchmarkServer is a fasthttp server and client on loopback, 64
+// connections, a 5-byte answer: with the server's own timeouts (socket
+// deadlines on every request) against the same timeouts kept by a Listener.
+func BenchmarkServer(b *testing.B) {
+	tm := Timeouts{Read: 5 * time.Second, Write: 30 * time.Second, Idle: time.Minute}
+	for _, mode := range []string{"socket-deadlines", "listener"} {
+		b.Run(mode, func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := &fasthttp.Server{Handler: hello}
+			served := ln
+			if mode == "listener" {
+				served = Listen(ln, "bench", tm)
+			} else {
+				srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout = tm.Read, tm.Write, tm.Idle
+			}
+			go func() { _ = srv.Serve(served) }()
+			defer func() { _ = srv.Shutdown() }()
+			client := &fasthttp.HostClient{Addr: ln.Addr().String(), MaxConns: 64}
+			b.SetParallelism(32) // 64 clients on 2 cores
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+				defer fasthttp.ReleaseRequest(req)
+				defer fasthttp.ReleaseResponse(resp)
+				req.SetRequestURI("http://" + ln.Addr().String() + "/")
+				for pb.Next() {
+					if err := client.Do(req, resp); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
