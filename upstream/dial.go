@@ -23,7 +23,7 @@ func (p *Pool) Dial(timeout time.Duration) (conn net.Conn, host string, err erro
 			return nil, "", p.errNoTarget
 		}
 	}
-	conn, err = t.hc.DialTimeout(t.hc.Addr, timeout)
+	conn, err = t.dial(t.hc.Addr, timeout)
 	if err == nil && t.hc.IsTLS {
 		tc := tls.Client(conn, &tls.Config{ServerName: hostOnly(string(t.host)), MinVersion: tls.VersionTLS12})
 		_ = tc.SetDeadline(start.Add(timeout))

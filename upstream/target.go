@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/internal/deadline"
 )
 
 // target is one backend of a pool. Everything the request path reads or
@@ -18,8 +20,9 @@ type target struct {
 	scheme []byte // "http" or "https"
 	host   []byte // host[:port] as in the URL, the Host header when req has none
 	hc     *fasthttp.HostClient
-	probe  *fasthttp.HostClient // health checks and re-probes, apart from hc's connections
-	pipe   *pipeline            // nil unless upstreams.NAME.pipeline is set
+	dial   fasthttp.DialFuncWithTimeout // connections of their own (Pool.Dial), deadlines kept by the socket
+	probe  *fasthttp.HostClient         // health checks and re-probes, apart from hc's connections
+	pipe   *pipeline                    // nil unless upstreams.NAME.pipeline is set
 
 	pending atomic.Int32 // requests in flight through this pool
 
@@ -61,11 +64,22 @@ func newTarget(pool, rawURL string, cfg *PoolConfig, rm *removal) *target {
 		removal:   rm,
 	}
 	dial := dialer(cfg.ConnectTimeout)
+	t.dial = dial
+	// hc sets a write and a read deadline on its connection for every
+	// request: a sweeper keeps them without a runtime timer each, at most a
+	// tenth of the pool timeout late.
+	sweeper := deadline.NewSweeper(min(cfg.Timeout/10, time.Second))
 	t.hc = &fasthttp.HostClient{
-		Addr:        addr,
-		IsTLS:       isTLS,
-		DialTimeout: dial,
-		MaxConns:    cfg.MaxConns,
+		Addr:  addr,
+		IsTLS: isTLS,
+		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
+			c, err := dial(addr, timeout)
+			if err != nil {
+				return nil, err
+			}
+			return sweeper.Wrap(c), nil
+		},
+		MaxConns: cfg.MaxConns,
 		// A request that finds every connection busy waits for one; its own
 		// deadline (the pool timeout) ends the wait first.
 		MaxConnWaitTimeout:  cfg.Timeout,

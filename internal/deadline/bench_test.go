@@ -47,3 +47,47 @@ func BenchmarkServer(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClient is the same loopback pair from the client's side: a
+// HostClient whose every request has a deadline (a write and a read deadline
+// on its connection), with socket deadlines against a Sweeper's.
+func BenchmarkClient(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: hello}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Shutdown() }()
+	for _, mode := range []string{"socket-deadlines", "sweeper"} {
+		b.Run(mode, func(b *testing.B) {
+			client := &fasthttp.HostClient{Addr: ln.Addr().String(), MaxConns: 64}
+			if mode == "sweeper" {
+				s := NewSweeper(100 * time.Millisecond)
+				client.DialTimeout = func(addr string, timeout time.Duration) (net.Conn, error) {
+					c, err := fasthttp.DialTimeout(addr, timeout)
+					if err != nil {
+						return nil, err
+					}
+					return s.Wrap(c), nil
+				}
+			}
+			defer client.CloseIdleConnections()
+			b.SetParallelism(32)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+				defer fasthttp.ReleaseRequest(req)
+				defer fasthttp.ReleaseResponse(resp)
+				req.SetRequestURI("http://" + ln.Addr().String() + "/")
+				for pb.Next() {
+					if err := client.DoTimeout(req, resp, time.Second); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
