@@ -13,6 +13,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/internal/deadline"
 )
 
 // MaxPipeline is the largest `upstreams.NAME.pipeline`: pipelining pays off
@@ -115,7 +117,7 @@ func newPipeline(t *target, addr string, isTLS bool, cfg *PoolConfig) *pipeline 
 		Addr:     addr,
 		IsTLS:    isTLS,
 		MaxConns: cfg.Pipeline,
-		Dial:     p.dialer(cfg.ConnectTimeout),
+		Dial:     p.dialer(cfg.ConnectTimeout, t.sweeper),
 		// A connection left idle this long closes, as the HostClient's do.
 		MaxIdleConnDuration: cfg.MaxIdleConnDuration,
 		// An answer that does not come within the pool timeout breaks its
@@ -222,15 +224,16 @@ func (p *pipeline) up() {
 // PipelineClient would otherwise keep the requests already queued for it
 // until their deadline (it redials in a loop and fails no request on a
 // dial error), while this way they fail at once and are sent again on the
-// HostClient, which reports the connect error.
-func (p *pipeline) dialer(connectTimeout time.Duration) fasthttp.DialFunc {
+// HostClient, which reports the connect error. sw keeps the connections'
+// deadlines (the PipelineClient sets one per answer).
+func (p *pipeline) dialer(connectTimeout time.Duration, sw *deadline.Sweeper) fasthttp.DialFunc {
 	return func(addr string) (net.Conn, error) {
 		c, err := fasthttp.DialTimeout(addr, connectTimeout)
 		if err != nil {
 			p.down.Store(true)
 			return newFailedConn(&dialError{err: err}), nil
 		}
-		return newCountedConn(c), nil
+		return newCountedConn(sw.Wrap(c)), nil
 	}
 }
 

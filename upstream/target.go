@@ -21,8 +21,10 @@ type target struct {
 	host   []byte // host[:port] as in the URL, the Host header when req has none
 	hc     *fasthttp.HostClient
 	dial   fasthttp.DialFuncWithTimeout // connections of their own (Pool.Dial), deadlines kept by the socket
-	probe  *fasthttp.HostClient         // health checks and re-probes, apart from hc's connections
-	pipe   *pipeline                    // nil unless upstreams.NAME.pipeline is set
+	// sweeper keeps the deadlines of hc's and the pipeline's connections.
+	sweeper *deadline.Sweeper
+	probe   *fasthttp.HostClient // health checks and re-probes, apart from hc's connections
+	pipe    *pipeline            // nil unless upstreams.NAME.pipeline is set
 
 	pending atomic.Int32 // requests in flight through this pool
 
@@ -65,10 +67,10 @@ func newTarget(pool, rawURL string, cfg *PoolConfig, rm *removal) *target {
 	}
 	dial := dialer(cfg.ConnectTimeout)
 	t.dial = dial
-	// hc sets a write and a read deadline on its connection for every
-	// request: a sweeper keeps them without a runtime timer each, at most a
-	// tenth of the pool timeout late.
-	sweeper := deadline.NewSweeper(min(cfg.Timeout/10, time.Second))
+	// hc (and the pipeline) set a write and a read deadline on a connection
+	// for every request: a sweeper keeps them without a runtime timer each,
+	// at most a tenth of the pool timeout late.
+	t.sweeper = deadline.NewSweeper(min(cfg.Timeout/10, time.Second))
 	t.hc = &fasthttp.HostClient{
 		Addr:  addr,
 		IsTLS: isTLS,
@@ -77,7 +79,7 @@ func newTarget(pool, rawURL string, cfg *PoolConfig, rm *removal) *target {
 			if err != nil {
 				return nil, err
 			}
-			return sweeper.Wrap(c), nil
+			return t.sweeper.Wrap(c), nil
 		},
 		MaxConns: cfg.MaxConns,
 		// A request that finds every connection busy waits for one; its own
