@@ -29,21 +29,7 @@ func BenchmarkServer(b *testing.B) {
 			go func() { _ = srv.Serve(served) }()
 			defer func() { _ = srv.Shutdown() }()
 			client := &fasthttp.HostClient{Addr: ln.Addr().String(), MaxConns: 64}
-			b.SetParallelism(32) // 64 clients on 2 cores
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-				defer fasthttp.ReleaseRequest(req)
-				defer fasthttp.ReleaseResponse(resp)
-				req.SetRequestURI("http://" + ln.Addr().String() + "/")
-				for pb.Next() {
-					if err := client.Do(req, resp); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
+			requests(b, "http://"+ln.Addr().String()+"/", client.Do)
 		})
 	}
 }
@@ -73,21 +59,29 @@ func BenchmarkClient(b *testing.B) {
 				}
 			}
 			defer client.CloseIdleConnections()
-			b.SetParallelism(32)
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-				defer fasthttp.ReleaseRequest(req)
-				defer fasthttp.ReleaseResponse(resp)
-				req.SetRequestURI("http://" + ln.Addr().String() + "/")
-				for pb.Next() {
-					if err := client.DoTimeout(req, resp, time.Second); err != nil {
-						b.Error(err)
-						return
-					}
-				}
+			requests(b, "http://"+ln.Addr().String()+"/", func(req *fasthttp.Request, resp *fasthttp.Response) error {
+				return client.DoTimeout(req, resp, time.Second)
 			})
 		})
 	}
+}
+
+// requests sends GETs of url with do from 64 goroutines (2 cores × 32)
+// until b.N are answered.
+func requests(b *testing.B, url string, do func(*fasthttp.Request, *fasthttp.Response) error) {
+	b.SetParallelism(32)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		req.SetRequestURI(url)
+		for pb.Next() {
+			if err := do(req, resp); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

@@ -73,8 +73,8 @@ const (
 	sinceShift     = 4
 )
 
-func pack(since int64, p phase, blocked uint64) uint64 {
-	return uint64(since)<<sinceShift | uint64(p)<<phaseShift | blocked
+func pack(since int64, p phase, flags uint64) uint64 {
+	return uint64(since)<<sinceShift | uint64(p)<<phaseShift | flags
 }
 
 func unpack(s uint64) (since int64, p phase) {
@@ -239,7 +239,7 @@ func (c *conn) enter(op string, p phase, flag uint64) error {
 	}
 	if since, _ := unpack(c.state.Load()); c.l.past(p, since, c.l.coarse.Load()) {
 		c.count(p)
-		return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.ErrDeadlineExceeded}
+		return timeoutError(c.Conn, op)
 	}
 	c.state.Or(flag)
 	return nil
@@ -307,6 +307,13 @@ func (c *conn) expire(state uint64) {
 			_ = c.Conn.SetReadDeadline(aLongTimeAgo)
 		}
 	}
+}
+
+// timeoutError is the error of an operation on c refused because its bound
+// or deadline has passed: what a socket deadline gives (a *net.OpError
+// whose Timeout is true).
+func timeoutError(c net.Conn, op string) error {
+	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.ErrDeadlineExceeded}
 }
 
 // aLongTimeAgo is a deadline that has passed.

@@ -2,7 +2,6 @@ package deadline
 
 import (
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -173,7 +172,7 @@ func (c *clientConn) past(d *direction) bool {
 
 func (c *clientConn) Read(b []byte) (int, error) {
 	if c.past(&c.r) {
-		return 0, c.timeout("read")
+		return 0, timeoutError(c.Conn, "read")
 	}
 	c.r.blocked.Store(true)
 	n, err := c.Conn.Read(b)
@@ -183,16 +182,12 @@ func (c *clientConn) Read(b []byte) (int, error) {
 
 func (c *clientConn) Write(b []byte) (int, error) {
 	if c.past(&c.w) {
-		return 0, c.timeout("write")
+		return 0, timeoutError(c.Conn, "write")
 	}
 	c.w.blocked.Store(true)
 	n, err := c.Conn.Write(b)
 	c.w.blocked.Store(false)
 	return n, err
-}
-
-func (c *clientConn) timeout(op string) error {
-	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.ErrDeadlineExceeded}
 }
 
 func (c *clientConn) Close() error {
