@@ -273,3 +273,46 @@ func TestNoTimeoutsLeaveTheListenerAlone(t *testing.T) {
 	defer ln.Close()
 	assert.Same(t, ln, Listen(ln, "t-none", Timeouts{}))
 }
+
+// Connections closed in any order (and twice) leave every other one where
+// the sweeper finds it.
+func TestConnectionsComeAndGo(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	l := Listen(ln, "t-registry", Timeouts{Idle: time.Minute}).(*Listener)
+	defer l.Close()
+	const n = 3 * connShards
+	accepted := make([]net.Conn, 0, n)
+	for range n {
+		dial(t, ln.Addr().String())
+		c, err := l.Accept()
+		require.NoError(t, err)
+		accepted = append(accepted, c)
+	}
+	check := func(open int) {
+		t.Helper()
+		assert.Equal(t, int64(open), l.open.Load())
+		total := 0
+		for i := range l.shards {
+			sh := &l.shards[i]
+			sh.mu.Lock()
+			for j, c := range sh.conns {
+				assert.Equal(t, j, c.at, "a connection's index")
+				assert.Same(t, sh, c.shard)
+			}
+			total += len(sh.conns)
+			sh.mu.Unlock()
+		}
+		assert.Equal(t, open, total, "connections in the shards")
+	}
+	check(n)
+	for i := 0; i < n; i += 2 {
+		require.NoError(t, accepted[i].Close())
+		_ = accepted[i].Close() // fasthttp may close a connection twice
+	}
+	check(n / 2)
+	for i := n - 1; i > 0; i -= 2 {
+		require.NoError(t, accepted[i].Close())
+	}
+	check(0)
+}
