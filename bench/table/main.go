@@ -2,7 +2,8 @@
 // file with a header line, on stdin) into one markdown table on stdout: per
 // configuration, in the order of first appearance, the median over rounds of
 // each figure, and the ratios to the configuration's baseline, taken within
-// each round (the baseline ran minutes apart at most) and then the median.
+// each round (the baseline ran minutes apart at most) and then the median;
+// the req/s ratio also gives its lowest and highest round.
 package main
 
 import (
@@ -111,7 +112,7 @@ func write(w io.Writer, runs []run) error {
 		}
 		byKey[fmt.Sprint(r.name, "/", r.round)] = r
 	}
-	fmt.Fprintln(w, "| configuration | req/s | 2xx/s | p50 ms | p99 ms | status ≥ 400 or socket error | adaptive modes entered | store calls per request, unanswered | CPU µs/request: gateway | backend | redis | wrk | vs baseline: req/s | 2xx/s | p99 |")
+	fmt.Fprintln(w, "| configuration | req/s | 2xx/s | p50 ms | p99 ms | status ≥ 400 or socket error | adaptive modes entered | store calls per request, unanswered | CPU µs/request: gateway | backend | redis | wrk | vs baseline: req/s (rounds' range) | 2xx/s | p99 |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, name := range names {
 		var rs []run
@@ -141,6 +142,19 @@ func write(w io.Writer, runs []run) error {
 			}
 			return fmt.Sprintf("%.2f×", median(xs))
 		}
+		// The req/s ratio also shows its spread over the rounds: on a
+		// shared machine it is often wider than a change being measured.
+		vsRange := func(xs []float64) string {
+			v := vs(xs)
+			if len(xs) < 2 || v == "baseline" {
+				return v
+			}
+			lo, hi := fmt.Sprintf("%.2f", slices.Min(xs)), fmt.Sprintf("%.2f", slices.Max(xs))
+			if lo == hi {
+				return v
+			}
+			return v + " (" + lo + "–" + hi + ")"
+		}
 		store := "–"
 		if m(func(r run) float64 { return r.storeCalls }) > 0 {
 			store = fmt.Sprintf("%.3f, %s", m(func(r run) float64 { return r.storeCalls / r.requests }),
@@ -150,7 +164,7 @@ func write(w io.Writer, runs []run) error {
 			thousands(m(run.rps)), thousands(m(run.ok2xx)),
 			m(func(r run) float64 { return r.p50us / 1000 }), m(func(r run) float64 { return r.p99us / 1000 }),
 			share(m(func(r run) float64 { return (r.non2xx + r.sockErr) / r.requests })), modes(rs), store,
-			cpu(0), cpu(1), cpu(2), cpu(3), vs(rpsRatio), vs(okRatio), vs(p99Ratio))
+			cpu(0), cpu(1), cpu(2), cpu(3), vsRange(rpsRatio), vs(okRatio), vs(p99Ratio))
 	}
 	return nil
 }

@@ -33,6 +33,23 @@ func TestTableRatiosAreTakenPerRound(t *testing.T) {
 	assert.Equal(t, "| gateway | 25 | 25 | 0.20 | 3.00 | 0 | moderate 1/3, critical 2/3 | – | 2000.0 | 400.0 | 0.0 | 800.0 | 0.50× | 0.50× | 3.00× |", lines[3])
 }
 
+// The req/s ratio shows the rounds' range when they differ.
+func TestTableShowsTheRatiosRange(t *testing.T) {
+	in := header +
+		"1\tnginx\tnginx\tnginx\t100\t1000000\t100\t1000\t0\t0\t50\t10\t0\t20\t-\n" +
+		"1\tgw\tgateway\tnginx\t40\t1000000\t200\t2000\t0\t0\t50\t10\t0\t20\t-\n" +
+		"2\tnginx\tnginx\tnginx\t100\t1000000\t100\t1000\t0\t0\t50\t10\t0\t20\t-\n" +
+		"2\tgw\tgateway\tnginx\t60\t1000000\t200\t2000\t0\t0\t50\t10\t0\t20\t-\n" +
+		"3\tnginx\tnginx\tnginx\t100\t1000000\t100\t1000\t0\t0\t50\t10\t0\t20\t-\n" +
+		"3\tgw\tgateway\tnginx\t50\t1000000\t200\t2000\t0\t0\t50\t10\t0\t20\t-\n"
+	runs, err := parse(strings.NewReader(in))
+	require.NoError(t, err)
+	var out strings.Builder
+	require.NoError(t, write(&out, runs))
+	assert.Contains(t, out.String(), "| 0.50× (0.40–0.60) | 0.50× | 2.00× |")
+	assert.Contains(t, out.String(), "| baseline | baseline | baseline |")
+}
+
 func TestTableWithoutBaselineRun(t *testing.T) {
 	runs, err := parse(strings.NewReader(header + "1\tgw\tgateway\tnginx\t5000\t2000000\t200\t2000\t1\t0\t50\t10\t0\t20\t-\n"))
 	require.NoError(t, err)
