@@ -20,7 +20,7 @@ type target struct {
 	scheme []byte // "http" or "https"
 	host   []byte // host[:port] as in the URL, the Host header when req has none
 	hc     *fasthttp.HostClient
-	dial   fasthttp.DialFuncWithTimeout // connections of their own (Pool.Dial), deadlines kept by the socket
+	dial   fasthttp.DialFuncWithTimeout // Pool.Dial's and the health checks' connections: socket deadlines
 	// sweeper keeps the deadlines of hc's and the pipeline's connections.
 	sweeper *deadline.Sweeper
 	probe   *fasthttp.HostClient // health checks and re-probes, apart from hc's connections
@@ -65,8 +65,7 @@ func newTarget(pool, rawURL string, cfg *PoolConfig, rm *removal) *target {
 		m:         newTargetMetrics(pool, rawURL),
 		removal:   rm,
 	}
-	dial := dialer(cfg.ConnectTimeout)
-	t.dial = dial
+	t.dial = dialer(cfg.ConnectTimeout)
 	// hc (and the pipeline) set a write and a read deadline on a connection
 	// for every request: a sweeper keeps them without a runtime timer each,
 	// at most a tenth of the pool timeout late.
@@ -75,7 +74,7 @@ func newTarget(pool, rawURL string, cfg *PoolConfig, rm *removal) *target {
 		Addr:  addr,
 		IsTLS: isTLS,
 		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
-			c, err := dial(addr, timeout)
+			c, err := t.dial(addr, timeout)
 			if err != nil {
 				return nil, err
 			}
@@ -101,7 +100,7 @@ func newTarget(pool, rawURL string, cfg *PoolConfig, rm *removal) *target {
 	t.probe = &fasthttp.HostClient{
 		Addr:                      addr,
 		IsTLS:                     isTLS,
-		DialTimeout:               dial,
+		DialTimeout:               t.dial,
 		MaxConns:                  2,
 		MaxIdleConnDuration:       cfg.MaxIdleConnDuration,
 		MaxIdemponentCallAttempts: 1,

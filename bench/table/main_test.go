@@ -20,11 +20,8 @@ func TestTableRatiosAreTakenPerRound(t *testing.T) {
 		"2\tgw\tgateway\tnginx\t25\t1000000\t200\t3000\t0\t0\t50\t10\t0\t20\t-\n" +
 		"3\tnginx\tnginx, proxy\tnginx\t40\t1000000\t100\t1000\t0\t0\t50\t10\t0\t20\t-\n" +
 		"3\tgw\tgateway\tnginx\t20\t1000000\t200\t4000\t0\t0\t50\t10\t0\t20\tcritical\n"
-	runs, err := parse(strings.NewReader(in))
-	require.NoError(t, err)
-	var out strings.Builder
-	require.NoError(t, write(&out, runs))
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	out := render(t, in)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 4)
 	assert.Equal(t, "| nginx, proxy | 50 | 50 | 0.10 | 1.00 | 0 | – | – | 1000.0 | 200.0 | 0.0 | 400.0 | baseline | baseline | baseline |", lines[2])
 	// gateway: median req/s 25, 2xx/s 45, 25, 20: 25; 2xx ratios 0.45, 0.5,
@@ -42,21 +39,15 @@ func TestTableShowsTheRatiosRange(t *testing.T) {
 		"2\tgw\tgateway\tnginx\t60\t1000000\t200\t2000\t0\t0\t50\t10\t0\t20\t-\n" +
 		"3\tnginx\tnginx\tnginx\t100\t1000000\t100\t1000\t0\t0\t50\t10\t0\t20\t-\n" +
 		"3\tgw\tgateway\tnginx\t50\t1000000\t200\t2000\t0\t0\t50\t10\t0\t20\t-\n"
-	runs, err := parse(strings.NewReader(in))
-	require.NoError(t, err)
-	var out strings.Builder
-	require.NoError(t, write(&out, runs))
-	assert.Contains(t, out.String(), "| 0.50× (0.40–0.60) | 0.50× | 2.00× |")
-	assert.Contains(t, out.String(), "| baseline | baseline | baseline |")
+	out := render(t, in)
+	assert.Contains(t, out, "| 0.50× (0.40–0.60) | 0.50× | 2.00× |")
+	assert.Contains(t, out, "| baseline | baseline | baseline |")
 }
 
 func TestTableWithoutBaselineRun(t *testing.T) {
-	runs, err := parse(strings.NewReader(header + "1\tgw\tgateway\tnginx\t5000\t2000000\t200\t2000\t1\t0\t50\t10\t0\t20\t-\n"))
-	require.NoError(t, err)
-	var out strings.Builder
-	require.NoError(t, write(&out, runs))
-	assert.Contains(t, out.String(), "| gateway | 2.5k | 2.5k | 0.20 | 2.00 | 0.020% | – | – |")
-	assert.Contains(t, out.String(), "| – | – | – |")
+	out := render(t, header+"1\tgw\tgateway\tnginx\t5000\t2000000\t200\t2000\t1\t0\t50\t10\t0\t20\t-\n")
+	assert.Contains(t, out, "| gateway | 2.5k | 2.5k | 0.20 | 2.00 | 0.020% | – | – |")
+	assert.Contains(t, out, "| – | – | – |")
 }
 
 // The optional store columns: calls per request and the share unanswered,
@@ -68,13 +59,10 @@ func TestTableStoreCalls(t *testing.T) {
 		"2\tgw\tgateway\tgw\t1000\t1000000\t200\t2000\t0\t0\t50\t10\t0\t20\t-\t100\t0\n" +
 		"3\tgw\tgateway\tgw\t1000\t1000000\t200\t2000\t0\t0\t50\t10\t0\t20\t-\t200\t20\n" +
 		"1\tnginx\tnginx\tgw\t1000\t1000000\t200\t2000\t0\t0\t50\t10\t0\t20\t-\t0\t0\n"
-	runs, err := parse(strings.NewReader(in))
-	require.NoError(t, err)
-	var out strings.Builder
-	require.NoError(t, write(&out, runs))
-	assert.Contains(t, out.String(), "| gateway | 1.0k | 1.0k | 0.20 | 2.00 | 0 | – | 0.200, 10.0% |")
-	assert.Contains(t, out.String(), "| nginx | 1.0k | 1.0k | 0.20 | 2.00 | 0 | – | – |")
-	_, err = parse(strings.NewReader(h + "1\tgw\tgw\tx\t1\t1\t1\t1\t0\t0\t1\t1\t1\t1\t-\tsome\t0\n"))
+	out := render(t, in)
+	assert.Contains(t, out, "| gateway | 1.0k | 1.0k | 0.20 | 2.00 | 0 | – | 0.200, 10.0% |")
+	assert.Contains(t, out, "| nginx | 1.0k | 1.0k | 0.20 | 2.00 | 0 | – | – |")
+	_, err := parse(strings.NewReader(h + "1\tgw\tgw\tx\t1\t1\t1\t1\t0\t0\t1\t1\t1\t1\t-\tsome\t0\n"))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "line 2: store_calls")
 }
@@ -98,4 +86,14 @@ func TestMedian(t *testing.T) {
 	assert.Equal(t, 2.0, median([]float64{3, 1, 2}))
 	assert.Equal(t, 2.5, median([]float64{4, 1, 3, 2}))
 	assert.Equal(t, 7.0, median([]float64{7}))
+}
+
+// render parses the runs of in and returns the table written from them.
+func render(t *testing.T, in string) string {
+	t.Helper()
+	runs, err := parse(strings.NewReader(in))
+	require.NoError(t, err)
+	var out strings.Builder
+	require.NoError(t, write(&out, runs))
+	return out.String()
 }
