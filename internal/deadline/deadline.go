@@ -26,6 +26,12 @@
 // A connection whose owner sets a deadline itself (fasthttp does when it
 // hands a connection to a hijack handler, crypto/tls when it closes) is the
 // owner's from then on, in that direction.
+//
+// A client connection, whose owner sets its own deadlines, is kept by a
+// Sweeper instead (sweeper.go). The listener does not keep fasthttp's
+// timeouts on Sweeper-wrapped connections: fasthttp would still read the
+// clock for each of its two or three deadlines per request, which the
+// phases avoid.
 package deadline
 
 import (
