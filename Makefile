@@ -11,7 +11,7 @@ LDFLAGS        := -s -w -X main.version=$(VERSION)
 TEST_TIMEOUT   ?= 20m
 
 .DEFAULT_GOAL := help
-.PHONY: help build run cluster test test-short bench bench-compare profile lint fmt vet check loadtest loadtest-overload k6 loadtest-k6 loadtest-overload-k6 docker clean
+.PHONY: help build run cluster test test-faults test-short bench bench-compare profile lint fmt vet check loadtest loadtest-overload k6 loadtest-k6 loadtest-overload-k6 docker clean
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -31,6 +31,9 @@ cluster: ## Redis, 3 gateways, the demo backend and Prometheus with the alert ru
 
 test: ## Run every test (unit, integration with real redis-server, promtool rules) with -race.
 	$(GO) test -race -shuffle=on -timeout $(TEST_TIMEOUT) ./...
+
+test-faults: ## Run the fault suite alone, verbose, with its figures (real redis-server and a 3-node cluster, 3 gateways; see README, Reliability).
+	$(GO) test -race -count=1 -run '^TestFault' -timeout $(TEST_TIMEOUT) -v .
 
 test-short: ## Run the tests without -race (faster local loop).
 	$(GO) test -timeout $(TEST_TIMEOUT) ./...
