@@ -66,17 +66,14 @@ func loadConfig(path string, environ []string) (*Config, error) {
 	}
 	var cfg Config
 	var md mapstructure.Metadata
-	err = v.Unmarshal(&cfg, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
-		durationHook,
-		mapstructure.StringToSliceHookFunc(","),
-		mapstructure.TextUnmarshallerHookFunc(),
-	)), func(dc *mapstructure.DecoderConfig) {
+	err = v.Unmarshal(&cfg, viper.DecodeHook(decodeHooks), func(dc *mapstructure.DecoderConfig) {
 		dc.Metadata = &md
 	})
 	var lines []string
 	bad := map[string]bool{}
 	if err != nil {
 		lines, bad = decodeMessages(err, fromEnv)
+		md = unusedDespiteErrors(v)
 	}
 	lines = append(lines, unknownKeys(&md, bad)...)
 	if len(lines) > 0 {

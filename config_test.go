@@ -176,3 +176,45 @@ func TestSuggest(t *testing.T) {
 		assert.Equal(t, want, suggest(unknown, known), unknown)
 	}
 }
+
+// TestReloadReportsEveryMistake: a reload of a file with several type errors
+// and an unknown key beside them answers 400 with one line per mistake, each
+// naming its key, and the running configuration stays.
+func TestReloadReportsEveryMistake(t *testing.T) {
+	up := startUpstream(t)
+	good := `
+server: {admin_listen: "127.0.0.1:0", admin_token: s3cret}
+upstreams:
+  api: {targets: ["` + up.url + `"]}
+routes:
+  - {path_prefix: /, upstream: api}
+`
+	g := startGateway(t, good)
+	a := reloadFile(t, g, good+`
+limits:
+  max_keys: lots
+  window: 10
+  lease_sizee: 3
+rules:
+  - {resource: a, limit: x, window: 1s}
+  - {resource: b, limit: 5, window: 1s, capacity: q}
+`)
+	require.Equal(t, 400, a.status, "%s", a.body)
+	errs, _ := a.json(t)["errors"].([]any)
+	want := []string{
+		"limits.max_keys: `lots` is not a whole number",
+		"limits.window: `10` is a bare number",
+		"rules[0].limit: `x` is not a whole number",
+		"rules[1].capacity: `q` is not a whole number",
+		"limits.lease_sizee: unknown key",
+	}
+	for _, w := range want {
+		found := false
+		for _, e := range errs {
+			found = found || strings.HasPrefix(e.(string), w)
+		}
+		assert.True(t, found, "no line %q in %q", w, errs)
+	}
+	assert.Len(t, errs, len(want), "%q", errs)
+	assert.Equal(t, 200, do(t, "GET", g.url+"/x", "").status, "the running configuration stays")
+}

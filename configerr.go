@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/viper"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 )
@@ -55,6 +56,53 @@ func durationHook(_ reflect.Type, to reflect.Type, data any) (any, error) {
 
 func bareNumber(v string) error {
 	return fmt.Errorf("`%s` is a bare number, not a duration; give its unit, e.g. %sms or %ss", v, v, v)
+}
+
+// decodeHooks turn the text of durations, lists and TextUnmarshaler values
+// into their types.
+var decodeHooks = mapstructure.ComposeDecodeHookFunc(
+	durationHook,
+	mapstructure.StringToSliceHookFunc(","),
+	mapstructure.TextUnmarshallerHookFunc(),
+)
+
+// unusedDespiteErrors decodes v again with every value that cannot decode
+// replaced by its zero value, and returns that pass's metadata. mapstructure
+// records no unused keys for a section in which a value failed to decode, so
+// without this pass an unknown key next to a type error would go unreported
+// until the type error is fixed.
+func unusedDespiteErrors(v *viper.Viper) mapstructure.Metadata {
+	var md mapstructure.Metadata
+	var cfg Config
+	_ = v.Unmarshal(&cfg, viper.DecodeHook(lenientHook), func(dc *mapstructure.DecoderConfig) {
+		dc.Metadata = &md
+	})
+	return md
+}
+
+// lenientHook runs decodeHooks and turns a value that would not decode into
+// to's zero value.
+func lenientHook(from, to reflect.Value) (any, error) {
+	out, err := mapstructure.DecodeHookExec(decodeHooks, from, to)
+	if err != nil {
+		return reflect.Zero(to.Type()).Interface(), nil
+	}
+	switch to.Kind() {
+	case reflect.Struct, reflect.Map:
+		if ov := reflect.ValueOf(out); ov.Kind() != reflect.Map && ov.Kind() != reflect.Struct {
+			return reflect.Zero(to.Type()).Interface(), nil
+		}
+	case reflect.Slice:
+		if ov := reflect.ValueOf(out); ov.Kind() != reflect.Slice && ov.Kind() != reflect.Array {
+			return reflect.Zero(to.Type()).Interface(), nil
+		}
+	case reflect.Pointer, reflect.Interface:
+	default:
+		if mapstructure.Decode(out, reflect.New(to.Type()).Interface()) != nil {
+			return reflect.Zero(to.Type()).Interface(), nil
+		}
+	}
+	return out, nil
 }
 
 // decodeMessages turns mapstructure's errors into one "key: what is wrong"
