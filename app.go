@@ -264,6 +264,8 @@ func (a *app) adminDeps() admin.Deps {
 		Adaptive: a.adaptive,
 		Ready:    a.ready,
 		Reload:   a.reload,
+
+		MetricsHelp: metricsHelp,
 	}
 }
 

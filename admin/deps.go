@@ -81,6 +81,10 @@ type Deps struct {
 	Ready ReadyFunc
 	// Reload serves POST /v1/reload (nil: 404 on that path).
 	Reload ReloadFunc
+	// MetricsHelp is the help text of each metric family on /metrics
+	// (MetricsHelp reads it from docs/metrics.md); a family without one gets
+	// an empty # HELP line.
+	MetricsHelp map[string]string
 }
 
 // Interface guards.

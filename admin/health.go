@@ -46,11 +46,12 @@ func (s *Server) state(ctx *fasthttp.RequestCtx) {
 }
 
 // metrics answers every registered metric, Go runtime and process metrics
-// included, in the Prometheus text format.
+// included, in the Prometheus text format, with the help texts of
+// Deps.MetricsHelp.
 func (s *Server) metrics(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 	ctx.SetStatusCode(fasthttp.StatusOK)
-	metrics.WritePrometheus(ctx, true)
+	writeMetrics(ctx, s.deps.MetricsHelp)
 }
 
 // requests counts admin answers by endpoint and status class; all counters

@@ -13,7 +13,7 @@ import (
 // sentinel_limit_*; see docs/metrics.md.
 var (
 	storeErrors       = metrics.NewCounter(`rate_limit_errors_total`)
-	decisionLatency   = metrics.NewPrometheusHistogramExt(`rate_limit_latency_ms`, latencyBucketsMS)
+	decisionLatency   = latencySet.NewPrometheusHistogramExt(`rate_limit_latency_ms`, latencyBucketsMS)
 	storeCallsOK      = metrics.NewCounter(`sentinel_limit_store_calls_total{result="ok"}`)
 	storeCallsError   = metrics.NewCounter(`sentinel_limit_store_calls_total{result="error"}`)
 	storeCallsTimeout = metrics.NewCounter(`sentinel_limit_store_calls_total{result="timeout"}`)

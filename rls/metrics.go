@@ -17,5 +17,10 @@ var (
 	descShadowed  = metrics.NewCounter(`sentinel_rls_descriptors_total{decision="shadowed"}`)
 	descNoLimit   = metrics.NewCounter(`sentinel_rls_descriptors_total{decision="no_limit"}`)
 
-	callDuration = metrics.NewHistogram(`sentinel_rls_request_duration_seconds`)
+	callDuration = metrics.NewPrometheusHistogramExt(`sentinel_rls_request_duration_seconds`, callBuckets)
 )
+
+// callBuckets are Prometheus `le` bounds, so that histogram_quantile reads
+// the family: a call decided from local leases takes tens of microseconds, one
+// that waits for the store up to limits.store_timeout.
+var callBuckets = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}
