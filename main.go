@@ -91,6 +91,7 @@ func run(args []string, environ []string) int {
 	}
 	level := new(slog.LevelVar)
 	slog.SetDefault(logx.New(cfg.Log, os.Stderr, level))
+	logx.RouteStdlog(slog.Default())
 	return serve(cfg, load, level, *pprofListen)
 }
 
