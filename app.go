@@ -266,6 +266,9 @@ func (a *app) adminDeps() admin.Deps {
 		Reload:   a.reload,
 
 		MetricsHelp: metricsHelp,
+		// identity.trust_request_id: the check API caller's IDs are
+		// trusted unless it is none.
+		TrustRequestID: a.cfg.Proxy.Identity.TrustsCheckRequestID(),
 	}
 }
 

@@ -82,7 +82,7 @@ var checkScratches = sync.Pool{New: func() any { return new(checkScratch) }}
 
 // request fills dst, the limiter's request for one valid check: tenant_id
 // and its plan, resource, key as the API key, tokens_requested permits,
-// request_id as a trusted request ID. The key and request ID are appended
+// request_id as a trusted request ID (when Deps.TrustRequestID). The key and request ID are appended
 // to buf, which it returns. A tenant the catalog does not know answers a
 // 400: the check API limits tenants as the proxy does, with their plan, so a
 // tenant is added through the tenants API (or config) before it is checked.
@@ -102,7 +102,7 @@ func (s *Server) request(prefix string, c *checkRequest, dst *limit.Request, buf
 		buf = append(buf, c.Key...)
 		dst.APIKey = buf[n:len(buf):len(buf)]
 	}
-	if c.RequestID != "" {
+	if c.RequestID != "" && s.deps.TrustRequestID {
 		n := len(buf)
 		buf = append(buf, c.RequestID...)
 		dst.RequestID = buf[n:len(buf):len(buf)]

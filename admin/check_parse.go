@@ -30,8 +30,9 @@ const (
 //
 // Key is the limited entity inside the tenant (a user ID or an API key); the limiter treats it as the request's API key, so limits.api_key and
 // the tenant's budget apply to it exactly as to a proxied request carrying that
-// key. RequestID is trusted (the caller holds the admin token): sliding_log
-// does not count a request ID twice.
+// key. RequestID is trusted (the caller holds the admin token) unless
+// identity.trust_request_id is none: sliding_log spares its retries within
+// the limiter's allowance.
 type checkRequest struct {
 	TenantID        string `json:"tenant_id"`
 	Resource        string `json:"resource"`

@@ -85,6 +85,10 @@ type Deps struct {
 	// (MetricsHelp reads it from docs/metrics.md); a family without one gets
 	// an empty # HELP line.
 	MetricsHelp map[string]string
+	// TrustRequestID lets a check's request_id spare a sliding_log count
+	// (a retry within the limiter's allowance): the caller holds the admin
+	// token. false: request_id is accepted and not passed to the limiter.
+	TrustRequestID bool
 }
 
 // Interface guards.

@@ -15,7 +15,8 @@ import (
 type leaseAnswer struct {
 	granted, remaining int64
 	retryMS, resetMS   int64 // -1: never
-	duplicate          bool
+	duplicate          bool  // a request ID's spared repeat: nothing taken
+	repeated           bool  // a request ID's repeat past its allowance: counted
 	late               bool  // run after the call's deadline: nothing granted
 	ref                int64 // where the leased permits (granted - need) were counted, for a return
 	usedRef            int64 // where the need permits were counted; 0: with the rest, at ref
@@ -29,6 +30,7 @@ func (a *leaseAnswer) result() LeaseResult {
 		RetryAfter: fromMS(a.retryMS),
 		Reset:      fromMS(a.resetMS),
 		Duplicate:  a.duplicate,
+		Repeated:   a.repeated,
 		Ref:        a.ref,
 		UsedRef:    a.usedRef,
 	}
@@ -106,6 +108,10 @@ func checkLease(req *LeaseRequest) error {
 	}
 	if req.Used < 0 || req.Used > MaxLimit || req.Spent < 0 || req.Spent > MaxLimit {
 		return fmt.Errorf("limit: lease for %q: %d used or %d spent permits is out of range", req.Key, req.Used, req.Spent)
+	}
+	if req.RequestIDRetries < 0 || req.RequestIDRetries > MaxRequestIDRetries || req.RequestIDWindow < 0 || req.RequestIDWindow > MaxWindow {
+		return fmt.Errorf("limit: lease for %q: request ID allowance of %d retries within %v is out of range 0..%d within [0, %v]",
+			req.Key, req.RequestIDRetries, req.RequestIDWindow, MaxRequestIDRetries, MaxWindow)
 	}
 	if req.SpentAgo < 0 || req.SpentAgo > MaxWindow {
 		return fmt.Errorf("limit: lease for %q: spent %v ago is out of range [0, %v]", req.Key, req.SpentAgo, MaxWindow)

@@ -6,7 +6,19 @@ package limit
 type logState struct {
 	last int64  // newest time seen, ms
 	runs counts // at the lease's expiry (the score); counted while score + window > now
-	ids  map[string]int64
+	// ids are the request IDs counted by a grant, by ID; forgetMax is
+	// the latest of their forget times and swept the size of ids at the
+	// last sweep of forgotten IDs (each call checks its own ID's time, so
+	// a sweep is only for memory, amortised over the calls since).
+	ids       map[string]idRecord
+	forgetMax int64
+	swept     int
+}
+
+// idRecord is one counted request ID: when it is forgotten (ms) and how
+// many of its repeats were spared.
+type idRecord struct {
+	forget, spared int64
 }
 
 // lease mirrors sliding_log.lua step by step (without the deadline). Its
@@ -23,7 +35,9 @@ func (s *logState) lease(now int64, q *leaseQuery, rid []byte) leaseAnswer {
 	if at := now - q.spentAgoMS; q.spent > 0 && at+q.windowMS > now {
 		s.runs.add(at, q.spent)
 	}
-	dup := len(rid) > 0 && s.seen(rid, now)
+	rec, seen := s.lookup(rid, now)
+	dup := seen && rec.spared < q.idRetries
+	repeated := seen && !dup
 	used := s.runs.total()
 	var granted int64
 	if !dup {
@@ -32,7 +46,7 @@ func (s *logState) lease(now int64, q *leaseQuery, rid []byte) leaseAnswer {
 			granted = 0
 		}
 	}
-	a := leaseAnswer{duplicate: dup}
+	a := leaseAnswer{duplicate: dup, repeated: repeated}
 	if granted > 0 {
 		a.usedRef, a.ref = now+q.useWithinMS, now+q.leaseMS
 		s.runs.add(a.usedRef, q.need)
@@ -40,33 +54,48 @@ func (s *logState) lease(now int64, q *leaseQuery, rid []byte) leaseAnswer {
 			s.runs.add(a.ref, granted-q.need)
 		}
 		used += granted
-		if len(rid) > 0 {
-			if s.ids == nil {
-				s.ids = make(map[string]int64)
-			}
-			s.ids[string(rid)] = a.ref + q.windowMS
+		// A repeat past its allowance keeps the ID's record: recording it
+		// afresh would spare its next repeats again.
+		if len(rid) > 0 && !repeated && q.idRetries > 0 && q.idWindowMS > 0 {
+			s.record(rid, now+q.idWindowMS)
 		}
+	}
+	if dup {
+		rec.spared++
+		s.ids[string(rid)] = rec
 	}
 	a.granted, a.remaining = granted, max(q.limit-used, 0)
 	if granted == 0 && !dup {
 		a.retryMS = s.runs.retry(now, q.limit, used, q.need, q.windowMS)
 	}
 	a.resetMS = s.runs.resetMS(now, q.windowMS)
-	a.keepMS = max(a.resetMS, q.windowMS) + 1000
-	for _, forget := range s.ids {
-		a.keepMS = max(a.keepMS, forget-now+1000)
-	}
+	a.keepMS = max(a.resetMS, q.windowMS, s.forgetMax-now) + 1000
 	return a
 }
 
-// seen reports whether rid was counted and is not yet forgotten, dropping
-// forgotten IDs.
-func (s *logState) seen(rid []byte, now int64) bool {
-	for id, forget := range s.ids {
-		if forget <= now {
-			delete(s.ids, id)
-		}
+// lookup returns rid's record while it is not forgotten at now.
+func (s *logState) lookup(rid []byte, now int64) (idRecord, bool) {
+	if len(rid) == 0 {
+		return idRecord{}, false
 	}
-	_, ok := s.ids[string(rid)]
-	return ok
+	rec, ok := s.ids[string(rid)]
+	return rec, ok && rec.forget > now
+}
+
+// record counts rid until forget, first dropping the forgotten IDs when
+// ids has doubled since the last sweep.
+func (s *logState) record(rid []byte, forget int64) {
+	if s.ids == nil {
+		s.ids = make(map[string]idRecord)
+	}
+	if len(s.ids) >= 2*max(s.swept, 8) {
+		for id, rec := range s.ids {
+			if rec.forget <= s.last { // s.last: the time of this call
+				delete(s.ids, id)
+			}
+		}
+		s.swept = len(s.ids)
+	}
+	s.ids[string(rid)] = idRecord{forget: forget}
+	s.forgetMax = max(s.forgetMax, forget)
 }

@@ -82,10 +82,23 @@ type LeaseRequest struct {
 	// its expiry plus the window (or until Used re-dates them), so that no
 	// window holds more uses than the limit.
 	LeaseTTL time.Duration
-	// RequestID, when set, lets sliding_log skip a request it already counted.
-	// Callers set it only when the ID can be trusted.
+	// RequestID, when set, lets sliding_log spare a retry: a call with an
+	// ID that a granted call of the key counted less than RequestIDWindow
+	// ago takes nothing (Duplicate), at most RequestIDRetries times; a
+	// repeat past either is counted as a new request (Repeated). Callers
+	// set it only when the ID comes from a source trusted for it: each
+	// counted ID can pass RequestIDRetries more requests.
 	RequestID []byte
+	// RequestIDRetries is how many repeats of a counted RequestID are
+	// spared (0..MaxRequestIDRetries; 0: none, every call counts).
+	RequestIDRetries int64
+	// RequestIDWindow is how long after the counted call its repeats are
+	// spared (0..MaxWindow); the first call after it counts afresh.
+	RequestIDWindow time.Duration
 }
+
+// MaxRequestIDRetries is the most repeats of one request ID a store spares.
+const MaxRequestIDRetries = 15
 
 // LeaseResult is the store's answer to a LeaseRequest.
 type LeaseResult struct {
@@ -93,7 +106,8 @@ type LeaseResult struct {
 	Remaining  int64         // budget left in the current window after this grant
 	RetryAfter time.Duration // when a permit may next be granted; 0 if granted; -1 never
 	Reset      time.Duration // until the budget is whole again
-	Duplicate  bool          // RequestID was already counted: nothing new was taken
+	Duplicate  bool          // RequestID repeats within its allowance: nothing new was taken
+	Repeated   bool          // RequestID repeats past its allowance: counted as a new request
 	// Ref says where the grant's leased permits (Granted - Need, those the
 	// caller may hold) were counted, for a later Return; opaque.
 	Ref int64

@@ -88,6 +88,14 @@ type Config struct {
 	// MaxKeys bounds the local buckets a pod keeps (idle ones are evicted).
 	// Default 100000.
 	MaxKeys int `mapstructure:"max_keys"`
+	// RequestIDRetries is how many repeats of a counted request ID a
+	// sliding_log limit spares (0..15; 0: every request counts), when the
+	// ID comes from a source trusted for it (identity.trust_request_id).
+	// Default 2.
+	RequestIDRetries *int64 `mapstructure:"request_id_retries"`
+	// RequestIDWindow is how long after the counted request its repeats
+	// are spared. Default 10s.
+	RequestIDWindow time.Duration `mapstructure:"request_id_window"`
 }
 
 // SetDefaults fills the zero values.
@@ -105,6 +113,35 @@ func (c *Config) SetDefaults() {
 	confutil.SetDefault(&c.BreakerFailures, 5)
 	confutil.SetDefault(&c.BreakerCooldown, 200*time.Millisecond)
 	confutil.SetDefault(&c.MaxKeys, 100000)
+	if c.RequestIDRetries == nil {
+		n := int64(DefaultRequestIDRetries)
+		c.RequestIDRetries = &n
+	}
+	confutil.SetDefault(&c.RequestIDWindow, DefaultRequestIDWindow)
+}
+
+// Defaults of the request ID allowance: a client's or a proxy's retries
+// of one request, without the allowance growing into a way around the
+// limit (each counted request can pass this many more).
+const (
+	DefaultRequestIDRetries = 2
+	DefaultRequestIDWindow  = 10 * time.Second
+)
+
+// IDRetries returns request_id_retries (the default when unset).
+func (c *Config) IDRetries() int64 {
+	if c.RequestIDRetries == nil {
+		return DefaultRequestIDRetries
+	}
+	return *c.RequestIDRetries
+}
+
+// IDWindow returns request_id_window (the default when unset).
+func (c *Config) IDWindow() time.Duration {
+	if c.RequestIDWindow == 0 {
+		return DefaultRequestIDWindow
+	}
+	return c.RequestIDWindow
 }
 
 // FastPath reports whether local leases are on (local_fast_path).
@@ -138,6 +175,10 @@ func (c *Config) Validate() error {
 		{"limits.breaker_failures", c.BreakerFailures < 1, fmt.Sprintf("%d must be at least 1", c.BreakerFailures)},
 		{"limits.breaker_cooldown", c.BreakerCooldown <= 0, fmt.Sprintf("%v must be positive", c.BreakerCooldown)},
 		{"limits.max_keys", c.MaxKeys < 1, fmt.Sprintf("%d must be at least 1", c.MaxKeys)},
+		{"limits.request_id_retries", c.IDRetries() < 0 || c.IDRetries() > MaxRequestIDRetries,
+			fmt.Sprintf("%d is out of range 0 (none)..%d", c.IDRetries(), MaxRequestIDRetries)},
+		{"limits.request_id_window", c.RequestIDWindow < 0 || c.RequestIDWindow > MaxWindow,
+			fmt.Sprintf("%v is out of range (0, %v]", c.RequestIDWindow, MaxWindow)},
 	}
 	for _, ch := range checks {
 		if ch.bad {

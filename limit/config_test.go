@@ -19,11 +19,15 @@ func TestConfigValidateNamesEveryBadKey(t *testing.T) {
 		c.OnStoreFailure = "maybe"
 		c.IP = -1
 		c.MaxKeys = -5
+		n := int64(16)
+		c.RequestIDRetries = &n
+		c.RequestIDWindow = -time.Second
 	})
 	err := c.Validate()
 	require.Error(t, err)
 	for _, want := range []string{`limits.algorithm: "leaky_bucket" is not one of`, `limits.on_store_failure: "maybe" is not one of local, open, closed`,
-		"limits.ip: -1 is out of range", "limits.max_keys: -5 must be at least 1"} {
+		"limits.ip: -1 is out of range", "limits.max_keys: -5 must be at least 1",
+		"limits.request_id_retries: 16 is out of range 0 (none)..15", "limits.request_id_window: -1s is out of range"} {
 		assert.Contains(t, err.Error(), want)
 	}
 }

@@ -97,6 +97,9 @@ var confCases = []confCase{
 	{"SlidingWindowBoundaryBurst", confBoundaryBurst(SlidingWindow)},
 	{"SlidingLogBoundaryBurst", confBoundaryBurst(SlidingLog)},
 	{"SlidingLogDuplicateRequestID", confDuplicateID},
+	{"SlidingLogRequestIDAllowance", confIDAllowance},
+	{"SlidingLogRequestIDWindow", confIDWindow},
+	{"SlidingLogRequestIDNoRetries", confIDNoRetries},
 	{"SlidingWindowIgnoresRequestID", confIgnoresID},
 	{"ZeroLimit", confZeroLimit},
 	{"AlgorithmChange", confAlgorithmChange},
@@ -157,15 +160,23 @@ func confClient(t *testing.T, addrs []string) rueidis.Client {
 	return client
 }
 
-// lease asks for want permits of key and fails the test on an error.
+// lease asks for want permits of key and fails the test on an error. A
+// request ID gets the default allowance (2 retries within 10s).
 func (e *confEnv) lease(t *testing.T, key string, p Params, want int64, ttl time.Duration, rid string) LeaseResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	req := &LeaseRequest{Key: []byte(key), Params: p, Want: want, LeaseTTL: ttl}
 	if rid != "" {
 		req.RequestID = []byte(rid)
+		req.RequestIDRetries, req.RequestIDWindow = DefaultRequestIDRetries, DefaultRequestIDWindow
 	}
+	return e.leaseReq(t, req)
+}
+
+// leaseReq sends req and fails the test on an error.
+func (e *confEnv) leaseReq(t *testing.T, req *LeaseRequest) LeaseResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	res, err := e.store.Lease(ctx, req)
 	require.NoError(t, err)
 	return res
@@ -472,6 +483,82 @@ func confDuplicateID(t *testing.T, e *confEnv, key string) {
 	assert.Equal(t, int64(0), e.lease(t, key, p, 1, 0, "").Granted)
 	// The same ID under another key is another request.
 	assert.Equal(t, int64(1), e.lease(t, key+":other", p, 1, 0, "req-1").Granted)
+}
+
+// confIDAllowance: a counted request ID spares its next RequestIDRetries
+// repeats, and every repeat past them is counted as a new request, for as
+// long as the ID's window lasts: one constant ID cannot switch the limit
+// off.
+func confIDAllowance(t *testing.T, e *confEnv, key string) {
+	p := Params{Algorithm: SlidingLog, Limit: 5, Window: time.Minute}
+	req := func(rid string) LeaseResult {
+		return e.leaseReq(t, &LeaseRequest{Key: []byte(key), Params: p, Want: 1, RequestID: []byte(rid),
+			RequestIDRetries: 2, RequestIDWindow: time.Minute})
+	}
+	r := req("same")
+	require.Equal(t, int64(1), r.Granted)
+	assert.False(t, r.Duplicate)
+	assert.False(t, r.Repeated, "the first call is no repeat")
+	for i := 1; i <= 2; i++ {
+		r = req("same")
+		assert.True(t, r.Duplicate, "repeat %d is within the allowance", i)
+		assert.False(t, r.Repeated)
+		assert.Equal(t, int64(0), r.Granted, "a spared repeat takes nothing")
+		assert.Equal(t, int64(4), r.Remaining, "repeat %d", i)
+	}
+	granted := int64(0)
+	for i := 3; i <= 8; i++ {
+		r = req("same")
+		assert.False(t, r.Duplicate, "repeat %d is past the allowance", i)
+		assert.True(t, r.Repeated, "repeat %d", i)
+		granted += r.Granted
+	}
+	assert.Equal(t, int64(4), granted, "repeats past the allowance count against the limit")
+	assert.Equal(t, int64(0), r.Remaining)
+	assert.Positive(t, r.RetryAfter, "a counted repeat over the limit is refused as any request")
+	// Another ID under the key has an allowance of its own, once counted:
+	// at the limit it is refused and not recorded, so it is no repeat.
+	r = req("other")
+	assert.Equal(t, int64(0), r.Granted)
+	assert.False(t, r.Duplicate)
+	assert.False(t, req("other").Duplicate, "a refused ID was not counted")
+}
+
+// confIDWindow: a repeat after the ID's window is counted afresh, and
+// starts a new allowance.
+func confIDWindow(t *testing.T, e *confEnv, key string) {
+	p := Params{Algorithm: SlidingLog, Limit: 100, Window: time.Minute}
+	const window = 300 * time.Millisecond
+	req := func() LeaseResult {
+		return e.leaseReq(t, &LeaseRequest{Key: []byte(key), Params: p, Want: 1, RequestID: []byte("w"),
+			RequestIDRetries: 1, RequestIDWindow: window})
+	}
+	require.Equal(t, int64(1), req().Granted)
+	assert.True(t, req().Duplicate, "within the window")
+	assert.True(t, req().Repeated, "past the allowance")
+	e.sleep(window + 50*time.Millisecond)
+	r := req()
+	assert.False(t, r.Duplicate, "after the window")
+	assert.False(t, r.Repeated, "after the window the ID is new")
+	assert.Equal(t, int64(1), r.Granted)
+	assert.True(t, req().Duplicate, "a new allowance")
+	r = req()
+	assert.True(t, r.Repeated, "past the new allowance")
+	assert.Equal(t, int64(96), r.Remaining, "counted: the first call, the repeat past the allowance, the call after the window, this one")
+}
+
+// confIDNoRetries: with no retries allowed, a repeated ID counts every time.
+func confIDNoRetries(t *testing.T, e *confEnv, key string) {
+	p := Params{Algorithm: SlidingLog, Limit: 3, Window: time.Minute}
+	for i := range 4 {
+		r := e.leaseReq(t, &LeaseRequest{Key: []byte(key), Params: p, Want: 1, RequestID: []byte("n"), RequestIDWindow: time.Minute})
+		assert.False(t, r.Duplicate, "call %d", i)
+		want := int64(1)
+		if i == 3 {
+			want = 0 // over the limit
+		}
+		assert.Equal(t, want, r.Granted, "call %d", i)
+	}
 }
 
 func confIgnoresID(t *testing.T, e *confEnv, key string) {

@@ -659,7 +659,8 @@ func (b *bucket) retryFrom(now int64) time.Duration {
 // which reports what the local policy lets through here).
 func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, rid []byte) Decision {
 	// A late answer's permit stays counted: its request ID is recorded.
-	res, err := l.lease(ctx, s, &LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid), UseWithin: l.useWithin(s)}, nil)
+	res, err := l.lease(ctx, s, &LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid),
+		RequestIDRetries: l.cfg.IDRetries(), RequestIDWindow: l.cfg.IDWindow(), UseWithin: l.useWithin(s)}, nil)
 	if err != nil {
 		d := l.fallbackDecision(ctx, s, tokens)
 		if d.Allowed && l.policy == FailLocal && b != nil {
@@ -671,6 +672,7 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 		return d
 	}
 	leaseSize.Update(float64(tokens))
+	countRepeat(&res)
 	l.spendLocally(ctx, s, res.Granted)
 	return s.decision(res.Granted >= tokens || res.Duplicate, res.Remaining, res.RetryAfter, int64(res.Reset))
 }

@@ -26,6 +26,8 @@ var (
 	reportedPermits   = metrics.NewCounter(`sentinel_limit_fallback_permits_reported_total`)
 	lateReturns       = metrics.NewCounter(`sentinel_limit_late_lease_returns_total`)
 	cachedDenials     = metrics.NewCounter(`sentinel_limit_cached_denials_total`)
+	repeatsSpared     = metrics.NewCounter(`sentinel_limit_request_id_repeats_total{result="spared"}`)
+	repeatsCounted    = metrics.NewCounter(`sentinel_limit_request_id_repeats_total{result="counted"}`)
 	fallbackLocal     = metrics.NewCounter(`sentinel_limit_fallback_decisions_total{policy="local"}`)
 	fallbackOpen      = metrics.NewCounter(`sentinel_limit_fallback_decisions_total{policy="open"}`)
 	fallbackClosed    = metrics.NewCounter(`sentinel_limit_fallback_decisions_total{policy="closed"}`)
@@ -242,4 +244,15 @@ func escapeLabel(s string) string {
 		return s
 	}
 	return string(out)
+}
+
+// countRepeat counts an answer to a call with a request ID seen before:
+// spared within its allowance, counted as a new request past it.
+func countRepeat(res *LeaseResult) {
+	switch {
+	case res.Duplicate:
+		repeatsSpared.Inc()
+	case res.Repeated:
+		repeatsCounted.Inc()
+	}
 }

@@ -125,6 +125,7 @@ type leaseQuery struct {
 	limit, windowMS, want, need, leaseMS int64
 	ret, retRef, used, spent, spentAgoMS int64
 	useWithinMS                          int64
+	idRetries, idWindowMS                int64 // the request ID allowance (sliding_log)
 }
 
 func newLeaseQuery(req *LeaseRequest) leaseQuery {
@@ -132,6 +133,7 @@ func newLeaseQuery(req *LeaseRequest) leaseQuery {
 		limit: req.Params.Limit, windowMS: ceilMS(req.Params.Window), want: req.Want, need: req.need(),
 		leaseMS: ceilMS(req.LeaseTTL), ret: req.Return, retRef: req.ReturnRef, used: req.Used, spent: req.Spent,
 		spentAgoMS: int64(req.SpentAgo / time.Millisecond), useWithinMS: ceilMS(req.UseWithin),
+		idRetries: req.RequestIDRetries, idWindowMS: ceilMS(req.RequestIDWindow),
 	}
 }
 

@@ -135,17 +135,17 @@ func parseAnswer(resp rueidis.RedisResult) (leaseAnswer, int64, error) {
 		}
 	}
 	return leaseAnswer{granted: v[0], remaining: v[1], retryMS: v[2], resetMS: v[3],
-		duplicate: v[4] == 1, late: v[4] == 2, ref: v[5], usedRef: v[7]}, v[6], nil
+		duplicate: v[4] == 1, late: v[4] == 2, repeated: v[4] == 3, ref: v[5], usedRef: v[7]}, v[6], nil
 }
 
 // redisCall holds one call's keys and arguments. They are zero-copy strings
 // over buf, valid only for the call.
 type redisCall struct {
 	buf    []byte
-	ends   [16]int // ends of the pieces written into buf
+	ends   [18]int // ends of the pieces written into buf
 	n      int
 	keyArr [3]string
-	argArr [13]string
+	argArr [15]string
 	keys   []string
 	args   []string
 }
@@ -163,7 +163,7 @@ func putRedisCall(c *redisCall) {
 	if cap(c.buf) > 4096 {
 		return
 	}
-	c.keyArr, c.argArr = [3]string{}, [13]string{}
+	c.keyArr, c.argArr = [3]string{}, [15]string{}
 	c.keys, c.args = nil, nil
 	redisCallPool.Put(c)
 }
@@ -198,6 +198,9 @@ func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64) *rue
 		c.ints(p.Limit, w, req.Want, leaseMS, granularityMS(w, leaseMS))
 	}
 	c.ints(req.need(), req.Return, req.ReturnRef, deadline, req.Used, req.Spent, int64(req.SpentAgo/time.Millisecond), ceilMS(req.UseWithin))
+	if p.Algorithm == SlidingLog {
+		c.ints(req.RequestIDRetries, ceilMS(req.RequestIDWindow))
+	}
 	c.strings(nkeys)
 	return script
 }

@@ -1,13 +1,15 @@
--- sliding_log: an exact sorted-set log, with leases, returns and request-ID
--- dedupe.
+-- sliding_log: an exact sorted-set log, with leases, returns and spared
+-- retries of a request ID.
 --
 -- KEYS[1]  sorted set of permits: member = a unique sequence number, score =
 --          when it may last be used (ms): the call plus use_within for the
 --          need permits the caller uses at once, the lease's expiry for the rest;
 --          a permit counts while score + window > now.
 -- KEYS[2]  hash: "seq" (the member sequence), "t" (the newest Redis time seen, ms).
--- KEYS[3]  sorted set of request IDs already counted: score = when the ID is
---          forgotten (its permit's expiry + window, ms).
+-- KEYS[3]  sorted set of request IDs already counted: score = forget * 16 +
+--          spared, where forget is when the ID is forgotten (the counted
+--          call plus id_window, ms) and spared how many of its repeats were
+--          not counted (0..15).
 -- ARGV[1]  limit: permits per window (0..10^12)
 -- ARGV[2]  window in ms (>= 1)
 -- ARGV[3]  want: permits asked for (need..1000: one member per permit, so a
@@ -32,11 +34,16 @@
 -- ARGV[13] use_within in ms (>= 0): the caller uses the need permits within
 --          this of the call (after it, it gives them back); they are scored
 --          now + use_within
+-- ARGV[14] id_retries (0..15): how many repeats of a counted request ID are
+--          spared; a repeat past them is counted as a new request
+-- ARGV[15] id_window in ms (>= 0): how long after the counted call its
+--          repeats are spared; the first call after it is counted afresh
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
 --          used_ref}
---          status 1 when the request ID was already counted (nothing is
---          taken, granted is 0), 2 when past the deadline (nothing granted),
---          else 0; ref is the last member of this grant (the leased permits
+--          status 1 when the request ID repeats within its allowance
+--          (spared: nothing is taken, granted is 0), 2 when past the deadline
+--          (nothing granted), 3 when it repeats past its allowance (counted
+--          as a new request), else 0; ref is the last member of this grant (the leased permits
 --          are its last granted - need members), used_ref the last of its
 --          need permits (its first members); retry_after_ms is the window
 --          when limit is 0, -1 when need > limit.
@@ -57,6 +64,8 @@ local moved = tonumber(ARGV[10])
 local spent = tonumber(ARGV[11])
 local spent_ago = tonumber(ARGV[12])
 local use_within = tonumber(ARGV[13])
+local id_retries = tonumber(ARGV[14])
+local id_window = tonumber(ARGV[15])
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -97,10 +106,14 @@ if spent > 0 and now - spent_ago + window > now then
   end
   redis.call('ZADD', log, unpack(batch))
 end
-local status = 0
+local status, repeated, id_score = 0, false, nil
 if rid ~= '' then
-  redis.call('ZREMRANGEBYSCORE', ids, '-inf', now)
-  if redis.call('ZSCORE', ids, rid) then status = 1 end
+  -- An ID is forgotten once forget <= now: score <= now * 16 + 15.
+  redis.call('ZREMRANGEBYSCORE', ids, '-inf', now * 16 + 15)
+  id_score = tonumber(redis.call('ZSCORE', ids, rid))
+  if id_score then
+    if id_score % 16 < id_retries then status = 1 else repeated = true end
+  end
 end
 if status == 0 and deadline > 0 and now_us > deadline then status = 2 end
 local used = redis.call('ZCARD', log)
@@ -123,8 +136,14 @@ if granted > 0 then
   end
   redis.call('ZADD', log, unpack(batch))
   used = used + granted
-  if rid ~= '' then redis.call('ZADD', ids, score + window, rid) end
+  -- A repeat past its allowance keeps the ID's record (forget time and
+  -- spared count): re-recording it would spare its next repeats again.
+  if rid ~= '' and not repeated and id_retries > 0 and id_window > 0 then
+    redis.call('ZADD', ids, (now + id_window) * 16, rid)
+  end
 end
+if status == 1 then redis.call('ZADD', ids, id_score + 1, rid) end
+if status == 0 and repeated then status = 3 end
 redis.call('HSET', meta, 't', string.format('%d', now))
 
 local retry = 0
@@ -152,7 +171,7 @@ if keep < window then keep = window end
 redis.call('PEXPIRE', meta, string.format('%d', keep + 1000))
 local latest = redis.call('ZRANGE', ids, -1, -1, 'WITHSCORES')
 if #latest > 0 then
-  redis.call('PEXPIRE', ids, string.format('%d', tonumber(latest[2]) - now + 1000))
+  redis.call('PEXPIRE', ids, string.format('%d', math.floor(tonumber(latest[2]) / 16) - now + 1000))
 end
 local remaining = limit - used
 if remaining < 0 then remaining = 0 end

@@ -86,6 +86,32 @@ type IdentityConfig struct {
 	// RequestIDHeader names the request ID header, propagated to the upstream
 	// and set on every answer. Default "X-Request-Id".
 	RequestIDHeader string `mapstructure:"request_id_header"`
+	// TrustRequestID says whose request IDs may spare a sliding_log count
+	// (a retry within limits.request_id_retries and request_id_window):
+	// "check" (default) only the check API caller's request_id; "proxies"
+	// also the request ID header of requests from server.trusted_proxies;
+	// "none" nobody's. An untrusted ID is passed on but the limiter does
+	// not see it.
+	TrustRequestID string `mapstructure:"trust_request_id"`
+}
+
+// Values of identity.trust_request_id.
+const (
+	TrustRequestIDNone    = "none"
+	TrustRequestIDCheck   = "check"
+	TrustRequestIDProxies = "proxies"
+)
+
+// TrustsCheckRequestID reports whether the check API caller's request_id
+// may spare a count.
+func (c *IdentityConfig) TrustsCheckRequestID() bool {
+	return c.TrustRequestID == "" || c.TrustRequestID == TrustRequestIDCheck || c.TrustRequestID == TrustRequestIDProxies
+}
+
+// TrustsProxyRequestID reports whether the request ID header of a request
+// from a trusted proxy may spare a count.
+func (c *IdentityConfig) TrustsProxyRequestID() bool {
+	return c.TrustRequestID == TrustRequestIDProxies
 }
 
 // Route is one entry of the YAML list `routes`.
@@ -175,6 +201,7 @@ func (c *ServerConfig) SetDefaults() {
 func (c *IdentityConfig) SetDefaults() {
 	confutil.SetDefault(&c.APIKeyHeader, DefaultAPIKeyHeader)
 	confutil.SetDefault(&c.RequestIDHeader, DefaultRequestIDHeader)
+	confutil.SetDefault(&c.TrustRequestID, TrustRequestIDCheck)
 }
 
 // Validate checks every key; upstreamNames are the configured upstream pools
@@ -240,6 +267,11 @@ func (c *IdentityConfig) Validate() error {
 	}
 	if !isToken(c.RequestIDHeader) {
 		errs = append(errs, fmt.Errorf("identity.request_id_header: %q is not a header name", c.RequestIDHeader))
+	}
+	switch c.TrustRequestID {
+	case "", TrustRequestIDNone, TrustRequestIDCheck, TrustRequestIDProxies:
+	default:
+		errs = append(errs, fmt.Errorf("identity.trust_request_id: %q is not none, check or proxies", c.TrustRequestID))
 	}
 	return errors.Join(errs...)
 }

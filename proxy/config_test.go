@@ -54,6 +54,8 @@ func TestConfigValidateMessages(t *testing.T) {
 		{"underscore key", func(c *Config) { c.Identity.APIKeyHeader = "X_Key" },
 			`identity.api_key_header: "X_Key" has an underscore, which server.headers_with_underscores "drop" would drop`},
 		{"log rate", func(c *Config) { c.Server.ParseErrorLogRate = -1 }, `server.parse_error_log_rate: -1`},
+		{"trust request id", func(c *Config) { c.Identity.TrustRequestID = "clients" },
+			`identity.trust_request_id: "clients" is not none, check or proxies`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -41,7 +41,9 @@ type Identity struct {
 	Anonymous bool
 	// RequestID is the client's X-Request-Id, or a generated one.
 	// RequestIDTrusted is set only when the client's ID came through a trusted
-	// proxy: only then may the limiter use it to recognise a retry.
+	// proxy and identity.trust_request_id is proxies: only then may the
+	// limiter use it to spare a retry (the gateway's own IDs are unique, so
+	// they are not passed to it).
 	RequestID        []byte
 	RequestIDTrusted bool
 	// Route is the matched route; Resource and Heavy are its settings.
@@ -129,7 +131,7 @@ func (s *Server) identify(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
 	id.RequestID, id.RequestIDTrusted = id.idBuf[:0], false
 	if validRequestID(reqID) {
 		id.RequestID = append(id.RequestID, reqID...)
-		id.RequestIDTrusted = id.PeerTrusted
+		id.RequestIDTrusted = id.PeerTrusted && s.trustProxyIDs
 	} else {
 		id.RequestID = s.ids.appendID(id.RequestID)
 	}

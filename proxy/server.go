@@ -37,6 +37,7 @@ type Server struct {
 	apiKeyHeader    []byte
 	requestIDHeader []byte
 	ids             *idGen
+	trustProxyIDs   bool      // identity.trust_request_id is proxies
 	idents          sync.Pool // *Identity
 	errLog          *errorLog
 	access          *accessLog // nil: log.access is off
@@ -69,6 +70,7 @@ func New(deps Deps) (*Server, error) {
 		apiKeyHeader:    []byte(cfg.Identity.APIKeyHeader),
 		requestIDHeader: fasthttp.AppendNormalizedHeaderKey(nil, cfg.Identity.RequestIDHeader), // for SetCanonical
 		ids:             newIDGen(),
+		trustProxyIDs:   cfg.Identity.TrustsProxyRequestID(),
 	}
 	s.idents.New = func() any { return new(Identity) }
 	t, err := s.NewTable(cfg.Routes, Bindings{Upstreams: deps.Upstreams, Limits: deps.limits(), Pools: deps.Pools})
