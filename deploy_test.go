@@ -214,7 +214,6 @@ func TestKubernetesManifests(t *testing.T) {
 		ports[p.Name] = p.ContainerPort
 	}
 	assert.Equal(t, map[string]int{"http": 8080, "admin": 9090}, ports)
-	assert.Equal(t, "9090", pod.Metadata.Annotations["prometheus.io/port"])
 
 	// Probes: liveness /healthz, readiness /readyz, on the admin port.
 	for probe, path := range map[*k8sProbe]string{c.LivenessProbe: "/healthz", c.ReadinessProbe: "/readyz", c.StartupProbe: "/healthz"} {
