@@ -212,3 +212,32 @@ func ephemeralLow() int {
 	}
 	return low
 }
+
+// TestMakeClusterRefusesAHeldPort: with one of its ports held, cluster.sh
+// exits non-zero before it builds or starts anything, naming the port, the
+// variable that sets it and the process that holds it.
+func TestMakeClusterRefusesAHeldPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	held := ln.Addr().(*net.TCPAddr).Port
+	ports := freePorts(t, 8)
+	bin := t.TempDir()
+	cmd := exec.Command("bash", "deploy/cluster.sh", "5")
+	cmd.Env = append(os.Environ(),
+		"BIN="+bin,
+		fmt.Sprintf("GATEWAY_PORTS=%d %d %d", ports[0], ports[1], ports[2]),
+		fmt.Sprintf("ADMIN_PORTS=%d %d %d", ports[3], ports[4], ports[5]),
+		fmt.Sprintf("BACKEND_PORT=%d", ports[6]),
+		fmt.Sprintf("REDIS_PORT=%d", held),
+		fmt.Sprintf("PROMETHEUS_PORT=%d", ports[7]),
+	)
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "%s", out)
+	assert.Equal(t, 1, cmd.ProcessState.ExitCode(), "%s", out)
+	assert.Contains(t, string(out), fmt.Sprintf("cluster: port %d (redis-server, REDIS_PORT) is in use by pid %d (", held, os.Getpid()))
+	assert.NotContains(t, string(out), "cluster: up")
+	built, err := os.ReadDir(bin)
+	require.NoError(t, err)
+	assert.Empty(t, built, "nothing is built or started")
+}

@@ -7,7 +7,8 @@
 #
 # Ports (override from the environment): GATEWAY_PORTS="8081 8082 8083",
 # ADMIN_PORTS="9091 9092 9093", BACKEND_PORT=9000, REDIS_PORT=6390,
-# PROMETHEUS_PORT=9095. BIN=dir to build into (default bin).
+# PROMETHEUS_PORT=9095. BIN=dir to build into (default bin). A port in use
+# stops the script before it starts anything, naming the port and its holder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-}
@@ -17,6 +18,57 @@ backend_port=${BACKEND_PORT:-9000}
 redis_port=${REDIS_PORT:-6390}
 prom_port=${PROMETHEUS_PORT:-9095}
 bin=${BIN:-bin}
+
+# holder PORT: what listens on the TCP port (any address, IPv4 or IPv6), as
+# "pid N (command line)", from /proc: nothing to install, and it also finds
+# a listener that a connect to 127.0.0.1 would miss (one on another address).
+holder() {
+  local hex inodes inode fd pid
+  hex=$(printf '%04X' "$1")
+  # /proc/net/tcp{,6}: local_address is ADDR:PORT in hex, st 0A is LISTEN.
+  inodes=$(awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p {print $10}' \
+    /proc/net/tcp /proc/net/tcp6 2>/dev/null | sort -u)
+  [ -n "$inodes" ] || return 1
+  for inode in $inodes; do
+    for fd in /proc/[0-9]*/fd/*; do
+      if [ "$(readlink "$fd" 2>/dev/null)" = "socket:[$inode]" ]; then
+        pid=${fd#/proc/}; pid=${pid%%/*}
+        echo "pid $pid ($(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | sed 's/ $//'))"
+        return 0
+      fi
+    done
+  done
+  echo "a process this user cannot see (socket inode $inodes)"
+}
+
+# Every port is checked before anything starts: a process that finds its port
+# taken would fail in its own log while the cluster proxied to whatever holds it.
+busy=0
+declare -A seen=()
+check_port() { # port what
+  if [ -n "${seen[$1]:-}" ]; then
+    echo "cluster: port $1 is given to both ${seen[$1]} and $2" >&2
+    busy=1
+    return
+  fi
+  seen[$1]=$2
+  local who
+  if who=$(holder "$1"); then
+    echo "cluster: port $1 ($2) is in use by $who" >&2
+    busy=1
+  fi
+}
+for i in 0 1 2; do
+  check_port "${gateway_ports[$i]}" "gateway $((i + 1)), GATEWAY_PORTS"
+  check_port "${admin_ports[$i]}" "gateway $((i + 1)) admin, ADMIN_PORTS"
+done
+check_port "$backend_port" "demo backend, BACKEND_PORT"
+check_port "$redis_port" "redis-server, REDIS_PORT"
+check_port "$prom_port" "Prometheus, PROMETHEUS_PORT"
+if [ "$busy" != 0 ]; then
+  echo "cluster: nothing started; free the ports or choose others (see the top of deploy/cluster.sh)" >&2
+  exit 1
+fi
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
