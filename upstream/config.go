@@ -40,6 +40,14 @@ type PoolConfig struct {
 	// response header (to the last body byte unless the response streams),
 	// including a retry on another target. Default 30s.
 	Timeout time.Duration `mapstructure:"timeout"`
+	// BodyIdleTimeout bounds the wait for the next bytes of a streamed
+	// answer's body: one that sends nothing this long is cut. Default: the
+	// pool's Timeout.
+	BodyIdleTimeout time.Duration `mapstructure:"body_idle_timeout"`
+	// BodyTimeout, when set, bounds the whole answer, from picking a
+	// target to the last body byte. Default 0: none (the answer may stream
+	// as long as it sends something every BodyIdleTimeout).
+	BodyTimeout time.Duration `mapstructure:"body_timeout"`
 	// ConnectTimeout bounds establishing one connection to a target.
 	// Default 2s.
 	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
@@ -124,6 +132,7 @@ func (c Config) SetDefaults() {
 func (p *PoolConfig) SetDefaults() {
 	confutil.SetDefault(&p.Balance, BalanceRoundRobin)
 	confutil.SetDefault(&p.Timeout, 30*time.Second)
+	confutil.SetDefault(&p.BodyIdleTimeout, p.Timeout)
 	confutil.SetDefault(&p.ConnectTimeout, 2*time.Second)
 	confutil.SetDefault(&p.MaxConns, 512)
 	confutil.SetDefault(&p.MaxIdleConnDuration, fasthttp.DefaultMaxIdleConnDuration)
@@ -184,6 +193,7 @@ func (p *PoolConfig) validate(key string) error {
 	}
 	errs = append(errs,
 		confutil.Positive(key+".timeout", p.Timeout),
+		confutil.Positive(key+".body_idle_timeout", p.BodyIdleTimeout),
 		confutil.Positive(key+".connect_timeout", p.ConnectTimeout),
 		confutil.AtLeastOne(key+".max_conns", p.MaxConns),
 		confutil.Positive(key+".max_idle_conn_duration", p.MaxIdleConnDuration),
@@ -194,6 +204,9 @@ func (p *PoolConfig) validate(key string) error {
 		confutil.Positive(key+".breaker.open_for", p.Breaker.OpenFor),
 		confutil.AtLeastOne(key+".breaker.half_open_requests", p.Breaker.HalfOpenRequests),
 	)
+	if p.BodyTimeout < 0 || (p.BodyTimeout > 0 && p.BodyTimeout < p.Timeout) {
+		errs = append(errs, fmt.Errorf("%s.body_timeout: %s must be 0 (none) or at least %s.timeout (%s): it bounds the whole answer, head included", key, p.BodyTimeout, key, p.Timeout))
+	}
 	if p.Pipeline < 0 || p.Pipeline > MaxPipeline {
 		errs = append(errs, fmt.Errorf("%s.pipeline: %d must be within 0..%d (0: no pipelining)", key, p.Pipeline, MaxPipeline))
 	}

@@ -25,6 +25,7 @@ type targetMetrics struct {
 	healthy, breakerState     *metrics.Gauge
 	transitions               [3]*metrics.Counter // indexed by breaker state
 	ejections                 *metrics.Counter
+	cutIdle, cutTotal         *metrics.Counter // answers cut by body_idle_timeout, body_timeout
 	names                     []string
 }
 
@@ -47,6 +48,8 @@ func newTargetMetrics(pool, target string) *targetMetrics {
 	m.healthy = gauge(`sentinel_upstream_target_healthy{` + l + `}`)
 	m.breakerState = gauge(`sentinel_upstream_breaker_state{` + l + `}`)
 	m.ejections = counter(`sentinel_upstream_ejections_total{` + l + `}`)
+	m.cutIdle = counter(`sentinel_upstream_cut_answers_total{` + l + `,reason="body_idle"}`)
+	m.cutTotal = counter(`sentinel_upstream_cut_answers_total{` + l + `,reason="body_timeout"}`)
 	for s, name := range stateNames {
 		m.transitions[s] = counter(`sentinel_upstream_breaker_transitions_total{` + l + `,to="` + name + `"}`)
 	}

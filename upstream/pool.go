@@ -7,6 +7,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/internal/deadline"
 )
 
 // Pool is one upstream: its targets, the balancer over them and the pool
@@ -16,6 +18,8 @@ type Pool struct {
 	targets     []*target
 	leastPend   bool
 	timeout     time.Duration
+	bodyIdle    time.Duration // body_idle_timeout
+	bodyTimeout time.Duration // body_timeout, 0: none
 	next        atomic.Uint32 // round-robin cursor, also the tie-breaker of least_pending
 	panicNext   atomic.Uint32 // round-robin cursor of panic mode
 	watched     atomic.Bool   // the Set's background loop re-probes ejected targets
@@ -30,6 +34,8 @@ func newPool(name string, cfg PoolConfig) *Pool {
 		name:        name,
 		leastPend:   cfg.Balance == BalanceLeastPending,
 		timeout:     cfg.Timeout,
+		bodyIdle:    cfg.BodyIdleTimeout,
+		bodyTimeout: cfg.BodyTimeout,
 		latency:     newLatency(name),
 		panics:      metrics.GetOrCreateCounter(panicName(name)),
 		errNoTarget: fmt.Errorf("upstream %s: %w", name, ErrNoHealthy),
@@ -64,7 +70,12 @@ func newPool(name string, cfg PoolConfig) *Pool {
 // The response is buffered whole unless the caller sets resp.StreamBody
 // before the call; then Do returns after the headers and the caller must read
 // or close resp.BodyStream (the fasthttp server does so when resp is the
-// RequestCtx's response). Results and latency are then those of the headers.
+// RequestCtx's response). Results and latency are then those of the headers,
+// and the pool timeout ends with them: the body's reads are bounded by
+// body_idle_timeout each and, when set, by body_timeout from start; a body
+// cut by either fails its read with a timeout error and is counted in
+// sentinel_upstream_cut_answers_total and logged (at most a few lines a
+// second). A pipelined answer is read whole within the pool timeout.
 //
 // Only answers of the upstream count against a target (see Classify): a
 // request body that the client fails to deliver (a *ClientBodyError from
@@ -94,8 +105,12 @@ func (p *Pool) DoAt(req *fasthttp.Request, resp *fasthttp.Response, start time.T
 	end, dialFailed, err := p.attempt(t, trial, req, resp, start.UnixNano(), deadline)
 	if dialFailed && len(p.targets) > 1 {
 		if t2, trial2 := p.pick(end.UnixNano(), t); t2 != nil {
+			t = t2
 			end, _, err = p.attempt(t2, trial2, req, resp, end.UnixNano(), deadline)
 		}
+	}
+	if err == nil && resp.StreamBody && resp.BodyStream() != nil {
+		p.boundBody(t, resp, start)
 	}
 	p.latency.Update(end.Sub(start).Seconds())
 	return end, err
@@ -154,6 +169,18 @@ func (p *Pool) attempt(t *target, trial int64, req *fasthttp.Request, resp *fast
 	}
 	t.m.failure.Inc()
 	return end, dialFailed, &TargetError{Upstream: p.name, Target: t.url, Err: err}
+}
+
+// boundBody puts the reads of resp's streamed body, on t's connection,
+// under body_idle_timeout and body_timeout (from start) instead of the
+// pool timeout, which bounds the head only. A pipelined answer, read
+// whole, has no connection left to bound.
+func (p *Pool) boundBody(t *target, resp *fasthttp.Response, start time.Time) {
+	lim := deadline.BodyLimits{Idle: p.bodyIdle, OnCut: t.onBodyCut}
+	if p.bodyTimeout > 0 {
+		lim.End = start.Add(p.bodyTimeout)
+	}
+	deadline.Body(resp.LocalAddr(), lim)
 }
 
 // pick returns a target other than skip that admits a request at now, and

@@ -220,3 +220,17 @@ func TestErrorsAreTyped(t *testing.T) {
 	e := &TargetError{Upstream: "api", Target: "http://x", Err: errors.New("boom")}
 	assert.Equal(t, "upstream api: target http://x: boom", e.Error())
 }
+
+func TestBodyTimeoutsConfig(t *testing.T) {
+	c := Config{"api": {Targets: []string{"http://127.0.0.1:1"}, Timeout: 5 * time.Second}}
+	c.SetDefaults()
+	require.NoError(t, c.Validate())
+	assert.Equal(t, 5*time.Second, c["api"].BodyIdleTimeout, "body_idle_timeout defaults to the pool timeout")
+
+	c = Config{"api": {Targets: []string{"http://127.0.0.1:1"}, Timeout: 5 * time.Second, BodyIdleTimeout: -time.Second, BodyTimeout: time.Second}}
+	c.SetDefaults()
+	err := c.Validate()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "upstreams.api.body_idle_timeout: -1s is not a positive duration")
+	assert.Contains(t, err.Error(), "upstreams.api.body_timeout: 1s must be 0 (none) or at least upstreams.api.timeout (5s)")
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/internal/deadline"
+	"github.com/sentinel-gateway/sentinel/internal/logx"
 )
 
 // target is one backend of a pool. Everything the request path reads or
@@ -45,6 +46,11 @@ type target struct {
 
 	breaker *breaker
 	m       *targetMetrics
+	// onBodyCut is bodyCut, bound once (a method value made per request
+	// would allocate).
+	onBodyCut func(idle bool)
+	// bodyIdle and bodyTimeout are the pool's, for the log line of a cut.
+	bodyIdle, bodyTimeout time.Duration
 
 	removal    *removal     // the pool's cap on targets held out
 	outReasons atomic.Int32 // outEjected | outBreaker while held out
@@ -110,6 +116,7 @@ func newTarget(pool, rawURL string, cfg *PoolConfig, rm *removal) *target {
 	if cfg.Pipeline > 0 {
 		t.pipe = newPipeline(t, addr, isTLS, cfg)
 	}
+	t.onBodyCut, t.bodyIdle, t.bodyTimeout = t.bodyCut, cfg.BodyIdleTimeout, cfg.BodyTimeout
 	t.healthy.Store(true)
 	t.breaker = newBreaker(cfg.Breaker, t.breakerChanged)
 	t.breaker.mayTrip = func() bool { return t.takeOut(outBreaker) }
@@ -212,4 +219,26 @@ func (t *target) breakerChanged(to int32) {
 	t.m.breakerState.Set(float64(to))
 	t.m.transitions[to].Inc()
 	slog.Info("upstream breaker changed state", "upstream", t.pool, "target", t.url, "to", stateNames[to])
+}
+
+// cutLogs throttles the log lines of cut answers across all targets.
+var cutLogs = logx.NewThrottle(5)
+
+// bodyCut records an answer whose streamed body was cut: no bytes for
+// body_idle_timeout (idle), or not whole by body_timeout. The head was
+// counted as the target's success; the client got a truncated body.
+func (t *target) bodyCut(idle bool) {
+	reason, key, limit := "body_timeout", "body_timeout", t.bodyTimeout
+	if idle {
+		reason, key, limit = "body_idle", "body_idle_timeout", t.bodyIdle
+	}
+	if idle {
+		t.m.cutIdle.Inc()
+	} else {
+		t.m.cutTotal.Inc()
+	}
+	if ok, suppressed := cutLogs.Allow(time.Now()); ok {
+		slog.Warn("upstream answer cut: its body was not read whole within "+key,
+			"upstream", t.pool, "target", t.url, "reason", reason, key, limit.String(), "suppressed", suppressed)
+	}
 }

@@ -35,6 +35,7 @@ func NewSweeper(tick time.Duration) *Sweeper {
 // Wrap returns c with its deadlines kept by s.
 func (s *Sweeper) Wrap(c net.Conn) net.Conn {
 	cc := &clientConn{Conn: c, s: s}
+	cc.local = &connAddr{Addr: c.LocalAddr(), c: cc}
 	s.mu.Lock()
 	s.conns[cc] = struct{}{}
 	if !s.running {
@@ -91,6 +92,62 @@ type clientConn struct {
 	// mu orders the socket deadline changes of the sweeper (a cut) and of
 	// the owner (undoing a cut when it sets a new deadline).
 	mu sync.Mutex
+	// local is the connection's local address, which leads back to it
+	// (fasthttp stamps a Response with it): see Body.
+	local *connAddr
+	// body holds Body's bounds while on is set: from Body until the
+	// owner's next read deadline. The reads of the body and the next
+	// owner's calls follow Body in order (the pool hands the connection
+	// on), so only on is atomic.
+	body bodyBounds
+}
+
+// connAddr is a wrapped connection's local address.
+type connAddr struct {
+	net.Addr
+	c *clientConn
+}
+
+// BodyLimits bound the reading of a streamed answer's body.
+type BodyLimits struct {
+	// Idle is the longest wait for the next bytes (0: none).
+	Idle time.Duration
+	// End, when not zero, is when the whole body must have been read.
+	End time.Time
+	// OnCut, when set, is called once when a read fails because of a
+	// bound: idle says which (false: End). It runs on the reading
+	// goroutine and must not block.
+	OnCut func(idle bool)
+}
+
+// bodyBounds are BodyLimits in the sweeper's clock (ns since its epoch).
+type bodyBounds struct {
+	on        atomic.Bool
+	idle, end int64
+	onCut     func(idle bool)
+	reported  bool
+}
+
+// Body bounds the reads of a streamed body on the connection whose local
+// address is addr (a fasthttp Response's LocalAddr after a request on a
+// wrapped connection) by lim instead of the read deadline the request
+// set, until the connection's owner sets a read deadline again (its next
+// request). It reports false when addr is not a wrapped connection's.
+// Each read gets the deadline now + Idle (by the coarse clock plus a tick,
+// so never early), or End when that is sooner.
+func Body(addr net.Addr, lim BodyLimits) bool {
+	a, ok := addr.(*connAddr)
+	if !ok {
+		return false
+	}
+	c := a.c
+	b := &c.body
+	b.idle, b.end, b.onCut, b.reported = int64(lim.Idle), 0, lim.OnCut, false
+	if !lim.End.IsZero() {
+		b.end = c.s.at(lim.End)
+	}
+	b.on.Store(true)
+	return true
 }
 
 // direction is one way of a connection: its deadline, whether an operation
@@ -156,6 +213,9 @@ func (c *clientConn) SetDeadline(t time.Time) error {
 }
 
 func (c *clientConn) SetReadDeadline(t time.Time) error {
+	if c.body.on.Load() {
+		c.body.on.Store(false)
+	}
 	return c.setDeadline(&c.r, t, c.Conn.SetReadDeadline)
 }
 
@@ -171,13 +231,45 @@ func (c *clientConn) past(d *direction) bool {
 }
 
 func (c *clientConn) Read(b []byte) (int, error) {
+	var body *bodyBounds
+	if c.body.on.Load() {
+		body = &c.body
+		c.r.at.Store(body.deadline(c.s))
+	}
 	if c.past(&c.r) {
+		body.report(c.r.at.Load())
 		return 0, timeoutError(c.Conn, "read")
 	}
 	c.r.blocked.Store(true)
 	n, err := c.Conn.Read(b)
 	c.r.blocked.Store(false)
+	if err != nil && body != nil && c.r.cutDone.Load() {
+		body.report(c.r.at.Load())
+	}
 	return n, err
+}
+
+// deadline is the next read's: a tick past the coarse clock (which lags
+// by up to a tick) plus idle, or the end when that is sooner.
+func (b *bodyBounds) deadline(s *Sweeper) int64 {
+	at := int64(0)
+	if b.idle > 0 {
+		at = s.coarse.Load() + int64(s.tick) + b.idle
+	}
+	if b.end != 0 && (at == 0 || b.end < at) {
+		at = b.end
+	}
+	return at
+}
+
+// report calls onCut once for a read that failed at the deadline at (b may
+// be nil: no body bounds).
+func (b *bodyBounds) report(at int64) {
+	if b == nil || b.onCut == nil || b.reported {
+		return
+	}
+	b.reported = true
+	b.onCut(b.end == 0 || at < b.end)
 }
 
 func (c *clientConn) Write(b []byte) (int, error) {
@@ -189,6 +281,10 @@ func (c *clientConn) Write(b []byte) (int, error) {
 	c.w.blocked.Store(false)
 	return n, err
 }
+
+// LocalAddr returns the connection's local address, which leads Body back
+// to the connection.
+func (c *clientConn) LocalAddr() net.Addr { return c.local }
 
 func (c *clientConn) Close() error {
 	c.s.mu.Lock()

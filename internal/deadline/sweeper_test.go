@@ -193,3 +193,67 @@ func TestSweeperStopsWithItsLastConnection(t *testing.T) {
 	_, err := again.Read(make([]byte, 1))
 	assert.True(t, isTimeout(err), "a new connection is not swept: %v", err)
 }
+
+// TestSweeperBodyIdle: under Body, a read that gets bytes within Idle
+// goes on past the request's read deadline; one that waits longer than
+// Idle is cut and reported once as idle; the owner's next read deadline
+// ends the body's bounds.
+func TestSweeperBodyIdle(t *testing.T) {
+	client, server := pair(t, NewSweeper(sweepTick))
+	start := time.Now()
+	require.NoError(t, client.SetReadDeadline(start.Add(100*time.Millisecond)), "the head's deadline")
+	var cuts []bool
+	require.True(t, Body(client.LocalAddr(), BodyLimits{Idle: 200 * time.Millisecond, OnCut: func(idle bool) { cuts = append(cuts, idle) }}))
+	buf := make([]byte, 1)
+	for i := range 4 { // 4 × 60ms: past the head's deadline, each within Idle
+		time.Sleep(60 * time.Millisecond)
+		_, err := server.Write([]byte{'x'})
+		require.NoError(t, err)
+		_, err = client.Read(buf)
+		require.NoError(t, err, "read %d, %v after the head", i, time.Since(start))
+	}
+	stalled := time.Now()
+	_, err := client.Read(buf)
+	took := time.Since(stalled)
+	assert.True(t, isTimeout(err), "not a timeout error: %v", err)
+	assert.GreaterOrEqual(t, took, 200*time.Millisecond, "cut before Idle")
+	_, err = client.Read(buf)
+	assert.True(t, isTimeout(err))
+	assert.Equal(t, []bool{true}, cuts, "reported once, as idle")
+}
+
+// TestSweeperBodyEnd: End bounds the whole body however live it is, and
+// the cut is reported as not idle.
+func TestSweeperBodyEnd(t *testing.T) {
+	client, server := pair(t, NewSweeper(sweepTick))
+	var cuts []bool
+	end := time.Now().Add(250 * time.Millisecond)
+	require.True(t, Body(client.LocalAddr(), BodyLimits{Idle: time.Second, End: end, OnCut: func(idle bool) { cuts = append(cuts, idle) }}))
+	buf := make([]byte, 1)
+	var err error
+	for err == nil {
+		if _, werr := server.Write([]byte{'x'}); werr != nil {
+			break
+		}
+		_, err = client.Read(buf)
+		time.Sleep(20 * time.Millisecond)
+	}
+	assert.True(t, isTimeout(err), "not a timeout error: %v", err)
+	assert.False(t, time.Now().Before(end), "cut before End")
+	assert.Equal(t, []bool{false}, cuts)
+}
+
+// TestSweeperBodyEndsWithNextDeadline: a read deadline set by the owner
+// (its next request) replaces the body's bounds; Body refuses an address
+// that is not a wrapped connection's.
+func TestSweeperBodyEndsWithNextDeadline(t *testing.T) {
+	client, server := pair(t, NewSweeper(sweepTick))
+	cut := false
+	require.True(t, Body(client.LocalAddr(), BodyLimits{Idle: time.Hour, OnCut: func(bool) { cut = true }}))
+	start := time.Now()
+	require.NoError(t, client.SetReadDeadline(start.Add(100*time.Millisecond)))
+	_, err := client.Read(make([]byte, 1))
+	assert.True(t, isTimeout(err), "the new deadline holds, not the body's hour: %v", err)
+	assert.False(t, cut, "a request's deadline is no body cut")
+	assert.False(t, Body(server.LocalAddr(), BodyLimits{Idle: time.Second}))
+}
