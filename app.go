@@ -99,7 +99,7 @@ func (a *app) buildLimits(cfg *Config) (err error) {
 		a.store = limit.NewRedisStore(a.redis, limit.RedisStoreOptions{KeyPrefix: cfg.Redis.KeyPrefix})
 		a.storeName = "redis " + fmt.Sprint(cfg.Redis.Addrs)
 	} else {
-		a.store = limit.NewMemoryStore(limit.MemoryOptions{})
+		a.store = limit.NewMemoryStore(limit.MemoryOptions{MaxKeys: cfg.Limits.MaxKeys})
 		a.storeName = "in-memory"
 	}
 	if a.catalog, err = limit.NewCatalog(cfg.Plans, cfg.Tenants, cfg.Rules); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
+	"github.com/sentinel-gateway/sentinel/limit"
 )
 
 var (
@@ -132,6 +133,9 @@ func (a *app) applyLimits(next *Config) error {
 		return err
 	}
 	a.limiter.swap(l)
+	if ms, ok := a.store.(*limit.MemoryStore); ok {
+		ms.SetMaxKeys(next.Limits.MaxKeys)
+	}
 	a.cfg.Limits, a.cfg.Tenants, a.cfg.Rules = next.Limits, next.Tenants, next.Rules
 	a.onStoreFailure.Store(&next.Limits.OnStoreFailure)
 	return nil

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/cespare/xxhash/v2"
 )
 
@@ -66,6 +67,10 @@ type fill struct {
 	done chan struct{}
 }
 
+// unkeptBuckets counts the keys decided with a bucket the full table did
+// not keep.
+var unkeptBuckets = metrics.NewCounter(`sentinel_limit_local_buckets_unkept_total`)
+
 // bucketTable maps keys to buckets: sharded maps behind RWMutexes, read
 // without allocating.
 type bucketTable struct {
@@ -80,7 +85,7 @@ type bucketShard struct {
 }
 
 func newBucketTable(maxKeys int) *bucketTable {
-	t := &bucketTable{perShard: max(1, (maxKeys+bucketShards-1)/bucketShards)}
+	t := &bucketTable{perShard: max(1, maxKeys/bucketShards)}
 	for i := range t.shards {
 		t.shards[i].m = make(map[string]*bucket)
 	}
@@ -107,23 +112,56 @@ func (t *bucketTable) get(key []byte, now int64) *bucket {
 	if b = sh.m[string(key)]; b != nil {
 		return b
 	}
-	if len(sh.m) >= t.perShard {
-		// Full: drop a few entries (map order is random). Their unused
-		// permits are lost, which can only under-use a limit.
-		n := 0
-		for k := range sh.m {
-			delete(sh.m, k)
-			t.count.Add(-1)
-			if n++; n == 4 {
-				break
-			}
-		}
+	if len(sh.m) >= t.perShard && !t.makeRoom(sh) {
+		// Full of buckets that hold state: this key is decided with a
+		// bucket that is not kept. A new bucket leases only what its
+		// request needs, so it wastes nothing; the key only loses the
+		// local fast path until there is room.
+		unkeptBuckets.Inc()
+		b = &bucket{key: string(key), remaining: -1}
+		b.lastUsed.Store(now)
+		return b
 	}
 	b = &bucket{key: string(key), remaining: -1}
 	b.lastUsed.Store(now)
 	sh.m[b.key] = b
 	t.count.Add(1)
 	return b
+}
+
+// makeRoom drops up to four buckets that hold nothing among a few of the
+// shard's (map order is random) and reports whether it dropped any. A bucket
+// holds something when it has a store call in flight or given up on
+// (fill, late), permits the local failure policy let through and not yet
+// reported to the store (spent), or leased permits not yet used or given
+// back (permits, expired): dropping the first would let a limit be
+// exceeded, dropping the second would keep budget counted in the store that
+// nobody can use. The caller holds sh.mu.
+func (t *bucketTable) makeRoom(sh *bucketShard) bool {
+	const sample, most = 32, 4
+	seen, dropped := 0, 0
+	for k, b := range sh.m {
+		if seen++; seen > sample || dropped == most {
+			break
+		}
+		if b.holdsNothing() {
+			delete(sh.m, k)
+			t.count.Add(-1)
+			dropped++
+		}
+	}
+	return dropped > 0
+}
+
+// holdsNothing reports whether b can be dropped without losing anything
+// but its cached answers (see makeRoom). It does not wait for b.mu: a
+// bucket in use is not dropped.
+func (b *bucket) holdsNothing() bool {
+	if b.late.Load() > 0 || !b.mu.TryLock() {
+		return false
+	}
+	defer b.mu.Unlock()
+	return b.fill == nil && b.spent == 0 && b.permits == 0 && b.expired == 0
 }
 
 // sweep drops buckets unused since before idleBefore that have no call in

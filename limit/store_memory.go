@@ -2,7 +2,9 @@ package limit
 
 import (
 	"context"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -13,8 +15,13 @@ const memoryShards = 256
 
 // MemoryOptions configure a MemoryStore. The zero value is usable.
 type MemoryOptions struct {
-	// MaxKeys bounds the number of keys kept; when a shard is full, the key
-	// closest to expiry among a few sampled ones is evicted. Default 1<<20.
+	// MaxKeys bounds the number of keys kept (limits.max_keys). Room for a
+	// new key is made only by dropping expired keys: a key whose counts
+	// still matter is never dropped. When the store is full, new keys are
+	// decided by an overflow entry that all new keys of the same scope and
+	// limit share (see overflow), so a flood of new keys gets at most one
+	// limit between them. Rounded down to a multiple of 256 (the shards),
+	// at least 256. Default 1<<20.
 	MaxKeys int
 	// Now returns the current time. Default time.Now; tests inject a clock.
 	Now func() time.Time
@@ -26,21 +33,25 @@ type MemoryOptions struct {
 // MemoryStore is the in-process Store: the same algorithms and lease
 // accounting as the Redis scripts, for a single instance. Keys are spread
 // over 256 shards by xxhash, each with its own mutex, so there is no global
-// lock; expired keys are swept in the background and memory is bounded by
-// MaxKeys.
+// lock; expired keys are swept in the background and the number of keys is
+// bounded by MaxKeys.
 type MemoryStore struct {
 	now      func() time.Time
-	perShard int
+	perShard atomic.Int64 // MaxKeys spread over the shards
 	shards   [memoryShards]memoryShard
+	overflow overflowTable
 	stop     chan struct{}
 	done     chan struct{}
 	once     sync.Once
 }
 
 type memoryShard struct {
-	// mu protects m. Do not use sync.RWMutex: every Lease writes.
+	// mu protects m and soonest. Do not use sync.RWMutex: every Lease writes.
 	mu sync.Mutex
 	m  map[string]*memoryEntry
+	// soonest is at or before the earliest expiry in m: while now is before
+	// it, a full shard has nothing to drop and is not scanned.
+	soonest int64
 }
 
 // memoryEntry is one key's state; only the part of its algorithm is used.
@@ -66,14 +77,16 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 		opts.SweepInterval = time.Second
 	}
 	s := &MemoryStore{
-		now:      opts.Now,
-		perShard: max(1, (opts.MaxKeys+memoryShards-1)/memoryShards),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
+		now:  opts.Now,
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
 	}
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]*memoryEntry)
 	}
+	s.overflow.m = make(map[uint64]*memoryEntry)
+	s.SetMaxKeys(opts.MaxKeys)
+	memoryStores.Store(s, struct{}{})
 	go s.sweepLoop(opts.SweepInterval)
 	return s
 }
@@ -90,11 +103,24 @@ func (s *MemoryStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult
 	now := s.now().UnixMilli()
 	sh := &s.shards[xxhash.Sum64(req.Key)%memoryShards]
 	sh.mu.Lock()
-	e := sh.entry(req.Key, req.Params.Algorithm, now, s.perShard)
+	e := sh.entry(req.Key, req.Params.Algorithm, now, int(s.perShard.Load()))
+	if e == nil {
+		sh.mu.Unlock()
+		return s.overflow.lease(now, req), nil
+	}
 	a := e.lease(now, req)
 	e.expireAt = now + a.keepMS
+	sh.soonest = min(sh.soonest, e.expireAt)
 	sh.mu.Unlock()
 	return a.result(), nil
+}
+
+// SetMaxKeys changes the bound on the number of keys: n rounded down to a
+// multiple of the shard count, at least one key per shard. A lower
+// bound drops no key: a shard above it takes no new key until enough of its
+// keys have expired.
+func (s *MemoryStore) SetMaxKeys(n int) {
+	s.perShard.Store(int64(max(1, n/memoryShards)))
 }
 
 // Ping always succeeds.
@@ -105,6 +131,7 @@ func (s *MemoryStore) Close() {
 	s.once.Do(func() {
 		close(s.stop)
 		<-s.done
+		memoryStores.Delete(s)
 	})
 }
 
@@ -138,20 +165,26 @@ func newLeaseQuery(req *LeaseRequest) leaseQuery {
 }
 
 func (e *memoryEntry) lease(now int64, req *LeaseRequest) leaseAnswer {
-	p := &req.Params
 	q := newLeaseQuery(req)
+	return e.leaseQuery(now, req, &q, req.RequestID)
+}
+
+// leaseQuery runs q on the entry's algorithm; requestID may be nil.
+func (e *memoryEntry) leaseQuery(now int64, req *LeaseRequest, q *leaseQuery, requestID []byte) leaseAnswer {
+	p := &req.Params
 	switch p.Algorithm {
 	case SlidingLog:
-		return e.log.lease(now, &q, req.RequestID)
+		return e.log.lease(now, q, requestID)
 	case TokenBucket:
-		return e.bucket.lease(now, p.Capacity, p.RefillRate, &q)
+		return e.bucket.lease(now, p.Capacity, p.RefillRate, q)
 	default:
-		return e.window.lease(now, &q, granularityMS(q.windowMS, q.leaseMS))
+		return e.window.lease(now, q, granularityMS(q.windowMS, q.leaseMS))
 	}
 }
 
 // entry finds or makes the key's entry. An expired entry, or one kept for
-// another algorithm (Redis keys differ by algorithm), starts afresh.
+// another algorithm (Redis keys differ by algorithm), starts afresh. It
+// returns nil when the key is new and the shard holds limit live keys.
 func (sh *memoryShard) entry(key []byte, alg Algorithm, now int64, limit int) *memoryEntry {
 	e := sh.m[string(key)]
 	if e != nil && e.alg == alg && e.expireAt > now {
@@ -159,7 +192,9 @@ func (sh *memoryShard) entry(key []byte, alg Algorithm, now int64, limit int) *m
 	}
 	if e == nil {
 		if len(sh.m) >= limit {
-			sh.evict(now)
+			if sh.dropExpired(now); len(sh.m) >= limit {
+				return nil
+			}
 		}
 		e = &memoryEntry{}
 		sh.m[string(key)] = e
@@ -168,27 +203,25 @@ func (sh *memoryShard) entry(key []byte, alg Algorithm, now int64, limit int) *m
 	return e
 }
 
-// evict makes room for one key: it drops the expired entries among a few
-// (randomly ordered) map entries, or else the one closest to expiry.
-// Evicting a live key forgets its counts; MaxKeys is sized so that this only
-// happens under a flood of distinct keys.
-func (sh *memoryShard) evict(now int64) {
-	const sample = 8
-	var victim string
-	victimAt, seen := int64(0), 0
+// dropExpired drops the shard's expired entries and returns how many. It
+// scans only when soonest says some entry may have expired, so a flood of
+// new keys into a shard of live keys costs one comparison per key.
+func (sh *memoryShard) dropExpired(now int64) int {
+	if now < sh.soonest {
+		return 0
+	}
+	n := 0
+	soonest := int64(math.MaxInt64)
 	for k, e := range sh.m {
 		if e.expireAt <= now {
 			delete(sh.m, k)
-			return
+			n++
+			continue
 		}
-		if seen == 0 || e.expireAt < victimAt {
-			victim, victimAt = k, e.expireAt
-		}
-		if seen++; seen == sample {
-			break
-		}
+		soonest = min(soonest, e.expireAt)
 	}
-	delete(sh.m, victim)
+	sh.soonest = soonest
+	return n
 }
 
 func (s *MemoryStore) sweepLoop(every time.Duration) {
@@ -211,11 +244,8 @@ func (s *MemoryStore) sweep() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.m {
-			if e.expireAt <= now {
-				delete(sh.m, k)
-			}
-		}
+		sh.dropExpired(now)
 		sh.mu.Unlock()
 	}
+	s.overflow.sweep(now)
 }

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/limit"
+)
+
+// TestFaultKeyFloodKeepsExhaustedCounters: a gateway on the in-memory store
+// (limits.max_keys at its default) with an IP limit of 10 per hour. 200
+// clients use up their limit (one of them over HTTP), then 2,000,000
+// distinct keys flood the same store. Every one of the 200 is still
+// refused, the store holds no more than max_keys keys, and the flood gets
+// no more than the room that was left plus one limit.
+func TestFaultKeyFloodKeepsExhaustedCounters(t *testing.T) {
+	const limitPerHour, held, flood = 10, 200, 2_000_000
+	up := startUpstream(t)
+	g := startGateway(t, `
+server: {admin_listen: "127.0.0.1:0"}
+limits: {ip: `+strconv.Itoa(limitPerHour)+`, window: 1h}
+upstreams:
+  api: {targets: ["`+up.url+`"]}
+routes:
+  - {path_prefix: /, upstream: api}
+`)
+	store, ok := g.app.store.(*limit.MemoryStore)
+	require.True(t, ok, "the gateway runs on the in-memory store")
+	maxKeys := g.app.cfg.Limits.MaxKeys
+	ctx := context.Background()
+
+	for range limitPerHour {
+		require.Equal(t, 200, status("GET", g.url+"/x"))
+	}
+	require.Equal(t, 429, status("GET", g.url+"/x"))
+	ips := make([][]byte, held-1)
+	for i := range ips {
+		ips[i] = []byte(fmt.Sprintf("10.1.%d.%d", i/250, i%250))
+		for range limitPerHour {
+			require.True(t, g.app.limiter.Allow(ctx, &limit.Request{IP: ips[i]}).Allowed)
+		}
+		require.False(t, g.app.limiter.Allow(ctx, &limit.Request{IP: ips[i]}).Allowed)
+	}
+
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	var granted atomic.Int64
+	var wg sync.WaitGroup
+	const workers = 2
+	for w := range workers {
+		wg.Go(func() {
+			req := &limit.LeaseRequest{
+				Params: limit.Params{Algorithm: limit.SlidingWindow, Limit: limitPerHour, Window: time.Hour},
+				Want:   1, LeaseTTL: 250 * time.Millisecond,
+			}
+			var buf, ip []byte
+			n := int64(0)
+			for i := w; i < flood; i += workers {
+				ip = strconv.AppendInt(append(ip[:0], "flood-"...), int64(i), 10)
+				req.Key = limit.AppendKey(buf[:0], "", "ip", ip)
+				buf = req.Key
+				r, err := store.Lease(ctx, req)
+				if err != nil {
+					panic(err)
+				}
+				n += r.Granted
+			}
+			granted.Add(n)
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+
+	refused := 0
+	if status("GET", g.url+"/x") == 429 {
+		refused++
+	}
+	for _, ip := range ips {
+		if !g.app.limiter.Allow(ctx, &limit.Request{IP: ip}).Allowed {
+			refused++
+		}
+	}
+	overflow := scrape(t, g.admin, "sentinel_limit_memory_overflow_decisions_total")
+	keys := store.Len()
+	growth := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("faults: key flood: %d of %d exhausted clients still refused after %d distinct keys (%.1f s, %.0f keys/s); store holds %d keys (max_keys %d); flood granted %d; overflow decisions %.0f; heap %+.1f MB (%.0f B per key held)",
+		refused, held, flood, took.Seconds(), float64(flood)/took.Seconds(), keys, maxKeys, granted.Load(), overflow,
+		float64(growth)/(1<<20), float64(growth)/float64(max(keys, 1)))
+	assert.Equal(t, held, refused, "exhausted counters were forgotten under the flood")
+	assert.LessOrEqual(t, keys, maxKeys)
+	assert.LessOrEqual(t, granted.Load(), int64(maxKeys-held+limitPerHour), "the flood got more than the room left and one limit")
+	assert.Positive(t, overflow)
+	assert.Less(t, growth, int64(maxKeys)*2048, "the store's memory is not bounded by max_keys")
+}
