@@ -18,7 +18,7 @@ func TestRequestPathAllocatesNothing(t *testing.T) {
 		_ = c.Policy()
 		_, _ = c.LimitAdjustment()
 		c.RequestStarted()
-		tk, ok := l.Acquire(PriorityPremium)
+		tk, ok := l.Acquire(PriorityPremium, 0)
 		if !ok {
 			t.Fatal("shed")
 		}
@@ -48,7 +48,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			tk, ok := l.Acquire(PriorityPremium)
+			tk, ok := l.Acquire(PriorityPremium, 0)
 			if ok {
 				tk.Release(time.Now(), time.Millisecond, OK)
 			}

@@ -43,12 +43,12 @@ func (p Priority) String() string {
 }
 
 // ConcurrencyLimiter bounds the requests in flight to one upstream from this
-// pod. The limit adapts like Netflix's Gradient2: it compares a short-term
-// average of the latency with a long-term one (the no-load latency it has
-// learned); when the short one rises, the limit shrinks by their ratio, and
-// otherwise it grows by a queue allowance of about √limit. Admission is by
-// priority: PREMIUM may fill the whole limit, STANDARD and FREE only their
-// shares of it, so FREE is shed first and PREMIUM always has room.
+// pod. The limit adapts to the upstream's congestion, which it reads from
+// latency the way Netflix's Gradient2 and Envoy's adaptive concurrency do,
+// but against a baseline per route and only where the requests in flight
+// explain the rise (gradient.go). Admission is by priority: PREMIUM may
+// fill the whole limit, STANDARD and FREE only their shares of it, so FREE
+// is shed first and PREMIUM always has room.
 type ConcurrencyLimiter struct {
 	name     string
 	cfg      ConcurrencyConfig
@@ -56,16 +56,23 @@ type ConcurrencyLimiter struct {
 	inflight atomic.Int64
 	slot     chan struct{}   // a Release wakes one waiter
 	waiting  [3]atomic.Int32 // requests waiting for a slot, by priority
+	// gatewayDelay is the gateway's own scheduling delay (nanoseconds, the
+	// controller's latest sample; nil: none), which no upstream causes.
+	gatewayDelay *atomic.Int64
 
 	mu       sync.Mutex // guards the gradient state; OK samples are skipped when busy
-	short    float64    // seconds, EWMA over ~10 samples
-	long     float64    // seconds, EWMA with a time constant of longWindow
+	short    float64    // seconds, EWMA over ~10 samples of every route
 	last     time.Time  // of the last update
 	samples  int64
+	congest  float64   // the routes' latency over their thresholds, EWMA over ~10 samples
 	floor    float64   // learned floor (see sample)
 	floorAt  time.Time // when floor was last aged
-	lastDrop time.Time
+	lastCut  time.Time // of the last multiplicative cut (latency or back-off)
+	routeIDs map[string]Route
+	routes   [maxRoutes]routeCost
 	drops    *metrics.Counter
+	cuts     *metrics.Counter
+	rebases  *metrics.Counter
 
 	shortBits      atomic.Uint64 // short, readable without mu
 	congestedUntil atomic.Int64  // unix nanos: the shares apply until then (see capFor)
@@ -77,16 +84,22 @@ type ConcurrencyLimiter struct {
 	series      []string               // the names addMetrics registered
 }
 
-// newConcurrencyLimiter builds the limiter of one upstream. It serves no
-// request before addMetrics has given it its series.
-func newConcurrencyLimiter(name string, cfg ConcurrencyConfig) *ConcurrencyLimiter {
-	c := &ConcurrencyLimiter{name: name, cfg: cfg, slot: make(chan struct{}, 1)}
+// newConcurrencyLimiter builds the limiter of one upstream; gatewayDelay
+// may be nil. It serves no request before addMetrics has given it its
+// series.
+func newConcurrencyLimiter(name string, cfg ConcurrencyConfig, gatewayDelay *atomic.Int64) *ConcurrencyLimiter {
+	c := &ConcurrencyLimiter{name: name, cfg: cfg, slot: make(chan struct{}, 1), gatewayDelay: gatewayDelay,
+		routeIDs: map[string]Route{}}
 	c.limit.Store(math.Float64bits(float64(cfg.InitialLimit)))
 	return c
 }
 
 // Ticket is one admitted request; Release it when the upstream answered.
-type Ticket struct{ c *ConcurrencyLimiter }
+type Ticket struct {
+	c        *ConcurrencyLimiter
+	route    Route
+	admitted int32 // requests in flight when it was admitted, itself included
+}
 
 // Limit is the current concurrency limit.
 func (c *ConcurrencyLimiter) Limit() float64 { return math.Float64frombits(c.limit.Load()) }
@@ -116,11 +129,13 @@ func (c *ConcurrencyLimiter) capFor(p Priority, inflight, now int64) int64 {
 	return max(1, int64(l*c.cfg.FreeShare))
 }
 
-func (c *ConcurrencyLimiter) tryAcquire(p Priority) bool {
+// tryAcquire takes a slot for priority p without waiting and returns the
+// requests in flight with it, or 0 when there is none.
+func (c *ConcurrencyLimiter) tryAcquire(p Priority) int64 {
 	// A freed slot goes to a waiting request of higher priority first.
 	for q := p + 1; q <= PriorityPremium; q++ {
 		if c.waiting[q].Load() > 0 {
-			return false
+			return 0
 		}
 	}
 	var now int64 // read once, and only when a share may apply
@@ -130,10 +145,10 @@ func (c *ConcurrencyLimiter) tryAcquire(p Priority) bool {
 	for {
 		n := c.inflight.Load()
 		if n >= c.capFor(p, n, now) {
-			return false
+			return 0
 		}
 		if c.inflight.CompareAndSwap(n, n+1) {
-			return true
+			return n + 1
 		}
 	}
 }
@@ -151,14 +166,15 @@ func (c *ConcurrencyLimiter) queueTimeout(p Priority) time.Duration {
 	return d
 }
 
-// Acquire admits a request of priority p, or reports false when it must be
-// shed: PREMIUM and STANDARD after waiting for a slot (see queueTimeout),
-// FREE at once while the upstream is congested, else after waiting
-// queue_timeout too (a burst on a healthy upstream is served, not shed).
-// Admission without waiting allocates nothing.
-func (c *ConcurrencyLimiter) Acquire(p Priority) (Ticket, bool) {
-	if c.tryAcquire(p) {
-		return Ticket{c}, true
+// Acquire admits a request of priority p on route r (see Route), or
+// reports false when it must be shed: PREMIUM and STANDARD after waiting
+// for a slot (see queueTimeout), FREE at once while the upstream is
+// congested, else after waiting queue_timeout too (a burst on a healthy
+// upstream is served, not shed). Admission without waiting allocates
+// nothing.
+func (c *ConcurrencyLimiter) Acquire(p Priority, r Route) (Ticket, bool) {
+	if n := c.tryAcquire(p); n > 0 {
+		return c.ticket(r, n), true
 	}
 	if p == PriorityFree && time.Now().UnixNano() < c.congestedUntil.Load() {
 		c.shed[p][0].Add(1)
@@ -167,26 +183,33 @@ func (c *ConcurrencyLimiter) Acquire(p Priority) (Ticket, bool) {
 	}
 	c.waiting[p].Add(1)
 	defer c.waiting[p].Add(-1)
-	if c.tryAcquire(p) { // a slot freed before the release could see us waiting
-		return Ticket{c}, true
+	if n := c.tryAcquire(p); n > 0 { // a slot freed before the release could see us waiting
+		return c.ticket(r, n), true
 	}
 	t := time.NewTimer(c.queueTimeout(p))
 	defer t.Stop()
 	for {
 		select {
 		case <-c.slot:
-			if c.tryAcquire(p) {
-				return Ticket{c}, true
+			if n := c.tryAcquire(p); n > 0 {
+				return c.ticket(r, n), true
 			}
 		case <-t.C:
-			if c.tryAcquire(p) {
-				return Ticket{c}, true
+			if n := c.tryAcquire(p); n > 0 {
+				return c.ticket(r, n), true
 			}
 			c.shed[p][1].Add(1)
 			c.shedMetrics[p][1].Inc()
 			return Ticket{}, false
 		}
 	}
+}
+
+func (c *ConcurrencyLimiter) ticket(r Route, inflight int64) Ticket {
+	if int(r) >= maxRoutes {
+		r = 0
+	}
+	return Ticket{c: c, route: r, admitted: int32(min(inflight, math.MaxInt32))}
 }
 
 // Result is what one upstream answer tells the adaptive layer. The proxy
@@ -233,7 +256,7 @@ func (t Ticket) Release(end time.Time, latency time.Duration, r Result) {
 			return
 		}
 		c.sampledAt.Store(end.UnixNano())
-		c.sample(latency.Seconds(), float64(inflight), end)
+		c.sample(t.route, latency.Seconds(), float64(t.admitted), float64(inflight), end)
 	case Backpressure, Failed:
 		c.mu.Lock() // a drop is never skipped
 		c.drop(end)
@@ -242,116 +265,6 @@ func (t Ticket) Release(end time.Time, latency time.Duration, r Result) {
 	}
 	c.mu.Unlock()
 }
-
-// sample runs the gradient step for one successful answer (under mu).
-//
-// Congestion is a short-term latency above both tolerance × the long-term
-// baseline and the baseline plus rtt_slack. The slack is what tells the
-// gateway's own congestion from the backend's: on a busy gateway a fast
-// backend's round trip grows from microseconds to a few milliseconds of
-// scheduling, a ratio that would read as a drowning backend and collapse the
-// limit, while a backend that queues adds at least a service time.
-//
-// The limit never shrinks on latency below the learned floor: the most
-// requests the upstream has recently served at once with healthy latency
-// (it decays with a half-life of floorHalfLife). Backpressure and failures
-// may take it lower, down to min_limit.
-func (c *ConcurrencyLimiter) sample(rtt, inflight float64, now time.Time) {
-	c.samples++
-	if c.samples == 1 {
-		c.short, c.long, c.last, c.floorAt = rtt, rtt, now, now
-		c.shortBits.Store(math.Float64bits(rtt))
-		return
-	}
-	dt := now.Sub(c.last)
-	c.last = now
-	c.short += (rtt - c.short) * 0.1
-	c.shortBits.Store(math.Float64bits(c.short))
-	// The baseline moves with time, not with samples: a 10× spike of
-	// requests must not teach it the overloaded latency within a second.
-	c.long += (rtt - c.long) * min(1, float64(dt)/float64(longWindow))
-	if c.long > c.short { // the latency fell: the baseline follows at once
-		c.long = c.short
-	}
-	threshold := max(c.cfg.RTTTolerance*c.long, c.long+c.cfg.RTTSlack.Seconds())
-	floor := c.decayFloor(now)
-	if rtt <= threshold && inflight > floor {
-		c.floor, floor = inflight, inflight
-	}
-	c.floorBits.Store(math.Float64bits(floor))
-	limit := c.Limit()
-	var next float64
-	if c.short > threshold {
-		c.congestedUntil.Store(now.Add(congestionHold).UnixNano())
-	}
-	if c.short <= threshold {
-		if inflight < limit/2 {
-			// Not using the room it has: no evidence for more, and the
-			// unused headroom is trimmed (time constant trimTau) down to
-			// twice the learned floor, so that a sudden flood finds a
-			// limit near what the upstream really serves.
-			next = max(limit*math.Exp(-float64(dt)/float64(trimTau)), 2*floor)
-			if next >= limit {
-				return
-			}
-		} else {
-			next = limit + 0.2*math.Sqrt(limit)
-		}
-	} else {
-		// Congested: shrink toward the level where the latency meets the
-		// threshold. (Gradient2 adds a √limit queue allowance here too; it
-		// holds the backend's queue, and so its latency, above the
-		// threshold for as long as the overload lasts.)
-		gradient := max(0.5, threshold/c.short)
-		next = limit * (0.8 + 0.2*gradient)
-		next = max(next, min(limit, floor))
-	}
-	c.store(next)
-}
-
-// drop shrinks the limit after the upstream pushed back or failed (under
-// mu): by backoffRatio, once per short-term round trip, so that a burst of
-// 503s from one overload counts once.
-func (c *ConcurrencyLimiter) drop(now time.Time) {
-	gap := max(minDropGap, time.Duration(c.short*float64(time.Second)))
-	if now.Sub(c.lastDrop) < gap {
-		return
-	}
-	c.lastDrop = now
-	c.congestedUntil.Store(now.Add(congestionHold).UnixNano())
-	c.drops.Inc()
-	c.store(c.Limit() * backoffRatio)
-}
-
-// decayFloor ages the learned floor to now and returns it.
-func (c *ConcurrencyLimiter) decayFloor(now time.Time) float64 {
-	if dt := now.Sub(c.floorAt); dt >= floorAgeStep {
-		c.floor *= math.Exp2(-float64(dt) / float64(floorHalfLife))
-		c.floorAt = now
-	}
-	return c.floor
-}
-
-func (c *ConcurrencyLimiter) store(next float64) {
-	next = max(float64(c.cfg.MinLimit), min(float64(c.cfg.MaxLimit), next))
-	c.limit.Store(math.Float64bits(next))
-}
-
-// Gradient parameters: the baseline forgets with a time constant of
-// longWindow; a drop multiplies the limit by backoffRatio, at most once per
-// max(minDropGap, round trip); the learned floor halves every floorHalfLife.
-const (
-	longWindow    = 5 * time.Minute
-	backoffRatio  = 0.9
-	minDropGap    = 5 * time.Millisecond
-	minSampleGap  = 200 * time.Microsecond
-	floorHalfLife = 30 * time.Second
-	trimTau       = 10 * time.Second
-	floorAgeStep  = 100 * time.Millisecond // the floor is aged in steps, not on every answer
-	// congestionHold is how long the priority shares apply after the last
-	// sign of congestion.
-	congestionHold = time.Second
-)
 
 // shedCount returns the requests shed so far, by priority and reason.
 func (c *ConcurrencyLimiter) shedCount(p Priority, queue bool) int64 {

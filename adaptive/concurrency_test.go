@@ -1,6 +1,8 @@
 package adaptive
 
 import (
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,7 +14,7 @@ import (
 func testConcurrency(initial int) *ConcurrencyLimiter {
 	c := testConfig().Concurrency
 	c.InitialLimit, c.MinLimit, c.MaxLimit = initial, 4, 1000
-	l := newConcurrencyLimiter("api", c)
+	l := newConcurrencyLimiter("api", c, nil)
 	l.addMetrics(metrics.NewSet())
 	return l
 }
@@ -22,7 +24,7 @@ func testConcurrency(initial int) *ConcurrencyLimiter {
 func feed(l *ConcurrencyLimiter, now time.Time, n int, rtt time.Duration, inflight float64) time.Time {
 	for range n {
 		now = now.Add(time.Millisecond)
-		l.sample(rtt.Seconds(), inflight, now)
+		l.sample(0, rtt.Seconds(), inflight, inflight, now)
 	}
 	return now
 }
@@ -32,33 +34,96 @@ func TestConcurrencyShrinksWhenLatencyRises(t *testing.T) {
 	now := time.Unix(1000, 0)
 	now = feed(l, now, 500, 50*time.Millisecond, 5) // a backend with 5 workers, at ease
 	base := l.Limit()
-	// The load doubles: requests queue in the backend, latency doubles.
-	now = feed(l, now, 300, 100*time.Millisecond, 10)
+	// The load doubles: requests queue in the backend, latency doubles
+	// with the requests in flight.
+	now = feed(l, now, 1000, 100*time.Millisecond, 10)
 	assert.Less(t, l.Limit(), base, "the limit shrinks when the upstream queues")
 	assert.GreaterOrEqual(t, l.Limit(), 4.9, "but not below what it served with healthy latency (decaying slowly)")
-	// The backend slows down for good: the learned floor decays and the
-	// limit goes lower.
-	held := l.Limit()
-	now = feed(l, now.Add(2*time.Minute), 300, 400*time.Millisecond, 10)
-	assert.Less(t, l.Limit(), held)
+	assert.Zero(t, l.rebases.Get(), "a queue's latency is no new baseline")
 	low := l.Limit()
 	feed(l, now, 300, 50*time.Millisecond, low)
 	assert.Greater(t, l.Limit(), low, "and grows back when the latency recovers")
 }
 
-// A busy gateway in front of a fast backend sees round trips grow from
-// microseconds to milliseconds of its own scheduling: that is not the
-// backend's congestion, and the limit must not collapse.
-func TestConcurrencyIgnoresGatewayNoise(t *testing.T) {
-	l := testConcurrency(100)
-	now := time.Unix(1000, 0)
-	now = feed(l, now, 100, 200*time.Microsecond, 10)
-	for i := range 5000 {
-		rtt := time.Duration(1+i%4) * time.Millisecond // 5-20× the idle baseline
-		now = now.Add(100 * time.Microsecond)
-		l.sample(rtt.Seconds(), 64, now)
+// A route that becomes slower at the same number of requests in flight
+// (or a route whose latency rises further than its requests in flight do)
+// costs more; it is not congested: the baseline is re-measured and the
+// limit is not cut.
+func TestConcurrencySlowerRouteIsNotCongestion(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		from, to float64 // requests in flight before and after
+	}{{"same in flight", 10, 10}, {"more in flight than before, not enough to explain it", 2, 20}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := testConcurrency(50)
+			now := feed(l, time.Unix(1000, 0), 300, time.Millisecond, tc.from)
+			feed(l, now, 300, 200*time.Millisecond, tc.to) // 200x the latency
+			assert.GreaterOrEqual(t, l.Limit(), tc.to, "room for every request in flight")
+			assert.Zero(t, l.cuts.Get())
+			assert.NotZero(t, l.rebases.Get(), "the baseline was re-measured")
+		})
 	}
-	assert.GreaterOrEqual(t, l.Limit(), 100.0)
+}
+
+// Each route has its own baseline: a steady mix of a 300 ms route and a
+// fast one is no congestion, however the mix shifts.
+func TestConcurrencyRoutesHaveTheirOwnBaselines(t *testing.T) {
+	l := testConcurrency(50)
+	fast, slow := l.Route("fast"), l.Route("slow")
+	require.NotEqual(t, fast, slow)
+	assert.Equal(t, fast, l.Route("fast"), "one key per resource")
+	now := time.Unix(1000, 0)
+	for i := range 3000 {
+		now = now.Add(time.Millisecond)
+		r, rtt := fast, time.Millisecond
+		if i%(2+i/1000) == 0 { // the share of slow requests shifts from 1/2 to 1/4
+			r, rtt = slow, 300*time.Millisecond
+		}
+		l.sample(r, rtt.Seconds(), 30, 30, now)
+	}
+	assert.GreaterOrEqual(t, l.Limit(), 50.0)
+	assert.Zero(t, l.cuts.Get())
+	assert.Zero(t, l.rebases.Get(), "no baseline needed re-measuring")
+}
+
+// Route keys are bounded: resources past maxRoutes share route 0.
+func TestConcurrencyRouteKeysAreBounded(t *testing.T) {
+	l := testConcurrency(50)
+	seen := map[Route]bool{}
+	for i := range 2 * maxRoutes {
+		seen[l.Route(strconv.Itoa(i))] = true
+	}
+	assert.Len(t, seen, maxRoutes)
+	assert.Equal(t, Route(0), l.Route("another"))
+}
+
+// A busy gateway in front of a fast backend sees round trips grow from
+// microseconds to milliseconds of its own scheduling while more requests
+// pile up in it: that is not the backend's congestion, and the limit must
+// not collapse. The scheduling delay the controller measures is what tells
+// them apart; without it the same samples read as a queue.
+func TestConcurrencyIgnoresGatewayNoise(t *testing.T) {
+	for _, tc := range []struct {
+		delay time.Duration
+		cut   bool
+	}{{40 * time.Millisecond, false}, {0, true}} {
+		l := testConcurrency(100)
+		var d atomic.Int64
+		d.Store(int64(tc.delay))
+		l.gatewayDelay = &d
+		now := feed(l, time.Unix(1000, 0), 100, time.Millisecond, 10)
+		for i := range 5000 {
+			// 10-40x the idle latency, with 40x the requests in flight
+			rtt := time.Duration(10*(1+i%4)) * time.Millisecond
+			now = now.Add(100 * time.Microsecond)
+			l.sample(0, rtt.Seconds(), 400, 400, now)
+		}
+		if tc.cut {
+			assert.Less(t, l.Limit(), 100.0, "without the gateway's delay: read as a queue")
+		} else {
+			assert.GreaterOrEqual(t, l.Limit(), 100.0, "gateway delay %v", tc.delay)
+		}
+	}
 }
 
 // After a collapse (here: the backend shed hard for a while), a healthy,
@@ -76,7 +141,7 @@ func TestConcurrencyRecoversAfterCollapse(t *testing.T) {
 		require.Less(t, i, 1000, "recovered within 1000 answers (limit %.1f)", l.Limit())
 		inflight := min(64, l.Limit())
 		now = now.Add(100 * time.Microsecond)
-		l.sample((500 * time.Microsecond).Seconds(), inflight, now)
+		l.sample(0, (500 * time.Microsecond).Seconds(), inflight, inflight, now)
 	}
 }
 
@@ -100,14 +165,14 @@ func TestConcurrencyBackpressureShrinksOncePerRoundTrip(t *testing.T) {
 func TestConcurrencyReleaseResults(t *testing.T) {
 	l := testConcurrency(100)
 	for range 100 {
-		tk, ok := l.Acquire(PriorityPremium)
+		tk, ok := l.Acquire(PriorityPremium, 0)
 		require.True(t, ok)
 		tk.Release(time.Now(), time.Hour, Ignored)
 	}
 	assert.Equal(t, 100.0, l.Limit())
 	assert.Zero(t, l.Inflight())
 	assert.Zero(t, l.samples)
-	tk, _ := l.Acquire(PriorityPremium)
+	tk, _ := l.Acquire(PriorityPremium, 0)
 	tk.Release(time.Now(), 0, Backpressure)
 	assert.Less(t, l.Limit(), 100.0)
 }
@@ -119,12 +184,12 @@ func TestConcurrencySharesPastTheLearnedFloor(t *testing.T) {
 	l := testConcurrency(10)
 	feed(l, time.Now(), 20, time.Millisecond, 8) // served 8 at once, healthy
 	for range 8 {
-		_, ok := l.Acquire(PriorityFree)
+		_, ok := l.Acquire(PriorityFree, 0)
 		require.True(t, ok)
 	}
-	_, ok := l.Acquire(PriorityFree)
+	_, ok := l.Acquire(PriorityFree, 0)
 	assert.False(t, ok, "past the floor, FREE has its share only")
-	_, ok = l.Acquire(PriorityPremium)
+	_, ok = l.Acquire(PriorityPremium, 0)
 	assert.True(t, ok)
 }
 
@@ -133,7 +198,7 @@ func TestConcurrencyShedsFreeFirst(t *testing.T) {
 	l.congestedUntil.Store(time.Now().Add(time.Hour).UnixNano()) // the upstream is congested
 	var ts []Ticket
 	for {
-		tk, ok := l.Acquire(PriorityFree)
+		tk, ok := l.Acquire(PriorityFree, 0)
 		if !ok {
 			break
 		}
@@ -142,7 +207,7 @@ func TestConcurrencyShedsFreeFirst(t *testing.T) {
 	assert.Len(t, ts, 5, "FREE fills its 50% share only")
 	std := 0
 	for {
-		tk, ok := l.Acquire(PriorityStandard)
+		tk, ok := l.Acquire(PriorityStandard, 0)
 		if !ok {
 			break
 		}
@@ -152,7 +217,7 @@ func TestConcurrencyShedsFreeFirst(t *testing.T) {
 	assert.Equal(t, 3, std, "STANDARD fills up to 80%")
 	prem := 0
 	for {
-		tk, ok := l.Acquire(PriorityPremium)
+		tk, ok := l.Acquire(PriorityPremium, 0)
 		if !ok {
 			break
 		}
@@ -165,7 +230,7 @@ func TestConcurrencyShedsFreeFirst(t *testing.T) {
 	// A release lets a waiting PREMIUM request in.
 	done := make(chan bool)
 	go func() {
-		_, ok := l.Acquire(PriorityPremium)
+		_, ok := l.Acquire(PriorityPremium, 0)
 		done <- ok
 	}()
 	ts[0].Release(time.Now(), time.Millisecond, OK)
@@ -182,10 +247,10 @@ func TestPriorityOf(t *testing.T) {
 func TestConcurrencyWaitingPremiumGoesFirst(t *testing.T) {
 	l := testConcurrency(10)
 	l.waiting[PriorityPremium].Store(1) // a PREMIUM request waits for a slot
-	_, ok := l.Acquire(PriorityFree)
+	_, ok := l.Acquire(PriorityFree, 0)
 	assert.False(t, ok, "a FREE arrival does not take the slot a PREMIUM request waits for")
-	assert.False(t, l.tryAcquire(PriorityStandard), "nor a STANDARD one")
-	assert.True(t, l.tryAcquire(PriorityPremium))
+	assert.False(t, l.tryAcquire(PriorityStandard) > 0, "nor a STANDARD one")
+	assert.True(t, l.tryAcquire(PriorityPremium) > 0)
 	l.waiting[PriorityPremium].Store(0)
-	assert.True(t, l.tryAcquire(PriorityFree))
+	assert.True(t, l.tryAcquire(PriorityFree) > 0)
 }

@@ -96,7 +96,8 @@ type ConcurrencyConfig struct {
 	// max(RTTTolerance × the long-term baseline, baseline + RTTSlack) is
 	// not congestion. The slack keeps a gateway's own CPU contention (a few
 	// milliseconds on a fast backend) from reading as a drowning backend.
-	// Defaults 1.1 and 5ms.
+	// Defaults 1.5 (Gradient2's) and 5ms; the gateway's measured scheduling
+	// delay is added to the slack.
 	RTTTolerance float64       `mapstructure:"rtt_tolerance"`
 	RTTSlack     time.Duration `mapstructure:"rtt_slack"`
 	// QueueTimeout is the longest a STANDARD request waits for a slot, and
@@ -166,7 +167,7 @@ func (c *Config) SetDefaults() {
 	}
 	confutil.SetDefault(&cc.InitialLimit, 100)
 	confutil.SetDefault(&cc.MinLimit, 4)
-	confutil.SetDefault(&cc.RTTTolerance, 1.1)
+	confutil.SetDefault(&cc.RTTTolerance, 1.5)
 	confutil.SetDefault(&cc.RTTSlack, 5*time.Millisecond)
 	confutil.SetDefault(&cc.MaxLimit, 2000)
 	confutil.SetDefault(&cc.QueueTimeout, 10*time.Millisecond)

@@ -48,6 +48,9 @@ type Controller struct {
 	// forwarded counts the requests sent to an upstream: with started, it
 	// tells how much of the gateway's work the modes can relieve.
 	forwarded atomic.Int64
+	// gatewayDelay is the last sample's p99 scheduler latency in
+	// nanoseconds: the concurrency limiters add it to their slack.
+	gatewayDelay atomic.Int64
 
 	upstream    *upstreamWindow
 	concurrency map[string]*ConcurrencyLimiter // by upstream; guarded by mu
@@ -108,7 +111,7 @@ func New(cfg Config, opts Options) (*Controller, error) {
 	}
 	if c.limited() {
 		for _, name := range opts.Upstreams {
-			l := newConcurrencyLimiter(name, cfg.Concurrency.For(name))
+			l := newConcurrencyLimiter(name, cfg.Concurrency.For(name), &c.gatewayDelay)
 			l.addMetrics(c.set)
 			c.concurrency[name] = l
 		}
@@ -287,11 +290,14 @@ func (c *Controller) readSignals(now time.Time, cfg *Config, share float64) Sign
 		s.Memory = moderate
 		s.Unavailable = append(s.Unavailable, "memory")
 	}
-	if s.Scheduler, err = c.host.schedLatency(cfg.SchedLatencyObjective); err != nil {
+	if sched, err := c.host.schedLatency(); err != nil {
 		s.Scheduler = moderate
 		s.Unavailable = append(s.Unavailable, "scheduler")
 	} else {
-		s.Scheduler *= share
+		// Not weighed by the share: for the concurrency limits it is a
+		// measurement of the gateway's own delay, not pressure.
+		c.gatewayDelay.Store(int64(sched * float64(time.Second)))
+		s.Scheduler = clamp(sched/cfg.SchedLatencyObjective.Seconds()) * share
 	}
 	s.Inflight = clamp(float64(c.inflight.Load()) / float64(cfg.MaxInflight))
 	w := c.upstream.read(now.UnixNano())

@@ -68,6 +68,8 @@ func (c *ConcurrencyLimiter) addMetrics(set *metrics.Set) {
 	set.NewGauge(named(`sentinel_concurrency_limit{`+upstream+`}`), c.Limit)
 	set.NewGauge(named(`sentinel_concurrency_inflight{`+upstream+`}`), func() float64 { return float64(c.Inflight()) })
 	c.drops = set.NewCounter(named(`sentinel_concurrency_backoffs_total{` + upstream + `}`))
+	c.cuts = set.NewCounter(named(`sentinel_concurrency_congestion_cuts_total{` + upstream + `}`))
+	c.rebases = set.NewCounter(named(`sentinel_concurrency_rebaselines_total{` + upstream + `}`))
 	for _, p := range []Priority{PriorityFree, PriorityStandard, PriorityPremium} {
 		for r, reason := range []string{"concurrency", "queue_timeout"} {
 			c.shedMetrics[p][r] = set.NewCounter(named(`sentinel_shed_total{` + upstream + `,plan="` + p.String() + `",reason="` + reason + `"}`))

@@ -35,10 +35,10 @@ func TestMetricsPerController(t *testing.T) {
 	t.Cleanup(b.Stop)
 	a.local, b.local = 0.8125, 0.3125
 	for range 3 {
-		_, ok := a.Concurrency("metrics_test").Acquire(PriorityPremium)
+		_, ok := a.Concurrency("metrics_test").Acquire(PriorityPremium, 0)
 		require.True(t, ok)
 	}
-	_, ok := b.Concurrency("metrics_test").Acquire(PriorityPremium)
+	_, ok := b.Concurrency("metrics_test").Acquire(PriorityPremium, 0)
 	require.True(t, ok)
 
 	const (

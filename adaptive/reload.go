@@ -62,7 +62,7 @@ func (c *Controller) Stage(cfg Config, upstreams []string) (*Update, error) {
 			u.limiters[name] = l
 			continue
 		}
-		u.limiters[name] = newConcurrencyLimiter(name, lc)
+		u.limiters[name] = newConcurrencyLimiter(name, lc, &c.gatewayDelay)
 	}
 	return u, nil
 }

@@ -75,7 +75,7 @@ func TestStageKeepsRestartKeys(t *testing.T) {
 func TestStageLimitersFollowUpstreams(t *testing.T) {
 	c := newTestController(t, Config{}, "keep", "bound", "gone")
 	keep, bound := c.Concurrency("keep"), c.Concurrency("bound")
-	_, ok := keep.Acquire(PriorityPremium)
+	_, ok := keep.Acquire(PriorityPremium, 0)
 	require.True(t, ok)
 
 	next := Config{Concurrency: ConcurrencyConfig{Upstreams: map[string]ConcurrencyBounds{"bound": {MaxLimit: 50}}}}

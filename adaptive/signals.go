@@ -143,8 +143,8 @@ func memoryLoad() (float64, error) {
 }
 
 // schedLatency is the p99 of the Go scheduler latency since the last call,
-// against the objective.
-func (h *hostSampler) schedLatency(objective time.Duration) (float64, error) {
+// in seconds.
+func (h *hostSampler) schedLatency() (float64, error) {
 	metrics.Read(h.schedSample)
 	if h.schedSample[0].Value.Kind() != metrics.KindFloat64Histogram {
 		return 0, errors.New("runtime/metrics: no /sched/latencies:seconds")
@@ -171,7 +171,7 @@ func (h *hostSampler) schedLatency(objective time.Duration) (float64, error) {
 			if upper > 1e9 {
 				upper = cur.Buckets[i]
 			}
-			return clamp(upper / objective.Seconds()), nil
+			return upper, nil
 		}
 	}
 	return 0, nil

@@ -84,9 +84,11 @@ type Cache interface {
 
 // concurrency is the per-upstream adaptive concurrency limit.
 // *adaptive.ConcurrencyLimiter implements it: Acquire waits briefly for a
-// slot and reports false when the request must be shed.
+// slot and reports false when the request must be shed; route is the key
+// of the route's latency baseline, which Route gave when the table was
+// built.
 type concurrency interface {
-	Acquire(prio adaptive.Priority) (adaptive.Ticket, bool)
+	Acquire(prio adaptive.Priority, route adaptive.Route) (adaptive.Ticket, bool)
 }
 
 // Interface guards.

@@ -177,7 +177,7 @@ func (s *Server) acquire(r *route, id *Identity) (adaptive.Ticket, *reason) {
 	if c == nil {
 		return adaptive.Ticket{}, nil
 	}
-	t, ok := c.Acquire(adaptive.PriorityOf(id.Plan))
+	t, ok := c.Acquire(adaptive.PriorityOf(id.Plan), r.concRoute)
 	if !ok {
 		return adaptive.Ticket{}, reasonConcurrency
 	}

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/sentinel-gateway/sentinel/adaptive"
 )
 
 // Route matching.
@@ -42,8 +44,9 @@ type route struct {
 	// bodyTimeout bounds the upload of a streamed body: the pool's
 	// timeout, which the upload would otherwise spend (0: none).
 	bodyTimeout time.Duration
-	conc        concurrency   // the upstream's concurrency limit; nil: none
-	metrics     *routeMetrics // set when the table is published
+	conc        concurrency    // the upstream's concurrency limit; nil: none
+	concRoute   adaptive.Route // the route's latency baseline in conc
+	metrics     *routeMetrics  // set when the table is published
 }
 
 // Table is one generation of the routes: it matches requests to routes,

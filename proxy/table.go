@@ -53,7 +53,7 @@ func (r *route) bind(b Bindings) error {
 	}
 	if b.Limits != nil {
 		if l := b.Limits.Concurrency(r.Upstream); l != nil {
-			r.conc = l
+			r.conc, r.concRoute = l, l.Route(r.Resource)
 		}
 	}
 	return nil

@@ -1,0 +1,219 @@
+package adaptive
+
+import (
+	"math"
+	"time"
+)
+
+// How the concurrency limit reads congestion.
+//
+// A backend is congested when it queues: past its capacity, every request
+// more in flight waits behind the others, so the latency grows with the
+// requests in flight (for a backend that keeps its throughput, at most in
+// proportion to them: Little's law). A slower endpoint, a mix that shifts
+// toward slow requests, or the gateway's own CPU saturation also raise the
+// latency, but not because more requests are in flight; shedding does not
+// bring such latency down, it only refuses requests the backend would
+// serve. So the limiter keeps, for each route (its resource), a baseline:
+// the route's latency when it was healthy and the requests in flight then.
+// A route's short-term latency counts as congestion only when it exceeds
+// the route's threshold (rtt_tolerance × its baseline, at least the
+// baseline + rtt_slack + the gateway's scheduling delay) and the growth of
+// the requests in flight since the baseline explains it. Latency that
+// rose further than the requests in flight did is the route's new cost:
+// the baseline is re-measured there and nothing is cut.
+//
+// The limit is cut at most once per round trip, by the ratio of the
+// latency to the threshold (at most by half), never below what the
+// upstream recently served with healthy latency (the learned floor); it
+// grows by about √limit per answer while the requests use at least half of
+// it and the latency is healthy, and unused headroom is trimmed slowly.
+
+// Route is a ConcurrencyLimiter's key for one route's latency baseline.
+// Route 0 is shared by the requests of no known route.
+type Route uint8
+
+// maxRoutes bounds the baselines of one limiter: resources past it share
+// route 0. A baseline is per resource, so the routes of a configuration
+// bound their number, not the requests.
+const maxRoutes = 64
+
+// routeCost is what the limiter learned of one route (under mu).
+type routeCost struct {
+	samples int64
+	short   float64 // seconds, EWMA over ~10 of the route's answers
+	shortN  float64 // requests in flight at their admission, over the same answers
+	base    float64 // seconds: the route's latency while healthy
+	baseN   float64 // requests in flight at admission while healthy (EWMA)
+	// learning counts the answers during which the baseline follows the
+	// short-term averages, after the first answer or a re-measure: the
+	// averages lag a step change, and judged while they catch up, a
+	// slower route would look like a growing queue.
+	learning int
+}
+
+// Route returns the key of resource's latency baseline, the same for every
+// call with the same resource; proxy calls it once per route when it
+// builds a route table.
+func (c *ConcurrencyLimiter) Route(resource string) Route {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.routeIDs[resource]; ok {
+		return r
+	}
+	if len(c.routeIDs) >= maxRoutes-1 {
+		return 0
+	}
+	r := Route(len(c.routeIDs) + 1)
+	c.routeIDs[resource] = r
+	return r
+}
+
+// observe adds one answer of the route that took rtt seconds and was
+// admitted with n requests in flight. It returns the route's short-term
+// latency over its threshold (above 1: congestion), the short-term average
+// of the requests in flight that goes with it, and whether the baseline was
+// re-measured.
+func (rc *routeCost) observe(rtt, n, tolerance, slack float64) (ratio, inflight float64, rebased bool) {
+	if rc.samples++; rc.samples == 1 {
+		rc.short, rc.shortN, rc.learning = rtt, n, learnAnswers
+	} else {
+		rc.short += (rtt - rc.short) * 0.1
+		rc.shortN += (n - rc.shortN) * 0.1
+	}
+	if rc.learning > 0 {
+		rc.learning--
+		rc.base, rc.baseN = rc.short, rc.shortN
+	}
+	threshold := max(tolerance*rc.base, rc.base+slack)
+	switch {
+	case rc.learning > 0:
+	case rc.short <= threshold:
+		rc.base = min(rc.base, rc.short)
+		rc.baseN += (rc.shortN - rc.baseN) * 0.1
+	case rc.short > threshold*max(1, rc.shortN/max(1, rc.baseN)):
+		// More latency than the added requests in flight can queue: the
+		// route costs more now (or the backend is slow for reasons this
+		// pod's concurrency does not change).
+		rc.base, rc.baseN, rc.learning = rc.short, rc.shortN, learnAnswers
+		threshold = max(tolerance*rc.base, rc.base+slack)
+		rebased = true
+	}
+	return rc.short / threshold, rc.shortN, rebased
+}
+
+// sample runs the gradient step for one successful answer of route r
+// (under mu): rtt seconds, admitted with admitted requests in flight,
+// inflight in flight when it ended (itself included).
+//
+// The limit never shrinks on latency below the learned floor: the most
+// requests in flight (a route's short-term average, the one its latency
+// goes with) while the latency was healthy; it decays with a half-life of
+// floorHalfLife. Backpressure and failures may take it
+// lower, down to min_limit.
+func (c *ConcurrencyLimiter) sample(r Route, rtt, admitted, inflight float64, now time.Time) {
+	c.samples++
+	if c.samples == 1 {
+		c.short, c.last, c.floorAt = rtt, now, now
+	}
+	dt := now.Sub(c.last)
+	c.last = now
+	c.short += (rtt - c.short) * 0.1
+	c.shortBits.Store(math.Float64bits(c.short))
+	ratio, n, rebased := c.routes[r].observe(rtt, admitted, c.cfg.RTTTolerance, c.slack())
+	if rebased {
+		c.rebases.Inc()
+	}
+	c.congest += (ratio - c.congest) * 0.1
+	floor := c.decayFloor(now)
+	if ratio <= 1 && n > floor {
+		c.floor, floor = n, n
+	}
+	c.floorBits.Store(math.Float64bits(floor))
+	limit := c.Limit()
+	switch {
+	case c.congest > 1:
+		c.congestedUntil.Store(now.Add(congestionHold).UnixNano())
+		if c.cutDue(now) {
+			c.cuts.Inc()
+			c.store(max(limit*max(0.5, 1/c.congest), min(limit, floor)))
+		}
+	case inflight < limit/2:
+		// Not using the room it has: no evidence for more, and the unused
+		// headroom is trimmed (time constant trimTau) down to twice the
+		// learned floor, so that a sudden flood finds a limit near what
+		// the upstream really serves.
+		if next := max(limit*math.Exp(-float64(dt)/float64(trimTau)), 2*floor); next < limit {
+			c.store(next)
+		}
+	default:
+		c.store(limit + 0.2*math.Sqrt(limit))
+	}
+}
+
+// slack is rtt_slack plus the gateway's own scheduling delay: a busy
+// gateway adds that much to every round trip without any backend queueing.
+func (c *ConcurrencyLimiter) slack() float64 {
+	s := c.cfg.RTTSlack.Seconds()
+	if c.gatewayDelay != nil {
+		s += time.Duration(c.gatewayDelay.Load()).Seconds()
+	}
+	return s
+}
+
+// cutDue reports whether a multiplicative cut may happen now, and if so
+// takes it: at most one per short-term round trip (at least minDropGap),
+// the time a cut takes to show in the latency; a burst of 503s from one
+// overload counts once.
+func (c *ConcurrencyLimiter) cutDue(now time.Time) bool {
+	gap := max(minDropGap, time.Duration(c.short*float64(time.Second)))
+	if now.Sub(c.lastCut) < gap {
+		return false
+	}
+	c.lastCut = now
+	return true
+}
+
+// drop shrinks the limit by backoffRatio after the upstream pushed back or
+// failed (under mu), at most once per round trip.
+func (c *ConcurrencyLimiter) drop(now time.Time) {
+	if !c.cutDue(now) {
+		return
+	}
+	c.congestedUntil.Store(now.Add(congestionHold).UnixNano())
+	c.drops.Inc()
+	c.store(c.Limit() * backoffRatio)
+}
+
+// decayFloor ages the learned floor to now and returns it.
+func (c *ConcurrencyLimiter) decayFloor(now time.Time) float64 {
+	if dt := now.Sub(c.floorAt); dt >= floorAgeStep {
+		c.floor *= math.Exp2(-float64(dt) / float64(floorHalfLife))
+		c.floorAt = now
+	}
+	return c.floor
+}
+
+func (c *ConcurrencyLimiter) store(next float64) {
+	next = max(float64(c.cfg.MinLimit), min(float64(c.cfg.MaxLimit), next))
+	c.limit.Store(math.Float64bits(next))
+}
+
+// Gradient parameters: a cut or a drop happens at most once per
+// max(minDropGap, round trip); a drop multiplies the limit by backoffRatio;
+// the learned floor halves every floorHalfLife.
+const (
+	backoffRatio  = 0.9
+	minDropGap    = 5 * time.Millisecond
+	minSampleGap  = 200 * time.Microsecond
+	floorHalfLife = 30 * time.Second
+	trimTau       = 10 * time.Second
+	floorAgeStep  = 100 * time.Millisecond // the floor is aged in steps, not on every answer
+	// congestionHold is how long the priority shares apply after the last
+	// sign of congestion.
+	congestionHold = time.Second
+	// learnAnswers is how many answers a route's baseline follows its
+	// short-term averages (EWMAs over ~10) after a step: three of their
+	// time constants.
+	learnAnswers = 30
+)

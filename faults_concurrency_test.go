@@ -1,0 +1,387 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// These tests hold the concurrency limit to its promise: the backend is shed
+// only when it is congested. A slower endpoint, a mix of slow and fast
+// requests, the gateway's own CPU saturation and a flood of distinct keys
+// are not congestion; a backend whose fixed workers queue the excess is.
+
+// costUpstream is a real HTTP backend whose answer time depends on the
+// request: /slow/… answers after slow, anything else at once. With workers
+// > 0, every request first waits for one of that many workers and holds it
+// for service: a backend whose queueing delay grows with concurrency.
+type costUpstream struct {
+	url      string
+	slow     atomic.Int64 // nanoseconds
+	service  atomic.Int64 // nanoseconds a worker is held
+	status   atomic.Int32 // the answer's status (200 unless set)
+	workers  chan struct{}
+	limited  atomic.Bool // requests wait for a worker
+	inflight atomic.Int64
+	hits     atomic.Int64
+}
+
+func startCostUpstream(t *testing.T, workers int) *costUpstream {
+	t.Helper()
+	u := &costUpstream{workers: make(chan struct{}, max(1, workers))}
+	u.status.Store(http.StatusOK)
+	u.limited.Store(workers > 0)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: http.HandlerFunc(u.serve)}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	u.url = "http://" + ln.Addr().String()
+	return u
+}
+
+func (u *costUpstream) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/healthz" {
+		return
+	}
+	u.hits.Add(1)
+	u.inflight.Add(1)
+	defer u.inflight.Add(-1)
+	if u.limited.Load() {
+		u.workers <- struct{}{}
+		time.Sleep(time.Duration(u.service.Load()))
+		<-u.workers
+	}
+	if strings.HasPrefix(r.URL.Path, "/slow/") {
+		time.Sleep(time.Duration(u.slow.Load()))
+	}
+	w.WriteHeader(int(u.status.Load()))
+	fmt.Fprint(w, `{"ok":true}`)
+}
+
+// concConfig is a gateway with the memory store, one upstream called name
+// and one route for every path (slow and fast requests share its resource,
+// as they do under the default configuration), a PREMIUM and a FREE tenant.
+func concConfig(name, target string) string {
+	return fmt.Sprintf(`
+server: {trusted_proxies: ["127.0.0.1/32"]}
+upstreams:
+  %s: {targets: [%q], timeout: 5s}
+routes:
+  - {path_prefix: /, upstream: %s, resource: default}
+tenants:
+  - {id: gold, plan: PREMIUM, api_keys: [gold-key]}
+  - {id: free, plan: FREE, api_keys: [free-key]}
+limits: {ip: 0, api_key: 0, tenant: 1000000}
+adaptive: {enabled: true}
+`, name, target, name)
+}
+
+// tally counts answers by status.
+type tally struct {
+	mu    sync.Mutex
+	codes map[int]int
+}
+
+func (t *tally) add(code int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.codes == nil {
+		t.codes = map[int]int{}
+	}
+	t.codes[code]++
+}
+
+// served returns the 200s and all answers.
+func (t *tally) served() (ok, all int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for c, n := range t.codes {
+		all += n
+		if c == http.StatusOK {
+			ok += n
+		}
+	}
+	return ok, all
+}
+
+func (t *tally) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return fmt.Sprint(t.codes)
+}
+
+// record counts an answer of a request sent at start.
+func (t *tally) record(_ time.Time, code int) { t.add(code) }
+
+// pace sends rate requests a second to url until ctx ends, each in its own
+// goroutine (an open loop: a slow answer does not slow the arrivals), at
+// most 512 at once, and passes each answer to record with the time its
+// request was sent. It returns when every request it started has answered.
+func pace(ctx context.Context, rate int, url string, record func(start time.Time, code int), headers ...string) {
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	sem := make(chan struct{}, 512)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			continue // the machine is too slow to keep up: skip, do not pile up
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			start := time.Now()
+			record(start, status("GET", url, headers...))
+		})
+	}
+}
+
+// closedLoop runs n clients that each send their next request when the
+// last one answered, until ctx ends.
+func closedLoop(ctx context.Context, n int, url string, tl *tally, headers ...string) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				tl.add(status("GET", url, headers...))
+			}
+		})
+	}
+	return &wg
+}
+
+// sheds reads the requests the concurrency limit shed in front of upstream.
+func sheds(t *testing.T, g *gateway, upstream string) float64 {
+	return scrape(t, g.admin, "sentinel_shed_total", "upstream", upstream)
+}
+
+func concLimit(t *testing.T, g *gateway, upstream string) float64 {
+	return scrape(t, g.admin, "sentinel_concurrency_limit", "upstream", upstream)
+}
+
+// concFigures describes the limiter of upstream for the logs.
+func concFigures(t *testing.T, g *gateway, upstream string) string {
+	f := func(name string) float64 { return scrape(t, g.admin, name, "upstream", upstream) }
+	return fmt.Sprintf("limit %.1f, %v congestion cuts, %v back-offs, %v re-measured baselines, scheduler signal %v",
+		f("sentinel_concurrency_limit"), f("sentinel_concurrency_congestion_cuts_total"),
+		f("sentinel_concurrency_backoffs_total"), f("sentinel_concurrency_rebaselines_total"),
+		adaptiveState(t, g)["signals"].(map[string]any)["scheduler"])
+}
+
+// A backend with unlimited concurrency is never shed, however slow its
+// answers: fast traffic teaches the limit a fast route, then the same route
+// answers in 200 ms (a slower endpoint behind one prefix). Everything is
+// served: the latency rose without the in-flight requests explaining it.
+func TestFaultSlowerEndpointIsNotCongestion(t *testing.T) {
+	const name = "fault_slower"
+	up := startCostUpstream(t, 0)
+	up.slow.Store(int64(200 * time.Millisecond))
+	g := startGateway(t, concConfig(name, up.url))
+	gold := []string{"X-API-Key", "gold-key"}
+
+	var fast, slow tally
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	pace(ctx, 200, g.url+"/fast", fast.record, gold...)
+	cancel()
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pace(ctx, 100, g.url+"/slow/x", slow.record, gold...)
+
+	okFast, allFast := fast.served()
+	ok, all := slow.served()
+	shed := sheds(t, g, name)
+	t.Logf("faults: slower endpoint: fast %d/%d served, then 200ms endpoint %d/%d PREMIUM served (%.2f%%), %v sheds, answers %v; %s",
+		okFast, allFast, ok, all, 100*float64(ok)/float64(all), shed, slow.String(), concFigures(t, g, name))
+	require.Greater(t, all, 300, "the load ran")
+	assert.Equal(t, allFast, okFast, "fast requests all served")
+	assert.GreaterOrEqual(t, float64(ok), 0.99*float64(all), "≥ 99%% of PREMIUM served on a 200 ms endpoint")
+	assert.Zero(t, shed, "a backend with unlimited concurrency is never shed")
+}
+
+// A steady mix of 300 ms and fast requests on one route of one upstream
+// with unlimited concurrency: nothing is shed, for any plan.
+func TestFaultSlowFastMixIsNotCongestion(t *testing.T) {
+	const name = "fault_mix"
+	up := startCostUpstream(t, 0)
+	up.slow.Store(int64(300 * time.Millisecond))
+	g := startGateway(t, concConfig(name, up.url))
+
+	var fast, slow, free tally
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { pace(ctx, 150, g.url+"/fast", fast.record, "X-API-Key", "gold-key") })
+	wg.Go(func() { pace(ctx, 60, g.url+"/slow/x", slow.record, "X-API-Key", "gold-key") })
+	wg.Go(func() { pace(ctx, 40, g.url+"/slow/y", free.record, "X-API-Key", "free-key") })
+	wg.Wait()
+
+	shed := sheds(t, g, name)
+	okF, allF := fast.served()
+	okS, allS := slow.served()
+	okR, allR := free.served()
+	t.Logf("faults: slow/fast mix: fast %d/%d, 300ms PREMIUM %d/%d, 300ms FREE %d/%d served, %v sheds; %s",
+		okF, allF, okS, allS, okR, allR, shed, concFigures(t, g, name))
+	require.Greater(t, allS, 200, "the load ran")
+	assert.Zero(t, shed, "a mix of slow and fast requests is not congestion")
+	assert.Equal(t, allF, okF)
+	assert.Equal(t, allS, okS)
+	assert.Equal(t, allR, okR)
+}
+
+// After a collapse (the backend shed everything with 503 for 4 s, and the
+// limit backed off far below what the load needs), a backend that is
+// healthy again, with a 200 ms endpoint that needs about 20 requests in
+// flight, gets its capacity back within 5 s: the limit is above the
+// requests in flight the load needs, and every request is served.
+func TestFaultRecoveryAfterCollapse(t *testing.T) {
+	const name = "fault_recovery"
+	up := startCostUpstream(t, 0)
+	up.slow.Store(int64(200 * time.Millisecond))
+	g := startGateway(t, concConfig(name, up.url))
+	gold := []string{"X-API-Key", "gold-key"}
+
+	// Learn the route, then collapse the limit with the backend's 503s.
+	var warm tally
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	pace(ctx, 100, g.url+"/slow/x", warm.record, gold...)
+	cancel()
+	up.status.Store(http.StatusServiceUnavailable)
+	var burst tally
+	ctx, cancel = context.WithTimeout(context.Background(), 4*time.Second)
+	pace(ctx, 100, g.url+"/slow/x", burst.record, gold...)
+	cancel()
+	collapsed := concLimit(t, g, name)
+	require.Less(t, collapsed, 16.0, "the backend's 503s backed the limit off below the 20 requests in flight the load needs (answers %v)", burst.String())
+
+	up.status.Store(http.StatusOK)
+	healed := time.Now()
+	var mu sync.Mutex
+	var lastRefused time.Duration // after healing, of the last request not served
+	var after tally               // requests sent 5 s or more after healing
+	ctx, cancel = context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	recovered := make(chan time.Duration, 1)
+	go func() { // when the limit has room for the load again
+		for ctx.Err() == nil {
+			if concLimit(t, g, name) >= 24 {
+				recovered <- time.Since(healed)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	pace(ctx, 100, g.url+"/slow/x", func(start time.Time, code int) {
+		since := start.Sub(healed)
+		if since >= 5*time.Second {
+			after.add(code)
+		}
+		if code != http.StatusOK {
+			mu.Lock()
+			lastRefused = max(lastRefused, since)
+			mu.Unlock()
+		}
+	}, gold...)
+	var took time.Duration
+	select {
+	case took = <-recovered:
+	default:
+		took = -1
+	}
+	ok, all := after.served()
+	t.Logf("faults: recovery: limit %.1f after 4 s of 503s (answers %v); limit ≥ 24 again %v after the backend healed; last request not served sent at %v; %d/%d served from 5 s on; %s",
+		collapsed, burst.String(), took.Round(10*time.Millisecond), lastRefused.Round(10*time.Millisecond), ok, all, concFigures(t, g, name))
+	require.Greater(t, all, 100, "the load ran")
+	assert.True(t, took >= 0 && took <= 5*time.Second, "the limit has room for the load within 5 s (took %v)", took)
+	assert.Equal(t, all, ok, "everything is served from 5 s on (answers %v)", after.String())
+}
+
+// A backend with 4 workers and a 40 ms service time (100 answers a second)
+// under 32 clients in a closed loop is congested: its queue, and so its
+// latency, grows with the requests in flight. The concurrency limit sheds
+// the excess (FREE first) and holds the backend's in-flight requests near
+// its capacity; PREMIUM is served.
+func TestFaultCongestedBackendIsShed(t *testing.T) {
+	const name = "fault_congested"
+	up := startCostUpstream(t, 4)
+	up.service.Store(int64(40 * time.Millisecond))
+	g := startGateway(t, concConfig(name, up.url))
+
+	// The route is learned at low load, below capacity.
+	var warm, flood, gold tally
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	closedLoop(ctx, 2, g.url+"/x", &warm).Wait()
+	cancel()
+
+	ctx, cancel = context.WithTimeout(context.Background(), 6*time.Second)
+	defer cancel()
+	fl := closedLoop(ctx, 32, g.url+"/x", &flood)
+	gl := closedLoop(ctx, 2, g.url+"/x", &gold, "X-API-Key", "gold-key")
+	// The backend's in-flight requests, sampled over the last 4 s.
+	time.Sleep(2 * time.Second)
+	var sum, n, peak int64
+	for ctx.Err() == nil {
+		v := up.inflight.Load()
+		sum, n, peak = sum+v, n+1, max(peak, v)
+		time.Sleep(5 * time.Millisecond)
+	}
+	fl.Wait()
+	gl.Wait()
+	mean := float64(sum) / float64(max(1, n))
+	shed := sheds(t, g, name)
+	okF, allF := flood.served()
+	okG, allG := gold.served()
+	t.Logf("faults: congested backend (4 workers): backend in flight mean %.1f, peak %d (32 clients); %v sheds; FREE %d/%d, PREMIUM %d/%d served; %s",
+		mean, peak, shed, okF, allF, okG, allG, concFigures(t, g, name))
+	assert.Greater(t, shed, 0.0, "the congested backend is protected")
+	assert.Less(t, mean, 12.0, "the backend's in-flight requests stay near its 4 workers, not the 32 clients")
+	assert.GreaterOrEqual(t, float64(okG), 0.9*float64(allG), "PREMIUM is served")
+}
+
+// A flood of distinct client addresses on a fast backend loads the gateway
+// (a limit key each, its CPU shared with the clients); the backend is not
+// congested and nothing is shed by the concurrency limit.
+func TestFaultKeyFloodIsNotCongestion(t *testing.T) {
+	const name = "fault_keyflood"
+	up := startCostUpstream(t, 0)
+	cfg := strings.Replace(concConfig(name, up.url), "limits: {ip: 0,", "limits: {ip: 1000,", 1)
+	g := startGateway(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	var next atomic.Int64
+	var tl tally
+	var wg sync.WaitGroup
+	for range 48 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := next.Add(1)
+				ip := "10." + strconv.Itoa(int(i>>16&255)) + "." + strconv.Itoa(int(i>>8&255)) + "." + strconv.Itoa(int(i&255))
+				tl.add(status("GET", g.url+"/x", "X-Forwarded-For", ip))
+			}
+		})
+	}
+	wg.Wait()
+	ok, all := tl.served()
+	shed := sheds(t, g, name)
+	st := adaptiveState(t, g)
+	t.Logf("faults: key flood: %d distinct client addresses, %d/%d served, %v concurrency sheds, mode %v, answers %v; %s",
+		next.Load(), ok, all, shed, st["mode"], tl.String(), concFigures(t, g, name))
+	require.Greater(t, all, 1000, "the flood ran")
+	assert.Zero(t, shed, "the gateway's own load is not backend congestion")
+}
