@@ -20,9 +20,10 @@
 //
 // The modes move on a 100-500 ms loop: too slow to stop a step to 10× load.
 // In front of each upstream a ConcurrencyLimiter is the first line of
-// defence: it learns the upstream's no-load latency, shrinks the number of
-// requests in flight when latency rises (in the style of Netflix's Gradient2),
-// and admits by priority: PREMIUM may use the whole limit, STANDARD and FREE
+// defence: it learns each route's healthy latency, shrinks the number of
+// requests in flight when latency rises as a queue's does, with the requests
+// in flight (in the style of Netflix's Gradient2; see gradient.go), and
+// admits by priority: PREMIUM may use the whole limit, STANDARD and FREE
 // only part of it, so FREE is shed first and PREMIUM keeps a guaranteed share.
 //
 // A reload stages a new section (Controller.Stage) and commits it: the
@@ -32,6 +33,6 @@
 // RestartKeys keep their values until a restart.
 //
 // Each Controller's series (signals, pressures, mode, multiplier, live pods,
-// cluster errors, and its limiters' limits, in-flight requests, sheds and
-// back-offs) live in a metrics.Set of its own, registered from New to Stop.
+// cluster errors, and its limiters' limits, in-flight requests, sheds,
+// back-offs, congestion cuts and re-measured baselines) live in a metrics.Set of its own, registered from New to Stop.
 package adaptive
