@@ -214,6 +214,33 @@ func TestBinaryPrintsOnlyItsResult(t *testing.T) {
 	assert.Less(t, logx, lib, "logx must hold the standard log back before the metrics library's initializer writes to it")
 }
 
+// TestBinaryCheckRefusesEachMistake: -check exits 2 and names the key for
+// a rule of an unknown tenant, a fractional count, a plan in another case
+// than the API accepts, and a bad value from the environment (naming the
+// variable); it prints nothing else, and never "config OK".
+func TestBinaryCheckRefusesEachMistake(t *testing.T) {
+	bin := sentinelBinary(t)
+	type mistake struct{ file, env, want string }
+	var cases []mistake
+	for _, f := range []string{"bad_rule_unknown_tenant.yaml", "bad_fractional_count.yaml", "bad_rule_fractional_limit.yaml", "bad_tenant_plan_case.yaml"} {
+		file := "testdata/config/" + f
+		cases = append(cases, mistake{file: file, want: wantLine(t, file)})
+	}
+	cases = append(cases, mistake{file: "testdata/config/good_minimal.yaml", env: "SENTINEL_LIMITS_ON_STORE_FAILURE=maybe",
+		want: `limits.on_store_failure: "maybe" is not one of local, open, closed (from SENTINEL_LIMITS_ON_STORE_FAILURE)`})
+	for _, c := range cases {
+		cmd := exec.Command(bin, "-check", "-config", c.file)
+		cmd.Env = append(os.Environ(), c.env)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		require.Error(t, cmd.Run(), c.file)
+		assert.Equal(t, 2, cmd.ProcessState.ExitCode(), c.file)
+		assert.Empty(t, stdout.String(), c.file)
+		assert.Contains(t, stderr.String(), c.want, c.file)
+		assert.True(t, strings.HasPrefix(stderr.String(), "sentinel: invalid configuration:\n"), "%s: %s", c.file, stderr.String())
+	}
+}
+
 func routesConfig(listen, admin, upstreams, routes string) string {
 	return fmt.Sprintf(`
 server: {listen: %q, admin_listen: %q, admin_token: s3cret, drain_delay: 0s, shutdown_grace: 3s}

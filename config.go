@@ -81,9 +81,47 @@ func loadConfig(path string, environ []string) (*Config, error) {
 	}
 	cfg.normalize()
 	if err := cfg.setDefaultsAndValidate(); err != nil {
-		return nil, err
+		return nil, fromEnvError(err, fromEnv)
 	}
 	return &cfg, nil
+}
+
+// envError is a validation error whose lines name the SENTINEL_ variable
+// that set their key; Unwrap gives the validation error.
+type envError struct {
+	err  error
+	text string
+}
+
+func (e *envError) Error() string { return e.text }
+func (e *envError) Unwrap() error { return e.err }
+
+// fromEnvError adds "(from SENTINEL_...)" to each line of err whose key (or
+// an entry of it, such as redis.addrs[0]) came from the environment, as the
+// decode errors do: a value that is not in the file is otherwise hard to find.
+func fromEnvError(err error, fromEnv map[string]string) error {
+	if len(fromEnv) == 0 {
+		return err
+	}
+	lines := strings.Split(err.Error(), "\n")
+	changed := false
+	for i, line := range lines {
+		key, _, ok := strings.Cut(line, ": ")
+		if !ok {
+			continue
+		}
+		for k, name := range fromEnv {
+			if key == k || strings.HasPrefix(key, k+"[") || strings.HasPrefix(key, k+".") {
+				lines[i] += " (from " + name + ")"
+				changed = true
+				break
+			}
+		}
+	}
+	if !changed {
+		return err
+	}
+	return &envError{err: err, text: strings.Join(lines, "\n")}
 }
 
 // applyEnv sets every SENTINEL_* variable that names a known key. Viper's
@@ -204,7 +242,9 @@ func implementsTextUnmarshaler(t reflect.Type) bool {
 }
 
 // normalize undoes viper's lower-casing of map keys where case matters: plan
-// names are upper case (FREE, STANDARD, PREMIUM).
+// names are upper case (FREE, STANDARD, PREMIUM). A tenant's plan is a value,
+// which viper keeps as written: it is checked as the tenants API checks it,
+// so `plan: free` is refused in the file as it is in a PUT.
 func (c *Config) normalize() {
 	if c.Plans != nil {
 		plans := make(limit.Plans, len(c.Plans))
@@ -212,9 +252,6 @@ func (c *Config) normalize() {
 			plans[strings.ToUpper(name)] = m
 		}
 		c.Plans = plans
-	}
-	for i := range c.Tenants {
-		c.Tenants[i].Plan = strings.ToUpper(c.Tenants[i].Plan)
 	}
 }
 
@@ -285,8 +322,24 @@ func (c *Config) setDefaultsAndValidate() error {
 	)
 }
 
-// validateCatalog checks tenants and rules by building the catalog they make.
+// validateCatalog checks tenants and rules by building the catalog they make,
+// and that every rule names a tenant of the file (or limit.AnonymousTenant):
+// the rules API refuses a rule for a tenant it does not know (404), since it
+// could never apply, and a file that means the same must fail -check. A
+// tenant created through the API gets its rules through the API.
 func (c *Config) validateCatalog() error {
 	_, err := limit.NewCatalog(c.Plans, c.Tenants, c.Rules)
-	return err
+	tenants := make(map[string]bool, len(c.Tenants))
+	for _, t := range c.Tenants {
+		tenants[t.ID] = true
+	}
+	errs := []error{err}
+	for i, r := range c.Rules {
+		if r.Tenant != limit.AnonymousTenant && r.Tenant != "" && !tenants[r.Tenant] {
+			errs = append(errs, &limit.ValidationError{Field: fmt.Sprintf("rules[%d].tenant", i),
+				Msg: fmt.Sprintf("no tenant %q in tenants: a rule for it would never apply; add the tenant, or write the rule through the API for a tenant created there (%q: clients without an API key)",
+					r.Tenant, limit.AnonymousTenant)})
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -218,3 +218,23 @@ rules:
 	assert.Len(t, errs, len(want), "%q", errs)
 	assert.Equal(t, 200, do(t, "GET", g.url+"/x", "").status, "the running configuration stays")
 }
+
+// TestEnvErrorsNameTheVariable: an invalid value from the environment names
+// its SENTINEL_ variable, whether the decoder or a section's Validate refuses it.
+func TestEnvErrorsNameTheVariable(t *testing.T) {
+	for env, want := range map[string]string{
+		"SENTINEL_SERVER_LISTEN=bad":             `server.listen: "bad" is not host:port (from SENTINEL_SERVER_LISTEN)`,
+		"SENTINEL_REDIS_ADDRS=r1:6379,nope::":    `redis.addrs[1]: "nope::" is not host:port (from SENTINEL_REDIS_ADDRS)`,
+		"SENTINEL_UPSTREAMS_API_TARGETS=ftp://x": `upstreams.api.targets[0]: "ftp://x" is not an http(s) URL (from SENTINEL_UPSTREAMS_API_TARGETS)`,
+		"SENTINEL_LIMITS_ON_STORE_FAILURE=maybe": `limits.on_store_failure: "maybe" is not one of local, open, closed (from SENTINEL_LIMITS_ON_STORE_FAILURE)`,
+		"SENTINEL_LOG_LEVEL=loud":                `log.level: "loud" is not one of debug, info, warn, error (from SENTINEL_LOG_LEVEL)`,
+		"SENTINEL_LIMITS_TENANT=2.5":             "limits.tenant: `2.5` is not a whole number, e.g. 100 (from SENTINEL_LIMITS_TENANT)",
+	} {
+		_, err := loadConfig("testdata/config/good_minimal.yaml", []string{env})
+		require.Error(t, err, env)
+		assert.Contains(t, err.Error(), want, env)
+	}
+	_, err := loadConfig("testdata/config/bad_failure_policy.yaml", []string{"SENTINEL_LOG_LEVEL=debug"})
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "(from", "a key from the file names no variable")
+}

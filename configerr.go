@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"regexp"
 	"slices"
@@ -54,6 +55,33 @@ func durationHook(_ reflect.Type, to reflect.Type, data any) (any, error) {
 	return d, nil
 }
 
+// wholeNumberHook refuses a fraction for an integer key: mapstructure would
+// truncate `limits.tenant: 100.5` to 100 without a word.
+func wholeNumberHook(_ reflect.Type, to reflect.Type, data any) (any, error) {
+	switch to.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+	default:
+		return data, nil
+	}
+	if to == durationType || to == confDurationType {
+		return data, nil
+	}
+	var f float64
+	switch v := data.(type) {
+	case float64:
+		f = v
+	case float32:
+		f = float64(v)
+	default:
+		return data, nil
+	}
+	if f != math.Trunc(f) || math.IsInf(f, 0) {
+		return nil, fmt.Errorf("`%v` is not %s", data, kindName(to))
+	}
+	return data, nil
+}
+
 func bareNumber(v string) error {
 	return fmt.Errorf("`%s` is a bare number, not a duration; give its unit, e.g. %sms or %ss", v, v, v)
 }
@@ -62,6 +90,7 @@ func bareNumber(v string) error {
 // into their types.
 var decodeHooks = mapstructure.ComposeDecodeHookFunc(
 	durationHook,
+	wholeNumberHook,
 	mapstructure.StringToSliceHookFunc(","),
 	mapstructure.TextUnmarshallerHookFunc(),
 )
