@@ -41,7 +41,8 @@ func (s *Server) rule(ctx *fasthttp.RequestCtx) {
 		s.putRule(ctx, tenant, resource)
 	case fasthttp.MethodDelete:
 		s.change(ctx, fasthttp.StatusNoContent, nil, func(c context.Context) error {
-			return s.deps.Writer.DeleteRule(c, tenant, resource)
+			return fromConfig(s.deps.Writer.DeleteRule(c, tenant, resource), "rules",
+				"the rule for tenant "+tenant+" and resource "+resource)
 		})
 	}
 }
@@ -101,7 +102,7 @@ func (s *Server) tenant(ctx *fasthttp.RequestCtx) {
 		s.putTenant(ctx, id)
 	case fasthttp.MethodDelete:
 		s.change(ctx, fasthttp.StatusNoContent, nil, func(c context.Context) error {
-			return s.deps.Writer.DeleteTenant(c, id)
+			return fromConfig(s.deps.Writer.DeleteTenant(c, id), "tenants", "tenant "+id)
 		})
 	}
 }
@@ -122,6 +123,26 @@ func (s *Server) putTenant(ctx *fasthttp.RequestCtx, id string) {
 		t.APIKeys = []string{}
 	}
 	s.change(ctx, fasthttp.StatusOK, t, func(c context.Context) error { return s.deps.Writer.PutTenant(c, t) })
+}
+
+// configEntryError is limit.ErrConfigEntry for one entry: field is the
+// config.yaml key that holds it, where the operator must look to remove it.
+type configEntryError struct {
+	field, msg string
+	err        error
+}
+
+func (e *configEntryError) Error() string { return e.msg }
+func (e *configEntryError) Unwrap() error { return e.err }
+
+// fromConfig names the config key and the entry of a limit.ErrConfigEntry
+// (other errors pass through).
+func fromConfig(err error, field, entry string) error {
+	if !errors.Is(err, limit.ErrConfigEntry) {
+		return err
+	}
+	return &configEntryError{field: field, err: err,
+		msg: entry + " comes from the configuration file: override it with PUT, or remove it from the file and reload"}
 }
 
 // change runs one catalog write and answers it: status with body (nil: no
@@ -153,6 +174,11 @@ func (s *Server) answerChange(ctx *fasthttp.RequestCtx, err error, status int, b
 	case errors.Is(err, limit.ErrEntryNotFound):
 		writeError(ctx, fasthttp.StatusNotFound, "", "no such entry")
 	case errors.Is(err, limit.ErrConfigEntry):
+		var ce *configEntryError
+		if errors.As(err, &ce) {
+			writeError(ctx, fasthttp.StatusConflict, ce.field, ce.msg)
+			return
+		}
 		writeError(ctx, fasthttp.StatusConflict, "", err.Error())
 	default:
 		writeError(ctx, fasthttp.StatusServiceUnavailable, "", "cannot store the change: "+err.Error())

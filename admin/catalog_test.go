@@ -1,11 +1,16 @@
 package admin
 
 import (
+	"context"
+	"net"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
+
+	"github.com/sentinel-gateway/sentinel/limit"
 )
 
 // TestRuleRoundTrip: the rules API reads and answers limit.Rule's JSON, with
@@ -31,5 +36,38 @@ func TestRuleRoundTrip(t *testing.T) {
 		msg, field := problem(t, resp)
 		assert.Equal(t, "window", field, body)
 		assert.Equal(t, wantMsg, msg, body)
+	}
+}
+
+// TestDeleteConfigEntryNamesTheField: deleting a rule or tenant of the
+// configuration file answers 409 naming the file's key that holds it.
+func TestDeleteConfigEntryNamesTheField(t *testing.T) {
+	var lcfg limit.Config
+	lcfg.SetDefaults()
+	rule := limit.Rule{Tenant: "acme", Resource: "bids", Limit: 5}
+	rule.SetDefaults(&lcfg)
+	cat, err := limit.NewCatalog(nil, []limit.Tenant{{ID: "acme", Plan: "FREE"}}, []limit.Rule{rule})
+	require.NoError(t, err)
+	store := limit.NewMemoryStore(limit.MemoryOptions{})
+	t.Cleanup(func() { store.Close() })
+	lim, err := limit.NewLimiter(lcfg, store, limit.Options{Catalog: cat})
+	require.NoError(t, err)
+	t.Cleanup(lim.Close)
+	s, err := New(Deps{Config: Config{Listen: "127.0.0.1:0"}, Limiter: lim, Catalog: cat, Writer: limit.NewCatalogSync(nil, cat, limit.CatalogSyncOptions{})})
+	require.NoError(t, err)
+	ln := fasthttputil.NewInmemoryListener()
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	c := &fasthttp.Client{Dial: func(string) (net.Conn, error) { return ln.Dial() }}
+
+	for path, want := range map[string][2]string{
+		"/v1/rules/acme/bids": {"rules", "rules: the rule for tenant acme and resource bids comes from the configuration file: override it with PUT, or remove it from the file and reload"},
+		"/v1/tenants/acme":    {"tenants", "tenants: tenant acme comes from the configuration file: override it with PUT, or remove it from the file and reload"},
+	} {
+		resp := call(t, c, "DELETE", path, "")
+		require.Equal(t, fasthttp.StatusConflict, resp.StatusCode(), "%s: %s", path, resp.Body())
+		msg, field := problem(t, resp)
+		assert.Equal(t, want[0], field, path)
+		assert.Equal(t, want[1], msg, path)
 	}
 }

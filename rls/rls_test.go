@@ -211,7 +211,12 @@ func TestTokenHealthAndReflection(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status)
 
-	// Reflection needs it and lists the service.
+	// Reflection needs it (as documented for grpc.token) and lists the service.
+	anon, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(context.Background())
+	require.NoError(t, err)
+	_ = anon.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}})
+	_, err = anon.Recv()
+	assert.Equal(t, codes.Unauthenticated, status.Code(err), "reflection without the token")
 	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(good)
 	require.NoError(t, err)
 	require.NoError(t, stream.Send(&reflectionpb.ServerReflectionRequest{
@@ -272,4 +277,34 @@ func TestCurrentLimitUnits(t *testing.T) {
 		assert.Equal(t, tc.per, rl.RequestsPerUnit, "%d/%v", tc.limit, tc.window)
 		assert.Equal(t, tc.unit, rl.Unit, "%d/%v", tc.limit, tc.window)
 	}
+}
+
+// TestHitsAddendOverTheLimitIsInvalid: a hits_addend larger than a limit
+// that applies can ever grant is InvalidArgument naming the field (the check
+// API answers 400 for it), not OVER_LIMIT with a reset that invites a retry;
+// and the call takes no tokens from any descriptor.
+func TestHitsAddendOverTheLimitIsInvalid(t *testing.T) {
+	lim, cat := testLimiter(t)
+	c := rlsv3.NewRateLimitServiceClient(start(t, Config{}, lim, cat))
+	ok := descriptor("tenant", "acme")
+
+	_, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d",
+		Descriptors: []*commonv3.RateLimitDescriptor{ok}, HitsAddend: 6})
+	st, _ := status.FromError(err)
+	require.Equal(t, codes.InvalidArgument, st.Code(), "%v", err)
+	assert.Equal(t, "hits_addend: 6 is over 5, the most the tenant limit can grant at once; it can never pass", st.Message())
+
+	big := descriptor("tenant", "acme")
+	big.HitsAddend = wrapperspb.UInt64(6)
+	_, err = c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d",
+		Descriptors: []*commonv3.RateLimitDescriptor{ok, big}})
+	st, _ = status.FromError(err)
+	require.Equal(t, codes.InvalidArgument, st.Code(), "%v", err)
+	assert.Contains(t, st.Message(), "descriptors[1].hits_addend: 6 is over 5")
+
+	resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d",
+		Descriptors: []*commonv3.RateLimitDescriptor{ok}, HitsAddend: 5})
+	require.NoError(t, err)
+	assert.Equal(t, rlsv3.RateLimitResponse_OK, resp.OverallCode, "the refused calls took nothing: the whole limit is left")
+	assert.Equal(t, uint32(0), resp.Statuses[0].LimitRemaining)
 }

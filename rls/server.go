@@ -29,6 +29,9 @@ import (
 // concurrent use; rls does not keep req after it returns.
 type Limiter interface {
 	Allow(ctx context.Context, req *limit.Request) limit.Decision
+	// MaxTokens is the most tokens a request like req can ever be granted
+	// and the scope of that limit; it must not call the store.
+	MaxTokens(req *limit.Request) (int64, limit.Scope)
 }
 
 // Catalog gives a tenant's plan. *limit.Catalog implements it.

@@ -64,15 +64,23 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		return resp, nil
 	}
-	var worst *limit.Decision
+	lreqs := make([]limit.Request, len(req.Descriptors))
 	for i, desc := range req.Descriptors {
-		lreq := s.request(&dom, desc, req.HitsAddend)
+		lreqs[i] = s.request(&dom, desc, req.HitsAddend)
+		if err := s.overCapacity(i, desc, &lreqs[i]); err != nil {
+			callsInvalid.Inc()
+			return nil, err
+		}
+	}
+	var worst *limit.Decision
+	for i := range req.Descriptors {
+		lreq := &lreqs[i]
 		if lreq.Tenant == "" && lreq.Resource == "" && len(lreq.APIKey) == 0 && len(lreq.IP) == 0 {
 			descNoLimit.Inc()
 			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 			continue
 		}
-		d := s.limiter.Allow(ctx, &lreq)
+		d := s.limiter.Allow(ctx, lreq)
 		if d.Unavailable {
 			// on_store_failure: closed. Envoy's failure_mode_deny decides.
 			callsUnavailable.Inc()
@@ -98,6 +106,27 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		callsOK.Inc()
 	}
 	return resp, nil
+}
+
+// overCapacity refuses, as InvalidArgument naming the hits_addend that set
+// it, a descriptor that asks more tokens than a limit that applies can ever
+// grant at once: OVER_LIMIT would invite a retry that can never pass (the
+// check API answers 400 for the same request). It runs before any
+// descriptor takes tokens, so a refused call takes none.
+func (s *service) overCapacity(i int, desc *commonv3.RateLimitDescriptor, lreq *limit.Request) error {
+	if lreq.Tenant == "" && lreq.Resource == "" && len(lreq.APIKey) == 0 && len(lreq.IP) == 0 {
+		return nil
+	}
+	most, scope := s.limiter.MaxTokens(lreq)
+	if lreq.Tokens <= most {
+		return nil
+	}
+	field := "hits_addend"
+	if desc.GetHitsAddend() != nil {
+		field = "descriptors[" + strconv.Itoa(i) + "].hits_addend"
+	}
+	return invalid(field, strconv.FormatInt(lreq.Tokens, 10)+" is over "+strconv.FormatInt(most, 10)+
+		", the most the "+scope.String()+" limit can grant at once; it can never pass")
 }
 
 // worse reports whether a is a worse answer than b: refused over allowed,
