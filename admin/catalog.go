@@ -51,7 +51,7 @@ func (s *Server) rule(ctx *fasthttp.RequestCtx) {
 func (s *Server) putRule(ctx *fasthttp.RequestCtx, tenant, resource string) {
 	r, fe := parseRule(ctx.PostBody(), tenant, resource)
 	if fe != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, fe.Field, fe.Msg)
+		writeBodyError(ctx, fe)
 		return
 	}
 	err := s.store(func(c context.Context) error { return s.deps.Writer.PutRule(c, r) })
@@ -111,7 +111,7 @@ func (s *Server) tenant(ctx *fasthttp.RequestCtx) {
 func (s *Server) putTenant(ctx *fasthttp.RequestCtx, id string) {
 	var t limit.Tenant
 	if fe := decodeStrict(ctx.PostBody(), &t); fe != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, fe.Field, fe.Msg)
+		writeBodyError(ctx, fe)
 		return
 	}
 	if t.ID != "" && t.ID != id {

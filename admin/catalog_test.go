@@ -71,3 +71,30 @@ func TestDeleteConfigEntryNamesTheField(t *testing.T) {
 		assert.Equal(t, want[1], msg, path)
 	}
 }
+
+// TestFormBodyIs415: a body that is not JSON, sent as an HTML form (or any
+// other declared format), answers 415 naming Content-Type on every endpoint
+// that reads a body; JSON sent with curl -d's default form Content-Type is
+// read, and a body without a declared format that is not JSON stays a 400.
+func TestFormBodyIs415(t *testing.T) {
+	c := startAdmin(t, Config{Listen: "127.0.0.1:0"})
+	form := "application/x-www-form-urlencoded"
+	for _, tc := range []struct{ method, path, body string }{
+		{"POST", "/v1/ratelimit/check", "tenant_id=acme&resource=default"},
+		{"POST", "/v1/ratelimit/check/batch", "checks=1"},
+		{"PUT", "/v1/rules/acme/bids", "limit=5&window=1m"},
+		{"PUT", "/v1/tenants/newco", "plan=FREE"},
+	} {
+		resp := call(t, c, tc.method, tc.path, tc.body, "Content-Type", form)
+		require.Equal(t, fasthttp.StatusUnsupportedMediaType, resp.StatusCode(), "%s %s: %s", tc.method, tc.path, resp.Body())
+		msg, field := problem(t, resp)
+		assert.Equal(t, "Content-Type", field)
+		assert.Equal(t, "Content-Type: application/x-www-form-urlencoded is not read; send a JSON object (Content-Type: application/json)", msg)
+		resp = call(t, c, tc.method, tc.path, "<x/>", "Content-Type", "application/xml; charset=utf-8")
+		assert.Equal(t, fasthttp.StatusUnsupportedMediaType, resp.StatusCode(), "%s %s as XML", tc.method, tc.path)
+		resp = call(t, c, tc.method, tc.path, tc.body, "Content-Type", "text/plain")
+		assert.Equal(t, fasthttp.StatusBadRequest, resp.StatusCode(), "%s %s as text", tc.method, tc.path)
+	}
+	resp := call(t, c, "POST", "/v1/ratelimit/check", `{"tenant_id":"acme","resource":"default"}`, "Content-Type", form)
+	assert.Equal(t, fasthttp.StatusOK, resp.StatusCode(), "JSON with curl -d's Content-Type: %s", resp.Body())
+}

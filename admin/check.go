@@ -26,7 +26,7 @@ func (s *Server) check(ctx *fasthttp.RequestCtx) {
 		fe = overCapacity(s.deps.Limiter, "", &sc.req)
 	}
 	if fe != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, fe.Field, fe.Msg)
+		writeBodyError(ctx, fe)
 		return
 	}
 	d := s.deps.Limiter.Allow(context.Background(), &sc.req)
@@ -54,7 +54,7 @@ func (s *Server) checkBatch(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	if fe != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, fe.Field, fe.Msg)
+		writeBodyError(ctx, fe)
 		return
 	}
 	buf := append(make([]byte, 0, 96*len(b.Checks)+16), `{"results":[`...)

@@ -1,12 +1,15 @@
 package admin
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/internal/reply"
+	"github.com/sentinel-gateway/sentinel/limit"
 )
 
 var bodyTooLargeMsg = "larger than " + strconv.Itoa(MaxBody) + " bytes"
@@ -15,6 +18,42 @@ var bodyTooLargeMsg = "larger than " + strconv.Itoa(MaxBody) + " bytes"
 // {"error": "field: msg", "field": field}; field "" leaves it out.
 func writeError(ctx *fasthttp.RequestCtx, status int, field, msg string) {
 	reply.Problem{Field: field, Msg: msg}.Write(ctx, status, nil)
+}
+
+// writeBodyError answers a request body that did not decode: 415 when it is
+// not JSON and its Content-Type declares another format (an HTML form, XML),
+// since "malformed JSON" would hide that the API reads JSON only; otherwise
+// 400 naming fe's field. A JSON body is read whatever its Content-Type: curl
+// -d sends application/x-www-form-urlencoded by default.
+func writeBodyError(ctx *fasthttp.RequestCtx, fe *limit.ValidationError) {
+	if fe.Field == "body" && !json.Valid(ctx.PostBody()) {
+		if mt := mediaType(ctx.Request.Header.ContentType()); declaresOtherFormat(mt) {
+			writeError(ctx, fasthttp.StatusUnsupportedMediaType, "Content-Type",
+				mt+" is not read; send a JSON object (Content-Type: application/json)")
+			return
+		}
+	}
+	writeError(ctx, fasthttp.StatusBadRequest, fe.Field, fe.Msg)
+}
+
+// mediaType is the lower-case media type of a Content-Type, without
+// parameters.
+func mediaType(ct []byte) string {
+	if i := bytes.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return strings.ToLower(string(bytes.TrimSpace(ct)))
+}
+
+// declaresOtherFormat reports whether media type mt names a format other
+// than JSON; none, text/plain and application/octet-stream declare nothing.
+func declaresOtherFormat(mt string) bool {
+	switch {
+	case mt == "", mt == "text/plain", mt == "application/octet-stream",
+		mt == "application/json", strings.HasSuffix(mt, "+json"):
+		return false
+	}
+	return true
 }
 
 // writeJSON answers status with v encoded as JSON.
