@@ -101,7 +101,7 @@ func serve(cfg *Config, load func() (*Config, error), level *slog.LevelVar, ppro
 	if pprofListen != "" {
 		ln, err := listenPprof(pprofListen)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "sentinel: %v\n", err)
+			slog.Error("cannot start", "error", err) // the logger exists: its format, as every line after it
 			return 2
 		}
 		defer servePprof(ln)()

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -146,4 +148,26 @@ func promtoolPath(t *testing.T) string {
 	}
 	t.Fatal("promtool not found: install it with `apt-get install prometheus` (.ci/run does)")
 	return ""
+}
+
+// TestEveryMetricHasHelp: every family the code registers, exposed in the
+// test above or not (Redis-only, WebSocket, pipeline families), gets a help
+// text from its row of docs/metrics.md.
+func TestEveryMetricHasHelp(t *testing.T) {
+	names := map[string]bool{}
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") ||
+			strings.HasPrefix(path, "loadtest") {
+			return err
+		}
+		for _, m := range metricInCode.FindAllStringSubmatch(readDoc(t, path), -1) {
+			names[m[1]] = true
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Greater(t, len(names), 40)
+	for name := range names {
+		assert.NotEmpty(t, metricsHelp[name], "%s has no help text: its row of docs/metrics.md is missing or does not read as | `name` | type | labels | meaning |", name)
+	}
 }
