@@ -82,7 +82,7 @@ func fixLine(out *bytes.Buffer, line []byte, help map[string]string) {
 			typ = "counter"
 		}
 		out.WriteString("# TYPE " + rename(name) + " " + typ)
-	case len(line) > 0 && line[0] == 'g':
+	case len(line) > 0 && line[0] == 'g': // every family of libraryRenames is a go_ one
 		end := bytes.IndexAny(line, "{ ")
 		if end > 0 {
 			if to, ok := libraryRenames[string(line[:end])]; ok {
@@ -104,10 +104,10 @@ func rename(name string) string {
 	return name
 }
 
+var helpEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
+
 // escapeHelp escapes a help text as the text format requires.
-func escapeHelp(s string) string {
-	return strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(s)
-}
+func escapeHelp(s string) string { return helpEscaper.Replace(s) }
 
 // docRow is a row of a metrics table of docs/metrics.md:
 // | `name`[, `name`...] | type | labels | meaning |
