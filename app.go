@@ -245,13 +245,22 @@ func (a *app) close() {
 	}
 }
 
-// podID names this process in the cluster view: host name and process ID.
+// podSeq numbers the gateways built in this process after the first.
+var podSeq atomic.Int64
+
+// podID names this gateway in the cluster view: host name and process ID,
+// and a sequence number for every gateway after the first that the process
+// builds (several in one process must count as several pods).
 func podID() string {
 	host, err := os.Hostname()
 	if err != nil {
 		host = "pod"
 	}
-	return host + "-" + strconv.Itoa(os.Getpid())
+	id := host + "-" + strconv.Itoa(os.Getpid())
+	if n := podSeq.Add(1); n > 1 {
+		id += "-" + strconv.FormatInt(n, 10)
+	}
+	return id
 }
 
 // adminDeps are the parts the admin listener serves.

@@ -29,7 +29,12 @@ type clusterView struct {
 	logf     func(format string, args ...any)
 	errors   *metrics.Counter // sentinel_adaptive_cluster_errors_total
 
-	pods atomic.Int64 // pods with a fresh score, this one included; 1 when unknown
+	// pods is the number of pods with a fresh score, this one included, as
+	// last seen (1 before the first exchange). A failed exchange leaves it
+	// alone: the limits' local fallback divides each limit by it while the
+	// store fails, and a pod that cannot reach Redis has no evidence that the
+	// others are gone (they most likely cannot reach it either).
+	pods atomic.Int64
 
 	mu      sync.Mutex // guards average and ok
 	average float64    // the live pods' mean score (this pod's own when it is alone)
@@ -111,7 +116,8 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 }
 
 // failed records an exchange that did not work: until the next one works,
-// the pod acts alone.
+// the pod acts on its own pressure. The count of live pods stays as last
+// seen: it changes only on heartbeats read from Redis.
 func (v *clusterView) failed(err error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -119,7 +125,6 @@ func (v *clusterView) failed(err error) {
 		v.logf("adaptive: cluster view unavailable, acting on this pod's pressure: %v", err)
 	}
 	v.ok = false
-	v.pods.Store(1)
 	v.errors.Inc()
 }
 
@@ -142,7 +147,8 @@ func (v *clusterView) up() bool {
 	return ok
 }
 
-// livePods is the number of pods with a fresh score (1 alone).
+// livePods is the number of pods with a fresh score at the last exchange
+// that worked (1 alone, or before any worked).
 func (v *clusterView) livePods() int {
 	if v == nil {
 		return 1

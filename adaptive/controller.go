@@ -162,7 +162,9 @@ func (c *Controller) LimitAdjustment() (float64, bool) {
 	return p.Multiplier, p.Strict
 }
 
-// LivePods is the number of pods with a fresh score in Redis (1 alone).
+// LivePods is the number of pods with a fresh score in Redis at the last
+// exchange that worked: while Redis cannot be reached it stays as last seen
+// (1 alone, or before any exchange worked).
 func (c *Controller) LivePods() int { return c.view.livePods() }
 
 // RequestStarted and RequestFinished count the requests in flight.
