@@ -81,7 +81,9 @@ func TestCheckAPIBadRequests(t *testing.T) {
 func TestRulesAcrossPods(t *testing.T) {
 	srv := redistest.Start(t)
 	up := startUpstream(t)
-	cfg := testConfig(up.url, fmt.Sprintf("redis: {addrs: [%q]}\nlimits: {ip: 0, tenant: 1000}\n", srv.Addr))
+	// A store call slower than the timeout (a loaded machine under -race)
+	// would decide by the local share of this small rule: 1 per pod.
+	cfg := testConfig(up.url, fmt.Sprintf("redis: {addrs: [%q]}\nlimits: {ip: 0, tenant: 1000, store_timeout: 2s}\n", srv.Addr))
 	a, b := startGateway(t, cfg), startGateway(t, cfg)
 
 	rule := `{"algorithm":"sliding_window","limit":2,"window":"1m"}`

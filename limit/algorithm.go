@@ -100,6 +100,9 @@ func checkLease(req *LeaseRequest) error {
 	if req.LeaseTTL < 0 || req.LeaseTTL > time.Hour {
 		return fmt.Errorf("limit: lease for %q: lease TTL %v is out of range [0, 1h]", req.Key, req.LeaseTTL)
 	}
+	if req.RunWithin < 0 || req.RunWithin > time.Hour {
+		return fmt.Errorf("limit: lease for %q: run within %v is out of range [0, 1h]", req.Key, req.RunWithin)
+	}
 	if req.UseWithin < 0 || req.UseWithin > time.Hour {
 		return fmt.Errorf("limit: lease for %q: use within %v is out of range [0, 1h]", req.Key, req.UseWithin)
 	}
@@ -115,6 +118,14 @@ func checkLease(req *LeaseRequest) error {
 	}
 	if req.SpentAgo < 0 || req.SpentAgo > MaxWindow {
 		return fmt.Errorf("limit: lease for %q: spent %v ago is out of range [0, %v]", req.Key, req.SpentAgo, MaxWindow)
+	}
+	for _, part := range req.SpentBefore {
+		switch {
+		case part.N < 0 || part.N > MaxLimit || part.Ago < 0 || part.Ago > MaxWindow:
+			return fmt.Errorf("limit: lease for %q: %d spent permits %v ago is out of range", req.Key, part.N, part.Ago)
+		case part.N > 0 && req.Params.Algorithm != SlidingWindow:
+			return fmt.Errorf("limit: lease for %q: spent parts are for sliding_window only", req.Key)
+		}
 	}
 	p := &req.Params
 	switch p.Algorithm {

@@ -17,8 +17,9 @@ func (s *windowState) lease(now int64, q *leaseQuery, g int64) leaseAnswer {
 		s.subs.unadd(q.retRef, q.ret)
 	}
 	s.subs.move(q.retRef, ((now/g)+1)*g, q.used)
-	if at := (((now - q.spentAgoMS) / g) + 1) * g; q.spent > 0 && at+q.windowMS > now {
-		s.subs.add(at, q.spent)
+	s.spend(now, q.spent, q.spentAgoMS, q.windowMS, g)
+	for _, part := range q.before {
+		s.spend(now, part[0], part[1], q.windowMS, g)
 	}
 	s.last = now
 	s.subs.expire(now - q.windowMS)
@@ -44,4 +45,12 @@ func (s *windowState) lease(now int64, q *leaseQuery, g int64) leaseAnswer {
 	a.resetMS = s.subs.resetMS(now, q.windowMS)
 	a.keepMS = max(a.resetMS, q.windowMS) + 1000
 	return a
+}
+
+// spend counts n permits let through agoMS before now, at the end of their
+// sub-window, unless they are out of the window already.
+func (s *windowState) spend(now, n, agoMS, windowMS, g int64) {
+	if at := (((now - agoMS) / g) + 1) * g; n > 0 && at+windowMS > now {
+		s.subs.add(at, n)
+	}
 }

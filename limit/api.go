@@ -64,7 +64,9 @@ type LeaseRequest struct {
 	// Spent is how many permits the caller let through on its own while the
 	// store was unreachable (its share under the local failure policy): the
 	// store counts them from this call, so that when it answers again it
-	// does not grant the window's whole budget on top of them. At most
+	// does not grant the window's whole budget on top of them. Only a call
+	// that runs in time counts them (RedisStore: before its deadline): the
+	// caller of a call that failed reports them again. At most
 	// MaxLogTokens for sliding_log.
 	Spent int64
 	// SpentAgo is how long before this call the last of the Spent permits
@@ -72,11 +74,26 @@ type LeaseRequest struct {
 	// then, measured on the caller's clock as a duration, so the two clocks
 	// need not agree.
 	SpentAgo time.Duration
+	// SpentBefore are more permits let through on the caller's own, earlier
+	// than Spent's, each part counted from its own Ago (0..MaxWindow): a
+	// report after a long failure dates each part of the last window where
+	// it was used, so that the store neither forgets them nor counts a
+	// whole window of them as just used, which would refuse a client under
+	// its limit for a window. sliding_window only: the other algorithms
+	// take all of them in Spent.
+	SpentBefore [SpentParts]SpentPart
 	// UseWithin is how long after the call the caller may still use the
 	// Need permits (the time it waits for the answer; later it gives them
 	// back): the sliding algorithms count them from the call plus UseWithin.
 	// 0..1h.
 	UseWithin time.Duration
+	// RunWithin, when not 0, is how long after the call the store may still
+	// run it: a call run later grants nothing and counts no Spent (as one
+	// past ctx's deadline), so that a caller that stopped waiting for the
+	// answer at RunWithin knows that a call still running then will take
+	// nothing it reported. 0..1h; RedisStore only (the in-process store runs
+	// every call at once).
+	RunWithin time.Duration
 	// LeaseTTL is how long the caller may keep unused permits before it drops
 	// them. The store counts the lease's permits beyond Need as living until
 	// its expiry plus the window (or until Used re-dates them), so that no
@@ -99,6 +116,16 @@ type LeaseRequest struct {
 
 // MaxRequestIDRetries is the most repeats of one request ID a store spares.
 const MaxRequestIDRetries = 15
+
+// SpentParts is the number of parts of LeaseRequest.SpentBefore.
+const SpentParts = 4
+
+// SpentPart is N permits let through on the caller's own, the last of them
+// Ago before the call.
+type SpentPart struct {
+	N   int64
+	Ago time.Duration
+}
 
 // LeaseResult is the store's answer to a LeaseRequest.
 type LeaseResult struct {

@@ -69,7 +69,11 @@ type Config struct {
 	// Default true.
 	LocalFastPath *bool `mapstructure:"local_fast_path"`
 	// StoreTimeout is the deadline of one store call; a slower call counts as
-	// a failure. Default 5ms.
+	// a failure and the request is decided by the failure policy. Default
+	// 50ms: well above a store round trip, and above the scheduling delays
+	// of a pod whose CPU is saturated (tens of ms), which would otherwise
+	// send a busy pod's decisions to the failure policy while the store is
+	// fine (see docs/configuration.md).
 	StoreTimeout time.Duration `mapstructure:"store_timeout"`
 	// OnStoreFailure is local (default), open or closed.
 	OnStoreFailure string `mapstructure:"on_store_failure"`
@@ -106,7 +110,7 @@ func (c *Config) SetDefaults() {
 		t := true
 		c.LocalFastPath = &t
 	}
-	confutil.SetDefault(&c.StoreTimeout, 5*time.Millisecond)
+	confutil.SetDefault(&c.StoreTimeout, 50*time.Millisecond)
 	confutil.SetDefault(&c.OnStoreFailure, FailLocal.String())
 	confutil.SetDefault(&c.LeaseTTL, 250*time.Millisecond)
 	confutil.SetDefault(&c.MaxLease, 1024)

@@ -38,11 +38,15 @@ func (l *Limiter) lateWait() time.Duration {
 // (or until ctx is done). The call itself goes on in the background; when
 // its caller gave up and b is not nil, the permits of its answer go back to
 // the store in one more call (never retried), so a timed-out lease does not
-// spend budget nobody can use. b.late counts such calls until then.
+// spend budget nobody can use, and when no answer comes in time (the store
+// takes spent permits only from a call it runs before the deadline) the
+// permits it reported as let through locally go back into b, for the next
+// call (their times are measured from spentAt). b.late counts such calls
+// until then.
 //
 // An in-process store (MemoryStore) answers at once and cannot be late: it
 // is called directly, without the goroutine, channel and timer.
-func (l *Limiter) callStore(ctx context.Context, req *LeaseRequest, b *bucket) (LeaseResult, error) {
+func (l *Limiter) callStore(ctx context.Context, req *LeaseRequest, b *bucket, spentAt int64) (LeaseResult, error) {
 	if !l.shared {
 		return l.store.Lease(ctx, req)
 	}
@@ -59,7 +63,11 @@ func (l *Limiter) callStore(ctx context.Context, req *LeaseRequest, b *bucket) (
 		if b == nil {
 			return
 		}
-		if err == nil && res.Granted > 0 && l.giveBackGrant(req, res) {
+		if err != nil {
+			b.mu.Lock()
+			b.unspend(spentAt, &req.Params, req.Spent, req.SpentAgo, req.SpentBefore)
+			b.mu.Unlock()
+		} else if res.Granted > 0 && l.giveBackGrant(req, res) {
 			lateReturns.Inc()
 		}
 		b.late.Add(-1)

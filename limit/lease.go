@@ -51,9 +51,18 @@ type bucket struct {
 	leasedAt int64 // unix nanos when the last lease call was sent
 	demand   int64 // tokens wanted by requests that waited for a fill
 	// spent counts the permits the local failure policy let through on this
-	// key since the last lease call that reached the store.
-	spent   int64
-	spentAt int64 // unix nanos: when the last of them was let through
+	// key since the last lease call that reached the store, by slots of a
+	// quarter window (spentWidth): spent[spentSlot%spentSlots] is the
+	// newest, the others the four before it; they go to the store with
+	// their times (LeaseRequest.Spent and SpentBefore).
+	spent     [spentSlots]int64
+	spentSlot int64 // unix nanos / spentWidth of the newest slot
+	spentAt   int64 // unix nanos: when the last of them was let through
+	// The last store answer for the key: when it came (unix nanos, 0:
+	// none yet; remaining is its budget) and the permits the local policy
+	// let through since (fallbackRoom).
+	answeredAt   int64
+	fallbackUsed int64
 
 	lastUsed atomic.Int64 // unix nanos
 	// late counts this bucket's store calls whose caller gave up and whose
@@ -161,7 +170,7 @@ func (b *bucket) holdsNothing() bool {
 		return false
 	}
 	defer b.mu.Unlock()
-	return b.fill == nil && b.spent == 0 && b.permits == 0 && b.expired == 0
+	return b.fill == nil && !b.hasSpent() && b.permits == 0 && b.expired == 0
 }
 
 // sweep drops buckets unused since before idleBefore that have no call in
@@ -185,3 +194,94 @@ func (t *bucketTable) sweep(idleBefore int64) {
 
 // len is the number of buckets.
 func (t *bucketTable) len() int { return int(t.count.Load()) }
+
+// spentSlots is the number of slots of bucket.spent: the newest and one
+// for each SpentBefore part. Four quarter windows before the newest cover
+// every permit still in the window.
+const spentSlots = SpentParts + 1
+
+// spentWidth is the width of a slot of bucket.spent for a window (0 for a
+// token bucket, whose spent tokens are taken at once: one slot).
+func spentWidth(window time.Duration) int64 {
+	return int64(window) / SpentParts
+}
+
+// hasSpent tells whether b holds permits let through locally that the
+// store has not been told of. The caller holds b.mu.
+func (b *bucket) hasSpent() bool {
+	for _, n := range b.spent {
+		if n != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// addSpent counts n permits the local policy let through at now. The
+// caller holds b.mu.
+func (b *bucket) addSpent(n, now, width int64) {
+	k := int64(0)
+	if width > 0 {
+		k = now / width
+	}
+	switch {
+	case k > b.spentSlot:
+		for i := b.spentSlot + 1; i <= min(k, b.spentSlot+spentSlots); i++ {
+			b.spent[i%spentSlots] = 0
+		}
+		b.spentSlot = k
+	case k <= b.spentSlot-spentSlots:
+		return // a window old (put back late): out of every window to come
+	}
+	b.spent[k%spentSlots] += n
+	b.spentAt = max(b.spentAt, now)
+}
+
+// spentParts empties the spent slots into what a lease call reports at now:
+// the newest slot as Spent, dated by its last permit, and the earlier ones
+// each dated by the end of its slot (later than any of its permits). Slots
+// a window old or more are dropped. Algorithms other than sliding_window
+// take one part, dated by the last permit: all are counted later than they
+// were let through, never forgotten. The caller holds b.mu.
+func (b *bucket) spentParts(now int64, s *spec) (spent int64, ago time.Duration, before [SpentParts]SpentPart) {
+	width := spentWidth(s.params.Window)
+	window := int64(s.params.Window)
+	for i := 1; i < spentSlots; i++ {
+		k := b.spentSlot - int64(i)
+		if k < 0 {
+			break
+		}
+		n := b.spent[k%spentSlots]
+		b.spent[k%spentSlots] = 0
+		end := (k + 1) * width
+		if n == 0 || (window > 0 && end+window <= now) {
+			continue
+		}
+		if s.params.Algorithm != SlidingWindow {
+			spent += n
+			continue
+		}
+		before[i-1] = SpentPart{N: n, Ago: min(time.Duration(max(now-end, 0)), MaxWindow)}
+	}
+	spent += b.spent[b.spentSlot%spentSlots]
+	b.spent[b.spentSlot%spentSlots] = 0
+	if spent > 0 {
+		ago = min(time.Duration(max(now-b.spentAt, 0)), MaxWindow)
+	}
+	return spent, ago, before
+}
+
+// unspend puts back the spent parts of a call, made at now, that the store
+// did not take (the call was not sent, failed, or ran past its deadline):
+// the next call reports them. The caller holds b.mu.
+func (b *bucket) unspend(now int64, p *Params, spent int64, ago time.Duration, before [SpentParts]SpentPart) {
+	width := spentWidth(p.Window)
+	for i := SpentParts - 1; i >= 0; i-- {
+		if p := before[i]; p.N > 0 {
+			b.addSpent(p.N, now-int64(p.Ago)-1, width)
+		}
+	}
+	if spent > 0 {
+		b.addSpent(spent, now-int64(ago), width)
+	}
+}

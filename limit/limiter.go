@@ -32,9 +32,13 @@ type Limiter struct {
 	catalog  *Catalog
 	now      func() time.Time
 
-	table   *bucketTable
-	breaker storeBreaker
-	rtt     atomic.Int64 // moving average of a store call, nanos
+	table *bucketTable
+	// breakers holds one store breaker per store node (nodes maps a key to
+	// its node; nil: one node, breakers[0]), so that a failed node of a
+	// cluster sends only its keys to the failure policy.
+	breakers [maxStoreNodes]storeBreaker
+	nodes    nodeMap
+	rtt      atomic.Int64 // moving average of a store call, nanos
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -76,14 +80,14 @@ func NewLimiter(cfg Config, store Store, opts Options) (*Limiter, error) {
 		catalog:  opts.Catalog,
 		now:      opts.Now,
 		table:    newBucketTable(cfg.MaxKeys),
-		breaker:  storeBreaker{failures: int64(cfg.BreakerFailures), cooldown: cfg.BreakerCooldown},
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	l.breaker.onChange = func(to int32) {
-		if to == breakerOpen {
-			breakerOpenings.Inc()
-		}
+	l.nodes, _ = store.(nodeMap)
+	for i := range l.breakers {
+		l.breakers[i] = storeBreaker{failures: int64(cfg.BreakerFailures), cooldown: cfg.BreakerCooldown}
+		l.breakers[i].onChange = func(to int32) { l.breakerChanged(i, to) }
+		l.nodeMetrics(i)
 	}
 	_, local := store.(*MemoryStore)
 	l.shared = !local
@@ -130,7 +134,7 @@ type LimiterStatus struct {
 // Status reports the store breaker and the local state.
 func (l *Limiter) Status() LimiterStatus {
 	return LimiterStatus{
-		Breaker:        breakerStateName(l.breaker.state.Load()),
+		Breaker:        breakerStateName(l.breakerState()),
 		OnStoreFailure: l.cfg.OnStoreFailure,
 		LocalFastPath:  l.cfg.FastPath(),
 		LocalBuckets:   l.table.len(),
@@ -138,9 +142,26 @@ func (l *Limiter) Status() LimiterStatus {
 	}
 }
 
-// StoreHealthy reports whether decisions go to the store (the breaker is
-// closed).
-func (l *Limiter) StoreHealthy() bool { return l.breaker.state.Load() == breakerClosed }
+// StoreHealthy reports whether decisions go to the store (every node's
+// breaker is closed).
+func (l *Limiter) StoreHealthy() bool { return l.breakerState() == breakerClosed }
+
+// breakerState is the worst state of the store breakers.
+func (l *Limiter) breakerState() int32 {
+	st := breakerClosed
+	for i := range l.breakers {
+		st = max(st, l.breakers[i].state.Load())
+	}
+	return st
+}
+
+// breakerFor returns the breaker of the store node that holds key.
+func (l *Limiter) breakerFor(key []byte) *storeBreaker {
+	if l.nodes == nil {
+		return &l.breakers[0]
+	}
+	return &l.breakers[min(max(l.nodes.nodeOf(key), 0), maxStoreNodes-1)]
+}
 
 // keyBufLen is the room for a key on the stack; longer keys allocate.
 const keyBufLen = 160
@@ -433,10 +454,11 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		if s.params.Algorithm == TokenBucket {
 			ret.used = 0 // a taken token counts from its grant: nothing to re-date
 		}
-		ret.spent = min(b.spent, MaxLogTokens)
-		b.spent -= ret.spent
-		if ret.spent > 0 {
-			ret.spentAgo = time.Duration(max(now-b.spentAt, 0))
+		ret.spent, ret.spentAgo, ret.spentBefore = b.spentParts(now, s)
+		ret.at = now
+		if s.params.Algorithm == SlidingLog && ret.spent > MaxLogTokens {
+			b.addSpent(ret.spent-MaxLogTokens, now-int64(ret.spentAgo), spentWidth(s.params.Window))
+			ret.spent = MaxLogTokens
 		}
 		b.mu.Unlock()
 		return l.refill(ctx, s, b, f, tokens, want, ret)
@@ -451,7 +473,9 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 type giveBack struct {
 	n, used, ref, spent int64
 	spentAgo            time.Duration // since the last spent permit (LeaseRequest.SpentAgo)
-	localRef            int64         // where the local share counted the lease (creditLocally)
+	spentBefore         [SpentParts]SpentPart
+	at                  int64 // unix nanos the spent times are measured from
+	localRef            int64 // where the local share counted the lease (creditLocally)
 }
 
 // takeReturn empties the bucket of its unused permits (expired or too few
@@ -485,9 +509,10 @@ func (l *Limiter) wait(f *fill) {
 // so counting the permits from the call alone would let a window see them up
 // to that transit late. Capped by the lease lifetime (at least a thirtieth
 // of the window), which is how long past the call the store counted them
-// before they were counted apart: with the defaults (5 ms against at least
-// 33 ms) the cap never applies, and where a long store_timeout meets a short
-// window an answer slower than the lifetime is covered no worse than before.
+// before they were counted apart: an answer slower than the lifetime (with
+// the defaults, 50 ms against at least 33 ms for a 1 s window) is covered no
+// worse than before, and the permits of a short window are not counted much
+// longer than they are used.
 // An in-process store answers at once.
 func (l *Limiter) useWithin(s *spec) time.Duration {
 	if !l.shared {
@@ -548,8 +573,11 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 // (a zero taking when none were granted).
 func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64, ret giveBack) (Decision, taking) {
 	sent := l.now().UnixNano()
-	req := &LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.useWithin(s), Return: ret.n, ReturnRef: ret.ref, Used: ret.used, Spent: ret.spent, SpentAgo: min(ret.spentAgo, MaxWindow)}
-	res, err := l.lease(ctx, s, req, b)
+	req := &LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.useWithin(s), Return: ret.n, ReturnRef: ret.ref, Used: ret.used, Spent: ret.spent, SpentAgo: ret.spentAgo, SpentBefore: ret.spentBefore,
+		// Run after its caller gives up, the call would grant what only goes
+		// back, and take spent permits that the caller reports again.
+		RunWithin: l.cfg.StoreTimeout}
+	res, err := l.lease(ctx, s, req, b, ret.at)
 	if ret.n > 0 {
 		// Given back whether or not the answer arrives: never sent twice.
 		returnedPermits.Add(int(ret.n))
@@ -568,25 +596,28 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		close(f.done)
 	}()
 	if err != nil {
-		if errors.Is(err, ErrStoreUnavailable) {
-			b.spent += ret.spent // not sent (the breaker is open): the next call reports them
+		open := errors.Is(err, ErrStoreUnavailable)
+		if !errors.Is(err, errGaveUp) {
+			// Not sent, or answered without them: the next call reports
+			// them. (A call given up on puts them back when it ends without
+			// an answer in time; see callStore.)
+			b.unspend(ret.at, &s.params, ret.spent, ret.spentAgo, ret.spentBefore)
 		}
-		d := l.fallbackDecision(ctx, s, tokens)
-		if d.Allowed && l.policy == FailLocal {
-			// Let through without the store: reported with the next call
-			// that reaches it, so that the store, once it answers again,
-			// does not grant the window's whole budget on top of these.
-			b.spent += tokens
-			b.spentAt = now
-		}
-		return d, taking{}
+		// The store's last answer counted these as this pod's (leased);
+		// unused, they are room the pod need not share.
+		b.fallbackUsed -= ret.n
+		return l.fallbackDecision(ctx, s, tokens, b, open, now), taking{}
 	}
-	if ret.spent > 0 {
-		reportedPermits.Add(int(ret.spent))
+	if n := ret.spentTotal(); n > 0 {
+		reportedPermits.Add(int(n))
 	}
 	leaseSize.Update(float64(want))
 	b.remaining = res.Remaining
+	b.answeredAt, b.fallbackUsed = now, 0
 	b.resetAt = now + int64(res.Reset)
+	if res.Granted >= tokens && l.recovering(s, b, now) {
+		res = l.keepShare(ctx, s, req, res, tokens)
+	}
 	if res.Granted >= tokens && b.leased > 0 {
 		// The bucket holds a lease already. One fill runs at a time (a
 		// request that outwaits it decides alone, see one), so this is a
@@ -660,16 +691,15 @@ func (b *bucket) retryFrom(now int64) time.Duration {
 func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, rid []byte) Decision {
 	// A late answer's permit stays counted: its request ID is recorded.
 	res, err := l.lease(ctx, s, &LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid),
-		RequestIDRetries: l.cfg.IDRetries(), RequestIDWindow: l.cfg.IDWindow(), UseWithin: l.useWithin(s)}, nil)
+		RequestIDRetries: l.cfg.IDRetries(), RequestIDWindow: l.cfg.IDWindow(), UseWithin: l.useWithin(s)}, nil, 0)
 	if err != nil {
-		d := l.fallbackDecision(ctx, s, tokens)
-		if d.Allowed && l.policy == FailLocal && b != nil {
-			b.mu.Lock()
-			b.spent += tokens // reported with the bucket's next lease call (see refill)
-			b.spentAt = l.now().UnixNano()
-			b.mu.Unlock()
+		open := errors.Is(err, ErrStoreUnavailable)
+		if b == nil {
+			return l.fallbackDecision(ctx, s, tokens, nil, open, 0)
 		}
-		return d
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return l.fallbackDecision(ctx, s, tokens, b, open, l.now().UnixNano())
 	}
 	leaseSize.Update(float64(tokens))
 	countRepeat(&res)
@@ -680,15 +710,16 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 // lease makes one store call under the deadline and the breaker; req gets
 // the spec's params. With a bucket, the permits of an answer that comes after
 // the deadline go back to the store (see callStore).
-func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest, b *bucket) (LeaseResult, error) {
+func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest, b *bucket, spentAt int64) (LeaseResult, error) {
 	start := l.now().UnixNano()
-	ok, probe := l.breaker.allow(start)
+	br := l.breakerFor(req.Key)
+	ok, probe := br.allow(start)
 	if !ok {
 		storeCallsSkipped.Inc()
 		return LeaseResult{}, ErrStoreUnavailable
 	}
 	req.Params = s.params
-	res, err := l.callStore(ctx, req, b)
+	res, err := l.callStore(ctx, req, b, spentAt)
 	timedOut := errors.Is(err, errGaveUp) || errors.Is(err, ErrStoreLate) || errors.Is(err, context.DeadlineExceeded)
 	if err != nil {
 		storeErrors.Inc()
@@ -697,11 +728,11 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest, b *buck
 		} else {
 			storeCallsError.Inc()
 		}
-		l.breaker.failure(probe, l.now().UnixNano())
+		br.failure(probe, l.now().UnixNano())
 		return LeaseResult{}, err // the store's errors name the store and the key
 	}
 	storeCallsOK.Inc()
-	l.breaker.success(probe)
+	br.success(probe)
 	if took := l.now().UnixNano() - start; took > 0 {
 		old := l.rtt.Load()
 		l.rtt.Store(old + (took-old)/8) // a lost update among racing calls is harmless
@@ -710,8 +741,13 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest, b *buck
 }
 
 // fallbackDecision decides while the store is unavailable, per
-// limits.on_store_failure.
-func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64) Decision {
+// limits.on_store_failure. Under the local policy a request passes when the
+// pod's share of the limit has room (localShare) and, with a bucket b (its
+// mutex held) that the store answered within the last window, what that
+// answer left has room too (fallbackRoom); what passes is counted in b, for
+// the store (see bucket.addSpent). open tells that the store's breaker is
+// open (a failure that lasts), not that one call failed; now is b's time.
+func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b *bucket, open bool, now int64) Decision {
 	switch l.policy {
 	case FailOpen:
 		fallbackOpen.Inc()
@@ -724,27 +760,129 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64) D
 	}
 	fallbackLocal.Inc()
 	p := l.localShare(s)
+	limit := p.Limit
+	if p.Algorithm == TokenBucket {
+		limit = p.Capacity
+	}
+	if b != nil && !l.fallbackRoom(s, b, tokens, now, open) {
+		fallbackDeniedAnswer.Inc()
+		d := s.decision(false, 0, l.cfg.BreakerCooldown, 0)
+		d.Limit = limit
+		return d
+	}
 	res, err := l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: tokens, Need: tokens})
 	if err != nil { // only a malformed request: decide like the store would
 		return s.decision(false, 0, l.cfg.BreakerCooldown, 0)
 	}
-	d := s.decision(res.Granted >= tokens, res.Remaining, res.RetryAfter, int64(res.Reset))
-	d.Limit = p.Limit
-	if p.Algorithm == TokenBucket {
-		d.Limit = p.Capacity
+	allowed := res.Granted >= tokens
+	if !allowed {
+		fallbackDeniedShare.Inc()
+	} else if b != nil {
+		// Reported with the bucket's next call that reaches the store, so
+		// that the store, once it answers again, does not grant the
+		// window's whole budget on top of these.
+		b.addSpent(tokens, now, spentWidth(s.params.Window))
+		b.fallbackUsed += tokens
 	}
+	d := s.decision(allowed, res.Remaining, res.RetryAfter, int64(res.Reset))
+	d.Limit = limit
 	return d
 }
 
+// fallbackRoom reports whether the local policy may let tokens more through
+// on b's key, given the store's last answer for it: that answer's remaining
+// budget was all the pods' to share, so this pod takes at most its share of
+// it (remaining ÷ live pods), and the permits counted then leave the window
+// within one window of the answer, assumed at an even pace: while the
+// breaker is open (no pod gets store answers) the pod's share of them comes
+// back in proportion. One window after the answer the local share alone
+// applies. Without this, a pod whose call failed right after the store had
+// granted the whole window's budget (to other pods) would grant its whole
+// share on top. While the breaker is closed a call that failed is one among
+// calls that other pods still get answers for (a slow moment), so nothing
+// comes back before the next answer. The caller holds b.mu.
+func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool) bool {
+	window := int64(s.window)
+	elapsed := now - b.answeredAt
+	if b.answeredAt == 0 || (window > 0 && elapsed >= window) {
+		return true
+	}
+	pods := float64(max(1, l.livePods()))
+	left := float64(min(max(b.remaining, 0), s.limit))
+	room := left / pods
+	if open && window > 0 {
+		room += (float64(s.limit) - left) / pods * float64(max(elapsed, 0)) / float64(window)
+	}
+	return float64(b.fallbackUsed+tokens) <= room
+}
+
+// recovering tells that the local policy let permits through on b's key
+// within the last window: the other pods most likely did too, and their
+// next calls, which report theirs, may come after this one. Until a window
+// has passed the store's remaining budget can hold permits that they spent,
+// so this pod keeps to its local share. The caller holds b.mu.
+func (l *Limiter) recovering(s *spec, b *bucket, now int64) bool {
+	return l.shared && l.policy == FailLocal && b.spentAt > 0 && s.params.Window > 0 &&
+		now-b.spentAt < int64(s.params.Window)
+}
+
+// keepShare trims a grant res of the store to this pod's room in its local
+// share (see recovering): the rest goes back to the store, and a grant left
+// with fewer than tokens is refused whole.
+func (l *Limiter) keepShare(ctx context.Context, s *spec, req *LeaseRequest, res LeaseResult, tokens int64) LeaseResult {
+	keep := min(res.Granted, l.shareRoom(ctx, s))
+	switch {
+	case keep >= res.Granted:
+		return res
+	case keep < tokens:
+		recoveryTrims.Add(int(res.Granted))
+		go l.giveBackGrant(req, res)
+		res.Granted, res.Remaining, res.RetryAfter = 0, 0, maxCachedDenial
+		return res
+	}
+	// The permits beyond the request's are leased ones (counted at Ref).
+	recoveryTrims.Add(int(res.Granted - keep))
+	go l.giveBack(req, res.Granted-keep, res.Ref)
+	res.Granted = keep
+	return res
+}
+
+// shareRoom is how many permits this pod's local share of s has left.
+func (l *Limiter) shareRoom(ctx context.Context, s *spec) int64 {
+	key := bytes.Clone(s.key())
+	p := l.localShare(s)
+	res, err := l.fallback.Lease(ctx, &LeaseRequest{Key: key, Params: p, Want: 1})
+	if err != nil || res.Granted == 0 {
+		return 0
+	}
+	_, _ = l.fallback.Lease(ctx, &LeaseRequest{Key: key, Params: p, Return: 1, ReturnRef: res.UsedRef})
+	return res.Remaining + 1
+}
+
+// spentTotal is the permits ret reports as let through without the store.
+func (ret *giveBack) spentTotal() int64 {
+	n := ret.spent
+	for _, p := range ret.spentBefore {
+		n += p.N
+	}
+	return n
+}
+
 // localShare is s's params for this pod alone: its share of the limit.
+//
+// The share rounds down (the pods together never exceed the limit), but a
+// limit that is on keeps at least 1 per pod: rounding a small limit to 0
+// would refuse every client while the store fails.
 func (l *Limiter) localShare(s *spec) Params {
-	pods := max(1, l.livePods())
+	pods := int64(max(1, l.livePods()))
 	p := s.params
 	if p.Algorithm == TokenBucket {
-		p.Capacity = (p.Capacity + int64(pods) - 1) / int64(pods)
+		if p.Capacity > 0 {
+			p.Capacity = max(p.Capacity/pods, 1)
+		}
 		p.RefillRate /= float64(pods)
-	} else {
-		p.Limit = (p.Limit + int64(pods) - 1) / int64(pods)
+	} else if p.Limit > 0 {
+		p.Limit = max(p.Limit/pods, 1)
 	}
 	return p
 }
@@ -757,11 +895,20 @@ func (l *Limiter) localShare(s *spec) Params {
 // worth for every stretch of timeouts). It returns where the share counted
 // them, for creditLocally. One memory-store call per store call, which the
 // local fast path does not make.
+//
+// Every permit is counted, even past the share: a pod that leased more than
+// its share has used more, and its share must stay spent until those leave
+// the window (a capped count would forget the last ones first). The leased
+// permits count from the lease's expiry, as the store counts them.
 func (l *Limiter) spendLocally(ctx context.Context, s *spec, n int64) int64 {
 	if !l.shared || l.policy != FailLocal || n <= 0 {
 		return 0
 	}
-	res, _ := l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s), Want: n})
+	p := l.localShare(s)
+	if p.Algorithm != TokenBucket {
+		p.Limit = MaxLimit // count, never refuse
+	}
+	res, _ := l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: n, LeaseTTL: s.ttl})
 	return res.Ref
 }
 

@@ -31,9 +31,16 @@ var (
 	fallbackLocal     = metrics.NewCounter(`sentinel_limit_fallback_decisions_total{policy="local"}`)
 	fallbackOpen      = metrics.NewCounter(`sentinel_limit_fallback_decisions_total{policy="open"}`)
 	fallbackClosed    = metrics.NewCounter(`sentinel_limit_fallback_decisions_total{policy="closed"}`)
-	breakerOpenings   = metrics.NewCounter(`sentinel_limit_breaker_openings_total`)
-	_                 = metrics.NewGauge(`sentinel_limit_breaker_state`, func() float64 { return float64(maxBreakerState()) })
-	_                 = metrics.NewGauge(`sentinel_limit_local_buckets`, func() float64 { return float64(totalBuckets()) })
+	// Refusals of the local policy: the pod's share of the limit is spent,
+	// or the store's last answer left too little (Limiter.fallbackRoom).
+	fallbackDeniedShare  = metrics.NewCounter(`sentinel_limit_fallback_denials_total{reason="local_share"}`)
+	fallbackDeniedAnswer = metrics.NewCounter(`sentinel_limit_fallback_denials_total{reason="last_answer"}`)
+	// Store grants given back at once because the pod keeps to its local
+	// share for a window after deciding locally (Limiter.keepShare).
+	recoveryTrims   = metrics.NewCounter(`sentinel_limit_recovery_trimmed_permits_total`)
+	breakerOpenings = metrics.NewCounter(`sentinel_limit_breaker_openings_total`)
+	_               = metrics.NewGauge(`sentinel_limit_breaker_state`, func() float64 { return float64(maxBreakerState()) })
+	_               = metrics.NewGauge(`sentinel_limit_local_buckets`, func() float64 { return float64(totalBuckets()) })
 )
 
 // latencyBucketsMS are the upper bounds of rate_limit_latency_ms: a local
@@ -46,10 +53,56 @@ var live sync.Map // *Limiter → struct{}
 func maxBreakerState() int32 {
 	st := breakerClosed
 	live.Range(func(k, _ any) bool {
-		st = max(st, k.(*Limiter).breaker.state.Load())
+		st = max(st, k.(*Limiter).breakerState())
 		return true
 	})
 	return st
+}
+
+// breakerChanged counts the openings of node i's breaker.
+func (l *Limiter) breakerChanged(i int, to int32) {
+	if to != breakerOpen {
+		return
+	}
+	breakerOpenings.Inc()
+	if name := l.nodeName(i); name != "" {
+		l.nodeMetrics(i)
+		metrics.GetOrCreateCounter(`sentinel_limit_node_breaker_openings_total{node="` + escapeLabel(name) + `"}`).Inc()
+	}
+}
+
+// nodeName names node i of the store ("" when the store has one node that
+// it does not name, or no node i).
+func (l *Limiter) nodeName(i int) string {
+	if l.nodes == nil {
+		return ""
+	}
+	return l.nodes.nodeName(i)
+}
+
+// nodeMetrics registers the per-node series of node i once it has a name:
+// its breaker state, the worst among the process's limiters (a reload
+// builds a new limiter over the same store), and its openings.
+func (l *Limiter) nodeMetrics(i int) {
+	name := l.nodeName(i)
+	if name == "" {
+		return
+	}
+	label := `{node="` + escapeLabel(name) + `"}`
+	metrics.GetOrCreateGauge(`sentinel_limit_node_breaker_state`+label, func() float64 {
+		st := breakerClosed
+		live.Range(func(k, _ any) bool {
+			o := k.(*Limiter)
+			for j := range o.breakers {
+				if o.nodeName(j) == name {
+					st = max(st, o.breakers[j].state.Load())
+				}
+			}
+			return true
+		})
+		return float64(st)
+	})
+	metrics.GetOrCreateCounter(`sentinel_limit_node_breaker_openings_total` + label)
 }
 
 func totalBuckets() int {

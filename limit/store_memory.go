@@ -152,16 +152,21 @@ type leaseQuery struct {
 	limit, windowMS, want, need, leaseMS int64
 	ret, retRef, used, spent, spentAgoMS int64
 	useWithinMS                          int64
-	idRetries, idWindowMS                int64 // the request ID allowance (sliding_log)
+	idRetries, idWindowMS                int64                // the request ID allowance (sliding_log)
+	before                               [SpentParts][2]int64 // SpentBefore: permits, ms ago
 }
 
 func newLeaseQuery(req *LeaseRequest) leaseQuery {
-	return leaseQuery{
+	q := leaseQuery{
 		limit: req.Params.Limit, windowMS: ceilMS(req.Params.Window), want: req.Want, need: req.need(),
 		leaseMS: ceilMS(req.LeaseTTL), ret: req.Return, retRef: req.ReturnRef, used: req.Used, spent: req.Spent,
 		spentAgoMS: int64(req.SpentAgo / time.Millisecond), useWithinMS: ceilMS(req.UseWithin),
 		idRetries: req.RequestIDRetries, idWindowMS: ceilMS(req.RequestIDWindow),
 	}
+	for i, part := range req.SpentBefore {
+		q.before[i] = [2]int64{part.N, int64(part.Ago / time.Millisecond)}
+	}
+	return q
 }
 
 func (e *memoryEntry) lease(now int64, req *LeaseRequest) leaseAnswer {

@@ -39,14 +39,18 @@ type RedisStore struct {
 	// sent in Redis' clock so that a call that runs too late grants nothing.
 	offset      atomic.Int64
 	offsetKnown atomic.Bool
+	nodes       *storeNodes
 }
 
-var _ Store = (*RedisStore)(nil)
+var (
+	_ Store   = (*RedisStore)(nil)
+	_ nodeMap = (*RedisStore)(nil)
+)
 
 // NewRedisStore returns a RedisStore over client. The client is shared with
 // the rest of the process: Close does not close it.
 func NewRedisStore(client rueidis.Client, opts RedisStoreOptions) *RedisStore {
-	s := &RedisStore{client: client}
+	s := &RedisStore{client: client, nodes: newStoreNodes(client)}
 	if opts.KeyPrefix != "" {
 		s.prefix = opts.KeyPrefix + ":"
 	}
@@ -65,7 +69,7 @@ func (s *RedisStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult,
 	}
 	sent := time.Now()
 	c := getRedisCall()
-	script := c.build(s.prefix, req, s.deadline(ctx, sent))
+	script := c.build(s.prefix, req, s.deadline(ctx, sent, req.RunWithin))
 	resp := script.Exec(ctx, s.client, c.keys, c.args)
 	a, nowUS, err := parseAnswer(resp)
 	if err != nil {
@@ -81,11 +85,14 @@ func (s *RedisStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult,
 	return a.result(), nil
 }
 
-// deadline is ctx's deadline in Redis' clock (microseconds), less a quarter
-// of the time left (at least 200µs) for the answer to travel back; 0 for
-// none.
-func (s *RedisStore) deadline(ctx context.Context, sent time.Time) int64 {
+// deadline is ctx's deadline, or sent plus runWithin when that is sooner,
+// in Redis' clock (microseconds), less a quarter of the time left (at least
+// 200µs) for the answer to travel back; 0 for none.
+func (s *RedisStore) deadline(ctx context.Context, sent time.Time, runWithin time.Duration) int64 {
 	d, ok := ctx.Deadline()
+	if runWithin > 0 && (!ok || sent.Add(runWithin).Before(d)) {
+		d, ok = sent.Add(runWithin), true
+	}
 	if !ok || !s.offsetKnown.Load() {
 		return 0
 	}
@@ -106,6 +113,13 @@ func (s *RedisStore) learnClock(sent, got time.Time, redisUS int64) {
 	old := s.offset.Load()
 	s.offset.Store(old + (sample-old)/8) // a lost update among racing calls is harmless
 }
+
+// nodeOf implements nodeMap: the node of the slot of key's hash tag (every
+// key of the limiter has one, so the prefix does not matter).
+func (s *RedisStore) nodeOf(key []byte) int { return s.nodes.nodeOf(key) }
+
+// nodeName implements nodeMap: the node's host:port.
+func (s *RedisStore) nodeName(i int) string { return s.nodes.nodeName(i) }
 
 // Ping checks that Redis answers.
 func (s *RedisStore) Ping(ctx context.Context) error {
@@ -142,10 +156,10 @@ func parseAnswer(resp rueidis.RedisResult) (leaseAnswer, int64, error) {
 // over buf, valid only for the call.
 type redisCall struct {
 	buf    []byte
-	ends   [18]int // ends of the pieces written into buf
+	ends   [24]int // ends of the pieces written into buf
 	n      int
 	keyArr [3]string
-	argArr [15]string
+	argArr [21]string
 	keys   []string
 	args   []string
 }
@@ -163,7 +177,7 @@ func putRedisCall(c *redisCall) {
 	if cap(c.buf) > 4096 {
 		return
 	}
-	c.keyArr, c.argArr = [3]string{}, [15]string{}
+	c.keyArr, c.argArr = [3]string{}, [21]string{}
 	c.keys, c.args = nil, nil
 	redisCallPool.Put(c)
 }
@@ -200,6 +214,11 @@ func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64) *rue
 	c.ints(req.need(), req.Return, req.ReturnRef, deadline, req.Used, req.Spent, int64(req.SpentAgo/time.Millisecond), ceilMS(req.UseWithin))
 	if p.Algorithm == SlidingLog {
 		c.ints(req.RequestIDRetries, ceilMS(req.RequestIDWindow))
+	}
+	if p.Algorithm == SlidingWindow {
+		for _, part := range req.SpentBefore {
+			c.ints(part.N, int64(part.Ago/time.Millisecond))
+		}
 	}
 	c.strings(nkeys)
 	return script

@@ -48,8 +48,9 @@
 --          need permits (its first members); retry_after_ms is the window
 --          when limit is 0, -1 when need > limit.
 -- All keys share one hash tag. A clock that moves backwards is treated as the
--- newest time seen. The return, used and spent are applied even past the
--- deadline.
+-- newest time seen. The return and used are applied even past the deadline;
+-- spent only before it (a call run late would date them late: its caller
+-- reports them again with its next call).
 local log, meta, ids = KEYS[1], KEYS[2], KEYS[3]
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
@@ -97,7 +98,8 @@ if moved > 0 then
     redis.call('ZADD', log, 'XX', unpack(batch))
   end
 end
-if spent > 0 and now - spent_ago + window > now then
+local late = deadline > 0 and now_us > deadline
+if spent > 0 and not late and now - spent_ago + window > now then
   local last_seq = redis.call('HINCRBY', meta, 'seq', spent)
   local batch = {}
   for m = last_seq - spent + 1, last_seq do

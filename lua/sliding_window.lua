@@ -24,6 +24,9 @@
 -- ARGV[13] use_within in ms (>= 0): the caller uses the need permits within
 --          this of the call (after it, it gives them back); they count from
 --          now + use_within
+-- ARGV[14..21] spent_before: up to four more (permits, ms ago) pairs of
+--          permits let through without the store, earlier than spent's;
+--          each counts from its own time, as spent does
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
 --          used_ref}
 --          status 0, or 2 when past the deadline (nothing granted); ref is
@@ -42,8 +45,11 @@
 -- invariant holds. A lease used up early is re-dated by the caller's next
 -- call (used): its permits were counted from the grant until now, and count
 -- from now for a window, which covers every use made by now.
--- The return, used and spent are applied even past the deadline. A clock that moves
--- backwards is treated as the newest time seen.
+-- The return and used are applied even past the deadline; spent only before
+-- it: a call that Redis runs late (it was paused) would date them when it
+-- runs, a whole failure's worth at once, and refuse clients under their
+-- limit; its caller reports them again with its next call. A clock that
+-- moves backwards is treated as the newest time seen.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
@@ -81,12 +87,19 @@ if ret > 0 or moved > 0 then
   end
 end
 
-if spent > 0 then
+local function spend(n, ago)
+  if n <= 0 then return end
   local last = tonumber(redis.call('HGET', key, 't'))
   if last and last > now then now = last end
-  local at = (math.floor((now - spent_ago) / g) + 1) * g
+  local at = (math.floor((now - ago) / g) + 1) * g
   if at + window > now then
-    redis.call('HINCRBY', key, string.format('%d', at), spent)
+    redis.call('HINCRBY', key, string.format('%d', at), n)
+  end
+end
+if not (deadline > 0 and now_us > deadline) then
+  spend(spent, spent_ago)
+  for i = 14, 20, 2 do
+    if ARGV[i] then spend(tonumber(ARGV[i]), tonumber(ARGV[i + 1])) end
   end
 end
 

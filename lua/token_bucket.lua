@@ -29,8 +29,9 @@
 -- The key expires once the bucket would be full again (plus 1 s, at most 400
 -- days), or after a day when the rate is 0. Every value is computed before
 -- the first write, so an error never leaves a key without its TTL. A clock
--- that moves backwards is treated as the newest time seen. The return and
--- spent are applied even past the deadline.
+-- that moves backwards is treated as the newest time seen. The return is
+-- applied even past the deadline; spent only before it (its caller reports
+-- them again with its next call).
 local key = KEYS[1]
 local capacity = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
@@ -53,7 +54,7 @@ end
 if ts > now then now = ts end
 tokens = tokens + (now - ts) * rate / 1000 + ret
 if tokens > capacity then tokens = capacity end
-tokens = tokens - spent
+if not (deadline > 0 and now_us > deadline) then tokens = tokens - spent end
 if tokens < 0 then tokens = 0 end
 
 local status = 0

@@ -1,0 +1,357 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/redistest"
+)
+
+// The fault suite's store faults: Redis paused, slowed, gone at start, and a
+// cluster master lost, under load through three gateways. Each test counts
+// what reached a real upstream and asserts the promises: no window of the
+// limit's length holds more than the limit + 2% across the pods, and a client
+// under its limit is never refused.
+
+// faultLimit is the rule of the over-limit tenant, per second.
+const faultLimit = 100
+
+// overLimit is the busiest window a fault may leave: the limit + 2%.
+const overLimit = faultLimit + faultLimit*2/100
+
+// faultConfig is three gateways' configuration: tenant hot is limited to
+// faultLimit per second and offered more; tenant gold has a limit of
+// 2×faultLimit per second and is offered less than half of it.
+func faultConfig(upstreamURL, redis, limits string) string {
+	return fmt.Sprintf(`
+upstreams:
+  api:
+    targets: [%q]
+    health_check: {path: /healthz, interval: 1s}
+routes:
+  - {path_prefix: /, upstream: api, resource: default}
+tenants:
+  - {id: hot, plan: FREE, api_keys: [hot-key]}
+  - {id: gold, plan: PREMIUM, api_keys: [gold-key]}
+adaptive: {enabled: false, cluster_interval: 200ms, pressure_ttl: 1s}
+redis: %s
+limits: {ip: 0, tenant: 0%s}
+rules:
+  - {tenant: hot, resource: default, algorithm: sliding_window, limit: %d, window: 1s}
+  - {tenant: gold, resource: default, algorithm: sliding_window, limit: %d, window: 1s}
+`, upstreamURL, redis, limits, faultLimit, 2*faultLimit)
+}
+
+// codeTally counts the answers of one client by status.
+type codeTally struct {
+	mu      sync.Mutex
+	codes   map[int]int
+	refused []time.Time // when each 429 came
+}
+
+func (t *codeTally) add(code int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.codes == nil {
+		t.codes = map[int]int{}
+	}
+	t.codes[code]++
+	if code == http.StatusTooManyRequests {
+		t.refused = append(t.refused, time.Now())
+	}
+}
+
+// refusedSince returns when the 429s came, as durations since start.
+func (t *codeTally) refusedSince(start time.Time) []time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]time.Duration, len(t.refused))
+	for i, at := range t.refused {
+		out[i] = at.Sub(start).Round(10 * time.Millisecond)
+	}
+	return out
+}
+
+func (t *codeTally) get() map[int]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.codes)
+}
+
+// offer sends key's requests at perSecond, round robin over gws, from
+// workers paced by one ticker each, until stop is closed.
+func offer(gws []*gateway, key string, perSecond, workers int, into *codeTally, stop <-chan struct{}, wg *sync.WaitGroup) {
+	period := time.Duration(workers) * time.Second / time.Duration(perSecond)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(period)
+			defer tick.Stop()
+			for i := 0; ; i++ {
+				into.add(status("GET", gws[(w+i)%len(gws)].url+"/f", "X-API-Key", key))
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	}
+}
+
+// busiest returns the most arrivals in any interval of length window, and
+// when the first such interval began.
+func busiest(at []time.Time, window time.Duration) (int, time.Time) {
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	worst, from := 0, time.Time{}
+	for i := range at {
+		j, _ := slices.BinarySearchFunc(at, at[i].Add(window), func(a, b time.Time) int { return a.Compare(b) })
+		if j-i > worst {
+			worst, from = j-i, at[i]
+		}
+	}
+	return worst, from
+}
+
+// between returns the times in [from, to).
+func between(at []time.Time, from, to time.Time) []time.Time {
+	var out []time.Time
+	for _, a := range at {
+		if !a.Before(from) && a.Before(to) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// threePods starts three gateways of cfg and waits until each counts three
+// live pods (the local share of a failure is a third of each limit).
+func threePods(t *testing.T, cfg string) []*gateway {
+	t.Helper()
+	gws := []*gateway{startGateway(t, cfg), startGateway(t, cfg), startGateway(t, cfg)}
+	eventually(t, 5*time.Second, "three live pods", func() bool {
+		for _, g := range gws {
+			if g.app.adaptive.LivePods() != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	return gws
+}
+
+// TestFaultRedisPausedAndResumed: Redis freezes for 3 s in the middle of the
+// load and comes back. Across the three pods no second holds more than the
+// limit + 2% of tenant hot (offered three times its limit), and tenant gold,
+// offered under half of its limit, is never refused: not during the pause,
+// not when Redis answers again.
+func TestFaultRedisPausedAndResumed(t *testing.T) {
+	srv := redistest.Start(t)
+	up := startUpstream(t)
+	gws := threePods(t, faultConfig(up.url, fmt.Sprintf("{addrs: [%q]}", srv.Addr), ""))
+
+	var hot, gold codeTally
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	offer(gws, "hot-key", 3*faultLimit, 6, &hot, stop, &wg)
+	offer(gws, "gold-key", 2*faultLimit*45/100, 3, &gold, stop, &wg)
+	fallbackBefore := scrape(t, gws[0].admin, "sentinel_limit_fallback_decisions_total", "policy", "local")
+	time.Sleep(2 * time.Second)
+	srv.Pause()
+	paused := time.Now()
+	time.Sleep(3 * time.Second)
+	srv.Resume()
+	resumed := time.Now()
+	time.Sleep(2500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	fallback := scrape(t, gws[0].admin, "sentinel_limit_fallback_decisions_total", "policy", "local") - fallbackBefore
+	pods := []int{gws[0].app.adaptive.LivePods(), gws[1].app.adaptive.LivePods(), gws[2].app.adaptive.LivePods()}
+	arrivals := up.arrivals("hot-key")
+	worst, from := busiest(arrivals, time.Second)
+	during, _ := busiest(between(arrivals, paused, resumed), time.Second)
+	after, _ := busiest(between(arrivals, resumed.Add(-time.Second), resumed.Add(time.Second)), time.Second)
+	t.Logf("faults: hot's busiest second within the pause %d, across the resume %d", during, after)
+	t.Logf("faults: redis paused %v: hot (limit %d/s, offered %d/s over 3 pods): busiest second %d (from %v after the pause began), answers %v; "+
+		"gold (limit %d/s, offered %d/s): answers %v; local fallback decisions %.0f; live pods after %v",
+		resumed.Sub(paused).Round(time.Millisecond), faultLimit, 3*faultLimit, worst, from.Sub(paused).Round(time.Millisecond), hot.get(),
+		2*faultLimit, 2*faultLimit*45/100, gold.get(), fallback, pods)
+	if n := len(gold.refusedSince(paused)); n > 0 {
+		t.Logf("gold's 429s after the pause began (resumed at %v): %v", resumed.Sub(paused).Round(10*time.Millisecond), gold.refusedSince(paused)[:min(n, 40)])
+	}
+	require.Positive(t, fallback, "the pause was decided by the local share")
+	assert.LessOrEqual(t, worst, overLimit, "busiest second of hot across the pods")
+	assert.Zero(t, gold.get()[http.StatusTooManyRequests], "gold, under its limit, refused")
+	assert.Equal(t, 0, others(gold.get()), "gold answers other than 200")
+	assert.Equal(t, 0, others(hot.get()), "hot answers other than 200 and 429")
+	assert.Equal(t, []int{3, 3, 3}, pods, "the pods still count each other")
+}
+
+// others counts the answers that are neither 200 nor 429.
+func others(codes map[int]int) int {
+	n := 0
+	for c, k := range codes {
+		if c != http.StatusOK && c != http.StatusTooManyRequests {
+			n += k
+		}
+	}
+	return n
+}
+
+// clusterConfig is three gateways' configuration on a Redis Cluster: six
+// tenants t0..t5 with a rule of faultLimit per second each, so that some
+// land on every master.
+func clusterConfig(upstreamURL string, addrs []string) string {
+	var tenants, rules strings.Builder
+	for i := range 6 {
+		fmt.Fprintf(&tenants, "  - {id: t%d, plan: FREE, api_keys: [t%d-key]}\n", i, i)
+		fmt.Fprintf(&rules, "  - {tenant: t%d, resource: default, algorithm: sliding_window, limit: %d, window: 1s}\n", i, faultLimit)
+	}
+	quoted := make([]string, len(addrs))
+	for i, a := range addrs {
+		quoted[i] = strconv.Quote(a)
+	}
+	return fmt.Sprintf(`
+upstreams:
+  api:
+    targets: [%q]
+    health_check: {path: /healthz, interval: 1s}
+routes:
+  - {path_prefix: /, upstream: api, resource: default}
+tenants:
+%sadaptive: {enabled: false, cluster_interval: 200ms, pressure_ttl: 1s}
+redis: {addrs: [%s], cluster: true}
+limits: {ip: 0, tenant: 0}
+rules:
+%s`, upstreamURL, tenants.String(), strings.Join(quoted, ", "), rules.String())
+}
+
+// limitOf sends one request and returns its status and, for a 429, the
+// limit it was refused under (X-RateLimit-Limit).
+func limitOf(url, key string) (int, string) {
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		return 0, ""
+	}
+	req.Header.Set("X-API-Key", key)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, ""
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("X-RateLimit-Limit")
+}
+
+// TestFaultClusterMasterKilled: one master of a 3-node Redis Cluster (no
+// replicas) is killed under load. The tenant whose counter lived on it is
+// decided by the local shares and stays within its limit + 2%; the tenant
+// whose counter lives on a master that is still up keeps the store's exact
+// decisions (every refusal under its whole limit, not a share of it) and its
+// node's breaker stays closed.
+func TestFaultClusterMasterKilled(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	up := startUpstream(t)
+	gws := threePods(t, clusterConfig(up.url, cl.Addrs))
+
+	// Which master holds each tenant's counter (Nodes[i] serves the i-th
+	// third of the slots).
+	rc, err := limit.NewRedisClient(limit.RedisConfig{Addrs: cl.Addrs, Cluster: true})
+	require.NoError(t, err)
+	defer rc.Close()
+	nodeOf := func(tenant string) int {
+		slot, err := rc.Do(context.Background(), rc.B().ClusterKeyslot().Key("{rule:"+tenant+":default}").Build()).AsInt64()
+		require.NoError(t, err)
+		return int(slot) * 3 / 16384
+	}
+	dead, live := "", ""
+	deadNode := nodeOf("t0")
+	dead = "t0"
+	for i := 1; i < 6 && live == ""; i++ {
+		if name := fmt.Sprintf("t%d", i); nodeOf(name) != deadNode {
+			live = name
+		}
+	}
+	require.NotEmpty(t, live, "a tenant on another master")
+
+	var deadTally, liveTally codeTally
+	var refusedUnder sync.Map // X-RateLimit-Limit of the live tenant's 429s after the kill
+	var killed atomic.Bool
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	offer(gws, dead+"-key", 3*faultLimit, 6, &deadTally, stop, &wg)
+	period := 6 * time.Second / (3 * faultLimit)
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(period)
+			defer tick.Stop()
+			for i := 0; ; i++ {
+				code, lim := limitOf(gws[(w+i)%3].url+"/c", live+"-key")
+				liveTally.add(code)
+				if code == http.StatusTooManyRequests && killed.Load() {
+					v, _ := refusedUnder.LoadOrStore(lim, new(atomic.Int64))
+					v.(*atomic.Int64).Add(1)
+				}
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	}
+	time.Sleep(1500 * time.Millisecond)
+	cl.Nodes[deadNode].Stop()
+	killedAt := time.Now()
+	killed.Store(true)
+	time.Sleep(3500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	deadWorst, _ := busiest(up.arrivals(dead+"-key"), time.Second)
+	liveArrivals := up.arrivals(live + "-key")
+	liveWorst, _ := busiest(liveArrivals, time.Second)
+	liveAfter := len(between(liveArrivals, killedAt.Add(500*time.Millisecond), killedAt.Add(3500*time.Millisecond)))
+	under := map[string]int64{}
+	refusedUnder.Range(func(k, v any) bool { under[k.(string)] = v.(*atomic.Int64).Load(); return true })
+	states := map[string]float64{}
+	for i, n := range cl.Nodes {
+		states[fmt.Sprintf("node%d", i)] = scrape(t, gws[0].admin, "sentinel_limit_node_breaker_state", "node", n.Addr)
+	}
+	t.Logf("faults: cluster master %d killed: %s (counter on it; limit %d/s, offered %d/s): busiest second %d, answers %v; "+
+		"%s (counter on a live master): busiest second %d, %d approved in the 3 s from 0.5 s after the kill, answers %v, 429s after the kill by X-RateLimit-Limit %v; node breakers %v",
+		deadNode, dead, faultLimit, 3*faultLimit, deadWorst, deadTally.get(), live, liveWorst, liveAfter, liveTally.get(), under, states)
+	assert.LessOrEqual(t, deadWorst, overLimit, "busiest second of the tenant on the killed master")
+	assert.LessOrEqual(t, liveWorst, faultLimit, "the tenant on a live master: exact")
+	assert.GreaterOrEqual(t, liveAfter, 3*faultLimit*90/100, "the tenant on a live master got its limit (not a share of it)")
+	assert.Equal(t, map[string]int64{strconv.Itoa(faultLimit): under[strconv.Itoa(faultLimit)]}, under,
+		"every refusal of the tenant on a live master was the store's, under its whole limit")
+	assert.Positive(t, under[strconv.Itoa(faultLimit)], "the tenant on a live master was refused at its limit")
+	for i := range cl.Nodes {
+		want := 0.0
+		if i == deadNode {
+			want = 2 // open (1 while a probe is in flight)
+			assert.Positive(t, states[fmt.Sprintf("node%d", i)], "the killed master's breaker")
+			continue
+		}
+		assert.Equal(t, want, states[fmt.Sprintf("node%d", i)], "node %d's breaker", i)
+	}
+}

@@ -1,0 +1,154 @@
+package limit
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/limit/redistest"
+)
+
+// threeOf returns three limiters on one Redis that each count three live
+// pods, as three gateways would.
+func threeOf(t *testing.T, cfg Config, addr string) [3]*Limiter {
+	var pods [3]*Limiter
+	for i := range pods {
+		pods[i] = newTestLimiter(t, cfg, newRedisStore(t, addr), Options{LivePods: func() int { return 3 }})
+	}
+	return pods
+}
+
+// TestFallbackKeepsToWhatTheStoreLeft: a pod whose last store answer said
+// the window's budget was gone (the other pods took it) lets nothing through
+// on its local share when the store then fails, though its share has room:
+// the failure path hands out no more than the store would have.
+func TestFallbackKeepsToWhatTheStoreLeft(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testLimitsConfig(func(c *Config) {
+		c.IP, c.Window, c.StoreTimeout, c.BreakerCooldown = 30, time.Hour, 100*time.Millisecond, 50*time.Millisecond
+		c.LocalFastPath = new(bool) // one permit per call: the counts are exact
+	})
+	pods := threeOf(t, cfg, srv.Addr)
+	ip := []byte("10.7.7.7")
+	a, _ := allowN(pods[0], &Request{IP: ip}, 1)
+	b, _ := allowN(pods[1], &Request{IP: ip}, 20)
+	c, _ := allowN(pods[2], &Request{IP: ip}, 8)
+	d, last := allowN(pods[0], &Request{IP: ip}, 2) // the last answer: nothing left
+	require.Equal(t, 30, a+b+c+d, "the store's budget, used up")
+	require.False(t, last.Allowed)
+	time.Sleep(2 * maxCachedDenial) // past the cached refusal: the next request asks the store
+
+	srv.Pause()
+	defer srv.Resume()
+	local := fallbackLocal.Get()
+	got, _ := allowN(pods[0], &Request{IP: ip}, 10)
+	require.Greater(t, fallbackLocal.Get(), local, "the local policy decided")
+	assert.Zero(t, got, "pod A let through its local share on top of a budget the store had granted in full")
+}
+
+// TestRecoveredPodKeepsToItsShare: for a window after a pod let permits
+// through on its local share, what the store grants it stays within that
+// share too: the other pods' reports of their own local decisions may reach
+// the store after this pod's call, and the store's remaining budget would
+// hold them.
+func TestRecoveredPodKeepsToItsShare(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testLimitsConfig(func(c *Config) {
+		c.IP, c.Window, c.StoreTimeout, c.BreakerCooldown = 30, time.Hour, 100*time.Millisecond, 50*time.Millisecond
+	})
+	pods := threeOf(t, cfg, srv.Addr)
+	ip := []byte("10.8.8.8")
+	srv.Pause()
+	got, _ := allowN(pods[0], &Request{IP: ip}, 15)
+	srv.Resume()
+	require.Equal(t, 10, got, "the local share: a third of 30")
+	time.Sleep(600 * time.Millisecond) // past the cooldown and the late answers
+	trims := recoveryTrims.Get()
+	got, _ = allowN(pods[0], &Request{IP: ip}, 10)
+	assert.Zero(t, got, "pod A got more than its share from the store in the window after it decided alone")
+	assert.Greater(t, recoveryTrims.Get(), trims, "the grants were given back")
+	// The other pods are not held back: their share has room.
+	got, _ = allowN(pods[1], &Request{IP: ip}, 10)
+	assert.Equal(t, 10, got)
+}
+
+// TestLateCallTakesNoSpent: a call that Redis runs after its RunWithin (it
+// was paused) counts none of the permits it reports as let through locally:
+// run late, it would date them late; its caller reports them again.
+func TestLateCallTakesNoSpent(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, alg := range []Algorithm{SlidingWindow, SlidingLog, TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			store := newRedisStore(t, srv.Addr)
+			p := Params{Algorithm: alg, Limit: 100, Window: time.Hour, Capacity: 100, RefillRate: 0}
+			key := []byte("{late-spent-" + alg.String() + "}")
+			ctx := context.Background()
+			_, err := store.Lease(ctx, &LeaseRequest{Key: key, Params: p, Want: 1}) // learns Redis' clock
+			require.NoError(t, err)
+			srv.Pause()
+			done := make(chan error, 1)
+			go func() {
+				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				defer cancel()
+				_, err := store.Lease(cctx, &LeaseRequest{Key: key, Params: p, Want: 1, Spent: 50, RunWithin: 20 * time.Millisecond})
+				done <- err
+			}()
+			time.Sleep(200 * time.Millisecond)
+			srv.Resume()
+			assert.ErrorIs(t, <-done, ErrStoreLate)
+			res, err := store.Lease(ctx, &LeaseRequest{Key: key, Params: p, Want: 1})
+			require.NoError(t, err)
+			assert.Equal(t, int64(98), res.Remaining, "the late call's spent permits were counted")
+		})
+	}
+}
+
+// TestSpentPartsKeepTheirTimes: what the local policy let through over a
+// failure longer than a window goes to the store as the last window's
+// permits, each part dated by its quarter of the window: none older than
+// the window, none dated earlier than it was let through.
+func TestSpentPartsKeepTheirTimes(t *testing.T) {
+	s := &spec{params: Params{Algorithm: SlidingWindow, Limit: 100, Window: time.Second}}
+	b := &bucket{}
+	start := int64(1_000_000) * int64(time.Second)
+	step := int64(10 * time.Millisecond)
+	var at []int64
+	for i := range 300 { // 3 s at 100/s
+		now := start + int64(i)*step
+		b.addSpent(1, now, spentWidth(time.Second))
+		at = append(at, now)
+	}
+	now := at[len(at)-1] + step
+	spent, ago, before := b.spentParts(now, s)
+	total := spent
+	for _, p := range before {
+		total += p.N
+		// Every permit in this part was let through no later than its date.
+		date := now - int64(p.Ago)
+		n := int64(0)
+		for _, a := range at {
+			if a <= date && a > date-spentWidth(time.Second) {
+				n++
+			}
+		}
+		assert.LessOrEqual(t, p.N, n, "part %+v dated earlier than its permits", p)
+	}
+	inWindow := 0
+	for _, a := range at {
+		if a > now-int64(time.Second) {
+			inWindow++
+		}
+	}
+	assert.Equal(t, time.Duration(now-at[len(at)-1]), ago)
+	assert.GreaterOrEqual(t, total, int64(inWindow), "permits of the last window forgotten")
+	assert.LessOrEqual(t, total, int64(inWindow)+25, "permits older than the window reported (over a quarter window more)")
+	// Put back (the call did not land), they come out the same.
+	b.unspend(now, &s.params, spent, ago, before)
+	spent2, ago2, before2 := b.spentParts(now, s)
+	assert.Equal(t, spent, spent2)
+	assert.Equal(t, ago, ago2)
+	assert.Equal(t, before, before2)
+}
