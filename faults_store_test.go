@@ -61,18 +61,32 @@ type codeTally struct {
 	mu      sync.Mutex
 	codes   map[int]int
 	refused []time.Time // when each 429 came
+	sent    []time.Time // when each 200 was sent
 }
 
-func (t *codeTally) add(code int) {
+func (t *codeTally) add(code int) { t.addSent(code, time.Time{}) }
+
+// addSent counts an answer to a request sent at sent (zero: not recorded).
+func (t *codeTally) addSent(code int, sent time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.codes == nil {
 		t.codes = map[int]int{}
 	}
 	t.codes[code]++
-	if code == http.StatusTooManyRequests {
+	switch {
+	case code == http.StatusTooManyRequests:
 		t.refused = append(t.refused, time.Now())
+	case code == http.StatusOK && !sent.IsZero():
+		t.sent = append(t.sent, sent)
 	}
+}
+
+// sentOK returns when the requests answered 200 were sent.
+func (t *codeTally) sentOK() []time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.sent)
 }
 
 // refusedSince returns when the 429s came, as durations since start.
@@ -103,7 +117,8 @@ func offer(gws []*gateway, key string, perSecond, workers int, into *codeTally, 
 			tick := time.NewTicker(period)
 			defer tick.Stop()
 			for i := 0; ; i++ {
-				into.add(status("GET", gws[(w+i)%len(gws)].url+"/f", "X-API-Key", key))
+				sent := time.Now()
+				into.addSent(status("GET", gws[(w+i)%len(gws)].url+"/f", "X-API-Key", key), sent)
 				select {
 				case <-stop:
 					return
@@ -187,7 +202,8 @@ func TestFaultRedisPausedAndResumed(t *testing.T) {
 	worst, from := busiest(arrivals, time.Second)
 	during, _ := busiest(between(arrivals, paused, resumed), time.Second)
 	after, _ := busiest(between(arrivals, resumed.Add(-time.Second), resumed.Add(time.Second)), time.Second)
-	t.Logf("faults: hot's busiest second within the pause %d, across the resume %d", during, after)
+	bySend, _ := busiest(hot.sentOK(), time.Second)
+	t.Logf("faults: hot's busiest second within the pause %d, across the resume %d; by the clients' send times %d", during, after, bySend)
 	t.Logf("faults: redis paused %v: hot (limit %d/s, offered %d/s over 3 pods): busiest second %d (from %v after the pause began), answers %v; "+
 		"gold (limit %d/s, offered %d/s): answers %v; local fallback decisions %.0f; live pods after %v",
 		resumed.Sub(paused).Round(time.Millisecond), faultLimit, 3*faultLimit, worst, from.Sub(paused).Round(time.Millisecond), hot.get(),
@@ -353,5 +369,56 @@ func TestFaultClusterMasterKilled(t *testing.T) {
 			continue
 		}
 		assert.Equal(t, want, states[fmt.Sprintf("node%d", i)], "node %d's breaker", i)
+	}
+}
+
+// TestFaultStoreSlowed: store calls that miss their deadline under load,
+// whether the deadline is tiny (2 ms on a loaded machine under -race: many
+// calls time out, some pods' breakers open while others' stay closed) or
+// Redis stalls for 300 ms every second. Across the three pods no second
+// holds more than tenant hot's limit + 2%, and tenant gold, offered under
+// half of its limit, is never refused.
+func TestFaultStoreSlowed(t *testing.T) {
+	for _, tc := range []struct {
+		name, limits string
+		stall        bool
+	}{
+		{"store_timeout 2ms", ", store_timeout: 2ms", false},
+		{"redis stalls 300ms a second", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			up := startUpstream(t)
+			gws := threePods(t, faultConfig(up.url, fmt.Sprintf("{addrs: [%q]}", srv.Addr), tc.limits))
+			var hot, gold codeTally
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			offer(gws, "hot-key", 3*faultLimit, 6, &hot, stop, &wg)
+			offer(gws, "gold-key", 2*faultLimit*45/100, 3, &gold, stop, &wg)
+			timeouts := scrape(t, gws[0].admin, "sentinel_limit_store_calls_total", "result", "timeout")
+			fallback := scrape(t, gws[0].admin, "sentinel_limit_fallback_decisions_total", "policy", "local")
+			for range 6 {
+				if tc.stall {
+					srv.Pause()
+					time.Sleep(300 * time.Millisecond)
+					srv.Resume()
+					time.Sleep(700 * time.Millisecond)
+				} else {
+					time.Sleep(time.Second)
+				}
+			}
+			close(stop)
+			wg.Wait()
+			timeouts = scrape(t, gws[0].admin, "sentinel_limit_store_calls_total", "result", "timeout") - timeouts
+			fallback = scrape(t, gws[0].admin, "sentinel_limit_fallback_decisions_total", "policy", "local") - fallback
+			worst, _ := busiest(up.arrivals("hot-key"), time.Second)
+			t.Logf("faults: store slowed (%s): hot (limit %d/s, offered %d/s over 3 pods): busiest second %d, answers %v; "+
+				"gold (limit %d/s, offered %d/s): answers %v; store calls timed out %.0f, local fallback decisions %.0f",
+				tc.name, faultLimit, 3*faultLimit, worst, hot.get(), 2*faultLimit, 2*faultLimit*45/100, gold.get(), timeouts, fallback)
+			require.Positive(t, timeouts+fallback, "no store call was slowed")
+			assert.LessOrEqual(t, worst, overLimit, "busiest second of hot across the pods")
+			assert.Zero(t, gold.get()[http.StatusTooManyRequests], "gold, under its limit, refused")
+			assert.Equal(t, 0, others(gold.get())+others(hot.get()), "answers other than 200 and 429")
+		})
 	}
 }

@@ -63,6 +63,7 @@ type bucket struct {
 	// let through since (fallbackRoom).
 	answeredAt   int64
 	fallbackUsed int64
+	failedAt     int64 // unix nanos of the last store call for the key that failed
 
 	lastUsed atomic.Int64 // unix nanos
 	// late counts this bucket's store calls whose caller gave up and whose

@@ -606,6 +606,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		// The store's last answer counted these as this pod's (leased);
 		// unused, they are room the pod need not share.
 		b.fallbackUsed -= ret.n
+		b.failedAt = now
 		return l.fallbackDecision(ctx, s, tokens, b, open, now), taking{}
 	}
 	if n := ret.spentTotal(); n > 0 {
@@ -690,8 +691,9 @@ func (b *bucket) retryFrom(now int64) time.Duration {
 // which reports what the local policy lets through here).
 func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, rid []byte) Decision {
 	// A late answer's permit stays counted: its request ID is recorded.
-	res, err := l.lease(ctx, s, &LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid),
-		RequestIDRetries: l.cfg.IDRetries(), RequestIDWindow: l.cfg.IDWindow(), UseWithin: l.useWithin(s)}, nil, 0)
+	req := &LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid),
+		RequestIDRetries: l.cfg.IDRetries(), RequestIDWindow: l.cfg.IDWindow(), UseWithin: l.useWithin(s)}
+	res, err := l.lease(ctx, s, req, nil, 0)
 	if err != nil {
 		open := errors.Is(err, ErrStoreUnavailable)
 		if b == nil {
@@ -699,10 +701,20 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 		}
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		return l.fallbackDecision(ctx, s, tokens, b, open, l.now().UnixNano())
+		now := l.now().UnixNano()
+		b.failedAt = now
+		return l.fallbackDecision(ctx, s, tokens, b, open, now)
 	}
 	leaseSize.Update(float64(tokens))
 	countRepeat(&res)
+	if b != nil && res.Granted >= tokens {
+		b.mu.Lock()
+		recovering := l.recovering(s, b, l.now().UnixNano())
+		b.mu.Unlock()
+		if recovering {
+			res = l.keepShare(ctx, s, req, res, tokens)
+		}
+	}
 	l.spendLocally(ctx, s, res.Granted)
 	return s.decision(res.Granted >= tokens || res.Duplicate, res.Remaining, res.RetryAfter, int64(res.Reset))
 }
@@ -770,7 +782,10 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 		d.Limit = limit
 		return d
 	}
-	res, err := l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: tokens, Need: tokens})
+	// Counted from the decision plus the time a decided request may take to
+	// be used (forwarded), as the store counts its own grants (useWithin):
+	// a window of uses never holds more than the share.
+	res, err := l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: tokens, Need: tokens, UseWithin: l.shareSlack()})
 	if err != nil { // only a malformed request: decide like the store would
 		return s.decision(false, 0, l.cfg.BreakerCooldown, 0)
 	}
@@ -816,14 +831,16 @@ func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool)
 	return float64(b.fallbackUsed+tokens) <= room
 }
 
-// recovering tells that the local policy let permits through on b's key
-// within the last window: the other pods most likely did too, and their
-// next calls, which report theirs, may come after this one. Until a window
-// has passed the store's remaining budget can hold permits that they spent,
-// so this pod keeps to its local share. The caller holds b.mu.
+// recovering tells that a store call for b's key failed, or the local
+// policy let permits through on it, within the last window: the other pods
+// most likely decided the key alone too, and their next calls, which report
+// what they let through, may come after this one. Until a window has passed
+// the store's remaining budget can hold permits that they spent, so this
+// pod keeps to its local share. The caller holds b.mu.
 func (l *Limiter) recovering(s *spec, b *bucket, now int64) bool {
-	return l.shared && l.policy == FailLocal && b.spentAt > 0 && s.params.Window > 0 &&
-		now-b.spentAt < int64(s.params.Window)
+	last := max(b.spentAt, b.failedAt)
+	return l.shared && l.policy == FailLocal && last > 0 && s.params.Window > 0 &&
+		now-last < int64(s.params.Window)
 }
 
 // keepShare trims a grant res of the store to this pod's room in its local
@@ -851,13 +868,21 @@ func (l *Limiter) keepShare(ctx context.Context, s *spec, req *LeaseRequest, res
 func (l *Limiter) shareRoom(ctx context.Context, s *spec) int64 {
 	key := bytes.Clone(s.key())
 	p := l.localShare(s)
-	res, err := l.fallback.Lease(ctx, &LeaseRequest{Key: key, Params: p, Want: 1})
+	res, err := l.fallback.Lease(ctx, &LeaseRequest{Key: key, Params: p, Want: 1, UseWithin: l.shareSlack()})
 	if err != nil || res.Granted == 0 {
 		return 0
 	}
 	_, _ = l.fallback.Lease(ctx, &LeaseRequest{Key: key, Params: p, Return: 1, ReturnRef: res.UsedRef})
 	return res.Remaining + 1
 }
+
+// shareSlack is how long after a decision the local share still counts
+// its permits past the window: a request decided now reaches the backend
+// later (a pod that answers a burst of store replies at once runs late by
+// tens of milliseconds), and a window of arrivals must not hold more than
+// the share. The store's deadline is the bound used: a pod that runs later
+// than that fails its store calls anyway.
+func (l *Limiter) shareSlack() time.Duration { return min(l.cfg.StoreTimeout, time.Second) }
 
 // spentTotal is the permits ret reports as let through without the store.
 func (ret *giveBack) spentTotal() int64 {
@@ -908,7 +933,7 @@ func (l *Limiter) spendLocally(ctx context.Context, s *spec, n int64) int64 {
 	if p.Algorithm != TokenBucket {
 		p.Limit = MaxLimit // count, never refuse
 	}
-	res, _ := l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: n, LeaseTTL: s.ttl})
+	res, _ := l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: n, LeaseTTL: s.ttl, UseWithin: l.shareSlack()})
 	return res.Ref
 }
 
