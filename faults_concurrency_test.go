@@ -356,11 +356,17 @@ func TestFaultCongestedBackendIsShed(t *testing.T) {
 
 // A flood of distinct client addresses on a fast backend loads the gateway
 // (a limit key each, its CPU shared with the clients); the backend is not
-// congested and nothing is shed by the concurrency limit.
+// congested and nothing is shed by the concurrency limit. The requests are
+// anonymous (FREE: shed at once while the limiter reads congestion), and the
+// mode thresholds are out of the way, so that every request is forwarded
+// and reaches the limiter in mode Normal, as in production before the
+// pressure rises.
 func TestFaultKeyFloodIsNotCongestion(t *testing.T) {
 	const name = "fault_keyflood"
 	up := startCostUpstream(t, 0)
 	cfg := strings.Replace(concConfig(name, up.url), "limits: {ip: 0,", "limits: {ip: 1000,", 1)
+	cfg = strings.Replace(cfg, "adaptive: {enabled: true}",
+		"adaptive: {enabled: true, thresholds: {moderate: 0.97, aggressive: 0.98, critical: 0.99}}", 1)
 	g := startGateway(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()

@@ -137,6 +137,20 @@ func TestTableBindsStagedLimits(t *testing.T) {
 	l := ctl.Concurrency("api")
 	assert.Same(t, l, p.srv.table.Load().all[0].conc)
 	assert.EqualValues(t, 5, l.Limit())
+
+	// Each resource has its own latency baseline in the limiter; routes
+	// that share a resource share it.
+	p.swap(t, Bindings{Upstreams: p.set, Limits: u},
+		Route{PathPrefix: "/a", Upstream: "api", Resource: "a"},
+		Route{PathPrefix: "/b", Upstream: "api", Resource: "b"},
+		Route{PathPrefix: "/a2", Upstream: "api", Resource: "a"})
+	keys := map[string]adaptive.Route{}
+	for _, r := range p.srv.table.Load().all {
+		keys[r.PathPrefix] = r.concRoute
+	}
+	assert.NotEqual(t, keys["/a"], keys["/b"])
+	assert.Equal(t, keys["/a"], keys["/a2"])
+	assert.Equal(t, l.Route("b"), keys["/b"])
 }
 
 // TestTableSwapUnderLoad swaps tables between two upstreams while clients
