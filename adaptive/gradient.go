@@ -18,10 +18,10 @@ import (
 // the route's latency when it was healthy and the requests in flight then.
 // A route's short-term latency counts as congestion only when it exceeds
 // the route's threshold (rtt_tolerance × its baseline, at least the
-// baseline + rtt_slack + the gateway's scheduling delay) and the growth of
-// the requests in flight since the baseline explains it. Latency that
-// rose further than the requests in flight did is the route's new cost:
-// the baseline is re-measured there and nothing is cut.
+// baseline + rtt_slack + the gateway's scheduling delay) and the requests
+// in flight explain it: at the throughput the backend has shown, a queue of
+// that many requests could add that much. Latency that rose further is the
+// route's new cost: the baseline is re-measured there and nothing is cut.
 //
 // The limit is cut at most once per round trip, by the ratio of the
 // latency to the threshold (at most by half), never below what the
@@ -44,7 +44,11 @@ type routeCost struct {
 	short   float64 // seconds, EWMA over ~10 of the route's answers
 	shortN  float64 // requests in flight at their admission, over the same answers
 	base    float64 // seconds: the route's latency while healthy
-	baseN   float64 // requests in flight at admission while healthy (EWMA)
+	// rate is the most requests in flight per second of the route's
+	// latency seen since the baseline (shortN ÷ short): for a single
+	// route, the throughput the backend has shown it can give. A queue
+	// keeps latency ≤ requests in flight ÷ that throughput.
+	rate float64
 	// learning counts the answers during which the baseline follows the
 	// short-term averages, after the first answer or a re-measure: the
 	// averages lag a step change, and judged while they catch up, a
@@ -81,21 +85,23 @@ func (rc *routeCost) observe(rtt, n, tolerance, slack float64) (ratio, inflight 
 		rc.short += (rtt - rc.short) * 0.1
 		rc.shortN += (n - rc.shortN) * 0.1
 	}
+	rate := rc.shortN / max(rc.short, minRTT)
 	if rc.learning > 0 {
 		rc.learning--
-		rc.base, rc.baseN = rc.short, rc.shortN
+		rc.base, rc.rate = rc.short, rate
 	}
+	rc.rate = max(rc.rate, rate)
 	threshold := max(tolerance*rc.base, rc.base+slack)
 	switch {
 	case rc.learning > 0:
 	case rc.short <= threshold:
 		rc.base = min(rc.base, rc.short)
-		rc.baseN += (rc.shortN - rc.baseN) * 0.1
-	case rc.short > threshold*max(1, rc.shortN/max(1, rc.baseN)):
-		// More latency than the added requests in flight can queue: the
-		// route costs more now (or the backend is slow for reasons this
-		// pod's concurrency does not change).
-		rc.base, rc.baseN, rc.learning = rc.short, rc.shortN, learnAnswers
+	case rc.short > tolerance*rc.shortN/rc.rate+slack:
+		// More latency than the requests in flight can queue at the
+		// throughput the backend has shown: the route costs more now (or
+		// the backend is slow for reasons this pod's concurrency does not
+		// change).
+		rc.base, rc.rate, rc.learning = rc.short, rate, learnAnswers
 		threshold = max(tolerance*rc.base, rc.base+slack)
 		rebased = true
 	}
@@ -216,4 +222,6 @@ const (
 	// short-term averages (EWMAs over ~10) after a step: three of their
 	// time constants.
 	learnAnswers = 30
+	// minRTT bounds the latency a rate is computed from.
+	minRTT = 1e-6
 )
