@@ -254,3 +254,21 @@ func TestConcurrencyWaitingPremiumGoesFirst(t *testing.T) {
 	l.waiting[PriorityPremium].Store(0)
 	assert.True(t, l.tryAcquire(PriorityFree) > 0)
 }
+
+// A queue is read as a queue even after the gateway's own delay made a
+// higher in-flight count look healthy for a while: what explains a route's
+// latency is the throughput the backend has shown, which that delay does
+// not change.
+func TestConcurrencyQueueAfterGatewayDelay(t *testing.T) {
+	l := testConcurrency(20)
+	var d atomic.Int64
+	l.gatewayDelay = &d
+	now := feed(l, time.Unix(1000, 0), 100, 40*time.Millisecond, 2) // 2 in flight, 40 ms: 50/s
+	d.Store(int64(60 * time.Millisecond))                           // a busy gateway: 40+5+60 ms is healthy
+	now = feed(l, now, 300, 90*time.Millisecond, 9)                 // 9 in flight at 90 ms: the backend's 100/s
+	d.Store(0)
+	before := l.cuts.Get()
+	feed(l, now, 1000, 200*time.Millisecond, 20) // 20 in flight queue at 100/s: 200 ms
+	assert.Zero(t, l.rebases.Get(), "the queue is no new baseline")
+	assert.Greater(t, l.cuts.Get(), before, "the limit is cut")
+}
