@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Catalog holds the plans, the tenants (with their API keys) and the rules.
@@ -18,18 +19,83 @@ import (
 // replaces the catalog's contents on every pod; without Redis it changes the
 // process only.
 type Catalog struct {
-	mu     sync.Mutex // serializes writers; guards routes
+	mu     sync.Mutex // serializes writers; guards the fields below
 	snap   atomic.Pointer[catalogSnapshot]
 	routes []string // resources of the proxy's routes (metric labels)
+
+	labelsAt   time.Time     // when the names were last published (see labelsSoon)
+	labelCost  time.Duration // what that publication took
+	labelTimer *time.Timer   // a publication to come, or nil
+	closed     bool
 }
 
+// catalogSnapshot is one immutable state of the catalog: maps built at once
+// (base), and an overlay of the entries changed since, so that one change
+// copies the overlay rather than every entry. A nil value in an overlay map
+// deletes the base entry. When the overlay grows past overlayLimit, the next
+// change folds it into new base maps.
 type catalogSnapshot struct {
 	plans   Plans
 	tenants map[string]*Tenant         // by ID
 	keys    map[string]*Tenant         // by API key
 	rules   map[ruleName]*compiledRule // by (tenant, resource)
-	tlist   []Tenant                   // sorted by ID
-	rlist   []Rule                     // sorted by tenant, resource
+
+	otenants map[string]*Tenant
+	okeys    map[string]*Tenant
+	orules   map[ruleName]*compiledRule
+
+	listOnce sync.Once
+	tlist    []Tenant // sorted by ID, built on first use
+	rlist    []Rule   // sorted by tenant, resource, built on first use
+}
+
+// tenant, key and rule look an entry up, overlay first. They allocate nothing.
+func (s *catalogSnapshot) tenant(id string) *Tenant {
+	if t, ok := s.otenants[id]; ok {
+		return t
+	}
+	return s.tenants[id]
+}
+
+func (s *catalogSnapshot) key(k string) *Tenant {
+	if t, ok := s.okeys[k]; ok {
+		return t
+	}
+	return s.keys[k]
+}
+
+func (s *catalogSnapshot) rule(n ruleName) *compiledRule {
+	if r, ok := s.orules[n]; ok {
+		return r
+	}
+	return s.rules[n]
+}
+
+// eachTenant and eachRule visit every live entry once.
+func (s *catalogSnapshot) eachTenant(f func(*Tenant)) {
+	for id, t := range s.tenants {
+		if _, over := s.otenants[id]; !over {
+			f(t)
+		}
+	}
+	for _, t := range s.otenants {
+		if t != nil {
+			f(t)
+		}
+	}
+}
+
+func (s *catalogSnapshot) eachRule(f func(*compiledRule)) {
+	for n, r := range s.rules {
+		if _, over := s.orules[n]; !over {
+			f(r)
+		}
+	}
+	for _, r := range s.orules {
+		if r != nil {
+			f(r)
+		}
+	}
 }
 
 // compiledRule is a rule with its store parameters, parsed once when the
@@ -75,6 +141,11 @@ func (c *Catalog) SetRouteResources(names []string) {
 func (c *Catalog) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
+	if c.labelTimer != nil {
+		c.labelTimer.Stop()
+		c.labelTimer = nil
+	}
 	forgetLabels(c)
 }
 
@@ -82,12 +153,8 @@ func (c *Catalog) Close() {
 // held, or c not yet shared).
 func (c *Catalog) publishLabels(s *catalogSnapshot) {
 	n := knownNames{tenants: make(map[string]struct{}, len(s.tenants)), resources: map[string]struct{}{}}
-	for id := range s.tenants {
-		n.tenants[id] = struct{}{}
-	}
-	for k := range s.rules {
-		n.resources[k.resource] = struct{}{}
-	}
+	s.eachTenant(func(t *Tenant) { n.tenants[t.ID] = struct{}{} })
+	s.eachRule(func(r *compiledRule) { n.resources[r.Resource] = struct{}{} })
 	for _, r := range c.routes {
 		n.resources[r] = struct{}{}
 	}
@@ -121,7 +188,6 @@ func buildSnapshot(plans Plans, tenants []Tenant, rules []Rule, tfield, rfield s
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	s.sortLists()
 	return s, nil
 }
 
@@ -152,23 +218,22 @@ func (s *catalogSnapshot) addTenants(tenants []Tenant, tfield string) []error {
 	return errs
 }
 
-// sortLists fills tlist and rlist from the maps.
-func (s *catalogSnapshot) sortLists() {
-	s.tlist = make([]Tenant, 0, len(s.tenants))
-	for _, t := range s.tenants {
-		s.tlist = append(s.tlist, *t)
-	}
-	slices.SortFunc(s.tlist, func(a, b Tenant) int { return strings.Compare(a.ID, b.ID) })
-	s.rlist = make([]Rule, 0, len(s.rules))
-	for _, r := range s.rules {
-		s.rlist = append(s.rlist, r.Rule)
-	}
-	slices.SortFunc(s.rlist, func(a, b Rule) int {
-		if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Resource, b.Resource)
+// lists returns every tenant and every rule, sorted, built once per snapshot.
+func (s *catalogSnapshot) lists() ([]Tenant, []Rule) {
+	s.listOnce.Do(func() {
+		s.tlist = make([]Tenant, 0, len(s.tenants)+len(s.otenants))
+		s.eachTenant(func(t *Tenant) { s.tlist = append(s.tlist, *t) })
+		slices.SortFunc(s.tlist, func(a, b Tenant) int { return strings.Compare(a.ID, b.ID) })
+		s.rlist = make([]Rule, 0, len(s.rules)+len(s.orules))
+		s.eachRule(func(r *compiledRule) { s.rlist = append(s.rlist, r.Rule) })
+		slices.SortFunc(s.rlist, func(a, b Rule) int {
+			if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
+				return c
+			}
+			return strings.Compare(a.Resource, b.Resource)
+		})
 	})
+	return s.tlist, s.rlist
 }
 
 // ruleName identifies a rule.
@@ -186,14 +251,14 @@ func cloneTenant(t Tenant) Tenant {
 // LookupAPIKey returns the tenant of an API key. It allocates nothing; the
 // tenant is read-only.
 func (c *Catalog) LookupAPIKey(key []byte) (*Tenant, bool) {
-	t, ok := c.snap.Load().keys[string(key)]
-	return t, ok
+	t := c.snap.Load().key(string(key))
+	return t, t != nil
 }
 
 // findRule returns the rule for (tenant, resource), or nil. It allocates
 // nothing; the rule is read-only.
 func (c *Catalog) findRule(tenant, resource string) *compiledRule {
-	return c.snap.Load().rules[ruleName{tenant, resource}]
+	return c.snap.Load().rule(ruleName{tenant, resource})
 }
 
 // PlanMultiplier returns the limit multiplier of a plan (1 for an unknown plan).
@@ -206,8 +271,8 @@ func (c *Catalog) PlanMultiplier(plan string) float64 {
 
 // Tenant returns a copy of the tenant with the ID.
 func (c *Catalog) Tenant(id string) (Tenant, bool) {
-	t, ok := c.snap.Load().tenants[id]
-	if !ok {
+	t := c.snap.Load().tenant(id)
+	if t == nil {
 		return Tenant{}, false
 	}
 	return cloneTenant(*t), true
@@ -216,8 +281,8 @@ func (c *Catalog) Tenant(id string) (Tenant, bool) {
 // TenantPlan returns the plan of tenant id, without copying the tenant: the
 // check API and the rate limit service look it up for every decision.
 func (c *Catalog) TenantPlan(id string) (string, bool) {
-	t, ok := c.snap.Load().tenants[id]
-	if !ok {
+	t := c.snap.Load().tenant(id)
+	if t == nil {
 		return "", false
 	}
 	return t.Plan, true
@@ -225,7 +290,7 @@ func (c *Catalog) TenantPlan(id string) (string, bool) {
 
 // Tenants returns a copy of every tenant, sorted by ID.
 func (c *Catalog) Tenants() []Tenant {
-	l := c.snap.Load().tlist
+	l, _ := c.snap.Load().lists()
 	out := make([]Tenant, len(l))
 	for i := range l {
 		out[i] = cloneTenant(l[i])
@@ -243,7 +308,10 @@ func (c *Catalog) Rule(tenant, resource string) (Rule, bool) {
 }
 
 // Rules returns a copy of every rule, sorted by tenant and resource.
-func (c *Catalog) Rules() []Rule { return slices.Clone(c.snap.Load().rlist) }
+func (c *Catalog) Rules() []Rule {
+	_, l := c.snap.Load().lists()
+	return slices.Clone(l)
+}
 
 // Replace swaps in a whole new set of tenants and rules (the plans stay).
 // Nothing changes when they do not validate.
@@ -260,6 +328,6 @@ func (c *Catalog) replaceLocked(tenants []Tenant, rules []Rule) error {
 		return err
 	}
 	c.snap.Store(s)
-	c.publishLabels(s)
+	c.publishLabelsTimed()
 	return nil
 }

@@ -21,7 +21,7 @@ func (c *Catalog) checkRuleTenant(tenant string) error {
 	if tenant == AnonymousTenant {
 		return nil
 	}
-	if _, ok := c.snap.Load().tenants[tenant]; !ok {
+	if c.snap.Load().tenant(tenant) == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownTenant, tenant)
 	}
 	return nil

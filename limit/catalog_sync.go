@@ -52,10 +52,22 @@ func (o *CatalogSyncOptions) setDefaults() {
 // Layout: the API's rules are the hash <prefix>:{catalog}:rules (field
 // "<tenant>:<resource>", a JSON document), its tenants the hash
 // <prefix>:{catalog}:tenants (field "<id>"), and <prefix>:{catalog}:gen is the
-// catalog's generation, incremented by every write. Each write publishes the
-// changed entry's name ("rule:<tenant>:<resource>", "tenant:<id>") on
-// <prefix>:catalog. Each pod subscribes, re-reads the catalog on a message
-// and every Resync, so that a missed message cannot leave it stale.
+// catalog's generation, incremented by every write. Each write also scores
+// the changed entry's name ("rule:<tenant>:<resource>", "tenant:<id>") with
+// the new generation in the change log <prefix>:{catalog}:changes and
+// publishes the name on <prefix>:catalog.
+//
+// Each pod subscribes, and on a message, on every (re)subscription and every
+// Resync reads the entries changed since the generation it has seen (one
+// script call: the names scored above it and their documents), so that a
+// write costs every pod the entries it changed, not the whole catalog, and a
+// burst of messages shares one read. The whole catalog is read only when the
+// log cannot tell: at start, when Redis holds another epoch
+// (<prefix>:{catalog}:epoch names the catalog's history; it changes when the
+// catalog is restored or created anew), and when the pod is older than the
+// log's floor (<prefix>:{catalog}:floor: the log drops its oldest names past
+// a size, and a restore empties it). A missed message thus delays a change
+// until the next message or Resync, never loses it.
 //
 // Redis losing its data: each pod remembers the newest generation it has
 // read or written. A pod that finds Redis at an older generation (0 when the
@@ -78,14 +90,17 @@ type CatalogSync struct {
 	cat    *Catalog
 	opts   CatalogSyncOptions
 
-	baseRules   []Rule   // from config.yaml, never changed
-	baseTenants []Tenant // from config.yaml, never changed
+	baseRules   []Rule   // from config.yaml (SetBase changes them)
+	baseTenants []Tenant // from config.yaml
+	baseRule    map[ruleName]Rule
+	baseTenant  map[string]Tenant
 
 	// mu serializes writes and reloads, and guards rules, tenants and seen.
 	mu      sync.Mutex
 	rules   map[ruleName]Rule // API rules, as last read from Redis or written
 	tenants map[string]Tenant // API tenants, by ID
 	seen    int64             // newest generation read, written or restored
+	epoch   string            // the history seen belongs to ("": none yet)
 	failing bool              // the last reload failed (log throttling)
 
 	changed chan struct{} // a change message arrived: re-read the catalog
@@ -100,8 +115,9 @@ type CatalogSync struct {
 var ErrConfigEntry = errors.New("limit: the entry comes from config.yaml; override it with PUT or change the config")
 
 var (
-	syncReloadsMessage = metrics.NewCounter(`sentinel_catalog_reloads_total{kind="message"}`)
+	syncReloadsChanges = metrics.NewCounter(`sentinel_catalog_reloads_total{kind="changes"}`)
 	syncReloadsFull    = metrics.NewCounter(`sentinel_catalog_reloads_total{kind="full"}`)
+	syncEntriesRead    = metrics.NewCounter(`sentinel_catalog_entries_read_total`)
 	syncErrors         = metrics.NewCounter(`sentinel_catalog_sync_errors_total`)
 	syncWrites         = metrics.NewCounter(`sentinel_catalog_writes_total`)
 	syncRestores       = metrics.NewCounter(`sentinel_catalog_restores_total`)
@@ -114,16 +130,29 @@ var (
 // override. Nothing runs until Start.
 func NewCatalogSync(client rueidis.Client, cat *Catalog, opts CatalogSyncOptions) *CatalogSync {
 	opts.setDefaults()
-	return &CatalogSync{
-		client:      client,
-		cat:         cat,
-		opts:        opts,
-		baseRules:   cat.Rules(),
-		baseTenants: cat.Tenants(),
-		rules:       map[ruleName]Rule{},
-		tenants:     map[string]Tenant{},
-		changed:     make(chan struct{}, 1),
-		helloc:      make(chan struct{}, 1),
+	s := &CatalogSync{
+		client:  client,
+		cat:     cat,
+		opts:    opts,
+		rules:   map[ruleName]Rule{},
+		tenants: map[string]Tenant{},
+		changed: make(chan struct{}, 1),
+		helloc:  make(chan struct{}, 1),
+	}
+	s.setBase(cat.Tenants(), cat.Rules())
+	return s
+}
+
+// setBase keeps the config entries, as lists and by name.
+func (s *CatalogSync) setBase(tenants []Tenant, rules []Rule) {
+	s.baseTenants, s.baseRules = tenants, rules
+	s.baseTenant = make(map[string]Tenant, len(tenants))
+	for _, t := range tenants {
+		s.baseTenant[t.ID] = t
+	}
+	s.baseRule = make(map[ruleName]Rule, len(rules))
+	for _, r := range rules {
+		s.baseRule[ruleName{r.Tenant, r.Resource}] = r
 	}
 }
 
@@ -248,13 +277,10 @@ func (s *CatalogSync) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-s.changed:
-			syncReloadsMessage.Inc()
 		case <-tick.C:
-			syncReloadsFull.Inc()
 		case <-retry:
-			syncReloadsFull.Inc()
 		}
-		err := s.reload(ctx)
+		err := s.update(ctx)
 		s.noteResult(err)
 		retry = nil
 		if err != nil {
@@ -285,12 +311,17 @@ func (s *CatalogSync) noteResult(err error) {
 
 func (s *CatalogSync) channel() string { return s.opts.KeyPrefix + ":catalog" }
 
-// keys are the catalog's keys: rules hash, tenants hash, generation. They
-// share the hash tag {catalog}, so that each script touches one slot.
+// keys are the catalog's keys, in the order every catalog script takes
+// them: rules hash, tenants hash, generation, change log, its floor, epoch.
+// They share the hash tag {catalog}, so that each script touches one slot.
 func (s *CatalogSync) keys() []string {
 	p := s.opts.KeyPrefix + ":{catalog}:"
-	return []string{p + "rules", p + "tenants", p + "gen"}
+	return []string{p + "rules", p + "tenants", p + "gen", p + "changes", p + "floor", p + "epoch"}
 }
+
+// maxChangeLog is the change log's size past which its oldest names go: a
+// pod that saw none of the remaining ones reads the whole catalog.
+const maxChangeLog = 100_000
 
 // ruleEntry and tenantEntry name entries in change messages; ruleField is a
 // rule's field in the rules hash. A tenant ID never contains ':'

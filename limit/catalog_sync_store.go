@@ -2,11 +2,14 @@ package limit
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -18,6 +21,7 @@ import (
 var (
 	catalogRead    = rueidis.NewLuaScript(lua.CatalogRead)
 	catalogWrite   = rueidis.NewLuaScript(lua.CatalogWrite)
+	catalogChanges = rueidis.NewLuaScript(lua.CatalogChanges)
 	catalogRestore = rueidis.NewLuaScript(lua.CatalogRestore)
 )
 
@@ -35,6 +39,7 @@ func tenantJSON(t Tenant) string {
 // stored is the catalog as one read found it.
 type stored struct {
 	gen     int64
+	epoch   string
 	rules   map[ruleName]Rule
 	tenants map[string]Tenant
 }
@@ -56,8 +61,14 @@ func (s *CatalogSync) reloadLocked(ctx context.Context) error {
 			return err
 		}
 		if st.gen >= s.seen || attempt == 2 {
-			s.rules, s.tenants, s.seen = st.rules, st.tenants, st.gen
-			return s.applyLocked()
+			oldR, oldT := s.rules, s.tenants
+			s.rules, s.tenants = st.rules, st.tenants
+			if err := s.applyLocked(); err != nil {
+				s.rules, s.tenants = oldR, oldT
+				return err
+			}
+			s.seen, s.epoch = st.gen, st.epoch
+			return nil
 		}
 		restored, err := s.restoreLocked(ctx, st.gen)
 		if err != nil || restored {
@@ -73,8 +84,8 @@ func (s *CatalogSync) read(ctx context.Context) (stored, error) {
 	if err != nil {
 		return stored{}, fmt.Errorf("reading the catalog from redis: %w", err)
 	}
-	if len(arr) != 3 {
-		return stored{}, fmt.Errorf("reading the catalog from redis: %d replies, want 3", len(arr))
+	if len(arr) != 4 {
+		return stored{}, fmt.Errorf("reading the catalog from redis: %d replies, want 4", len(arr))
 	}
 	st := stored{rules: map[ruleName]Rule{}, tenants: map[string]Tenant{}}
 	if st.gen, err = arr[0].AsInt64(); err != nil {
@@ -88,6 +99,10 @@ func (s *CatalogSync) read(ctx context.Context) (stored, error) {
 	if err != nil {
 		return stored{}, fmt.Errorf("reading %s: %w", s.keys()[1], err)
 	}
+	if st.epoch, err = arr[3].ToString(); err != nil {
+		return stored{}, fmt.Errorf("reading the catalog's epoch: %w", err)
+	}
+	syncEntriesRead.Add(len(rules) + len(tenants))
 	for f, doc := range rules {
 		if r, err := decodeRule(doc); err != nil {
 			s.opts.Logf("limit: catalog sync: skipping rule %s in %s: %v", f, s.keys()[0], err)
@@ -134,8 +149,11 @@ func decodeTenant(doc string) (Tenant, error) {
 // whether this pod's snapshot was written; false means Redis already held one
 // at least as new.
 func (s *CatalogSync) restoreLocked(ctx context.Context, found int64) (bool, error) {
-	args := make([]string, 0, 3+2*(len(s.rules)+len(s.tenants)))
-	args = append(args, fmt.Sprint(s.seen), s.channel(), fmt.Sprint(len(s.rules)))
+	if s.epoch == "" {
+		s.epoch = newEpoch()
+	}
+	args := make([]string, 0, 4+2*(len(s.rules)+len(s.tenants)))
+	args = append(args, fmt.Sprint(s.seen), s.channel(), fmt.Sprint(len(s.rules)), s.epoch)
 	for _, r := range s.rules {
 		args = append(args, ruleField(r.Tenant, r.Resource), ruleJSON(r))
 	}
@@ -189,18 +207,30 @@ func (s *CatalogSync) applyLocked() error {
 var errStale = errors.New("redis holds an older catalog")
 
 // write stores (doc != "") or deletes one entry in Redis, then changes the
-// local copy with apply (s.mu held). When Redis lost the catalog it restores
-// this pod's first; when other writes came in between since the last read,
-// it re-reads the catalog (which holds this write) instead of applying.
-func (s *CatalogSync) write(ctx context.Context, hash int, field, doc, name string, apply func()) error {
+// local copy with apply and the catalog with the entry's new state (s.mu
+// held). When Redis lost the catalog it restores this pod's first; when other
+// writes came in between since this pod's last read, it reads their changes
+// (which hold this write) instead.
+func (s *CatalogSync) write(ctx context.Context, kind, field, doc, name string, apply func()) error {
 	if s.client == nil {
 		apply() // in-process only
-		return s.applyLocked()
+		return s.cat.change([]catalogChange{s.effective(name)})
 	}
-	keys := s.keys()
+	candidate := s.epoch
+	if candidate == "" {
+		candidate = newEpoch()
+	}
 	for attempt := 0; attempt < 2; attempt++ {
-		gen, err := catalogWrite.Exec(ctx, s.client, []string{keys[hash], keys[2]},
-			[]string{fmt.Sprint(s.seen), field, doc, s.channel(), name}).AsInt64()
+		arr, err := catalogWrite.Exec(ctx, s.client, s.keys(), []string{fmt.Sprint(s.seen), kind, field, doc,
+			s.channel(), name, candidate, fmt.Sprint(maxChangeLog)}).ToArray()
+		var gen int64
+		var epoch string
+		if err == nil && len(arr) == 2 {
+			gen, err = arr[0].AsInt64()
+			if err == nil {
+				epoch, err = arr[1].ToString()
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("limit: cannot store %s in redis: %w", name, err)
 		}
@@ -208,21 +238,55 @@ func (s *CatalogSync) write(ctx context.Context, hash int, field, doc, name stri
 			if _, err := s.restoreLocked(ctx, -1); err != nil {
 				return fmt.Errorf("limit: cannot store %s in redis: %w", name, err)
 			}
+			candidate = s.epoch
 			continue
 		}
 		syncWrites.Inc()
-		if gen == s.seen+1 {
-			s.seen = gen
+		if gen == s.seen+1 && epoch == candidate {
 			apply()
-			return s.applyLocked()
+			if err := s.cat.change([]catalogChange{s.effective(name)}); err != nil {
+				return err
+			}
+			s.seen, s.epoch = gen, epoch
+			return nil
 		}
-		if err := s.reloadLocked(ctx); err != nil {
-			apply() // stored; the next resync brings the rest
-			return s.applyLocked()
+		if err := s.updateLocked(ctx); err != nil {
+			apply() // stored; the next update brings the rest
+			return s.cat.change([]catalogChange{s.effective(name)})
 		}
 		return nil
 	}
 	return fmt.Errorf("limit: cannot store %s in redis: %w", name, errStale)
+}
+
+// effective is the catalog's change for the entry name ("rule:..." or
+// "tenant:..."): its API version, else its config version, else a delete
+// (s.mu held).
+func (s *CatalogSync) effective(name string) catalogChange {
+	if id, ok := strings.CutPrefix(name, "tenant:"); ok {
+		if t, ok := s.tenants[id]; ok {
+			return tenantPut(t)
+		}
+		if t, ok := s.baseTenant[id]; ok {
+			return tenantPut(t)
+		}
+		return tenantDelete(id)
+	}
+	n := ruleNameOf(name)
+	if r, ok := s.rules[n]; ok {
+		return rulePut(r)
+	}
+	if r, ok := s.baseRule[n]; ok {
+		return rulePut(r)
+	}
+	return ruleDelete(n)
+}
+
+// newEpoch names a new catalog history.
+func newEpoch() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // PutRule creates or replaces an API rule on every pod. Errors:
@@ -237,7 +301,7 @@ func (s *CatalogSync) PutRule(ctx context.Context, r Rule) error {
 	if err := s.cat.checkRuleTenant(r.Tenant); err != nil {
 		return err
 	}
-	return s.write(ctx, 0, ruleField(r.Tenant, r.Resource), ruleJSON(r), ruleEntry(r.Tenant, r.Resource), func() {
+	return s.write(ctx, "rule", ruleField(r.Tenant, r.Resource), ruleJSON(r), ruleEntry(r.Tenant, r.Resource), func() {
 		s.rules[ruleName{r.Tenant, r.Resource}] = r
 	})
 }
@@ -249,14 +313,12 @@ func (s *CatalogSync) DeleteRule(ctx context.Context, tenant, resource string) e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.rules[ruleName{tenant, resource}]; !ok {
-		for _, r := range s.baseRules {
-			if r.Tenant == tenant && r.Resource == resource {
-				return ErrConfigEntry
-			}
+		if _, ok := s.baseRule[ruleName{tenant, resource}]; ok {
+			return ErrConfigEntry
 		}
 		return ErrEntryNotFound
 	}
-	return s.write(ctx, 0, ruleField(tenant, resource), "", ruleEntry(tenant, resource), func() {
+	return s.write(ctx, "rule", ruleField(tenant, resource), "", ruleEntry(tenant, resource), func() {
 		delete(s.rules, ruleName{tenant, resource})
 	})
 }
@@ -269,30 +331,13 @@ func (s *CatalogSync) PutTenant(ctx context.Context, t Tenant) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	trial := make(map[string]Tenant, len(s.tenants)+1)
-	for k, v := range s.tenants {
-		trial[k] = v
-	}
-	trial[t.ID] = t
-	ts, _ := s.merged(s.rules, trial)
-	seen := map[string]string{}
-	for _, x := range ts {
-		for _, k := range x.APIKeys {
-			if other, dup := seen[k]; dup && other != x.ID {
-				return &ValidationError{Field: "api_keys", Msg: fmt.Sprintf("key %q already belongs to tenant %q", k, pick(other, x.ID, t.ID))}
-			}
-			seen[k] = x.ID
+	snap := s.cat.snap.Load()
+	for _, k := range t.APIKeys {
+		if other := snap.key(k); other != nil && other.ID != t.ID {
+			return &ValidationError{Field: "api_keys", Msg: fmt.Sprintf("key %q already belongs to tenant %q", k, other.ID)}
 		}
 	}
-	return s.write(ctx, 1, t.ID, tenantJSON(t), tenantEntry(t.ID), func() { s.tenants[t.ID] = t })
-}
-
-// pick names the tenant that is not the one being written.
-func pick(a, b, self string) string {
-	if a == self {
-		return b
-	}
-	return a
+	return s.write(ctx, "tenant", t.ID, tenantJSON(t), tenantEntry(t.ID), func() { s.tenants[t.ID] = t })
 }
 
 // DeleteTenant removes an API tenant on every pod (the config tenant of the
@@ -301,14 +346,12 @@ func (s *CatalogSync) DeleteTenant(ctx context.Context, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.tenants[id]; !ok {
-		for _, t := range s.baseTenants {
-			if t.ID == id {
-				return ErrConfigEntry
-			}
+		if _, ok := s.baseTenant[id]; ok {
+			return ErrConfigEntry
 		}
 		return ErrEntryNotFound
 	}
-	return s.write(ctx, 1, id, "", tenantEntry(id), func() { delete(s.tenants, id) })
+	return s.write(ctx, "tenant", id, "", tenantEntry(id), func() { delete(s.tenants, id) })
 }
 
 // SetBase replaces the entries that come from config.yaml (a configuration
@@ -318,9 +361,9 @@ func (s *CatalogSync) SetBase(tenants []Tenant, rules []Rule) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	oldT, oldR := s.baseTenants, s.baseRules
-	s.baseTenants, s.baseRules = slices.Clone(tenants), slices.Clone(rules)
+	s.setBase(slices.Clone(tenants), slices.Clone(rules))
 	if err := s.applyLocked(); err != nil {
-		s.baseTenants, s.baseRules = oldT, oldR
+		s.setBase(oldT, oldR)
 		return err
 	}
 	return nil

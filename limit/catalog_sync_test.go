@@ -2,6 +2,7 @@ package limit
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -74,10 +75,18 @@ func TestCatalogSyncResyncRepairsAMissedMessage(t *testing.T) {
 	require.NoError(t, err)
 	defer client.Close()
 	ctx := context.Background()
-	// Written without a message, as if the message had been lost.
-	require.NoError(t, client.Do(ctx, client.B().Hset().Key("cs:{catalog}:rules").FieldValue().
-		FieldValue("free:x", `{"tenant":"free","resource":"x","algorithm":"sliding_window","limit":4,"window_ms":1000}`).Build()).Error())
-	require.NoError(t, client.Do(ctx, client.B().Incr().Key("cs:{catalog}:gen").Build()).Error())
+	// Written as the API writes, but with its message published where no pod
+	// listens, as if the message had been lost.
+	other := NewCatalogSync(client, testCatalog(t), CatalogSyncOptions{KeyPrefix: "cs"})
+	keys := other.keys()
+	gen, _ := client.Do(ctx, client.B().Get().Key(keys[2]).Build()).AsInt64() // missing: 0
+	epoch, err := client.Do(ctx, client.B().Get().Key(keys[5]).Build()).ToString()
+	if err != nil {
+		epoch = "e"
+	}
+	require.NoError(t, catalogWrite.Exec(ctx, client, keys, []string{fmt.Sprint(gen), "rule", "free:x",
+		`{"tenant":"free","resource":"x","algorithm":"sliding_window","limit":4,"window_ms":1000}`,
+		"nobody-listens", "rule:free:x", epoch, "100"}).Error())
 	waitFor(t, "resync", func() bool { _, ok := cat.Rule("free", "x"); return ok })
 }
 

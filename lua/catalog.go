@@ -3,7 +3,8 @@ package lua
 import _ "embed" // for go:embed
 
 // The catalog scripts keep the rules and tenants written through the admin
-// API: one hash per kind and a generation, all under one hash tag so that
+// API: one hash per kind, a generation, a log of changed entries and an
+// epoch, all under one hash tag so that
 // each script touches one Redis Cluster slot.
 
 // CatalogRead is catalog_read.lua: the whole catalog and its generation.
@@ -16,6 +17,12 @@ var CatalogRead string
 //
 //go:embed catalog_write.lua
 var CatalogWrite string
+
+// CatalogChanges is catalog_changes.lua: the entries changed since a
+// generation, or word to read the whole catalog.
+//
+//go:embed catalog_changes.lua
+var CatalogChanges string
 
 // CatalogRestore is catalog_restore.lua: a pod's whole catalog written back
 // over an older one.

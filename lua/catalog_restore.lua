@@ -7,11 +7,15 @@
 -- KEYS[1]  hash of the API's rules: "<tenant>:<resource>" -> JSON document
 -- KEYS[2]  hash of the API's tenants: "<id>" -> JSON document
 -- KEYS[3]  the catalog's generation (an integer; missing: 0)
+-- KEYS[4]  the change log (emptied: it knew the lost history)
+-- KEYS[5]  the change log's floor (set to ARGV[1]: pods that saw less read all)
+-- KEYS[6]  the catalog's epoch (set to ARGV[4])
 -- ARGV[1]  the pod's generation (> 0)
 -- ARGV[2]  the channel; "*" (every entry) is published after a restore
 -- ARGV[3]  n: the number of rules
--- ARGV[4 .. 3+2n]        rule field, document pairs
--- ARGV[4+2n .. #ARGV]    tenant field, document pairs
+-- ARGV[4]  the pod's epoch
+-- ARGV[5 .. 4+2n]        rule field, document pairs
+-- ARGV[5+2n .. #ARGV]    tenant field, document pairs
 -- Returns  {1, ARGV[1]} after replacing the catalog; {0, stored generation}
 --          without writing when the stored generation is not older. No key
 --          carries a TTL.
@@ -20,14 +24,16 @@ local mine = tonumber(ARGV[1])
 if gen >= mine then
   return {0, gen}
 end
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[4])
 local n = tonumber(ARGV[3])
-local last = 3 + 2 * n
-for i = 4, #ARGV, 2 do
+local last = 4 + 2 * n
+for i = 5, #ARGV, 2 do
   local key = KEYS[2]
   if i <= last then key = KEYS[1] end
   redis.call('HSET', key, ARGV[i], ARGV[i + 1])
 end
 redis.call('SET', KEYS[3], ARGV[1])
+redis.call('SET', KEYS[5], ARGV[1])
+redis.call('SET', KEYS[6], ARGV[4])
 redis.call('PUBLISH', ARGV[2], '*')
 return {1, mine}

@@ -10,6 +10,7 @@ func TestCatalogScriptsEmbedded(t *testing.T) {
 		"catalog_read":    CatalogRead,
 		"catalog_write":   CatalogWrite,
 		"catalog_restore": CatalogRestore,
+		"catalog_changes": CatalogChanges,
 	} {
 		if !strings.HasPrefix(s, "-- "+name+":") {
 			t.Errorf("%s.lua does not start with its header comment", name)

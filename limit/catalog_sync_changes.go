@@ -1,0 +1,131 @@
+package limit
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// update brings this pod's catalog up to date with Redis: the entries
+// changed since the generation it has seen, or the whole catalog when the
+// change log cannot say (see CatalogSync).
+func (s *CatalogSync) update(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.updateLocked(ctx)
+}
+
+func (s *CatalogSync) updateLocked(ctx context.Context) error {
+	syncReloadsChanges.Inc()
+	arr, err := catalogChanges.Exec(ctx, s.client, s.keys(), []string{fmt.Sprint(s.seen), s.epoch}).ToArray()
+	if err != nil {
+		return fmt.Errorf("reading the catalog's changes from redis: %w", err)
+	}
+	if len(arr) < 3 || len(arr)%2 != 1 {
+		return fmt.Errorf("reading the catalog's changes from redis: %d replies", len(arr))
+	}
+	gen, err := arr[0].AsInt64()
+	if err != nil {
+		return fmt.Errorf("reading the catalog's generation: %w", err)
+	}
+	epoch, err := arr[1].ToString()
+	if err != nil {
+		return fmt.Errorf("reading the catalog's epoch: %w", err)
+	}
+	if full, _ := arr[2].AsInt64(); full == 1 {
+		syncReloadsFull.Inc()
+		return s.reloadLocked(ctx)
+	}
+	if gen == s.seen {
+		return nil
+	}
+	pairs := arr[3:]
+	syncEntriesRead.Add(len(pairs) / 2)
+	type apiChange struct {
+		name string
+		rule *Rule
+		ten  *Tenant
+	}
+	api := make([]apiChange, 0, len(pairs)/2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		name, err1 := pairs[i].ToString()
+		doc, err2 := pairs[i+1].ToString()
+		if err1 != nil || err2 != nil {
+			return fmt.Errorf("reading the catalog's changes from redis: %v %v", err1, err2)
+		}
+		c := apiChange{name: name}
+		if doc != "" {
+			if strings.HasPrefix(name, "tenant:") {
+				if t, err := decodeTenant(doc); err == nil {
+					c.ten = &t
+				} else {
+					s.opts.Logf("limit: catalog sync: skipping %s in %s: %v", name, s.keys()[1], err)
+				}
+			} else if r, err := decodeRule(doc); err == nil {
+				c.rule = &r
+			} else {
+				s.opts.Logf("limit: catalog sync: skipping %s in %s: %v", name, s.keys()[0], err)
+			}
+		}
+		api = append(api, c)
+	}
+	// Change the API entries, derive the catalog's changes from them, and
+	// undo when the catalog refuses them.
+	type undo struct {
+		name string
+		rule *Rule
+		ten  *Tenant
+	}
+	undos := make([]undo, 0, len(api))
+	changes := make([]catalogChange, 0, len(api))
+	for _, c := range api {
+		if id, ok := strings.CutPrefix(c.name, "tenant:"); ok {
+			u := undo{name: c.name}
+			if t, ok := s.tenants[id]; ok {
+				u.ten = &t
+			}
+			undos = append(undos, u)
+			setEntry(s.tenants, id, c.ten)
+		} else {
+			n := ruleNameOf(c.name)
+			u := undo{name: c.name}
+			if r, ok := s.rules[n]; ok {
+				u.rule = &r
+			}
+			undos = append(undos, u)
+			setEntry(s.rules, n, c.rule)
+		}
+		changes = append(changes, s.effective(c.name))
+	}
+	if err := s.cat.change(changes); err != nil {
+		for i := len(undos) - 1; i >= 0; i-- {
+			u := undos[i]
+			if id, ok := strings.CutPrefix(u.name, "tenant:"); ok {
+				setEntry(s.tenants, id, u.ten)
+			} else {
+				setEntry(s.rules, ruleNameOf(u.name), u.rule)
+			}
+		}
+		return err
+	}
+	s.seen, s.epoch = gen, epoch
+	return nil
+}
+
+// ruleNameOf parses "rule:<tenant>:<resource>" (a tenant ID holds no ':').
+func ruleNameOf(name string) ruleName {
+	field, _ := strings.CutPrefix(name, "rule:")
+	tenant, resource, _ := strings.Cut(field, ":")
+	return ruleName{tenant, resource}
+}
+
+// setEntry sets m[k] to *v, or deletes it when v is nil.
+func setEntry[K comparable, V any](m map[K]V, k K, v *V) {
+	if v == nil {
+		delete(m, k)
+		return
+	}
+	m[k] = *v
+}
