@@ -319,9 +319,12 @@ func connectRedis(cfg limit.RedisConfig) (rueidis.Client, error) {
 }
 
 // drain turns /readyz to 503 at once and keeps serving for delay, so that
-// load balancers stop sending before the listeners close.
+// load balancers stop sending before the listeners close; meanwhile every
+// proxied answer carries Connection: close, so that clients move from the
+// kept-alive connections the shutdown would close to new ones.
 func (a *app) drain(delay *time.Duration) {
 	a.draining.Store(true)
+	a.proxy.Drain() // every answer closes its connection from now on
 	d := time.Duration(0)
 	if delay != nil {
 		d = *delay

@@ -1,14 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -239,4 +244,152 @@ adaptive: {enabled: false}
 	assert.Equal(t, float64(1), cut()-cut0)
 	assert.Contains(t, logs.String(), "upstream answer cut")
 	assert.Contains(t, logs.String(), "reason=body_idle")
+}
+
+// TestFaultRestartUnderKeepAlive: pods restarted one after another while
+// a client POSTs at about 300 requests a second over kept-alive
+// connections, through a balancer that sends new connections to the
+// newest pod from the moment the old one is told to stop (as endpoints
+// do once readiness fails). Each old pod drains through the same path
+// as SIGTERM (drain for server.drain_delay, then shut down): no POST may
+// fail.
+func TestFaultRestartUnderKeepAlive(t *testing.T) {
+	const (
+		workers = 12
+		period  = 40 * time.Millisecond // per worker: 300 requests a second in all
+	)
+	delays := []time.Duration{500 * time.Millisecond, 0, 300 * time.Millisecond, 0, 200 * time.Millisecond, 0, 0, 0}
+	up := startUpstream(t)
+	cfg := fmt.Sprintf(`
+upstreams:
+  api: {targets: [%q]}
+routes:
+  - {path_prefix: /, upstream: api, resource: default}
+limits: {ip: 0}
+adaptive: {enabled: false}
+`, up.url)
+	pods := []*gateway{startGateway(t, cfg)}
+	var current atomic.Pointer[string]
+	addr := strings.TrimPrefix(pods[0].url, "http://")
+	current.Store(&addr)
+	dialer := &net.Dialer{Timeout: 2 * time.Second}
+	tr := &http.Transport{
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     time.Minute,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, network, *current.Load())
+		},
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+
+	var sent, failed atomic.Int64
+	var mu sync.Mutex
+	var failures []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for i := 0; ; i++ {
+				// Poisson arrivals: requests come at any moment of a drain,
+				// not in step with each other.
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Duration(rng.ExpFloat64() * float64(period))):
+				}
+				sent.Add(1)
+				body := fmt.Sprintf(`{"worker":%d,"n":%d}`, w, i)
+				// A body the client cannot rewind (as a streamed one): the
+				// client does not send it again on another connection.
+				resp, err := c.Post("http://pods.test/orders", "application/json", io.MultiReader(strings.NewReader(body)))
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if err == nil && resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("status %d", resp.StatusCode)
+					}
+				}
+				if err != nil {
+					failed.Add(1)
+					mu.Lock()
+					failures = append(failures, err.Error())
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+
+	time.Sleep(time.Second)
+	drainAnswers := func(g *gateway) float64 { return scrape(t, g.admin, "sentinel_proxy_drain_answers_total") }
+	for i, d := range delays {
+		next := startGateway(t, cfg)
+		pods = append(pods, next)
+		old := pods[i]
+		// A kept-alive connection of the old pod's, used once before the
+		// drain: its next answer, during the drain, must close it.
+		probe := dial(t, old.url)
+		require.Equal(t, false, probe.post(t).Close, "kept alive before the drain")
+		answers0 := drainAnswers(next)
+
+		addr := strings.TrimPrefix(next.url, "http://")
+		current.Store(&addr)
+		delay := d
+		start := time.Now()
+		stopped := make(chan error, 1)
+		go func() {
+			old.app.drain(&delay)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			stopped <- old.app.shutdown(ctx)
+		}()
+		if d > 0 {
+			eventually(t, d/2, "the old pod draining", old.app.draining.Load)
+			resp := probe.post(t)
+			assert.True(t, resp.Close, "an answer during the drain carries Connection: close (restart %d)", i+1)
+		}
+		err := <-stopped
+		old.app = nil
+		t.Logf("faults: restart %d (drain_delay %v): old pod stopped in %v (%v); %d sent, %d failed so far; %.0f answers closed by drains",
+			i+1, d, time.Since(start).Round(time.Millisecond), err, sent.Load(), failed.Load(), drainAnswers(next)-answers0)
+		time.Sleep(500 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("faults: %d restarts under keep-alive POST load: %d sent, %d failed %v", len(delays), sent.Load(), failed.Load(), failures)
+	assert.Zero(t, failed.Load(), "failed POSTs: %v", failures)
+	assert.Greater(t, sent.Load(), int64(len(delays)*200), "the load ran")
+}
+
+// rawConn is one kept-alive connection of a client that sends a request
+// and reads its answer, with no retry of its own.
+type rawConn struct {
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+func dial(t *testing.T, url string) *rawConn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return &rawConn{conn: c, r: bufio.NewReader(c)}
+}
+
+// post sends a POST and returns its answer (read whole).
+func (c *rawConn) post(t *testing.T) *http.Response {
+	t.Helper()
+	require.NoError(t, c.conn.SetDeadline(time.Now().Add(5*time.Second)))
+	body := `{"probe":true}`
+	_, err := fmt.Fprintf(c.conn, "POST /orders HTTP/1.1\r\nHost: pods.test\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(c.r, nil)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	return resp
 }

@@ -52,6 +52,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		m = r.metrics
 		s.serve(ctx, r, id)
 	}
+	if s.draining.Load() && !ctx.Hijacked() { // a 101 keeps its connection: it is spliced
+		ctx.SetConnectionClose()
+		drainAnswers.Inc()
+	}
 	// Answer with no Content-Type when the upstream sent none.
 	ctx.Response.Header.SetNoDefaultContentType(true)
 	ctx.Response.Header.SetCanonical(s.requestIDHeader, id.RequestID)

@@ -8,6 +8,10 @@ import (
 )
 
 // Process-wide metrics (labels from fixed sets).
+// drainAnswers counts the answers sent with Connection: close because
+// the server drains.
+var drainAnswers = metrics.NewCounter(`sentinel_proxy_drain_answers_total`)
+
 var (
 	inflight atomic.Int64
 	_        = metrics.NewGauge(`sentinel_http_inflight`, func() float64 { return float64(inflight.Load()) })

@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
@@ -45,7 +46,20 @@ type Server struct {
 	cert     *tlsconf.Certificate // nil: clear text
 	upgraded upgradedConns        // spliced WebSocket connections
 	server   *fasthttp.Server
+
+	// draining is set from Drain: every answer closes its connection.
+	draining atomic.Bool
+	// listener is Serve's, for Shutdown to close idle connections.
+	listener atomic.Pointer[deadline.Listener]
 }
+
+// drainIdle is how long a kept-alive connection must have waited for its
+// next request before a shutting-down server closes it. A connection in
+// use gets its next answer with Connection: close and is closed by its
+// client, which is safe; closing one as its client sends on it loses the
+// request (a client sends a POST again only when it knows nothing was
+// written), so only connections their clients have left idle are closed.
+const drainIdle = time.Second
 
 // New builds the proxy server from deps. Every route's upstream must resolve
 // to a pool.
@@ -130,16 +144,52 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln = sniffListener{ln}
 	}
 	srv := s.cfg.Server
-	return s.server.Serve(deadline.Listen(ln, "proxy", deadline.Timeouts{Read: srv.ReadTimeout, Write: srv.WriteTimeout, Idle: srv.IdleTimeout}))
+	dl := deadline.Listen(ln, "proxy", deadline.Timeouts{Read: srv.ReadTimeout, Write: srv.WriteTimeout, Idle: srv.IdleTimeout})
+	if l, ok := dl.(*deadline.Listener); ok {
+		s.listener.Store(l)
+	}
+	return s.server.Serve(dl)
 }
 
-// Shutdown stops accepting connections and waits for in-flight requests
-// until ctx ends; then it closes the remaining connections.
+// Drain makes every answer from now on carry Connection: close, so that
+// clients move their next requests to new connections (which a balancer
+// that saw readiness fail sends elsewhere) rather than to connections this
+// server will close. Each such answer is counted in
+// sentinel_proxy_drain_answers_total.
+func (s *Server) Drain() {
+	s.draining.Store(true)
+}
+
+// Shutdown drains (Drain), stops accepting connections, then, until no
+// request is in flight or ctx ends, closes the kept-alive connections left
+// idle for drainIdle while the others end with their answers; then it
+// waits for what is left until ctx ends and closes the remaining
+// connections.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.Drain()
+	if l := s.listener.Load(); l != nil {
+		_ = l.Close() // Serve returns; its connections are served on
+		s.closeIdle(ctx, l)
+	}
 	err := s.server.ShutdownWithContext(ctx)
 	s.upgraded.closeAll()
 	metrics.UnregisterSet(s.set, true)
 	return err
+}
+
+// closeIdle closes l's connections as they have been idle for drainIdle,
+// until none is left open or ctx ends.
+func (s *Server) closeIdle(ctx context.Context, l *deadline.Listener) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for l.Serving() > 0 {
+		l.CloseIdle(drainIdle)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // handleError answers the requests fasthttp could not read: 413 for a body

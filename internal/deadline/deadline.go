@@ -110,9 +110,12 @@ type Listener struct {
 	next   atomic.Uint32 // round-robin shard of the next accept
 	open   atomic.Int64
 
-	stop     chan struct{}
-	stopOnce sync.Once
-	timeouts [4]*metrics.Counter
+	stop      chan struct{}
+	stopOnce  sync.Once
+	closeOnce sync.Once
+	closeErr  error
+	timeouts  [4]*metrics.Counter
+	drained   *metrics.Counter // idle connections ended by CloseIdle
 }
 
 // Listen wraps ln. name labels sentinel_conn_timeouts_total{listener}. With
@@ -136,6 +139,7 @@ func Listen(ln net.Listener, name string, t Timeouts) net.Listener {
 		}
 		l.timeouts[p] = metrics.GetOrCreateCounter(`sentinel_conn_timeouts_total{listener="` + name + `",phase="` + phaseNames[p] + `"}`)
 	}
+	l.drained = metrics.GetOrCreateCounter(`sentinel_conn_drain_closed_total{listener="` + name + `"}`)
 	l.tick = min(max(smallest/10, time.Millisecond), time.Second)
 	go l.sweep()
 	return l
@@ -166,14 +170,81 @@ func (l *Listener) Accept() (net.Conn, error) {
 }
 
 // Close closes the listener; its sweeper runs on until the connections it
-// accepted are closed too.
+// accepted are closed too. Closing again does nothing and returns nil (a
+// draining server closes its listener before the server's own shutdown
+// does).
 func (l *Listener) Close() error {
-	err := l.Listener.Close()
-	l.closed.Store(true)
-	if l.open.Load() == 0 {
-		l.stopOnce.Do(func() { close(l.stop) })
+	l.closeOnce.Do(func() {
+		l.closeErr = l.Listener.Close()
+		l.closed.Store(true)
+		if l.open.Load() == 0 {
+			l.stopOnce.Do(func() { close(l.stop) })
+		}
+	})
+	return l.closeErr
+}
+
+// Serving returns the number of open connections the listener still
+// bounds: those not handed to an owner that sets its own deadlines (an
+// upgraded WebSocket connection is not counted).
+func (l *Listener) Serving() int {
+	n := 0
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for _, c := range sh.conns {
+			if !c.ownRead.Load() {
+				n++
+			}
+		}
+		sh.mu.Unlock()
 	}
-	return err
+	return n
+}
+
+// CloseIdle ends the kept-alive connections that have waited at least
+// minIdle for their next request, and returns how many: their server's
+// read fails as on an idle timeout (the server closes them without an
+// answer), counted in sentinel_conn_drain_closed_total, not as a timeout.
+// A connection still waiting for its first request is left to the read
+// timeout: a client that opened it may be about to send. A client that
+// sends on a connection as it is closed loses that request, so a draining
+// server first answers every request with Connection: close and closes
+// only connections its clients have left idle.
+func (l *Listener) CloseIdle(minIdle time.Duration) int {
+	now := int64(time.Since(l.epoch))
+	var idle []*conn
+	var states []uint64
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for _, c := range sh.conns {
+			s := c.state.Load()
+			since, p := unpack(s)
+			if p == phaseIdle && s&stateBlocked != 0 && since > 0 && now-since >= int64(minIdle) && !c.ownRead.Load() {
+				idle = append(idle, c)
+				states = append(states, s)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	n := 0
+	for i, c := range idle {
+		if c.state.Load() != states[i] || !c.counted.CompareAndSwap(false, true) {
+			continue // a request began meanwhile, or a timeout ended it
+		}
+		_ = c.Conn.SetReadDeadline(aLongTimeAgo)
+		if c.state.Load() != states[i] {
+			// The read returned: with a request's first bytes that came
+			// just before the deadline (the request goes on: lift it),
+			// or with the deadline's error (the server closes the
+			// connection whatever the deadline now says).
+			_ = c.Conn.SetReadDeadline(time.Time{})
+		}
+		l.drained.Inc()
+		n++
+	}
+	return n
 }
 
 // remove forgets a closed connection (once, however often it is closed); a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -315,4 +316,59 @@ func TestConnectionsComeAndGo(t *testing.T) {
 		require.NoError(t, accepted[i].Close())
 	}
 	check(0)
+}
+
+// TestCloseIdle: CloseIdle ends a kept-alive connection only once it has
+// waited minIdle for its next request (its server closes it without an
+// answer, counted as drained, not as a timeout); a connection still
+// waiting for its first request is left alone; Close is idempotent.
+func TestCloseIdle(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	l := Listen(ln, "drain_test", Timeouts{Idle: time.Minute, Read: time.Minute, Write: time.Minute}).(*Listener)
+	srv := &fasthttp.Server{Handler: hello}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	drained := metrics.GetOrCreateCounter(`sentinel_conn_drain_closed_total{listener="drain_test"}`)
+	idleTimeouts := counted("drain_test")
+
+	kept := dial(t, ln.Addr().String())
+	_, err = io.WriteString(kept, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(kept), nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	fresh := dial(t, ln.Addr().String())
+	eventually2(t, func() bool { return l.Serving() == 2 })
+
+	before := drained.Get()
+	assert.Equal(t, 0, l.CloseIdle(time.Hour), "not idle for an hour")
+	idleSince := time.Now()
+	var n int
+	eventually2(t, func() bool { n += l.CloseIdle(200 * time.Millisecond); return n > 0 })
+	assert.GreaterOrEqual(t, time.Since(idleSince), 200*time.Millisecond, "closed before minIdle")
+	assert.Equal(t, 1, n)
+	took, got := closedAfter(t, kept, time.Now())
+	assert.Empty(t, got, "closed without an answer")
+	assert.Less(t, took, eventually)
+	assert.Equal(t, uint64(1), drained.Get()-before)
+	assert.Equal(t, uint64(0), idleTimeouts("idle"), "a drain close is no timeout")
+
+	assert.Equal(t, 0, l.CloseIdle(0), "a connection without a request yet is left to the read timeout")
+	_, err = io.WriteString(fresh, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	require.NoError(t, err)
+	resp, err = http.ReadResponse(bufio.NewReader(fresh), nil)
+	require.NoError(t, err, "the fresh connection still serves")
+	resp.Body.Close()
+
+	require.NoError(t, l.Close())
+	assert.NoError(t, l.Close(), "a second Close does nothing")
+}
+
+// eventually2 polls cond every 10ms for up to eventually.
+func eventually2(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(eventually); !cond(); time.Sleep(10 * time.Millisecond) {
+		require.True(t, time.Now().Before(end), "condition not met within %v", eventually)
+	}
 }
