@@ -36,9 +36,10 @@ type clusterView struct {
 	// others are gone (they most likely cannot reach it either).
 	pods atomic.Int64
 
-	mu      sync.Mutex // guards average and ok
+	mu      sync.Mutex // guards average, ok and backAt
 	average float64    // the live pods' mean score (this pod's own when it is alone)
 	ok      bool       // the last exchange worked
+	backAt  time.Time  // when an exchange worked again after failing
 }
 
 func newClusterView(cfg *Config, opts *Options, set *metrics.Set) *clusterView {
@@ -110,8 +111,15 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 	defer v.mu.Unlock()
 	if !v.ok {
 		v.logf("adaptive: cluster view back")
+		v.backAt = now
 	}
 	v.ok, v.average = true, sum/float64(n)
+	if now.Sub(v.backAt) < v.ttl {
+		// Back from a failure (Redis paused or unreachable), the other pods
+		// have not all published since: their old entries are no evidence
+		// that they are gone. The count may fall one pressure_ttl later.
+		n = max(n, int(v.pods.Load()))
+	}
 	v.pods.Store(int64(n))
 }
 

@@ -3,6 +3,7 @@ package adaptive
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
@@ -54,4 +55,33 @@ func TestClusterViewAndLivePods(t *testing.T) {
 	assert.Equal(t, 2, a.LivePods(), "without Redis: the pods last seen, not this pod alone")
 	assert.InDelta(t, 0.3, a.clusterPressure(), 1e-3, "without Redis: the pod's own score")
 	a.Stop()
+}
+
+// TestLivePodsKeptWhenTheViewComesBack: after Redis could not be reached,
+// the first exchanges that work again see only the pods that published
+// since; the count stays as last seen for one pressure_ttl, then follows the
+// heartbeats (it is what the limits' local shares divide by).
+func TestLivePodsKeptWhenTheViewComesBack(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newClusterController(t, srv.Addr, "a")
+	b := newClusterController(t, srv.Addr, "b")
+	ctx := context.Background()
+	var skew time.Duration
+	a.view.now = func() time.Time { return time.Now().Add(skew) }
+	exchange := func(c *Controller) { c.view.exchange(ctx, c.local) }
+	exchange(a)
+	exchange(b)
+	exchange(a)
+	require.Equal(t, 2, a.LivePods())
+
+	srv.Stop()
+	exchange(a)
+	require.False(t, a.view.up())
+	srv.Restart() // empty: b's heartbeat is gone, as a stale one would be
+	require.Eventually(t, func() bool { exchange(a); return a.view.up() }, 5*time.Second, 50*time.Millisecond)
+	assert.Equal(t, 2, a.LivePods(), "back from a failure: b had no chance to publish yet")
+
+	skew = a.view.ttl + time.Second
+	exchange(a)
+	assert.Equal(t, 1, a.LivePods(), "a pressure_ttl later, b's missing heartbeat is evidence")
 }

@@ -616,8 +616,9 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	b.remaining = res.Remaining
 	b.answeredAt, b.fallbackUsed = now, 0
 	b.resetAt = now + int64(res.Reset)
+	kept, keptRef := false, int64(0) // the grant was counted in the local share (keepShare)
 	if res.Granted >= tokens && l.recovering(s, b, now) {
-		res = l.keepShare(ctx, s, req, res, tokens)
+		res, keptRef, kept = l.keepShare(ctx, s, req, res, tokens)
 	}
 	if res.Granted >= tokens && b.leased > 0 {
 		// The bucket holds a lease already. One fill runs at a time (a
@@ -626,8 +627,13 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		// the request's go back.
 		if extra := res.Granted - tokens; extra > 0 {
 			go l.giveBack(req, extra, res.Ref)
+			if kept {
+				l.creditLocally(ctx, s, extra, keptRef)
+			}
 		}
-		l.spendLocally(ctx, s, tokens)
+		if !kept {
+			l.spendLocally(ctx, s, tokens)
+		}
 		tk := taking{} // not from the bucket's lease
 		if res.UsedRef != 0 {
 			tk = freshTaking(b, res)
@@ -646,7 +652,10 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 			leased -= tokens
 		}
 		b.permits, b.leased, b.ref = res.Granted-tokens, leased, res.Ref
-		b.localRef = l.spendLocally(ctx, s, res.Granted)
+		b.localRef = keptRef
+		if !kept {
+			b.localRef = l.spendLocally(ctx, s, res.Granted)
+		}
 		b.expires = sent + int64(s.ttl)
 		b.returnBy = math.MaxInt64
 		if s.params.Algorithm != TokenBucket {
@@ -712,7 +721,10 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 		recovering := l.recovering(s, b, l.now().UnixNano())
 		b.mu.Unlock()
 		if recovering {
-			res = l.keepShare(ctx, s, req, res, tokens)
+			var kept bool
+			if res, _, kept = l.keepShare(ctx, s, req, res, tokens); kept {
+				return s.decision(true, res.Remaining, res.RetryAfter, int64(res.Reset))
+			}
 		}
 	}
 	l.spendLocally(ctx, s, res.Granted)
@@ -843,37 +855,33 @@ func (l *Limiter) recovering(s *spec, b *bucket, now int64) bool {
 		now-last < int64(s.params.Window)
 }
 
-// keepShare trims a grant res of the store to this pod's room in its local
-// share (see recovering): the rest goes back to the store, and a grant left
-// with fewer than tokens is refused whole.
-func (l *Limiter) keepShare(ctx context.Context, s *spec, req *LeaseRequest, res LeaseResult, tokens int64) LeaseResult {
-	keep := min(res.Granted, l.shareRoom(ctx, s))
+// keepShare trims a grant res of the store to what this pod's local share
+// grants of it (see recovering), taking those permits from the share in the
+// same step, so that concurrent grants cannot each find the same room: the
+// rest goes back to the store, and a grant left with fewer than tokens is
+// refused whole. It returns where the share counted the kept permits and
+// whether it did (then the caller does not count them again).
+func (l *Limiter) keepShare(ctx context.Context, s *spec, req *LeaseRequest, res LeaseResult, tokens int64) (LeaseResult, int64, bool) {
+	local, err := l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s),
+		Want: res.Granted, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.shareSlack()})
+	keep := local.Granted
+	if err != nil {
+		keep = 0
+	}
 	switch {
 	case keep >= res.Granted:
-		return res
+		return res, local.Ref, true
 	case keep < tokens:
 		recoveryTrims.Add(int(res.Granted))
 		go l.giveBackGrant(req, res)
 		res.Granted, res.Remaining, res.RetryAfter = 0, 0, maxCachedDenial
-		return res
+		return res, 0, false
 	}
 	// The permits beyond the request's are leased ones (counted at Ref).
 	recoveryTrims.Add(int(res.Granted - keep))
 	go l.giveBack(req, res.Granted-keep, res.Ref)
 	res.Granted = keep
-	return res
-}
-
-// shareRoom is how many permits this pod's local share of s has left.
-func (l *Limiter) shareRoom(ctx context.Context, s *spec) int64 {
-	key := bytes.Clone(s.key())
-	p := l.localShare(s)
-	res, err := l.fallback.Lease(ctx, &LeaseRequest{Key: key, Params: p, Want: 1, UseWithin: l.shareSlack()})
-	if err != nil || res.Granted == 0 {
-		return 0
-	}
-	_, _ = l.fallback.Lease(ctx, &LeaseRequest{Key: key, Params: p, Return: 1, ReturnRef: res.UsedRef})
-	return res.Remaining + 1
+	return res, local.Ref, true
 }
 
 // shareSlack is how long after a decision the local share still counts
