@@ -92,3 +92,29 @@ func TestKeyScope(t *testing.T) {
 		assert.Equal(t, want, string(keyScope([]byte(key))), key)
 	}
 }
+
+// TestMemoryStoreOverflowTableFull: when even the shared entries are all
+// live (a flood over thousands of distinct limits), new keys are refused
+// with a retry-after, and the table stays bounded.
+func TestMemoryStoreOverflowTableFull(t *testing.T) {
+	clock := newConfClock()
+	s := NewMemoryStore(MemoryOptions{Now: clock.Now, MaxKeys: 1, SweepInterval: time.Hour})
+	defer s.Close()
+	for i := range 5000 { // every shard full
+		memLease(t, s, fmt.Sprintf("{ip:fill-%d}", i), Params{Algorithm: SlidingWindow, Limit: 1, Window: time.Hour}, 1, 0)
+	}
+	refused := 0
+	for i := range maxOverflowEntries + 500 {
+		p := Params{Algorithm: SlidingWindow, Limit: int64(1000 + i), Window: time.Hour}
+		r := memLease(t, s, fmt.Sprintf("{ip:new-%d}", i), p, 1, 0)
+		if r.Granted == 0 {
+			refused++
+			assert.Positive(t, r.RetryAfter)
+		}
+	}
+	assert.GreaterOrEqual(t, refused, 500)
+	assert.LessOrEqual(t, s.overflow.len(), maxOverflowEntries)
+	clock.Advance(2 * time.Hour)
+	assert.Equal(t, int64(1), memLease(t, s, "{ip:after}", Params{Algorithm: SlidingWindow, Limit: 1, Window: time.Hour}, 1, 0).Granted,
+		"expired entries make room again")
+}
