@@ -17,8 +17,11 @@ require (
 	github.com/valyala/fasthttp v1.74.0
 	go.yaml.in/yaml/v3 v3.0.5
 	google.golang.org/grpc v1.82.1
-	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af
-	k8s.io/api v0.36.6
+	google.golang.org/protobuf v1.36.11
+	// k8s.io/api is used by the deploy kit's tests only. 0.35.6 is the newest whose
+	// apimachinery asks for a released google.golang.org/protobuf; later ones pull a
+	// pre-release of it into the gateway binary too.
+	k8s.io/api v0.35.6
 	sigs.k8s.io/yaml v1.6.0
 )
 
@@ -58,7 +61,7 @@ require (
 	golang.org/x/text v0.41.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260414002931-afd174a4e478 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
-	k8s.io/apimachinery v0.36.6 // indirect
+	k8s.io/apimachinery v0.35.6 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260317180543-43fb72c5454a // indirect
 	k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2 // indirect
