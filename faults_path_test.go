@@ -162,30 +162,13 @@ func streamUpstream(t *testing.T, chunk []byte, interval, total, stall time.Dura
 
 // captureLog sends the process's slog lines to a buffer until the test
 // ends.
-func captureLog(t *testing.T) *lockedBuffer {
+func captureLog(t *testing.T) *syncBuffer {
 	t.Helper()
-	buf := &lockedBuffer{}
+	buf := &syncBuffer{}
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(buf, nil)))
 	t.Cleanup(func() { slog.SetDefault(old) })
 	return buf
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestFaultLongAnswer: the upstream timeout bounds the wait for the
