@@ -27,8 +27,8 @@ import (
 // app holds the wired parts of one gateway process.
 type app struct {
 	cfg       *Config
-	redis     rueidis.Client // nil: the embedded in-memory store
-	store     limit.Store
+	redis     rueidis.Client // nil: the embedded in-memory store, or not connected yet
+	store     limit.Store    // a *limit.LateStore when Redis did not answer at start
 	storeName string
 	catalog   *limit.Catalog
 	sync      *limit.CatalogSync // in-process only without Redis
@@ -42,6 +42,10 @@ type app struct {
 	grpcAddr  net.Addr    // where rls listens, once serving
 	cancel    context.CancelFunc
 	errc      chan error
+	// conn is the Redis connection's state (nil without Redis); with a
+	// store, the pod started without its Redis and attachLoop connects it.
+	conn      *redisConn
+	attaching sync.WaitGroup // attachLoop
 
 	logLevel *slog.LevelVar // log.level, changed by a reload
 	// load re-reads the configuration for a reload (nil: reload refused).
@@ -71,7 +75,7 @@ func build(cfg *Config) (_ *app, err error) {
 	}
 	if a.adaptive, err = adaptive.New(cfg.Adaptive, adaptive.Options{
 		Redis: a.redis, KeyPrefix: cfg.Redis.KeyPrefix, PodID: podID(), Upstreams: a.upstreams.Names(),
-		Logf: logx.Printf(slog.LevelInfo),
+		Logf: logx.Printf(slog.LevelInfo), AwaitRedis: a.pending(), AssumedPods: cfg.Limits.ExpectedPods,
 	}); err != nil {
 		return nil, err
 	}
@@ -90,14 +94,19 @@ func build(cfg *Config) (_ *app, err error) {
 }
 
 // buildLimits connects the store (Redis, or the in-memory one without
-// addrs) and builds the catalog and its sync.
+// addrs) and builds the catalog and its sync. A Redis that does not answer
+// within redis.connect_wait leaves a store that is not connected yet, and
+// serve connects it in the background (see attach).
 func (a *app) buildLimits(cfg *Config) (err error) {
 	if len(cfg.Redis.Addrs) > 0 {
-		if a.redis, err = connectRedis(cfg.Redis); err != nil {
-			return err
-		}
-		a.store = limit.NewRedisStore(a.redis, limit.RedisStoreOptions{KeyPrefix: cfg.Redis.KeyPrefix})
 		a.storeName = "redis " + fmt.Sprint(cfg.Redis.Addrs)
+		a.redis, err = connectRedis(cfg.Redis)
+		a.conn = newRedisConn(err == nil)
+		if err != nil {
+			a.startWithout(err)
+		} else {
+			a.store = limit.NewRedisStore(a.redis, limit.RedisStoreOptions{KeyPrefix: cfg.Redis.KeyPrefix})
+		}
 	} else {
 		a.store = limit.NewMemoryStore(limit.MemoryOptions{MaxKeys: cfg.Limits.MaxKeys})
 		a.storeName = "in-memory"
@@ -110,6 +119,9 @@ func (a *app) buildLimits(cfg *Config) (err error) {
 	a.sync = limit.NewCatalogSync(a.redis, a.catalog, limit.CatalogSyncOptions{
 		KeyPrefix: cfg.Redis.KeyPrefix, Logf: logx.Printf(slog.LevelWarn),
 	})
+	if a.pending() {
+		a.sync.Await()
+	}
 	return nil
 }
 
@@ -192,6 +204,9 @@ func (a *app) serve(ctx context.Context, ln, adminLn net.Listener) error {
 	}
 	a.upstreams.Start(ctx)
 	a.adaptive.Start(ctx)
+	if a.pending() {
+		a.attaching.Go(func() { a.attachLoop(ctx) })
+	}
 	go func() { a.errc <- fmt.Errorf("proxy: %w", a.proxy.Serve(ln)) }()
 	go func() { a.errc <- fmt.Errorf("admin: %w", a.admin.Serve(adminLn)) }()
 	if grpcLn != nil {
@@ -218,6 +233,10 @@ func (a *app) shutdown(ctx context.Context) error {
 func (a *app) close() {
 	if a.cancel != nil {
 		a.cancel()
+	}
+	a.attaching.Wait()
+	if a.conn != nil {
+		a.conn.close()
 	}
 	if a.sync != nil {
 		a.sync.Stop()
@@ -290,6 +309,9 @@ func (a *app) ready(ctx context.Context) (bool, string) {
 	}
 	err := a.store.Ping(ctx)
 	onFailure := *a.onStoreFailure.Load()
+	if errors.Is(err, limit.ErrNotConnected) {
+		return a.readyUnconnected(onFailure)
+	}
 	switch {
 	case err == nil:
 		return true, "store " + a.storeName + " answers"
@@ -302,7 +324,8 @@ func (a *app) ready(ctx context.Context) (bool, string) {
 }
 
 // connectRedis connects, retrying for redis.connect_wait while Redis does not
-// answer yet, so that a pod and its Redis may start together.
+// answer yet, so that a pod and its Redis may start together. When it gives
+// up, the pod starts without Redis and connects in the background.
 func connectRedis(cfg limit.RedisConfig) (rueidis.Client, error) {
 	deadline := time.Now().Add(cfg.ConnectWait)
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {

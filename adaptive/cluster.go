@@ -30,7 +30,7 @@ type clusterView struct {
 	errors   *metrics.Counter // sentinel_adaptive_cluster_errors_total
 
 	// pods is the number of pods with a fresh score, this one included, as
-	// last seen (1 before the first exchange). A failed exchange leaves it
+	// last seen (Options.AssumedPods, at least 1, before the first exchange). A failed exchange leaves it
 	// alone: the limits' local fallback divides each limit by it while the
 	// store fails, and a pod that cannot reach Redis has no evidence that the
 	// others are gone (they most likely cannot reach it either).
@@ -51,9 +51,10 @@ func newClusterView(cfg *Config, opts *Options, set *metrics.Set) *clusterView {
 		redis: opts.Redis, key: key, pod: opts.PodID,
 		interval: cfg.ClusterInterval, ttl: cfg.PressureTTL, now: opts.Now, logf: opts.Logf,
 		errors: set.NewCounter(`sentinel_adaptive_cluster_errors_total`),
-		ok:     true,
+		// A view still waiting for its Redis has no cluster to act on.
+		ok: opts.Redis != nil,
 	}
-	v.pods.Store(1)
+	v.pods.Store(int64(max(1, opts.AssumedPods)))
 	return v
 }
 
@@ -156,7 +157,7 @@ func (v *clusterView) up() bool {
 }
 
 // livePods is the number of pods with a fresh score at the last exchange
-// that worked (1 alone, or before any worked).
+// that worked (1 alone; Options.AssumedPods before any worked).
 func (v *clusterView) livePods() int {
 	if v == nil {
 		return 1

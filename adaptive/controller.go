@@ -16,8 +16,17 @@ import (
 
 // Options are the parts a Controller uses besides its config.
 type Options struct {
-	// Redis shares the pressure across pods (nil: this pod alone).
+	// Redis shares the pressure across pods (nil: this pod alone, unless
+	// AwaitRedis).
 	Redis rueidis.Client
+	// AwaitRedis, with a nil Redis, says that the pod has a Redis that did
+	// not answer at start: the cluster view waits for AttachRedis, and
+	// until then the pod acts on its own pressure and counts AssumedPods
+	// live pods.
+	AwaitRedis bool
+	// AssumedPods is the count of live pods before an exchange has worked
+	// (limits.expected_pods). Default 1.
+	AssumedPods int
 	// KeyPrefix goes before the Redis key with a ':' (redis.key_prefix).
 	KeyPrefix string
 	// PodID names this pod in the cluster view.
@@ -55,6 +64,7 @@ type Controller struct {
 	upstream    *upstreamWindow
 	concurrency map[string]*ConcurrencyLimiter // by upstream; guarded by mu
 	view        *clusterView                   // nil without Redis: this pod alone
+	runCtx      context.Context                // Start's, for AttachRedis
 	set         *metrics.Set                   // this controller's series, registered from New to Stop
 
 	mu            sync.Mutex // guards what State reads
@@ -106,7 +116,7 @@ func New(cfg Config, opts Options) (*Controller, error) {
 	c.machine = newMachine(&cfg, opts.Now())
 	p := policyFor(Normal, 1)
 	c.policy.Store(&p)
-	if opts.Redis != nil {
+	if opts.Redis != nil || opts.AwaitRedis {
 		c.view = newClusterView(&cfg, &opts, c.set)
 	}
 	if c.limited() {
@@ -130,14 +140,31 @@ func (c *Controller) Start(ctx context.Context) {
 		return
 	}
 	ctx, c.cancel = context.WithCancel(ctx)
+	c.runCtx = ctx
 	if c.on {
 		c.host = newHostSampler()
 		c.lastSample = c.opts.Now()
 		c.wg.Go(func() { c.sampleLoop(ctx) })
 	}
-	if c.view != nil {
-		c.wg.Go(func() { c.view.run(ctx, func() float64 { return c.locked(c.ownPressure) }) })
+	if c.view != nil && c.view.redis != nil {
+		c.startView(ctx)
 	}
+}
+
+func (c *Controller) startView(ctx context.Context) {
+	c.wg.Go(func() { c.view.run(ctx, func() float64 { return c.locked(c.ownPressure) }) })
+}
+
+// AttachRedis gives a controller built with AwaitRedis the Redis that now
+// answers: the cluster view starts exchanging (and counting the live pods).
+// Call it at most once, after Start and before Stop; otherwise it does
+// nothing.
+func (c *Controller) AttachRedis(client rueidis.Client) {
+	if c.view == nil || c.view.redis != nil || c.runCtx == nil {
+		return
+	}
+	c.view.redis = client
+	c.startView(c.runCtx)
 }
 
 // Stop ends the loops, removes this pod from the cluster view and
@@ -147,7 +174,7 @@ func (c *Controller) Stop() {
 		c.cancel()
 		c.wg.Wait()
 	}
-	if c.view != nil {
+	if c.view != nil && c.view.redis != nil {
 		c.view.leave()
 	}
 	metrics.UnregisterSet(c.set, true)
@@ -164,7 +191,7 @@ func (c *Controller) LimitAdjustment() (float64, bool) {
 
 // LivePods is the number of pods with a fresh score in Redis at the last
 // exchange that worked: while Redis cannot be reached it stays as last seen
-// (1 alone, or before any exchange worked).
+// (1 alone; Options.AssumedPods before any exchange worked).
 func (c *Controller) LivePods() int { return c.view.livePods() }
 
 // RequestStarted and RequestFinished count the requests in flight.

@@ -102,6 +102,8 @@ type CatalogSync struct {
 	seen    int64             // newest generation read, written or restored
 	epoch   string            // the history seen belongs to ("": none yet)
 	failing bool              // the last reload failed (log throttling)
+	// awaiting: the Redis did not answer yet; writes are refused (Await).
+	awaiting bool
 
 	changed chan struct{} // a change message arrived: re-read the catalog
 	hello   string        // this sync's own subscription probe
@@ -154,6 +156,29 @@ func (s *CatalogSync) setBase(tenants []Tenant, rules []Rule) {
 	for _, r := range rules {
 		s.baseRule[ruleName{r.Tenant, r.Resource}] = r
 	}
+}
+
+// Await marks a sync built without a client as waiting for one: until
+// Attach, writes fail with ErrNotConnected. Call it before any write.
+func (s *CatalogSync) Await() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.awaiting = true
+}
+
+// Attach gives an awaiting sync its client and starts it (see Start). When
+// the first load fails it returns the error and may be called again.
+func (s *CatalogSync) Attach(ctx context.Context, client rueidis.Client) error {
+	s.mu.Lock()
+	s.client = client
+	s.mu.Unlock()
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.awaiting = false
+	return nil
 }
 
 // Start loads the rules and tenants from Redis into the catalog, subscribes

@@ -212,6 +212,9 @@ var errStale = errors.New("redis holds an older catalog")
 // writes came in between since this pod's last read, it reads their changes
 // (which hold this write) instead.
 func (s *CatalogSync) write(ctx context.Context, kind, field, doc, name string, apply func()) error {
+	if s.awaiting {
+		return ErrNotConnected
+	}
 	if s.client == nil {
 		apply() // in-process only
 		return s.cat.change([]catalogChange{s.effective(name)})

@@ -77,6 +77,13 @@ type Config struct {
 	StoreTimeout time.Duration `mapstructure:"store_timeout"`
 	// OnStoreFailure is local (default), open or closed.
 	OnStoreFailure string `mapstructure:"on_store_failure"`
+	// ExpectedPods is the number of pods the local share assumes while the
+	// pod has never seen the cluster's heartbeats (Redis unreachable since
+	// start): each limit is divided by it, so that a pod started during an
+	// outage takes no more than its share. Once Redis has answered, the live
+	// pods last seen count instead. Default 3 (the deploy kit's replicas);
+	// set it to the most replicas you run.
+	ExpectedPods int `mapstructure:"expected_pods"`
 	// Shadow decides and counts but never rejects. Default false.
 	Shadow bool `mapstructure:"shadow"`
 	// LeaseTTL is how long a pod may keep unused leased permits. Default 250ms.
@@ -112,6 +119,7 @@ func (c *Config) SetDefaults() {
 	}
 	confutil.SetDefault(&c.StoreTimeout, 50*time.Millisecond)
 	confutil.SetDefault(&c.OnStoreFailure, FailLocal.String())
+	confutil.SetDefault(&c.ExpectedPods, 3)
 	confutil.SetDefault(&c.LeaseTTL, 250*time.Millisecond)
 	confutil.SetDefault(&c.MaxLease, 1024)
 	confutil.SetDefault(&c.BreakerFailures, 5)
@@ -179,6 +187,8 @@ func (c *Config) Validate() error {
 		{"limits.breaker_failures", c.BreakerFailures < 1, fmt.Sprintf("%d must be at least 1", c.BreakerFailures)},
 		{"limits.breaker_cooldown", c.BreakerCooldown <= 0, fmt.Sprintf("%v must be positive", c.BreakerCooldown)},
 		{"limits.max_keys", c.MaxKeys < 1, fmt.Sprintf("%d must be at least 1", c.MaxKeys)},
+		{"limits.expected_pods", c.ExpectedPods < 1 || c.ExpectedPods > 10000,
+			fmt.Sprintf("%d is out of range 1..10000", c.ExpectedPods)},
 		{"limits.request_id_retries", c.IDRetries() < 0 || c.IDRetries() > MaxRequestIDRetries,
 			fmt.Sprintf("%d is out of range 0 (none)..%d", c.IDRetries(), MaxRequestIDRetries)},
 		{"limits.request_id_window", c.RequestIDWindow < 0 || c.RequestIDWindow > MaxWindow,

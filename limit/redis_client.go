@@ -41,8 +41,10 @@ type RedisConfig struct {
 	// Default "sentinel".
 	KeyPrefix string `mapstructure:"key_prefix"`
 	// ConnectWait is how long start-up keeps retrying a Redis that does not
-	// answer yet (a pod and its Redis starting together) before it gives up.
-	// Default 15s; a negative value does not retry.
+	// answer yet (a pod and its Redis starting together) before the pod
+	// starts without it, deciding per limits.on_store_failure and
+	// connecting in the background. Default 15s; a negative value starts
+	// without waiting.
 	ConnectWait time.Duration `mapstructure:"connect_wait"`
 }
 

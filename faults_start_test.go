@@ -1,0 +1,86 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/limit/redistest"
+)
+
+// TestFaultStartDuringOutage starts a gateway whose Redis is down: it starts
+// after redis.connect_wait instead of exiting, is ready, and serves under
+// the local share of limits.expected_pods (never more than its share). Once
+// Redis comes up it attaches without a restart: the permits it let through
+// alone count in the store's window, a tenant and a rule written through
+// another pod apply on it, and both pods' decisions together come from the
+// store.
+func TestFaultStartDuringOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Stop() // the port stays this test's; the server comes back on it
+	up := startUpstream(t)
+	const limitPerMin, expectedPods = 9, 3
+	cfg := testConfig(up.url, fmt.Sprintf(`redis: {addrs: [%q], connect_wait: 300ms}
+limits: {tenant: 0, ip: 0, api_key: %d, window: 1m, store_timeout: 1s, expected_pods: %d}
+`, srv.Addr, limitPerMin, expectedPods))
+
+	started := time.Now()
+	a := startGateway(t, cfg)
+	t.Logf("faults: gateway started without redis in %v", time.Since(started).Round(time.Millisecond))
+	ready := do(t, "GET", a.admin+"/readyz", "")
+	assert.Equal(t, http.StatusOK, ready.status, "a pod that serves with the local share stays ready: %s", ready.body)
+	assert.Contains(t, string(ready.body), "not connected")
+
+	fallback := scrape(t, a.admin, "sentinel_limit_fallback_decisions_total", "policy", "local")
+	before := allowedOf(t, []*gateway{a}, limitPerMin, "hot-key")
+	t.Logf("faults: before redis: %d of %d allowed (limit %d/min, share of %d expected pods: %d)",
+		before, limitPerMin, limitPerMin, expectedPods, limitPerMin/expectedPods)
+	assert.Equal(t, limitPerMin/expectedPods, before, "the pod takes its share, not the whole limit")
+	assert.GreaterOrEqual(t, scrape(t, a.admin, "sentinel_limit_fallback_decisions_total", "policy", "local")-fallback,
+		float64(limitPerMin), "every decision without the store shows in /metrics")
+	assert.Equal(t, 0.0, scrape(t, a.admin, "sentinel_redis_connected"))
+	eventually(t, 5*time.Second, "connection attempts counted", func() bool {
+		return scrape(t, a.admin, "sentinel_redis_connect_failures_total") > 0
+	})
+
+	srv.Restart()
+	took := eventually(t, 10*time.Second, "the gateway attaches its redis", func() bool {
+		return scrape(t, a.admin, "sentinel_redis_connected") == 1
+	})
+	t.Logf("faults: attached %v after redis came up (%v connection failures before)", took.Round(time.Millisecond),
+		scrape(t, a.admin, "sentinel_redis_connect_failures_total"))
+	ready = do(t, "GET", a.admin+"/readyz", "")
+	assert.Equal(t, http.StatusOK, ready.status)
+	assert.Contains(t, string(ready.body), "answers")
+
+	// The permits let through alone count in the store's window, and for
+	// one window after deciding alone the pod keeps to its share (as after
+	// any outage): the minute holds no more than the limit.
+	time.Sleep(300 * time.Millisecond) // the breaker's cooldown: its probe finds the store
+	calls := scrape(t, a.admin, "sentinel_limit_store_calls_total", "result", "ok")
+	after := allowedOf(t, []*gateway{a}, limitPerMin, "hot-key")
+	t.Logf("faults: after attaching: %d more allowed, %d in the window (limit %d)", after, before+after, limitPerMin)
+	assert.LessOrEqual(t, before+after, limitPerMin, "no window admits more than its limit across the attach")
+	assert.Greater(t, scrape(t, a.admin, "sentinel_limit_store_calls_total", "result", "ok"), calls, "the store answers the pod's calls")
+
+	// A tenant and a rule written through another pod apply on this one,
+	// and the two pods together allow exactly the rule's limit.
+	b := startGateway(t, cfg)
+	require.Equal(t, http.StatusOK, do(t, "PUT", b.admin+"/v1/tenants/lateco", `{"plan":"FREE","api_keys":["lateco-key"]}`).status)
+	resp := do(t, "PUT", b.admin+"/v1/rules/lateco/default", `{"algorithm":"sliding_window","limit":4,"window":"1m"}`)
+	require.Equal(t, http.StatusOK, resp.status, "%s", resp.body)
+	took = eventually(t, 6*time.Second, "the rule written through pod B applies on pod A", func() bool {
+		return do(t, "GET", a.admin+"/v1/rules/lateco/default", "").status == http.StatusOK
+	})
+	t.Logf("faults: rule written through another pod seen in %v", took.Round(time.Millisecond))
+	allowed := allowedOf(t, []*gateway{a, b}, 8, "lateco-key")
+	t.Logf("faults: rule of 4/min through both pods: %d of 8 allowed", allowed)
+	assert.Equal(t, 4, allowed, "the store counts both pods' decisions")
+	state := do(t, "GET", a.admin+"/v1/state", "")
+	assert.True(t, strings.Contains(string(state.body), `"cluster_view":true`), "the adaptive cluster view attached too: %s", state.body)
+}
