@@ -14,7 +14,13 @@ import (
 // swaps it in; requests already inside the old one finish there.
 type liveLimiter struct {
 	cur atomic.Pointer[limit.Limiter]
+	// observe, when set (by tests), sees every decision with the instants
+	// Allow was entered and returned: the decision was made between them.
+	observe atomic.Pointer[decisionObserver]
 }
+
+// decisionObserver sees one decision made between from and to.
+type decisionObserver func(req *limit.Request, d limit.Decision, from, to time.Time)
 
 // retireAfter is how long a replaced limiter keeps running before it is
 // closed: longer than any store call or lease wait of a request inside it.
@@ -28,7 +34,14 @@ func newLiveLimiter(l *limit.Limiter) *liveLimiter {
 
 // Allow decides req on the current limiter.
 func (ll *liveLimiter) Allow(ctx context.Context, req *limit.Request) limit.Decision {
-	return ll.cur.Load().Allow(ctx, req)
+	obs := ll.observe.Load()
+	if obs == nil {
+		return ll.cur.Load().Allow(ctx, req)
+	}
+	from := time.Now()
+	d := ll.cur.Load().Allow(ctx, req)
+	(*obs)(req, d, from, time.Now())
+	return d
 }
 
 // MaxTokens asks the current limiter.
