@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -136,6 +137,12 @@ func TestSilentClientClosedAfterReadTimeout(t *testing.T) {
 
 // A slow client that trickles its head a byte at a time is cut read_timeout
 // after its first byte: each byte does not start the bound again.
+//
+// The client is still sending when the server closes, so the kernel may
+// answer its next byte with a reset that discards the 408 before it is read
+// (seen about once in a dozen runs under load). A reset is then proof of the
+// cut, and the server's count of a read timeout proves what cut it; the time
+// of the cut, well before the trickle ends, proves it was not extended.
 func TestTricklingHeadCutAfterReadTimeout(t *testing.T) {
 	timeouts := counted("t-trickle")
 	addr := serve(t, "t-trickle", Timeouts{Read: readBound, Write: writeBound, Idle: 5 * time.Second}, hello, nil)
@@ -151,12 +158,23 @@ func TestTricklingHeadCutAfterReadTimeout(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
-	took, answer := closedAfter(t, c, start)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(eventually)))
+	got, err := io.ReadAll(c)
+	took := time.Since(start)
+	reset := errors.Is(err, syscall.ECONNRESET)
+	if !reset {
+		require.NoError(t, err, "the server did not close the connection within %s", eventually)
+	}
 	<-done
 	assert.GreaterOrEqual(t, took, readBound)
 	assert.Less(t, took, 4*time.Second, "the trickle extended the bound (it lasts 4.5 s)")
-	assert.Contains(t, answer, "408", "the server did not see a timeout error")
-	assert.Equal(t, uint64(1), timeouts("read"))
+	assert.Equal(t, uint64(1), timeouts("read"), "the cut was not counted as a read timeout")
+	if reset {
+		t.Logf("the client's next byte was answered with a reset after %v; answer read before it: %q", took, got)
+	}
+	if !reset || len(got) > 0 {
+		assert.Contains(t, string(got), "408", "the server did not see a timeout error")
+	}
 }
 
 // A client that does not read its answer is cut write_timeout after the
