@@ -412,6 +412,10 @@ func TestFaultClusterMasterKilled(t *testing.T) {
 			}
 		}()
 	}
+	calls := func(result string) float64 {
+		return scrape(t, gws[0].admin, "sentinel_limit_store_calls_total", "result", result)
+	}
+	timeoutsBefore, errorsBefore := calls("timeout"), calls("error")
 	time.Sleep(1500 * time.Millisecond)
 	cl.Nodes[deadNode].Stop()
 	killedAt := time.Now()
@@ -420,13 +424,16 @@ func TestFaultClusterMasterKilled(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	deadWorst, _, deadTouching := busiestDecided(approved.of(dead, time.Time{}, time.Time{}), time.Second)
+	timeouts, errs := calls("timeout")-timeoutsBefore, calls("error")-errorsBefore
+	deadWorst, deadAt, deadTouching := busiestDecided(approved.of(dead, time.Time{}, time.Time{}), time.Second)
 	liveWorst, _, liveTouching := busiestDecided(approved.of(live, time.Time{}, time.Time{}), time.Second)
 	liveAfter := len(approved.of(live, killedAt.Add(500*time.Millisecond), killedAt.Add(3500*time.Millisecond)))
 	deadByArrival, _ := busiest(up.arrivals(dead+"-key"), time.Second)
 	liveByArrival, _ := busiest(up.arrivals(live+"-key"), time.Second)
-	t.Logf("faults: busiest second counting decisions that touch it: %s %d, %s %d; by the arrivals at the upstream: %s %d, %s %d",
-		dead, deadTouching, live, liveTouching, dead, deadByArrival, live, liveByArrival)
+	t.Logf("faults: busiest second counting decisions that touch it: %s %d, %s %d; by the arrivals at the upstream: %s %d, %s %d; "+
+		"%s's busiest second from %v after the kill; store calls timed out %.0f, failed %.0f",
+		dead, deadTouching, live, liveTouching, dead, deadByArrival, live, liveByArrival,
+		dead, deadAt.Sub(killedAt).Round(time.Millisecond), timeouts, errs)
 	under := map[string]int64{}
 	refusedUnder.Range(func(k, v any) bool { under[k.(string)] = v.(*atomic.Int64).Load(); return true })
 	states := map[string]float64{}
