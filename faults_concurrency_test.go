@@ -351,7 +351,12 @@ func TestFaultCongestedBackendIsShed(t *testing.T) {
 	t.Logf("faults: congested backend (4 workers): backend in flight mean %.1f, peak %d (32 clients); %v sheds; FREE %d/%d, PREMIUM %d/%d served; %s",
 		mean, peak, shed, okF, allF, okG, allG, concFigures(t, g, name))
 	assert.Greater(t, shed, 0.0, "the congested backend is protected")
-	assert.Less(t, mean, 12.0, "the backend's in-flight requests stay near its 4 workers, not the 32 clients")
+	// On a quiet machine the backend holds 5-6 in flight. When the gateway's
+	// own cores are saturated (CI runs other packages' tests beside this one),
+	// its scheduling delay widens the slack before a rise counts as a queue,
+	// and the backend has held up to 14 in flight: still far from the 32 that
+	// reach it with no limit, which is what this bound guards.
+	assert.Less(t, mean, 16.0, "the backend's in-flight requests stay near its 4 workers, not the 32 clients")
 	assert.GreaterOrEqual(t, float64(okG), 0.9*float64(allG), "PREMIUM is served")
 }
 
