@@ -416,13 +416,21 @@ func TestFaultClusterMasterKilled(t *testing.T) {
 		return scrape(t, gws[0].admin, "sentinel_limit_store_calls_total", "result", result)
 	}
 	timeoutsBefore, errorsBefore := calls("timeout"), calls("error")
+	liveNode := nodeOf(live)
+	failedOnLive := func() float64 {
+		return scrape(t, gws[0].admin, "sentinel_limit_node_store_failures_total", "node", cl.Nodes[liveNode].Addr)
+	}
 	time.Sleep(1500 * time.Millisecond)
+	failedBefore := failedOnLive()
 	cl.Nodes[deadNode].Stop()
 	killedAt := time.Now()
 	killed.Store(true)
 	time.Sleep(3500 * time.Millisecond)
 	close(stop)
 	wg.Wait()
+	// Store calls for the live tenant's key that failed (every gateway of
+	// the test runs in this process, so the series counts all three pods).
+	failedLive := int64(failedOnLive() - failedBefore)
 
 	timeouts, errs := calls("timeout")-timeoutsBefore, calls("error")-errorsBefore
 	deadWorst, deadAt, deadTouching := busiestDecided(approved.of(dead, time.Time{}, time.Time{}), time.Second)
@@ -441,15 +449,33 @@ func TestFaultClusterMasterKilled(t *testing.T) {
 		states[fmt.Sprintf("node%d", i)] = scrape(t, gws[0].admin, "sentinel_limit_node_breaker_state", "node", n.Addr)
 	}
 	t.Logf("faults: cluster master %d killed: %s (counter on it; limit %d/s, offered %d/s): busiest second %d, answers %v; "+
-		"%s (counter on a live master): busiest second %d, %d approved in the 3 s from 0.5 s after the kill, answers %v, 429s after the kill by X-RateLimit-Limit %v; node breakers %v",
-		deadNode, dead, faultLimit, 3*faultLimit, deadWorst, deadTally.get(), live, liveWorst, liveAfter, liveTally.get(), under, states)
+		"%s (counter on a live master): busiest second %d, %d approved in the 3 s from 0.5 s after the kill, answers %v, 429s after the kill by X-RateLimit-Limit %v, "+
+		"its master's store calls failed or timed out after the kill %d; node breakers %v",
+		deadNode, dead, faultLimit, 3*faultLimit, deadWorst, deadTally.get(), live, liveWorst, liveAfter, liveTally.get(), under, failedLive, states)
 	assert.Equal(t, deadTally.get()[http.StatusOK], len(approved.of(dead, time.Time{}, time.Time{})), "200s seen as approvals")
 	assert.Equal(t, liveTally.get()[http.StatusOK], len(approved.of(live, time.Time{}, time.Time{})), "200s seen as approvals")
 	assert.LessOrEqual(t, deadWorst, overLimit, "busiest second of the tenant on the killed master")
 	assert.LessOrEqual(t, liveWorst, faultLimit, "the tenant on a live master: exact")
 	assert.GreaterOrEqual(t, liveAfter, 3*faultLimit*90/100, "the tenant on a live master got its limit (not a share of it)")
-	assert.Equal(t, map[string]int64{strconv.Itoa(faultLimit): under[strconv.Itoa(faultLimit)]}, under,
-		"every refusal of the tenant on a live master was the store's, under its whole limit")
+	// A refusal under the local share (X-RateLimit-Limit 33) is the
+	// fallback's, which decides only a request whose own store call failed
+	// (its node's breaker stays closed, asserted below). On a loaded machine
+	// under -race a call to a live master sometimes outlasts store_timeout
+	// (50 ms) or reaches Redis after its deadline: that is the call's own
+	// timeout, not the dead master's (the client keeps one connection per
+	// master; a run with every failure logged showed only timeouts and late
+	// runs on the live master, connection errors only on the dead one). So
+	// the promise is: no refusal of the live tenant by the fallback beyond
+	// the failed calls to its own master, and none at all when those calls
+	// all answered in time.
+	fallbackRefusals := int64(0)
+	for lim, n := range under {
+		if lim != strconv.Itoa(faultLimit) {
+			fallbackRefusals += n
+		}
+	}
+	assert.LessOrEqual(t, fallbackRefusals, failedLive,
+		"refusals of the tenant on a live master by the fallback (%v) beyond the failed calls to its master", under)
 	assert.Positive(t, under[strconv.Itoa(faultLimit)], "the tenant on a live master was refused at its limit")
 	for i := range cl.Nodes {
 		want := 0.0

@@ -753,6 +753,9 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest, b *buck
 			storeCallsError.Inc()
 		}
 		br.failure(probe, l.now().UnixNano())
+		if l.nodes != nil {
+			l.nodeFailed(l.nodes.nodeOf(req.Key))
+		}
 		return LeaseResult{}, err // the store's errors name the store and the key
 	}
 	storeCallsOK.Inc()

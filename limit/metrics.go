@@ -103,6 +103,16 @@ func (l *Limiter) nodeMetrics(i int) {
 		return float64(st)
 	})
 	metrics.GetOrCreateCounter(`sentinel_limit_node_breaker_openings_total` + label)
+	metrics.GetOrCreateCounter(`sentinel_limit_node_store_failures_total` + label)
+}
+
+// nodeFailed counts a store call for a key of node i that failed or timed
+// out (not one the breaker skipped).
+func (l *Limiter) nodeFailed(i int) {
+	if name := l.nodeName(i); name != "" {
+		l.nodeMetrics(i)
+		metrics.GetOrCreateCounter(`sentinel_limit_node_store_failures_total{node="` + escapeLabel(name) + `"}`).Inc()
+	}
 }
 
 func totalBuckets() int {
