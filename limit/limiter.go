@@ -833,6 +833,13 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 // comes back before the next answer. The caller holds b.mu.
 func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool) bool {
 	window := int64(s.window)
+	if !open && l.saturated(s, b, now) {
+		// A call failed while the store still answers (the other pods'
+		// calls, most likely): they take whatever room the last answer
+		// left as soon as it frees up, so a share of it taken here would
+		// come on top of the limit.
+		return false
+	}
 	elapsed := now - b.answeredAt
 	if b.answeredAt == 0 || (window > 0 && elapsed >= window) {
 		return true
@@ -844,6 +851,19 @@ func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool)
 		room += (float64(s.limit) - left) / pods * float64(max(elapsed, 0)) / float64(window)
 	}
 	return float64(b.fallbackUsed+tokens) <= room
+}
+
+// saturated tells that the store refused b's key, or left it less than
+// half of its limit, within the last window: other pods are likely to use up
+// what is left. The caller holds b.mu.
+func (l *Limiter) saturated(s *spec, b *bucket, now int64) bool {
+	window := int64(s.window)
+	if window <= 0 {
+		return false
+	}
+	refused := b.deniedAt > 0 && now-b.deniedAt < window
+	low := b.answeredAt > 0 && now-b.answeredAt < window && 2*b.remaining < s.limit
+	return refused || low
 }
 
 // recovering tells that a store call for b's key failed, or the local

@@ -3,6 +3,8 @@ package limit
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -236,29 +238,64 @@ func newRedisStore(t testing.TB, addr string) *countingStore {
 // least 90% of it.
 func TestLimiterMultiPodAccuracy(t *testing.T) {
 	srv := redistest.Start(t)
-	multiPod(t, []string{srv.Addr}, 5*time.Second)
+	multiPod(t, []string{srv.Addr}, 5*time.Second, false)
 }
 
 func TestLimiterMultiPodAccuracyCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
-	multiPod(t, c.Addrs, 3*time.Second)
+	multiPod(t, c.Addrs, 3*time.Second, false)
 }
 
-func multiPod(t *testing.T, addrs []string, duration time.Duration) {
+// TestLimiterMultiPodAccuracySlowPod: one pod's store calls outlast the
+// store deadline now and then (as on a loaded machine under -race) while its
+// breaker stays closed and the other pods get their answers. The local
+// policy must not decide those requests on a share of the store's last
+// answer, which the other pods are taking at the same time: the busiest
+// window stays within the limit.
+func TestLimiterMultiPodAccuracySlowPod(t *testing.T) {
+	srv := redistest.Start(t)
+	multiPod(t, []string{srv.Addr}, 4*time.Second, true)
+}
+
+// slowNow makes one in five lease calls (not returns) slower than the
+// multiPod store deadline.
+type slowNow struct{ Store }
+
+func (s slowNow) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult, error) {
+	if req.Return == 0 && rand.IntN(5) == 0 {
+		time.Sleep(130 * time.Millisecond)
+	}
+	return s.Store.Lease(ctx, req)
+}
+
+func multiPod(t *testing.T, addrs []string, duration time.Duration, slowPod bool) {
 	const limit, window = 50, 500 * time.Millisecond
-	cfg := testLimitsConfig(func(c *Config) { c.Tenant = limit; c.Window = window; c.StoreTimeout = 100 * time.Millisecond })
+	cfg := testLimitsConfig(func(c *Config) {
+		c.Tenant = limit
+		c.Window = window
+		c.StoreTimeout = 100 * time.Millisecond
+		if slowPod {
+			c.BreakerFailures = 1000 // the slow pod's breaker stays closed
+		}
+	})
 	var stores []*countingStore
 	var pods []*Limiter
-	for range 3 {
+	for i := range 3 {
 		cl, err := NewRedisClient(RedisConfig{Addrs: addrs})
 		require.NoError(t, err)
 		t.Cleanup(cl.Close)
-		s := &countingStore{Store: NewRedisStore(cl, RedisStoreOptions{KeyPrefix: "mp"})}
+		var rs Store = NewRedisStore(cl, RedisStoreOptions{KeyPrefix: "mp"})
+		if slowPod && i == 0 {
+			rs = slowNow{rs}
+		}
+		s := &countingStore{Store: rs}
 		stores = append(stores, s)
 		pods = append(pods, newTestLimiter(t, cfg, s, Options{LivePods: func() int { return 3 }, Catalog: testCatalog(t)}))
 	}
 	var mu sync.Mutex
 	var approvals []time.Time
+	var localApprovals atomic.Int64 // decided by the local share (store call failed)
+	timeouts0, errors0, fallback0 := storeCallsTimeout.Get(), storeCallsError.Get(), fallbackLocal.Get()
 	start := time.Now()
 	var wg sync.WaitGroup
 	// 10× the limit: 1000 per second over 12 workers.
@@ -271,8 +308,11 @@ func multiPod(t *testing.T, addrs []string, duration time.Duration) {
 			tick := time.NewTicker(time.Duration(workers) * time.Second / time.Duration(offered))
 			defer tick.Stop()
 			for i := 0; time.Since(start) < duration; i++ {
-				if pods[(w+i)%3].Allow(context.Background(), &Request{Tenant: "free", Plan: "FREE"}).Allowed {
+				if d := pods[(w+i)%3].Allow(context.Background(), &Request{Tenant: "free", Plan: "FREE"}); d.Allowed {
 					at := time.Now()
+					if d.Limit != limit {
+						localApprovals.Add(1)
+					}
 					mu.Lock()
 					approvals = append(approvals, at)
 					mu.Unlock()
@@ -283,6 +323,12 @@ func multiPod(t *testing.T, addrs []string, duration time.Duration) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	// The workers append under the mutex in the order they get it, not in
+	// the order of their timestamps: a worker preempted between its
+	// time.Now and the lock (common under -race on a loaded machine) puts
+	// an earlier approval after later ones, and the scan below, which
+	// assumes time order, then counts a window longer than the window.
+	slices.SortFunc(approvals, func(a, b time.Time) int { return a.Compare(b) })
 	worst := 0
 	for i := range approvals {
 		j := i
@@ -299,8 +345,14 @@ func multiPod(t *testing.T, addrs []string, duration time.Duration) {
 	t.Logf("3 pods, %v: %d approved of a budget of %.0f (%.1f%%); busiest window %d (limit %d); %d store calls = %.2f per approval",
 		elapsed.Round(time.Millisecond), len(approvals), budget, 100*float64(len(approvals))/budget, worst, limit, calls,
 		float64(calls)/float64(max(len(approvals), 1)))
+	t.Logf("store calls timed out %d, failed %d; local-share decisions %d, approvals %d",
+		storeCallsTimeout.Get()-timeouts0, storeCallsError.Get()-errors0, fallbackLocal.Get()-fallback0, localApprovals.Load())
 	assert.LessOrEqual(t, worst, limit, "a window approved more than the limit")
-	assert.GreaterOrEqual(t, float64(len(approvals)), 0.9*budget, "less than 90% of the budget approved")
+	least := 0.9
+	if slowPod {
+		least = 0.7 // a slow call of a saturated key is refused
+	}
+	assert.GreaterOrEqual(t, float64(len(approvals)), least*budget, "less of the budget approved than expected")
 }
 
 func TestLimiterStoreFailure(t *testing.T) {
