@@ -355,8 +355,9 @@ func limitOf(url, key string) (int, string) {
 // replicas) is killed under load. The tenant whose counter lived on it is
 // decided by the local shares and stays within its limit + 2%; the tenant
 // whose counter lives on a master that is still up keeps the store's exact
-// decisions (every refusal under its whole limit, not a share of it) and its
-// node's breaker stays closed.
+// decisions (every refusal under its whole limit, not a share of it, except
+// for a call to its own master that timed out) and its node's breaker stays
+// closed.
 func TestFaultClusterMasterKilled(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	up := startUpstream(t)
