@@ -853,16 +853,18 @@ func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool)
 	return float64(b.fallbackUsed+tokens) <= room
 }
 
-// saturated tells that the store refused b's key, or left it less than
-// half of its limit, within the last window: other pods are likely to use up
-// what is left. The caller holds b.mu.
+// saturated tells that the store refused b's key, or left it less than one
+// pod's share of its limit, within the last window: other pods are likely to
+// use up what is left. A key well under its limit (more than a share left)
+// keeps its share of the last answer, so that it is not refused under its
+// limit for a slow call. The caller holds b.mu.
 func (l *Limiter) saturated(s *spec, b *bucket, now int64) bool {
 	window := int64(s.window)
 	if window <= 0 {
 		return false
 	}
 	refused := b.deniedAt > 0 && now-b.deniedAt < window
-	low := b.answeredAt > 0 && now-b.answeredAt < window && 2*b.remaining < s.limit
+	low := b.answeredAt > 0 && now-b.answeredAt < window && b.remaining*int64(max(1, l.livePods())) < s.limit
 	return refused || low
 }
 
