@@ -859,12 +859,12 @@ func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool)
 // keeps its share of the last answer, so that it is not refused under its
 // limit for a slow call. The caller holds b.mu.
 func (l *Limiter) saturated(s *spec, b *bucket, now int64) bool {
-	window := int64(s.window)
-	if window <= 0 {
-		return false
+	window, pods := int64(s.window), int64(l.livePods())
+	if window <= 0 || pods <= 1 {
+		return false // no other pod takes what the last answer left
 	}
 	refused := b.deniedAt > 0 && now-b.deniedAt < window
-	low := b.answeredAt > 0 && now-b.answeredAt < window && b.remaining*int64(max(1, l.livePods())) < s.limit
+	low := b.answeredAt > 0 && now-b.answeredAt < window && b.remaining*pods < s.limit
 	return refused || low
 }
 
