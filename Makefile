@@ -29,9 +29,13 @@ run: build ## Start the demo backend on :9000 and the gateway on :8080 (admin on
 cluster: ## Redis, 3 gateways, the demo backend and Prometheus with the alert rules, on 127.0.0.1 (Ctrl-C stops; DURATION=2m stops by itself).
 	bash deploy/cluster.sh $(DURATION)
 
-test: ## Run every test (unit, integration with real redis-server, promtool rules) with -race.
-	$(GO) test -race -shuffle=on -timeout $(TEST_TIMEOUT) ./...
+test: ## Run every test (unit, integration with real redis-server, promtool rules) with -race; the fault suite last, on its own.
+	$(GO) test -race -shuffle=on -timeout $(TEST_TIMEOUT) -skip '^TestFault' ./...
+	$(MAKE) --no-print-directory test-faults
 
+# The fault suite measures promises of the gateway (busiest windows, sheds), not
+# of the test machine: it runs after the other packages' tests, not beside them
+# on the same two cores.
 test-faults: ## Run the fault suite alone, verbose, with its figures (real redis-server and a 3-node cluster, 3 gateways; see README, Reliability).
 	$(GO) test -race -count=1 -run '^TestFault' -timeout $(TEST_TIMEOUT) -v .
 
