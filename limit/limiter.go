@@ -853,19 +853,17 @@ func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool)
 	return float64(b.fallbackUsed+tokens) <= room
 }
 
-// saturated tells that the store refused b's key, or left it less than one
-// pod's share of its limit, within the last window: other pods are likely to
-// use up what is left. A key well under its limit (more than a share left)
-// keeps its share of the last answer, so that it is not refused under its
-// limit for a slow call. The caller holds b.mu.
+// saturated tells that the store refused b's key within the last window:
+// its clients ask for more than the limit, and the other pods take whatever
+// the last answer left. A low remaining alone is no such sign: it also holds
+// the permits leased to pods and not yet used, so refusing on it refused
+// clients under their limit when a call timed out. The caller holds b.mu.
 func (l *Limiter) saturated(s *spec, b *bucket, now int64) bool {
 	window, pods := int64(s.window), int64(l.livePods())
 	if window <= 0 || pods <= 1 {
 		return false // no other pod takes what the last answer left
 	}
-	refused := b.deniedAt > 0 && now-b.deniedAt < window
-	low := b.answeredAt > 0 && now-b.answeredAt < window && b.remaining*pods < s.limit
-	return refused || low
+	return b.deniedAt > 0 && now-b.deniedAt < window
 }
 
 // recovering tells that a store call for b's key failed, or the local
