@@ -141,7 +141,7 @@ func applyEnv(v *viper.Viper, environ []string) (map[string]string, error) {
 	if len(env) == 0 {
 		return nil, nil
 	}
-	keys := structKeys(reflect.TypeOf(Config{}), "")
+	keys := leafKeys(reflect.TypeOf(Config{}), "")
 	keys = append(keys, mapEntryKeys(v, reflect.TypeOf(Config{}))...)
 	keys = append(keys, v.AllKeys()...)
 	seen := make(map[string]bool, len(keys))
@@ -167,58 +167,6 @@ func applyEnv(v *viper.Viper, environ []string) (map[string]string, error) {
 	return fromEnv, nil
 }
 
-// fieldKey is the mapstructure key of f (its lower-cased name when the tag
-// gives none), whether f is squashed into its parent, and false for fields
-// that have no key (unexported, or tagged "-").
-func fieldKey(f reflect.StructField) (key string, squash, ok bool) {
-	if !f.IsExported() {
-		return "", false, false
-	}
-	tag, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
-	switch {
-	case tag == "-":
-		return "", false, false
-	case opts == "squash":
-		return "", true, true
-	case tag == "":
-		tag = strings.ToLower(f.Name)
-	}
-	return tag, false, true
-}
-
-// structKeys lists the dotted mapstructure keys of t's leaf fields.
-func structKeys(t reflect.Type, prefix string) []string {
-	if t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	var keys []string
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		tag, squash, ok := fieldKey(f)
-		switch {
-		case !ok:
-			continue
-		case squash:
-			keys = append(keys, structKeys(f.Type, prefix)...)
-			continue
-		}
-		key := tag
-		if prefix != "" {
-			key = prefix + "." + tag
-		}
-		ft := f.Type
-		if ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
-		if ft.Kind() == reflect.Struct && ft.PkgPath() != "time" && !implementsTextUnmarshaler(ft) {
-			keys = append(keys, structKeys(ft, key)...)
-			continue
-		}
-		keys = append(keys, key)
-	}
-	return keys
-}
-
 // mapEntryKeys lists the keys of the entries that the file names in t's
 // maps of structs: upstreams.api.x for every field x of a pool when the file
 // has upstreams.api.
@@ -231,14 +179,10 @@ func mapEntryKeys(v *viper.Viper, t reflect.Type) []string {
 			continue
 		}
 		for name := range v.GetStringMap(tag) {
-			keys = append(keys, structKeys(f.Type.Elem(), tag+"."+name)...)
+			keys = append(keys, leafKeys(f.Type.Elem(), tag+"."+name)...)
 		}
 	}
 	return keys
-}
-
-func implementsTextUnmarshaler(t reflect.Type) bool {
-	return reflect.PointerTo(t).Implements(reflect.TypeFor[interface{ UnmarshalText([]byte) error }]())
 }
 
 // normalize undoes viper's lower-casing of map keys where case matters: plan
@@ -274,7 +218,7 @@ func unknownKeys(md *mapstructure.Metadata, bad map[string]bool) []string {
 		}
 		used[k] = true // listed once
 		if known == nil {
-			knownKeys(reflect.TypeFor[Config](), "", &known)
+			known = knownKeys(reflect.TypeFor[Config]())
 		}
 		line := k + ": unknown key"
 		if s := suggest(k, known); s != "" {

@@ -163,8 +163,7 @@ func TestEnvValueErrorNamesTheVariable(t *testing.T) {
 }
 
 func TestSuggest(t *testing.T) {
-	var known []string
-	knownKeys(reflect.TypeFor[Config](), "", &known)
+	known := knownKeys(reflect.TypeFor[Config]())
 	for unknown, want := range map[string]string{
 		"limits.windw":          "limits.window",
 		"limts":                 "limits",

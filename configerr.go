@@ -266,38 +266,6 @@ func restoreIndexes(unknown, s string) string {
 	return s
 }
 
-// knownKeys lists every key of t: leaves, sections, "*" for a map's names
-// and "[*]" for a list's items.
-func knownKeys(t reflect.Type, prefix string, out *[]string) {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch {
-	case t.Kind() == reflect.Map && t.Elem().Kind() == reflect.Struct:
-		knownKeys(t.Elem(), prefix+".*", out)
-		return
-	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
-		knownKeys(t.Elem(), prefix+"[*]", out)
-		return
-	case t.Kind() != reflect.Struct || t.PkgPath() == "time" || implementsTextUnmarshaler(t):
-		return
-	}
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		tag, squash, ok := fieldKey(f)
-		switch {
-		case !ok:
-			continue
-		case squash:
-			knownKeys(f.Type, prefix, out)
-			continue
-		}
-		key := joinKey(prefix, tag)
-		*out = append(*out, key)
-		knownKeys(f.Type, key, out)
-	}
-}
-
 // levenshtein is the edit distance between a and b.
 func levenshtein(a, b string) int {
 	prev := make([]int, len(b)+1)

@@ -10,11 +10,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/sentinel-gateway/sentinel/adaptive"
-	"github.com/sentinel-gateway/sentinel/limit"
-	"github.com/sentinel-gateway/sentinel/proxy"
-	"github.com/sentinel-gateway/sentinel/upstream"
 )
 
 // The user documentation must keep up with the code: these tests fail when a
@@ -30,12 +25,13 @@ func readDoc(t *testing.T, path string) string {
 func TestConfigurationDocListsEveryKey(t *testing.T) {
 	doc := readDoc(t, "docs/configuration.md")
 	containers := map[string]bool{"plans": false, "tenants": true, "routes": true, "rules": true, "upstreams": true}
-	keys := structKeys(reflect.TypeOf(Config{}), "")
-	keys = append(keys, structKeys(reflect.TypeOf(upstream.PoolConfig{}), "upstreams.NAME")...)
-	keys = append(keys, structKeys(reflect.TypeOf(proxy.Route{}), "routes[]")...)
-	keys = append(keys, structKeys(reflect.TypeOf(limit.Tenant{}), "tenants[]")...)
-	keys = append(keys, structKeys(reflect.TypeOf(limit.Rule{}), "rules[]")...)
-	keys = append(keys, structKeys(reflect.TypeOf(adaptive.ConcurrencyBounds{}), "adaptive.concurrency.upstreams.NAME")...)
+	var keys []string
+	keyWalk{MapName: ".NAME", ListItem: "[]", Visit: func(k configKey) bool {
+		if !k.Section {
+			keys = append(keys, k.Name)
+		}
+		return k.Section || k.Entries
+	}}.walkType(reflect.TypeOf(Config{}), "")
 	for _, key := range keys {
 		if containers[key] || key == "adaptive.concurrency.upstreams" {
 			continue // documented entry by entry

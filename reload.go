@@ -171,42 +171,21 @@ func diffKeys(a, b map[string]string) []string {
 	return out
 }
 
-// flatten lists cfg's leaf values by their YAML key (server.listen,
-// limits.ip); a list or map counts as one value under its key.
+// flatten lists cfg's values by their YAML key (server.listen, limits.ip);
+// a list or map counts as one value under its key.
 func flatten(cfg *Config) map[string]string {
 	out := make(map[string]string)
-	flattenValue(reflect.ValueOf(*cfg), "", out)
+	keyWalk{Visit: func(k configKey) bool {
+		if !k.Section {
+			out[k.Name] = leafString(k.Value)
+		}
+		return k.Section
+	}}.walkValue(reflect.ValueOf(*cfg), "")
 	return out
 }
 
-func flattenValue(v reflect.Value, prefix string, out map[string]string) {
-	t := v.Type()
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		tag, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
-		key := prefix
-		if opts != "squash" && tag != "" {
-			key = joinKey(prefix, tag)
-		} else if opts != "squash" {
-			key = joinKey(prefix, strings.ToLower(f.Name))
-		}
-		fv := v.Field(i)
-		for fv.Kind() == reflect.Pointer && !fv.IsNil() {
-			fv = fv.Elem()
-		}
-		if fv.Kind() == reflect.Struct && fv.Type().PkgPath() != "time" && !implementsTextUnmarshaler(fv.Type()) {
-			flattenValue(fv, key, out)
-			continue
-		}
-		out[key] = leafString(fv)
-	}
-}
-
-// leafString renders a leaf value for comparison: JSON follows pointers and
-// sorts map keys, so equal configurations render equally.
+// leafString renders a value for comparison: JSON follows pointers and sorts
+// map keys, so equal configurations render equally.
 func leafString(v reflect.Value) string {
 	if !v.IsValid() {
 		return "<nil>"
@@ -215,11 +194,4 @@ func leafString(v reflect.Value) string {
 		return string(b)
 	}
 	return fmt.Sprintf("%+v", v)
-}
-
-func joinKey(prefix, key string) string {
-	if prefix == "" {
-		return key
-	}
-	return prefix + "." + key
 }
