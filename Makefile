@@ -36,7 +36,7 @@ test: ## Run every test (unit, integration with real redis-server, promtool rule
 # The fault suite measures promises of the gateway (busiest windows, sheds), not
 # of the test machine: it runs after the other packages' tests, not beside them
 # on the same two cores.
-test-faults: ## Run the fault suite alone, verbose, with its figures (real redis-server and a 3-node cluster, 3 gateways; see README, Reliability).
+test-faults: ## Run the fault suite alone, verbose, with its figures (real redis-server and a 3-node cluster, 3 gateways; see docs/reliability.md).
 	$(GO) test -race -count=1 -run '^TestFault' -timeout $(TEST_TIMEOUT) -v .
 
 test-short: ## Run the tests without -race (faster local loop).

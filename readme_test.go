@@ -11,24 +11,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestReadmeInOrder follows the README as a reader does, from the quick
-// start to the end of the admin API's examples, running each `$ curl`
-// command in order against a gateway on config.yaml, and compares what the
-// examples claim: status codes, and in JSON answers "allowed", "limit",
-// "field" and "error" (other values, such as remaining budgets and times,
-// depend on the clock and are not compared).
+// TestReadmeInOrder follows the documentation as a reader does, from the
+// README's quick start to the end of the admin API's examples in
+// docs/api.md, running each `$ curl` command in order against a gateway on
+// config.yaml, and compares what the examples claim: status codes, and in
+// JSON answers "allowed", "limit", "field" and "error" (other values, such
+// as remaining budgets and times, depend on the clock and are not compared).
 func TestReadmeInOrder(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("curl not found: .ci/run installs it")
 	}
-	b, err := os.ReadFile("README.md")
-	require.NoError(t, err)
-	readme := string(b)
-	start := strings.Index(readme, "\n## Quick start\n")
-	admin := strings.Index(readme, "\n## Admin API\n")
-	require.True(t, start >= 0 && admin > start)
-	end := admin + strings.Index(readme[admin:], "\n```\n") // the admin API's console block
-	steps := consoleSteps(readme[start:end])
+	steps := consoleSteps(docSection(t, "README.md", "\n## Quick start\n"))
+	require.GreaterOrEqual(t, len(steps), 3, "the quick start's examples")
+	steps = append(steps, consoleSteps(docSection(t, "docs/api.md", "\n## Examples\n"))...)
 	require.GreaterOrEqual(t, len(steps), 20, "the quick start and the admin API examples")
 
 	conf, err := os.ReadFile("config.yaml")
@@ -56,6 +51,23 @@ func TestReadmeInOrder(t *testing.T) {
 			compareLine(t, s.cmd, want, got[i])
 		}
 	}
+}
+
+// docSection is the section of the markdown file path that begins with the
+// heading line, up to the next heading of the same or a higher level.
+func docSection(t *testing.T, path, heading string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	text := string(b)
+	start := strings.Index(text, heading)
+	require.GreaterOrEqual(t, start, 0, "%s has no %q", path, strings.TrimSpace(heading))
+	level := heading[:strings.Index(heading, " ")+1] // "\n## "
+	rest := text[start+len(heading):]
+	if end := strings.Index(rest, level); end >= 0 {
+		rest = rest[:end]
+	}
+	return heading + rest
 }
 
 type consoleStep struct {
