@@ -5,8 +5,10 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -73,28 +75,117 @@ func TestRunbookCoversEveryAlert(t *testing.T) {
 	}
 }
 
-var mdLink = regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`)
+// mdLink matches a markdown link's target: a path, an #anchor, or both.
+var mdLink = regexp.MustCompile(`\]\(([^)#\s]*)(#[^)\s]*)?\)`)
+
+// mdHeading matches an ATX heading outside code blocks.
+var mdHeading = regexp.MustCompile(`^#{1,6}\s+(.*?)\s*#*\s*$`)
 
 // TestDocLinks checks that every relative link of the user documentation
-// points to a file of the repository, and that none points outside it.
+// points to a file of the repository, that none points outside it, and that
+// an #anchor into a markdown file names one of its headings.
 func TestDocLinks(t *testing.T) {
 	files, err := filepath.Glob("docs/*.md")
 	require.NoError(t, err)
 	files = append(files, "README.md", "loadtest/README.md")
+	anchors := map[string]map[string]bool{}
+	checked := 0
 	for _, file := range files {
 		text := readDoc(t, file)
-		for _, m := range mdLink.FindAllStringSubmatch(text, -1) {
-			target := m[1]
+		for _, m := range mdLink.FindAllStringSubmatch(withoutCodeBlocks(text), -1) {
+			target, anchor := m[1], strings.TrimPrefix(m[2], "#")
 			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
 			}
-			path := filepath.Join(filepath.Dir(file), target)
+			path := file
+			if target != "" {
+				path = filepath.Join(filepath.Dir(file), target)
+			}
 			assert.False(t, strings.HasPrefix(path, ".."), "%s links outside the repository: %s", file, target)
-			_, err := os.Stat(path)
-			assert.NoError(t, err, "%s links to %s, which does not exist", file, target)
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s links to %s, which does not exist", file, target)
+				continue
+			}
+			checked++
+			if anchor == "" || !strings.HasSuffix(path, ".md") {
+				continue
+			}
+			if anchors[path] == nil {
+				anchors[path] = headingAnchors(readDoc(t, path))
+			}
+			assert.True(t, anchors[path][anchor], "%s links to %s#%s, which has no such heading", file, path, anchor)
 		}
 		for _, bad := range []string{"../shared", "DESIGN.md"} {
 			assert.False(t, strings.Contains(text, bad), "%s refers to %s, outside the repository", file, bad)
 		}
 	}
+	assert.Greater(t, checked, 50, "links checked")
+}
+
+// withoutCodeBlocks blanks the fenced code blocks of md, whose lines are
+// neither links nor headings.
+func withoutCodeBlocks(md string) string {
+	lines := strings.Split(md, "\n")
+	in := false
+	for i, line := range lines {
+		fence := strings.HasPrefix(strings.TrimSpace(line), "```")
+		if fence || in {
+			lines[i] = ""
+		}
+		if fence {
+			in = !in
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// headingAnchors gives the anchors GitHub makes of md's headings: the text
+// in lower case, spaces as '-', punctuation dropped, and "-1", "-2", ... on
+// repeats.
+func headingAnchors(md string) map[string]bool {
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	for _, line := range strings.Split(withoutCodeBlocks(md), "\n") {
+		m := mdHeading.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		a := githubAnchor(m[1])
+		if n := seen[a]; n > 0 {
+			anchors[a+"-"+strconv.Itoa(n)] = true
+		} else {
+			anchors[a] = true
+		}
+		seen[a]++
+	}
+	return anchors
+}
+
+func githubAnchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func TestGithubAnchor(t *testing.T) {
+	for heading, want := range map[string]string{
+		"Quick start":                                 "quick-start",
+		"Protocols: TLS, WebSocket, HTTP/2":           "protocols-tls-websocket-http2",
+		"Who failed: every answer is classified once": "who-failed-every-answer-is-classified-once",
+		"plans, tenants":                              "plans-tenants",
+		"`internal/deadline`":                         "internaldeadline",
+		"Limits that hold across pods: leases":        "limits-that-hold-across-pods-leases",
+		"adaptive.concurrency (per upstream)":         "adaptiveconcurrency-per-upstream",
+	} {
+		assert.Equal(t, want, githubAnchor(heading), heading)
+	}
+	a := headingAnchors("# A\n```\n# not a heading\n```\n## A\n### B ###\n")
+	assert.Equal(t, map[string]bool{"a": true, "a-1": true, "b": true}, a)
 }
