@@ -33,8 +33,8 @@ type Config struct {
 	// and routes.
 	Proxy proxy.Config `mapstructure:",squash"`
 	// Admin is the admin listener's keys, which live in the section server
-	// beside the proxy's under the names they have always had (admin_listen,
-	// admin_token, metrics_require_token, admin_read_timeout, ...).
+	// beside the proxy's (admin_listen, admin_token, metrics_require_token,
+	// admin_read_timeout, ...), so that one section holds every listener's keys.
 	Admin     admin.Config      `mapstructure:"server"`
 	Upstreams upstream.Config   `mapstructure:"upstreams"`
 	Cache     cache.Config      `mapstructure:"cache"`

@@ -125,7 +125,7 @@ func assertUpstreamUntouched(t *testing.T, g *gateway, target string) {
 	st := adaptiveState(t, g)
 	// The upstream signals did not move. (The mode itself also reads this
 	// machine's CPU and scheduler, which parallel test packages load, so
-	// only the modes that client faults used to cause are ruled out.)
+	// only the modes that client faults could cause are ruled out.)
 	assert.Zero(t, st["signals"].(map[string]any)["upstream_errors"], "error signal")
 	assert.Zero(t, st["signals"].(map[string]any)["upstream_latency"], "latency signal")
 	assert.NotContains(t, []any{"aggressive", "critical"}, st["mode"])

@@ -18,8 +18,8 @@ import (
 // TestFaultRuleWritesAtScale: three pods on one Redis take 10,000 rule PUTs
 // through their admin APIs, spread over the pods, while the proxies serve a
 // steady load. Every pod ends with every rule, and the entries the pods read
-// from Redis stay about one per pod and write (a write used to make every
-// pod re-read the whole catalog). The proxies' p99 with and without the
+// from Redis stay about one per pod and write (not a re-read of the whole
+// catalog per write). The proxies' p99 with and without the
 // writes and the writes' wall time are logged, not asserted.
 func TestFaultRuleWritesAtScale(t *testing.T) {
 	const pods, writes, writers = 3, 10_000, 4

@@ -11,8 +11,9 @@ import (
 )
 
 // Config is the admin listener's configuration. Its keys live in the YAML
-// section `server`, beside the proxy's, under the names they have always had
-// there (server.admin_listen, server.admin_token, ...); errors name them so.
+// section `server`, beside the proxy's (server.admin_listen,
+// server.admin_token, ...), so that one section holds every listener's
+// keys; errors name them so.
 //
 // Token rules: with a Token, every endpoint needs it as a bearer token except
 // the probes /healthz and /readyz (unless ProbesRequireToken: a kubelet probe
