@@ -8,7 +8,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/internal/logx"
-	"github.com/sentinel-gateway/sentinel/limit"
 )
 
 // Outcomes of a request as the access log names them (reasons use their
@@ -32,17 +31,11 @@ func newAccessLog(log *slog.Logger, refusalsPerSecond int) *accessLog {
 	return &accessLog{log: log, refusals: logx.NewThrottle(refusalsPerSecond)}
 }
 
-// record notes what was decided for the request in id; it is a few stores
-// and is done whether or not the access log is on.
-func (id *Identity) record(outcome string, scope limit.Scope) {
-	id.outcome, id.scope = outcome, scope
-}
-
 // write logs the request that ends now.
-func (a *accessLog) write(ctx *fasthttp.RequestCtx, id *Identity, start, now time.Time) {
+func (a *accessLog) write(ctx *fasthttp.RequestCtx, x *exchange, start, now time.Time) {
 	status := ctx.Response.StatusCode()
 	attrs := make([]slog.Attr, 0, 14)
-	if status == fasthttp.StatusTooManyRequests || (status == fasthttp.StatusServiceUnavailable && id.outcome != outcomeAllowed) {
+	if status == fasthttp.StatusTooManyRequests || (status == fasthttp.StatusServiceUnavailable && x.outcome != outcomeAllowed) {
 		ok, suppressed := a.refusals.Allow(now)
 		if !ok {
 			return
@@ -51,34 +44,34 @@ func (a *accessLog) write(ctx *fasthttp.RequestCtx, id *Identity, start, now tim
 			attrs = append(attrs, slog.Int("refusals_not_logged", suppressed))
 		}
 	}
-	decision := id.outcome
+	decision := x.outcome
 	if decision == "" {
 		decision = "refused"
 	}
-	if id.outcome == outcomeRateLimited {
-		attrs = append(attrs, slog.String("limit", id.scope.String()))
+	if x.outcome == outcomeRateLimited {
+		attrs = append(attrs, slog.String("limit", x.decision.Scope.String()))
 	}
 	attrs = append(attrs,
-		slog.String("request_id", string(id.RequestID)),
-		slog.String("client_ip", string(id.IPText)),
+		slog.String("request_id", string(x.requestID)),
+		slog.String("client_ip", string(x.ipText)),
 		slog.String("method", string(ctx.Method())),
 		slog.String("path", string(ctx.Path())),
-		slog.String("tenant", id.Tenant),
-		slog.String("plan", id.Plan),
-		slog.String("route", id.Resource),
+		slog.String("tenant", x.tenant),
+		slog.String("plan", x.plan),
+		slog.String("route", x.resource()),
 		slog.String("decision", decision),
 		slog.Int("status", status),
 		slog.Float64("total_ms", float64(now.Sub(start).Microseconds())/1000),
 		slog.Int("bytes_in", max(0, ctx.Request.Header.ContentLength())),
 		slog.Int("bytes_out", max(0, ctx.Response.Header.ContentLength())),
 	)
-	if id.upstreamLatency > 0 {
+	if x.upstreamLatency > 0 {
 		target := ""
 		if ra := ctx.Response.RemoteAddr(); ra != nil {
 			target = ra.String()
 		}
 		attrs = append(attrs, slog.String("upstream", target),
-			slog.Float64("upstream_ms", float64(id.upstreamLatency.Microseconds())/1000))
+			slog.Float64("upstream_ms", float64(x.upstreamLatency.Microseconds())/1000))
 	}
 	a.log.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
 }

@@ -31,34 +31,34 @@ var (
 	strSMaxAge       = []byte("s-maxage")
 )
 
-// planGate is the mode's refusal of id's plan, or nil.
-func planGate(id *Identity, pol adaptive.Policy) *reason {
+// planGate is the mode's refusal of x's plan, or nil.
+func planGate(x *exchange, pol adaptive.Policy) *reason {
 	switch {
-	case pol.PremiumOnly && id.Plan != limit.PlanPremium:
+	case pol.PremiumOnly && x.plan != limit.PlanPremium:
 		return reasonPremiumOnly
-	case pol.BlockFree && id.Plan == limit.PlanFree:
+	case pol.BlockFree && x.plan == limit.PlanFree:
 		return reasonFreeBlocked
 	}
 	return nil
 }
 
 // cacheKey is "METHOD host/uri\x00" followed by "t" and the tenant, or "a"
-// for anonymous requests, built in id's buffer.
-func (s *Server) cacheKey(ctx *fasthttp.RequestCtx, id *Identity) []byte {
-	k := append(id.keyBuf[:0], ctx.Method()...)
+// for anonymous requests, built in x's buffer.
+func (s *Server) cacheKey(ctx *fasthttp.RequestCtx, x *exchange) []byte {
+	k := append(x.keyBuf[:0], ctx.Method()...)
 	k = append(k, ' ')
 	for _, c := range ctx.Request.Header.Host() {
 		k = append(k, lowerASCII(c))
 	}
 	k = append(k, ctx.Request.Header.RequestURI()...)
 	k = append(k, 0)
-	if id.Anonymous {
+	if x.anonymous {
 		k = append(k, 'a')
 	} else {
 		k = append(k, 't')
-		k = append(k, id.Tenant...)
+		k = append(k, x.tenant...)
 	}
-	id.keyBuf = k
+	x.keyBuf = k
 	return k
 }
 

@@ -30,27 +30,13 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	if s.gate != nil {
 		s.gate.RequestStarted()
 	}
-	id := s.idents.Get().(*Identity)
-	id.outcome, id.upstreamLatency, id.answeredAt = "", 0, time.Time{}
-	path, query, ref := s.prepare(ctx, id)
-	var r *route
-	if ref == nil {
-		r = s.table.Load().match(ctx.Request.Header.Host(), path)
-		s.setTarget(ctx, r, id, query)
-	}
-	s.identify(ctx, r, id)
-	if ref == nil {
-		ref = s.checkHeaders(ctx, id)
-	}
+	x := s.acquireExchange()
 	m := s.noRoute
-	switch {
-	case ref != nil:
-		s.reject(ctx, id, ref)
-	case r == nil:
-		s.reject(ctx, id, reasonNoRoute)
-	default:
-		m = r.metrics
-		s.serve(ctx, r, id)
+	if why := s.inspect(ctx, x); why != nil {
+		s.reject(ctx, x, why)
+	} else {
+		m = x.route.metrics
+		s.serve(ctx, x)
 	}
 	if s.draining.Load() && !ctx.Hijacked() { // a 101 keeps its connection: it is spliced
 		ctx.SetConnectionClose()
@@ -58,19 +44,19 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	// Answer with no Content-Type when the upstream sent none.
 	ctx.Response.Header.SetNoDefaultContentType(true)
-	ctx.Response.Header.SetCanonical(s.requestIDHeader, id.RequestID)
+	ctx.Response.Header.SetCanonical(s.requestIDHeader, x.requestID)
 	// The upstream's answer time ends a forwarded request: what follows is
 	// header work (and a copy into the cache), and the body is written
 	// after the handler returns anyway. Other requests read the clock.
-	now := id.answeredAt
+	now := x.answeredAt
 	if now.IsZero() {
 		now = time.Now()
 	}
 	m.count(ctx.Response.StatusCode(), now.Sub(start).Seconds())
 	if s.access != nil {
-		s.access.write(ctx, id, start, now)
+		s.access.write(ctx, x, start, now)
 	}
-	s.idents.Put(id)
+	s.releaseExchange(x)
 	if s.gate != nil {
 		s.gate.RequestFinished()
 	}
@@ -81,58 +67,58 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 // gates and limits), acquire (a concurrency slot), outbound (body cap,
 // hop-by-hop and forwarded headers), forward, respond. A phase that refuses
 // answers with a reason and ends the request.
-func (s *Server) serve(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
+func (s *Server) serve(ctx *fasthttp.RequestCtx, x *exchange) {
+	r := x.route
 	var pol adaptive.Policy
 	if s.gate != nil {
 		pol = s.gate.Policy()
 	}
-	cacheable := s.cache != nil && r.CacheTTL > 0 && ctx.IsGet()
-	if why := s.gates(ctx, r, id, pol, cacheable); why != nil {
+	x.cacheable = s.cache != nil && r.CacheTTL > 0 && ctx.IsGet()
+	if why := s.gates(ctx, x, pol); why != nil {
 		if why != servedFromCache {
-			s.reject(ctx, id, why)
+			s.reject(ctx, x, why)
 		} else {
-			id.outcome = outcomeCached
+			x.outcome = outcomeCached
 		}
 		return
 	}
-	d, why := s.admit(id)
-	if why == nil && d.Allowed {
-		id.outcome = outcomeAllowed
-	}
+	why := s.admit(x)
 	switch {
 	case why != nil:
-		s.reject(ctx, id, why)
+		s.reject(ctx, x, why)
 		return
-	case !d.Allowed:
-		id.record(outcomeRateLimited, d.Scope)
+	case !x.decision.Allowed:
+		x.outcome = outcomeRateLimited
 		rejectRateLimit.Inc()
-		s.tooMany(ctx, id, &d)
+		s.tooMany(ctx, x)
 		return
-	case r.WebSocket && isUpgrade(&ctx.Request.Header):
-		s.upgrade(ctx, r, id, &d)
+	}
+	x.outcome = outcomeAllowed
+	if r.WebSocket && isUpgrade(&ctx.Request.Header) {
+		s.upgrade(ctx, x)
 		return
 	}
 	// A declared body over the limit is refused before it takes a slot.
 	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > int64(s.cfg.Server.MaxRequestBody) {
-		s.reject(ctx, id, reasonBodyTooLarge)
+		s.reject(ctx, x, reasonBodyTooLarge)
 		return
 	}
-	pre, complete, err := s.receive(ctx, id)
+	pre, complete, err := s.receive(ctx, x)
 	if err != nil {
-		s.reject(ctx, id, clientFaultReason(err))
+		s.reject(ctx, x, clientFaultReason(err))
 		return
 	}
-	ticket, why := s.acquire(r, id)
+	ticket, why := s.acquire(x)
 	if why != nil {
-		s.reject(ctx, id, why)
+		s.reject(ctx, x, why)
 		return
 	}
-	req, body := s.outbound(ctx, r, id, pre, complete)
+	req := s.outbound(ctx, x, pre, complete)
 	if req != &ctx.Request {
 		defer fasthttp.ReleaseRequest(req)
 	}
-	class, err := s.forward(ctx, r, id, req, ticket, cacheable)
-	s.respond(ctx, r, id, req, body, class, err, &d, cacheable)
+	err = s.forward(ctx, x, req, ticket)
+	s.respond(ctx, x, req, err)
 }
 
 // servedFromCache is the gates' word for a request answered from the cache.
@@ -140,48 +126,50 @@ var servedFromCache = &reason{}
 
 // gates applies the mode's policy: the plan gate first (no cached answer is
 // a way around it), then Critical mode's cached reads, then heavy routes.
-func (s *Server) gates(ctx *fasthttp.RequestCtx, r *route, id *Identity, pol adaptive.Policy, cacheable bool) *reason {
-	if why := planGate(id, pol); why != nil {
+func (s *Server) gates(ctx *fasthttp.RequestCtx, x *exchange, pol adaptive.Policy) *reason {
+	if why := planGate(x, pol); why != nil {
 		return why
 	}
-	if cacheable && pol.CacheOnly && s.serveCached(ctx, id) {
+	if x.cacheable && pol.CacheOnly && s.serveCached(ctx, x) {
 		return servedFromCache // a cached read never touches the upstream
 	}
-	if pol.HeavyOff && r.Heavy {
+	if pol.HeavyOff && x.route.Heavy {
 		return reasonHeavyOff
 	}
 	return nil
 }
 
-// admit asks the limiter. The decision's headers go on the answer; a store
-// that cannot decide (on_store_failure: closed) is a reason.
-func (s *Server) admit(id *Identity) (limit.Decision, *reason) {
+// admit asks the limiter and writes its decision in x. The decision's
+// headers go on the answer; a store that cannot decide (on_store_failure:
+// closed) is a reason.
+func (s *Server) admit(x *exchange) *reason {
 	if s.limiter == nil {
-		return limit.Decision{Allowed: true}, nil
+		x.decision = limit.Decision{Allowed: true}
+		return nil
 	}
-	lr := &id.limitReq
-	*lr = limit.Request{IP: id.IPText, Resource: id.Resource, Tokens: 1}
-	if !id.Anonymous {
-		lr.APIKey, lr.Tenant, lr.Plan = id.APIKey, id.Tenant, id.Plan
+	lr := &x.limitReq
+	*lr = limit.Request{IP: x.ipText, Resource: x.resource(), Tokens: 1}
+	if !x.anonymous {
+		lr.APIKey, lr.Tenant, lr.Plan = x.apiKey, x.tenant, x.plan
 	}
-	if id.RequestIDTrusted {
-		lr.RequestID = id.RequestID
+	if x.requestIDTrusted {
+		lr.RequestID = x.requestID
 	}
-	d := s.limiter.Allow(context.Background(), lr) // not ctx: fasthttp reuses RequestCtx
-	*lr = limit.Request{}
-	if d.Unavailable {
-		return d, reasonStoreUnavailable
+	x.decision = s.limiter.Allow(context.Background(), lr) // not ctx: fasthttp reuses RequestCtx
+	if x.decision.Unavailable {
+		return reasonStoreUnavailable
 	}
-	return d, nil
+	return nil
 }
 
 // acquire takes a slot of the route's upstream concurrency limit.
-func (s *Server) acquire(r *route, id *Identity) (adaptive.Ticket, *reason) {
+func (s *Server) acquire(x *exchange) (adaptive.Ticket, *reason) {
+	r := x.route
 	c := r.conc
 	if c == nil {
 		return adaptive.Ticket{}, nil
 	}
-	t, ok := c.Acquire(adaptive.PriorityOf(id.Plan), r.concRoute)
+	t, ok := c.Acquire(adaptive.PriorityOf(x.plan), r.concRoute)
 	if !ok {
 		return adaptive.Ticket{}, reasonConcurrency
 	}
@@ -191,9 +179,9 @@ func (s *Server) acquire(r *route, id *Identity) (adaptive.Ticket, *reason) {
 // receive reads the head of a streamed request body, up to
 // server.request_buffer, before the request takes a slot: a body that fits
 // arrives whole (complete) and a slow or broken upload is answered here,
-// without the upstream. The bytes live in id's buffer until the request
+// without the upstream. The bytes live in x's buffer until the request
 // ends.
-func (s *Server) receive(ctx *fasthttp.RequestCtx, id *Identity) (pre []byte, complete bool, err error) {
+func (s *Server) receive(ctx *fasthttp.RequestCtx, x *exchange) (pre []byte, complete bool, err error) {
 	cl := ctx.Request.Header.ContentLength()
 	if (cl <= 0 && cl != -1) || !ctx.Request.IsBodyStream() {
 		return nil, true, nil
@@ -203,13 +191,13 @@ func (s *Server) receive(ctx *fasthttp.RequestCtx, id *Identity) (pre []byte, co
 	if cl > 0 {
 		want = min(want, cl)
 	}
-	buf := id.bodyBuf[:0]
+	buf := x.bodyBuf[:0]
 	if cap(buf) < want {
 		buf = make([]byte, 0, want)
 	}
 	n, err := io.ReadFull(ctx.RequestBodyStream(), buf[:want])
 	buf = buf[:n]
-	id.bodyBuf = buf
+	x.bodyBuf = buf
 	switch {
 	case err == io.ErrUnexpectedEOF || err == io.EOF:
 		if cl > 0 {
@@ -227,58 +215,57 @@ func (s *Server) receive(ctx *fasthttp.RequestCtx, id *Identity) (pre []byte, co
 // outbound prepares the request to forward: the client's, or, when it has a
 // body, a pooled copy (the caller releases it) whose body is the buffered
 // head pre, followed, unless complete, by the rest of the stream read
-// through clientBody. Replacing the server's own body stream would release
-// it, hence the copy. clientBody tells the client's failures (malformed
-// framing, too large, too slow, gone) from the upstream's.
-func (s *Server) outbound(ctx *fasthttp.RequestCtx, r *route, id *Identity, pre []byte, complete bool) (*fasthttp.Request, *clientBody) {
+// through x's clientBody. Replacing the server's own body stream would
+// release it, hence the copy. clientBody tells the client's failures
+// (malformed framing, too large, too slow, gone) from the upstream's.
+func (s *Server) outbound(ctx *fasthttp.RequestCtx, x *exchange, pre []byte, complete bool) *fasthttp.Request {
 	req := &ctx.Request
-	var body *clientBody
 	if pre != nil {
 		fwd := fasthttp.AcquireRequest()
 		req.Header.CopyTo(&fwd.Header)
 		if complete {
 			fwd.SetBodyRaw(pre)
 		} else {
-			body = &id.body
+			body := &x.body
 			*body = clientBody{pre: pre, r: ctx.RequestBodyStream(), left: int64(s.cfg.Server.MaxRequestBody) - int64(len(pre))}
-			if t := r.bodyTimeout; t > 0 {
+			if t := x.route.bodyTimeout; t > 0 {
 				body.deadline = time.Now().Add(t).UnixNano()
 			}
 			fwd.SetBodyStream(body, req.Header.ContentLength())
 		}
 		req = fwd
 	}
-	cleanRequest(&req.Header, id.headers, id.PeerTrusted)
-	peer := id.Peer.AppendTo(id.peerBuf[:0])
-	id.scratch = setForwarded(&req.Header, peer, id.PeerTrusted, ctx.IsTLS(), id.scratch[:0])
-	req.Header.SetCanonical(s.requestIDHeader, id.RequestID)
-	return req, body
+	cleanRequest(&req.Header, x.headers, x.peerTrusted)
+	peer := x.peer.AppendTo(x.peerBuf[:0])
+	x.scratch = setForwarded(&req.Header, peer, x.peerTrusted, ctx.IsTLS(), x.scratch[:0])
+	req.Header.SetCanonical(s.requestIDHeader, x.requestID)
+	return req
 }
 
-// forward sends req to the route's pool, classifies the result once and
-// feeds it, with the upstream's latency (not the time queued for a slot),
-// to the concurrency limit and the adaptive signals.
-func (s *Server) forward(ctx *fasthttp.RequestCtx, r *route, id *Identity, req *fasthttp.Request, ticket adaptive.Ticket, cacheable bool) (upstream.Class, error) {
+// forward sends req to the route's pool, classifies the result once (in
+// x.class) and feeds it, with the upstream's latency (not the time queued
+// for a slot), to the concurrency limit and the adaptive signals.
+func (s *Server) forward(ctx *fasthttp.RequestCtx, x *exchange, req *fasthttp.Request, ticket adaptive.Ticket) error {
 	resp := &ctx.Response
 	resp.StreamBody = true
 	sent := time.Now()
-	end, err := r.pool.DoAt(req, resp, sent)
-	if err == nil && cacheable {
+	end, err := x.route.pool.DoAt(req, resp, sent)
+	if err == nil && x.cacheable {
 		err = s.bufferForCache(resp)
 	}
 	latency := end.Sub(sent)
-	id.upstreamLatency, id.answeredAt = latency, end
+	x.upstreamLatency, x.answeredAt = latency, end
 	status := 0
 	if err == nil {
 		status = resp.StatusCode()
 	}
-	class := upstream.Classify(err, status)
-	res := adaptiveResult[class]
+	x.class = upstream.Classify(err, status)
+	res := adaptiveResult[x.class]
 	ticket.Release(end, latency, res)
 	if s.gate != nil {
 		s.gate.ObserveUpstream(end, latency, res)
 	}
-	return class, err
+	return err
 }
 
 // bufferForCache reads a streamed answer whole when the cache could keep it:
@@ -308,32 +295,32 @@ func (s *Server) bufferForCache(resp *fasthttp.Response) error {
 // bodyBuffers hold answers read whole for the cache.
 var bodyBuffers bytebufferpool.Pool
 
-// respond finishes the answer: the reason of a failed forward, or the
+// respond finishes the answer to the forward of req, which failed with
+// err (nil: the upstream answered): the reason of a failed forward, or the
 // upstream's answer with its hop-by-hop headers removed, the rate-limit
 // headers added, and a copy in the cache when it may be shared.
-func (s *Server) respond(ctx *fasthttp.RequestCtx, r *route, id *Identity, req *fasthttp.Request, body *clientBody,
-	class upstream.Class, err error, d *limit.Decision, cacheable bool) {
+func (s *Server) respond(ctx *fasthttp.RequestCtx, x *exchange, req *fasthttp.Request, err error) {
 	switch {
-	case class == upstream.ClientFault:
+	case x.class == upstream.ClientFault:
 		ctx.Response.Reset()
-		s.reject(ctx, id, clientFaultReason(body.fault))
+		s.reject(ctx, x, clientFaultReason(x.body.fault))
 		return
 	case err != nil:
 		ctx.Response.Reset()
-		s.reject(ctx, id, upstreamErrorReason(err))
+		s.reject(ctx, x, upstreamErrorReason(err))
 		return
-	case body != nil && body.fault != nil:
+	case x.body.fault != nil:
 		// The upstream answered before the client's body broke: pass the
 		// answer on, but the connection's framing is lost.
 		ctx.SetConnectionClose()
 	}
 	resp := &ctx.Response
 	stripHopResponse(&resp.Header)
-	if d.Scope != limit.ScopeNone {
-		reply.SetRateLimitHeaders(&resp.Header, d)
+	if x.decision.Scope != limit.ScopeNone {
+		reply.SetRateLimitHeaders(&resp.Header, &x.decision)
 	}
-	if cacheable && resp.StatusCode() == fasthttp.StatusOK && s.sharable(&req.Header, &resp.Header) {
-		s.cache.Set(s.cacheKey(ctx, id), resp, r.CacheTTL)
+	if x.cacheable && resp.StatusCode() == fasthttp.StatusOK && s.sharable(&req.Header, &resp.Header) {
+		s.cache.Set(s.cacheKey(ctx, x), resp, x.route.CacheTTL)
 	}
 }
 
@@ -419,8 +406,8 @@ func (b *clientBody) Read(p []byte) (int, error) {
 }
 
 // serveCached answers from the response cache; false on a miss.
-func (s *Server) serveCached(ctx *fasthttp.RequestCtx, id *Identity) bool {
-	if !s.cache.Get(s.cacheKey(ctx, id), &ctx.Response) {
+func (s *Server) serveCached(ctx *fasthttp.RequestCtx, x *exchange) bool {
+	if !s.cache.Get(s.cacheKey(ctx, x), &ctx.Response) {
 		return false
 	}
 	ctx.Response.Header.SetBytesKV(hdrSentinelCache, strHit)
@@ -440,31 +427,32 @@ func upstreamErrorReason(err error) *reason {
 }
 
 // tooMany writes the 429 answer of a rate limit.
-func (s *Server) tooMany(ctx *fasthttp.RequestCtx, id *Identity, d *limit.Decision) {
+func (s *Server) tooMany(ctx *fasthttp.RequestCtx, x *exchange) {
+	d := &x.decision
 	h := &ctx.Response.Header
 	reply.SetRateLimitHeaders(h, d)
 	reply.SetRetryAfter(h, d)
-	b := append(id.scratch[:0], `{"error":"rate limit exceeded","scope":"`...)
+	b := append(x.scratch[:0], `{"error":"rate limit exceeded","scope":"`...)
 	b = append(b, d.Scope.String()...)
 	b = append(b, `","limit":`...)
 	b = strconv.AppendInt(b, d.Limit, 10)
 	b = append(b, `,"retry_after_ms":`...)
 	b = strconv.AppendInt(b, reply.RetryAfterMillis(d.RetryAfter), 10)
 	b = append(b, `,"request_id":`...)
-	b = reply.AppendJSONString(b, id.RequestID)
+	b = reply.AppendJSONString(b, x.requestID)
 	b = append(b, "}\n"...)
-	id.scratch = b
+	x.scratch = b
 	ctx.Response.Header.SetContentTypeBytes(strJSON)
 	ctx.SetStatusCode(fasthttp.StatusTooManyRequests)
 	ctx.Response.SetBody(b)
 }
 
-// problem writes a JSON error answer {"error": msg, "request_id": id}.
-func (s *Server) problem(ctx *fasthttp.RequestCtx, id *Identity, status int, msg string) {
-	id.scratch = reply.Problem{Msg: msg, RequestID: id.RequestID}.Write(ctx, status, id.scratch)
+// problem writes a JSON error answer {"error": msg, "request_id": x.requestID}.
+func (s *Server) problem(ctx *fasthttp.RequestCtx, x *exchange, status int, msg string) {
+	x.scratch = reply.Problem{Msg: msg, RequestID: x.requestID}.Write(ctx, status, x.scratch)
 }
 
-// writeProblem is problem without an Identity (fasthttp's error handler).
+// writeProblem is problem without an exchange (fasthttp's error handler).
 func (s *Server) writeProblem(ctx *fasthttp.RequestCtx, status int, msg string, requestID []byte) {
 	var buf [256]byte
 	ctx.Response.Header.SetCanonical(s.requestIDHeader, requestID)

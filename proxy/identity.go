@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -17,65 +16,6 @@ import (
 // maxRequestIDLen bounds an X-Request-Id taken from the client; a longer or
 // non-printable one is replaced by a generated ID.
 const maxRequestIDLen = 128
-
-// Identity is who sent a request and where it goes, computed once per request
-// by identify without allocating. Byte slices point into the request or into
-// the Identity's own buffers: valid only until the handler returns.
-type Identity struct {
-	// IP is the client's address: the socket peer, or, when the peer is a
-	// trusted proxy, the rightmost untrusted X-Forwarded-For entry.
-	IP netip.Addr
-	// IPText is IP in text form, as limit keys use it.
-	IPText []byte
-	// Peer is the socket peer's address; PeerTrusted says it is in
-	// server.trusted_proxies.
-	Peer        netip.Addr
-	PeerTrusted bool
-	// APIKey is the identity.api_key_header value ("" when absent). It is
-	// passed to the limiter only when it names a known tenant.
-	APIKey []byte
-	// Tenant and Plan come from the API key; anonymous requests have Tenant
-	// "" and Plan limit.PlanFree.
-	Tenant    string
-	Plan      string
-	Anonymous bool
-	// RequestID is the client's X-Request-Id, or a generated one.
-	// RequestIDTrusted is set only when the client's ID came through a trusted
-	// proxy and identity.trust_request_id is proxies: only then may the
-	// limiter use it to spare a retry (the gateway's own IDs are unique, so
-	// they are not passed to it).
-	RequestID        []byte
-	RequestIDTrusted bool
-	// Route is the matched route; Resource and Heavy are its settings.
-	Route    *Route
-	Resource string
-	Heavy    bool
-
-	// What scanHeaders found: how often the API key and request ID headers
-	// occur, and which headers checkHeaders and outbound must remove.
-	apiKeys, requestIDs int
-	headers             headerFlags
-
-	// outcome is the decision as the access log names it, scope the limit
-	// that refused, upstreamLatency the forward's duration (0: none).
-	outcome         string
-	scope           limit.Scope
-	upstreamLatency time.Duration
-	answeredAt      time.Time // when the upstream answered (zero: not forwarded)
-
-	ipBuf   [64]byte
-	peerBuf [64]byte
-	idBuf   [maxRequestIDLen]byte
-	// Per-request scratch kept with the pooled Identity so that the request
-	// path allocates nothing: the limiter's request, the X-Forwarded-For
-	// value, answer bodies and cache keys.
-	limitReq limit.Request
-	body     clientBody
-	bodyBuf  []byte // the buffered head of a request body (server.request_buffer)
-	scratch  []byte
-	keyBuf   []byte
-	uriBuf   []byte // the normalised path and the query: the forwarded URI
-}
 
 // idGen makes request IDs "<8 hex pod prefix>-<16 hex counter>" into a fixed
 // array: unique per process start (random prefix), cheap, allocation-free.
@@ -105,59 +45,77 @@ func (g *idGen) appendID(dst []byte) []byte {
 	return append(dst, h...)
 }
 
-// identify fills id for the request in ctx, matched to r (nil: no route).
-func (s *Server) identify(ctx *fasthttp.RequestCtx, r *route, id *Identity) {
+// identify writes x's identity: the peer and client addresses, the API key
+// and its tenant, and what the header scan found. It returns the first
+// request ID header's value, which setRequestID judges once the header
+// checks are done.
+func (s *Server) identify(ctx *fasthttp.RequestCtx, x *exchange) (reqID []byte) {
 	h := &ctx.Request.Header
-	id.Peer = peerAddr(ctx.RemoteAddr())
-	id.PeerTrusted = s.trusted.contains(id.Peer)
-	id.IP = id.Peer
-	if id.PeerTrusted {
-		id.IP = s.forwardedClient(h, id.Peer)
+	peer := peerAddr(ctx.RemoteAddr())
+	trusted := s.trusted.contains(peer)
+	ip := peer
+	if trusted {
+		ip = s.forwardedClient(h, peer)
 	}
-	id.IPText = id.IP.AppendTo(id.ipBuf[:0])
-
-	id.Route, id.Resource, id.Heavy = nil, "", false
-	if r != nil {
-		id.Route, id.Resource, id.Heavy = &r.Route, r.Resource, r.Heavy
-	}
-	id.Tenant, id.Plan, id.Anonymous = "", limit.PlanFree, true
-	reqID := s.scanHeaders(h, id)
-	if len(id.APIKey) > 0 && s.tenants != nil {
-		if t, ok := s.tenants.LookupAPIKey(id.APIKey); ok && t != nil {
-			id.Tenant, id.Plan, id.Anonymous = t.ID, t.Plan, false
-		}
-	}
-
-	id.RequestID, id.RequestIDTrusted = id.idBuf[:0], false
-	if validRequestID(reqID) {
-		id.RequestID = append(id.RequestID, reqID...)
-		id.RequestIDTrusted = id.PeerTrusted && s.trustProxyIDs
-	} else {
-		id.RequestID = s.ids.appendID(id.RequestID)
-	}
+	x.peer, x.peerTrusted, x.ip = peer, trusted, ip
+	x.ipText = ip.AppendTo(x.ipBuf[:0])
+	reqID = s.scanHeaders(h, x)
+	x.tenant, x.plan, x.anonymous = s.tenantOf(x.apiKey)
+	return reqID
 }
 
-// scanHeaders is the one pass over the request headers: it sets id's API
+// tenantOf is the tenant and plan of an API key; a missing or unknown key
+// is anonymous, on the FREE plan.
+func (s *Server) tenantOf(apiKey []byte) (tenant, plan string, anonymous bool) {
+	if len(apiKey) > 0 && s.tenants != nil {
+		if t, ok := s.tenants.LookupAPIKey(apiKey); ok && t != nil {
+			return t.ID, t.Plan, false
+		}
+	}
+	return "", limit.PlanFree, true
+}
+
+// setRequestID writes x's request ID: the client's (reqID) when it is
+// valid and, unless replace, or a generated one. replace is set for an
+// untrusted client's repeated request ID on a request that passed the
+// header checks; a trusted peer's repeated ID is refused instead, and a
+// refused request answers with the client's first ID. The client's ID is
+// copied, since dropping headers may reuse the memory it points into.
+func (s *Server) setRequestID(x *exchange, reqID []byte, replace bool) {
+	if replace || !validRequestID(reqID) {
+		x.requestID = s.ids.appendID(x.idBuf[:0])
+		return
+	}
+	x.requestID = append(x.idBuf[:0], reqID...)
+	x.requestIDTrusted = x.peerTrusted && s.trustProxyIDs
+}
+
+// scanHeaders is the one pass over the request headers: it writes x's API
 // key (the first), the counts of the API key and request ID headers and
 // the flags of what needs removing, and returns the first request ID.
-func (s *Server) scanHeaders(h *fasthttp.RequestHeader, id *Identity) (reqID []byte) {
-	id.APIKey, id.apiKeys, id.requestIDs, id.headers = nil, 0, 0, 0
+func (s *Server) scanHeaders(h *fasthttp.RequestHeader, x *exchange) (reqID []byte) {
+	var (
+		apiKey              []byte
+		apiKeys, requestIDs int
+		flags               headerFlags
+	)
 	for k, v := range h.All() {
 		switch {
 		case bytes.EqualFold(k, s.apiKeyHeader):
-			if id.apiKeys == 0 {
-				id.APIKey = v
+			if apiKeys == 0 {
+				apiKey = v
 			}
-			id.apiKeys++
+			apiKeys++
 		case bytes.EqualFold(k, s.requestIDHeader):
-			if id.requestIDs == 0 {
+			if requestIDs == 0 {
 				reqID = v
 			}
-			id.requestIDs++
+			requestIDs++
 		default:
-			id.headers |= classifyHeader(k)
+			flags |= classifyHeader(k)
 		}
 	}
+	x.apiKey, x.apiKeys, x.requestIDs, x.headers = apiKey, apiKeys, requestIDs, flags
 	return reqID
 }
 

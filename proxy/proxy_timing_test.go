@@ -16,11 +16,11 @@ import (
 func BenchmarkIdentifyRoute(b *testing.B) {
 	s := newInProcessServer(b)
 	ctx := newCtx()
-	id := new(Identity)
+	x := new(exchange)
 	b.ReportAllocs()
 	for b.Loop() {
-		r := s.table.Load().match(ctx.Host(), ctx.Path())
-		s.identify(ctx, r, id)
+		x.route = s.table.Load().match(ctx.Host(), ctx.Path())
+		s.setRequestID(x, s.identify(ctx, x), false)
 	}
 }
 

@@ -71,9 +71,9 @@ var (
 )
 
 // reject writes why's answer, in place of anything the response held.
-func (s *Server) reject(ctx *fasthttp.RequestCtx, id *Identity, why *reason) {
+func (s *Server) reject(ctx *fasthttp.RequestCtx, x *exchange, why *reason) {
 	why.counter.Inc()
-	id.outcome = why.msg
+	x.outcome = why.msg
 	h := &ctx.Response.Header
 	if why.retryAfter != nil {
 		h.SetBytesKV(hdrRetryAfter, why.retryAfter)
@@ -81,7 +81,7 @@ func (s *Server) reject(ctx *fasthttp.RequestCtx, id *Identity, why *reason) {
 	if why.allow != nil {
 		h.SetBytesKV(hdrAllow, why.allow)
 	}
-	s.problem(ctx, id, why.status, why.msg)
+	s.problem(ctx, x, why.status, why.msg)
 	if why.close {
 		ctx.SetConnectionClose()
 	}

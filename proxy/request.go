@@ -46,12 +46,45 @@ var (
 	strUnderscore = []byte("_")
 )
 
+// inspect is the request's one pass through framing, routing, identity
+// and the header checks, in that order; each of x's fields is written once.
+// It returns the reason to refuse the request (reasonNoRoute when no route
+// matched), or nil. A request refused for its framing or target is
+// neither routed nor header-checked, but still identified: its answer and
+// access log line carry its request ID.
+func (s *Server) inspect(ctx *fasthttp.RequestCtx, x *exchange) *reason {
+	h := &ctx.Request.Header
+	path, query, why := s.prepare(ctx, x)
+	framed := why == nil
+	if framed {
+		x.route = s.table.Load().match(h.Host(), path)
+		s.setTarget(ctx, x, query)
+	}
+	reqID := s.identify(ctx, x)
+	if framed {
+		why = s.checkHeaders(x)
+	}
+	// Only a repeated ID that passed the checks is an untrusted client's.
+	replaceID := why == nil && x.requestIDs > 1
+	s.setRequestID(x, reqID, replaceID) // before any header is deleted
+	if framed && x.headers&hdrUnderscore != 0 && s.cfg.Server.HeadersWithUnderscores == UnderscoresDrop {
+		dropUnderscoreHeaders(h)
+	}
+	if replaceID {
+		h.DelBytes(s.requestIDHeader)
+	}
+	if why == nil && x.route == nil {
+		why = reasonNoRoute
+	}
+	return why
+}
+
 // prepare checks the request's framing and target and normalises its path.
-// On success it returns the normalised path (in id's buffer) and the
+// On success it returns the normalised path (in x's buffer) and the
 // request's query; an absolute-form target's host has replaced the Host
 // header (RFC 9112 §3.2.2), so that routing, X-Forwarded-Host and the
 // upstream see the same host.
-func (s *Server) prepare(ctx *fasthttp.RequestCtx, id *Identity) (path, query []byte, ref *reason) {
+func (s *Server) prepare(ctx *fasthttp.RequestCtx, x *exchange) (path, query []byte, ref *reason) {
 	h := &ctx.Request.Header
 	// Forward no Content-Type the client did not send.
 	h.SetNoDefaultContentType(true)
@@ -74,55 +107,45 @@ func (s *Server) prepare(ctx *fasthttp.RequestCtx, id *Identity) (path, query []
 	if len(host) > 0 {
 		h.SetHostBytes(host)
 	}
-	p, e := normalizePath(id.uriBuf[:0], raw)
+	p, e := normalizePath(x.uriBuf[:0], raw)
 	if e != pathOK {
 		return nil, nil, &refusePath[e]
 	}
-	id.uriBuf = p
+	x.uriBuf = p
 	return p, query, nil
 }
 
 // setTarget makes the request's URI the normalised path (with the matched
-// prefix spelled as route r has it) and the original query, when it is not
-// that already.
-func (s *Server) setTarget(ctx *fasthttp.RequestCtx, r *route, id *Identity, query []byte) {
-	if r != nil {
-		r.canonicalize(id.uriBuf)
+// prefix spelled as x's route has it) and the original query, when it is
+// not that already.
+func (s *Server) setTarget(ctx *fasthttp.RequestCtx, x *exchange, query []byte) {
+	if x.route != nil {
+		x.route.canonicalize(x.uriBuf)
 	}
-	u := id.uriBuf
+	u := x.uriBuf
 	if query != nil {
 		u = append(u, '?')
 		u = append(u, query...)
 	}
-	id.uriBuf = u
+	x.uriBuf = u
 	if !bytes.Equal(u, ctx.Request.Header.RequestURI()) {
 		ctx.Request.SetRequestURIBytes(u)
 	}
 }
 
-// checkHeaders applies server.headers_with_underscores and refuses
-// ambiguous identity headers: the API key twice, or a trusted peer's
-// request ID twice. An untrusted client's repeated request ID is dropped
-// and replaced by a generated one.
-func (s *Server) checkHeaders(ctx *fasthttp.RequestCtx, id *Identity) *reason {
-	h := &ctx.Request.Header
-	if id.headers&hdrUnderscore != 0 {
-		switch s.cfg.Server.HeadersWithUnderscores {
-		case UnderscoresReject:
-			return refuseUnderscore
-		case UnderscoresDrop:
-			dropUnderscoreHeaders(h)
-		}
-	}
-	if id.apiKeys > 1 {
+// checkHeaders is the refusal that server.headers_with_underscores
+// (reject) or an ambiguous identity header calls for: the API key twice,
+// or a trusted peer's request ID twice. An untrusted client's repeated
+// request ID is no refusal: it is dropped and replaced by a generated one
+// (inspect).
+func (s *Server) checkHeaders(x *exchange) *reason {
+	switch {
+	case x.headers&hdrUnderscore != 0 && s.cfg.Server.HeadersWithUnderscores == UnderscoresReject:
+		return refuseUnderscore
+	case x.apiKeys > 1:
 		return refuseDupAPIKey
-	}
-	if id.requestIDs > 1 {
-		if id.PeerTrusted {
-			return refuseDupRequestID
-		}
-		h.DelBytes(s.requestIDHeader)
-		id.RequestID, id.RequestIDTrusted = s.ids.appendID(id.idBuf[:0]), false
+	case x.requestIDs > 1 && x.peerTrusted:
+		return refuseDupRequestID
 	}
 	return nil
 }

@@ -39,7 +39,7 @@ type Server struct {
 	requestIDHeader []byte
 	ids             *idGen
 	trustProxyIDs   bool      // identity.trust_request_id is proxies
-	idents          sync.Pool // *Identity
+	exchanges       sync.Pool // *exchange
 	errLog          *errorLog
 	access          *accessLog // nil: log.access is off
 
@@ -86,7 +86,7 @@ func New(deps Deps) (*Server, error) {
 		ids:             newIDGen(),
 		trustProxyIDs:   cfg.Identity.TrustsProxyRequestID(),
 	}
-	s.idents.New = func() any { return new(Identity) }
+	s.exchanges.New = func() any { return new(exchange) }
 	t, err := s.NewTable(cfg.Routes, Bindings{Upstreams: deps.Upstreams, Limits: deps.limits(), Pools: deps.Pools})
 	if err != nil {
 		return nil, err

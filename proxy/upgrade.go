@@ -87,11 +87,12 @@ func isUpgrade(h *fasthttp.RequestHeader) bool {
 
 // upgrade forwards an admitted Upgrade request and, on a 101, splices the
 // connections (see the comment at the top of this file).
-func (s *Server) upgrade(ctx *fasthttp.RequestCtx, r *route, id *Identity, d *limit.Decision) {
+func (s *Server) upgrade(ctx *fasthttp.RequestCtx, x *exchange) {
+	r := x.route
 	dialer, ok := r.pool.(upstreamDialer)
 	if !ok {
 		wsFailed.Inc()
-		s.reject(ctx, id, upstreamErrorReason(errNoDialer))
+		s.reject(ctx, x, upstreamErrorReason(errNoDialer))
 		return
 	}
 	timeout := r.bodyTimeout
@@ -101,10 +102,10 @@ func (s *Server) upgrade(ctx *fasthttp.RequestCtx, r *route, id *Identity, d *li
 	up, host, err := dialer.Dial(timeout)
 	if err != nil {
 		wsFailed.Inc()
-		s.reject(ctx, id, upstreamErrorReason(err))
+		s.reject(ctx, x, upstreamErrorReason(err))
 		return
 	}
-	br, err := s.handshake(ctx, r, id, up, host, timeout)
+	br, err := s.handshake(ctx, x, up, host, timeout)
 	if err != nil {
 		up.Close()
 		wsFailed.Inc()
@@ -112,12 +113,12 @@ func (s *Server) upgrade(ctx *fasthttp.RequestCtx, r *route, id *Identity, d *li
 			err = upstream.ErrTimeout
 		}
 		ctx.Response.Reset()
-		s.reject(ctx, id, upstreamErrorReason(err))
+		s.reject(ctx, x, upstreamErrorReason(err))
 		return
 	}
 	resp := &ctx.Response
-	if d.Scope != limit.ScopeNone {
-		reply.SetRateLimitHeaders(&resp.Header, d)
+	if x.decision.Scope != limit.ScopeNone {
+		reply.SetRateLimitHeaders(&resp.Header, &x.decision)
 	}
 	if resp.StatusCode() != fasthttp.StatusSwitchingProtocols {
 		// Declined (a 400, 401, 426 ...): the answer goes back as it is.
@@ -137,10 +138,10 @@ func (s *Server) upgrade(ctx *fasthttp.RequestCtx, r *route, id *Identity, d *li
 // handshake writes the client's request head to the upstream connection,
 // with Connection and Upgrade kept, and reads the answer's head into
 // ctx.Response; br holds what the upstream sent after it.
-func (s *Server) handshake(ctx *fasthttp.RequestCtx, r *route, id *Identity, up net.Conn, host string, timeout time.Duration) (*bufio.Reader, error) {
+func (s *Server) handshake(ctx *fasthttp.RequestCtx, x *exchange, up net.Conn, host string, timeout time.Duration) (*bufio.Reader, error) {
 	req := &ctx.Request
 	upgradeTo := append([]byte(nil), req.Header.PeekBytes(hdrUpgrade)...)
-	req, _ = s.outbound(ctx, r, id, nil, true) // hop-by-hop stripped, forwarded headers set
+	req = s.outbound(ctx, x, nil, true) // hop-by-hop stripped, forwarded headers set
 	req.Header.SetBytesKV(hdrConnection, strUpgrade)
 	req.Header.SetBytesKV(hdrUpgrade, upgradeTo)
 	if len(req.Header.Host()) == 0 {
