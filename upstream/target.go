@@ -56,6 +56,8 @@ type target struct {
 	outReasons atomic.Int32 // outEjected | outBreaker while held out
 }
 
+// newTarget is the target rawURL of pool: its clients, breaker and passive
+// ejection as cfg sets them; rm is the pool's cap on targets held out.
 func newTarget(pool, rawURL string, cfg *PoolConfig, rm *removal) *target {
 	u, _ := url.Parse(rawURL) // validated by Config.Validate
 	isTLS := u.Scheme == "https"
@@ -76,7 +78,24 @@ func newTarget(pool, rawURL string, cfg *PoolConfig, rm *removal) *target {
 	// for every request: a sweeper keeps them without a runtime timer each,
 	// at most a tenth of the pool timeout late.
 	t.sweeper = deadline.NewSweeper(min(cfg.Timeout/10, time.Second))
-	t.hc = &fasthttp.HostClient{
+	t.hc = t.newHostClient(addr, isTLS, cfg)
+	t.probe = t.newProbeClient(addr, isTLS, cfg)
+	if cfg.Pipeline > 0 {
+		t.pipe = newPipeline(t, addr, isTLS, cfg)
+	}
+	t.onBodyCut, t.bodyIdle, t.bodyTimeout = t.bodyCut, cfg.BodyIdleTimeout, cfg.BodyTimeout
+	t.healthy.Store(true)
+	t.breaker = newBreaker(cfg.Breaker, t.breakerChanged)
+	t.breaker.mayTrip = func() bool { return t.takeOut(outBreaker) }
+	t.m.healthy.Set(1)
+	t.m.breakerState.Set(float64(stateClosed))
+	return t
+}
+
+// newHostClient is t's client for forwarded requests: its connections are
+// dialled through t.dial and kept to their deadlines by t.sweeper.
+func (t *target) newHostClient(addr string, isTLS bool, cfg *PoolConfig) *fasthttp.HostClient {
+	return &fasthttp.HostClient{
 		Addr:  addr,
 		IsTLS: isTLS,
 		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
@@ -103,7 +122,12 @@ func newTarget(pool, rawURL string, cfg *PoolConfig, rm *removal) *target {
 		// which fasthttp honours per request: see Pool.Do.
 		StreamResponseBody: false,
 	}
-	t.probe = &fasthttp.HostClient{
+}
+
+// newProbeClient is t's client for health checks, apart from the forwarded
+// requests' connections.
+func (t *target) newProbeClient(addr string, isTLS bool, cfg *PoolConfig) *fasthttp.HostClient {
+	return &fasthttp.HostClient{
 		Addr:                      addr,
 		IsTLS:                     isTLS,
 		DialTimeout:               t.dial,
@@ -113,16 +137,6 @@ func newTarget(pool, rawURL string, cfg *PoolConfig, rm *removal) *target {
 		NoDefaultUserAgentHeader:  true,
 		Name:                      "sentinel-health-check",
 	}
-	if cfg.Pipeline > 0 {
-		t.pipe = newPipeline(t, addr, isTLS, cfg)
-	}
-	t.onBodyCut, t.bodyIdle, t.bodyTimeout = t.bodyCut, cfg.BodyIdleTimeout, cfg.BodyTimeout
-	t.healthy.Store(true)
-	t.breaker = newBreaker(cfg.Breaker, t.breakerChanged)
-	t.breaker.mayTrip = func() bool { return t.takeOut(outBreaker) }
-	t.m.healthy.Set(1)
-	t.m.breakerState.Set(float64(stateClosed))
-	return t
 }
 
 // dialer connects within connectTimeout (or the request's remaining time if
