@@ -115,58 +115,86 @@ func write(w io.Writer, runs []run) error {
 	fmt.Fprintln(w, "| configuration | req/s | 2xx/s | p50 ms | p99 ms | status ≥ 400 or socket error | adaptive modes entered | store calls per request, unanswered | CPU µs/request: gateway | backend | redis | wrk | vs baseline: req/s (rounds' range) | 2xx/s | p99 |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, name := range names {
-		var rs []run
-		for _, r := range runs {
-			if r.name == name {
-				rs = append(rs, r)
-			}
-		}
-		m := func(f func(run) float64) float64 { return median(mapRuns(rs, f)) }
-		cpu := func(i int) float64 { return m(func(r run) float64 { return r.cpuMS[i] * 1000 / r.requests }) }
-		var rpsRatio, okRatio, p99Ratio []float64
-		for _, r := range rs {
-			if b, ok := byKey[fmt.Sprint(r.baseline, "/", r.round)]; ok {
-				rpsRatio = append(rpsRatio, r.rps()/b.rps())
-				p99Ratio = append(p99Ratio, r.p99us/b.p99us)
-				if b.ok2xx() >= 1 {
-					okRatio = append(okRatio, r.ok2xx()/b.ok2xx())
-				}
-			}
-		}
-		vs := func(xs []float64) string {
-			switch {
-			case rs[0].baseline == name:
-				return "baseline"
-			case len(xs) == 0:
-				return "–"
-			}
-			return fmt.Sprintf("%.2f×", median(xs))
-		}
-		// The req/s ratio also shows its spread over the rounds: on a
-		// shared machine it is often wider than a change being measured.
-		vsRange := func(xs []float64) string {
-			v := vs(xs)
-			if len(xs) < 2 || v == "baseline" {
-				return v
-			}
-			lo, hi := fmt.Sprintf("%.2f", slices.Min(xs)), fmt.Sprintf("%.2f", slices.Max(xs))
-			if lo == hi {
-				return v
-			}
-			return v + " (" + lo + "–" + hi + ")"
-		}
-		store := "–"
-		if m(func(r run) float64 { return r.storeCalls }) > 0 {
-			store = fmt.Sprintf("%.3f, %s", m(func(r run) float64 { return r.storeCalls / r.requests }),
-				share(m(func(r run) float64 { return r.storeUnanswered / max(r.storeCalls, 1) })))
-		}
-		fmt.Fprintf(w, "| %s | %s | %s | %.2f | %.2f | %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %s | %s | %s |\n", rs[0].label,
-			thousands(m(run.rps)), thousands(m(run.ok2xx)),
-			m(func(r run) float64 { return r.p50us / 1000 }), m(func(r run) float64 { return r.p99us / 1000 }),
-			share(m(func(r run) float64 { return (r.non2xx + r.sockErr) / r.requests })), modes(rs), store,
-			cpu(0), cpu(1), cpu(2), cpu(3), vsRange(rpsRatio), vs(okRatio), vs(p99Ratio))
+		writeRow(w, runsNamed(runs, name), byKey)
 	}
 	return nil
+}
+
+// runsNamed is the rounds of the configuration name, in order.
+func runsNamed(runs []run, name string) []run {
+	var rs []run
+	for _, r := range runs {
+		if r.name == name {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+// writeRow writes the row of one configuration from its rounds rs (medians
+// over the rounds); byKey finds each round's baseline.
+func writeRow(w io.Writer, rs []run, byKey map[string]run) {
+	m := func(f func(run) float64) float64 { return median(mapRuns(rs, f)) }
+	cpu := func(i int) float64 { return m(func(r run) float64 { return r.cpuMS[i] * 1000 / r.requests }) }
+	rpsRatio, okRatio, p99Ratio := baselineRatios(rs, byKey)
+	isBaseline := rs[0].baseline == rs[0].name
+	fmt.Fprintf(w, "| %s | %s | %s | %.2f | %.2f | %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %s | %s | %s |\n", rs[0].label,
+		thousands(m(run.rps)), thousands(m(run.ok2xx)),
+		m(func(r run) float64 { return r.p50us / 1000 }), m(func(r run) float64 { return r.p99us / 1000 }),
+		share(m(func(r run) float64 { return (r.non2xx + r.sockErr) / r.requests })), modes(rs), storeCell(m),
+		cpu(0), cpu(1), cpu(2), cpu(3), vsRange(isBaseline, rpsRatio), vs(isBaseline, okRatio), vs(isBaseline, p99Ratio))
+}
+
+// baselineRatios are each round's req/s, 2xx/s and p99 over its baseline
+// round's; a round without a baseline has none, and a baseline that served
+// less than one 2xx per second gives no 2xx ratio.
+func baselineRatios(rs []run, byKey map[string]run) (rps, ok, p99 []float64) {
+	for _, r := range rs {
+		if b, found := byKey[fmt.Sprint(r.baseline, "/", r.round)]; found {
+			rps = append(rps, r.rps()/b.rps())
+			p99 = append(p99, r.p99us/b.p99us)
+			if b.ok2xx() >= 1 {
+				ok = append(ok, r.ok2xx()/b.ok2xx())
+			}
+		}
+	}
+	return rps, ok, p99
+}
+
+// vs is the median of the ratios xs to the baseline, "baseline" in the
+// baseline's own row, "–" when there is none.
+func vs(isBaseline bool, xs []float64) string {
+	switch {
+	case isBaseline:
+		return "baseline"
+	case len(xs) == 0:
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", median(xs))
+}
+
+// vsRange is vs with the spread of the ratios over the rounds: on a shared
+// machine it is often wider than a change being measured.
+func vsRange(isBaseline bool, xs []float64) string {
+	v := vs(isBaseline, xs)
+	if len(xs) < 2 || v == "baseline" {
+		return v
+	}
+	lo, hi := fmt.Sprintf("%.2f", slices.Min(xs)), fmt.Sprintf("%.2f", slices.Max(xs))
+	if lo == hi {
+		return v
+	}
+	return v + " (" + lo + "–" + hi + ")"
+}
+
+// storeCell is the store calls per request and the share left unanswered,
+// from the medians m; "–" when no round called the store.
+func storeCell(m func(func(run) float64) float64) string {
+	if m(func(r run) float64 { return r.storeCalls }) > 0 {
+		return fmt.Sprintf("%.3f, %s", m(func(r run) float64 { return r.storeCalls / r.requests }),
+			share(m(func(r run) float64 { return r.storeUnanswered / max(r.storeCalls, 1) })))
+	}
+	return "–"
 }
 
 // modes lists the adaptive modes entered in any round, with the number of
