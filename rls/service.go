@@ -64,35 +64,14 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		return resp, nil
 	}
-	lreqs := make([]limit.Request, len(req.Descriptors))
-	for i, desc := range req.Descriptors {
-		lreqs[i] = s.request(&dom, desc, req.HitsAddend)
-		if err := s.overCapacity(i, desc, &lreqs[i]); err != nil {
-			callsInvalid.Inc()
-			return nil, err
-		}
+	lreqs, err := s.requests(&dom, req)
+	if err != nil {
+		callsInvalid.Inc()
+		return nil, err
 	}
-	var worst *limit.Decision
-	for i := range req.Descriptors {
-		lreq := &lreqs[i]
-		if lreq.Tenant == "" && lreq.Resource == "" && len(lreq.APIKey) == 0 && len(lreq.IP) == 0 {
-			descNoLimit.Inc()
-			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-			continue
-		}
-		d := s.limiter.Allow(ctx, lreq)
-		if d.Unavailable {
-			// on_store_failure: closed. Envoy's failure_mode_deny decides.
-			callsUnavailable.Inc()
-			return nil, status.Error(codes.Unavailable, "rate-limit store unavailable")
-		}
-		resp.Statuses[i] = descriptorStatus(&d)
-		if d.Scope == limit.ScopeNone {
-			continue
-		}
-		if worst == nil || worse(&d, worst) {
-			worst = &d
-		}
+	worst, err := s.decide(ctx, lreqs, resp)
+	if err != nil {
+		return nil, err
 	}
 	if worst != nil {
 		resp.ResponseHeadersToAdd = headers(worst)
@@ -106,6 +85,49 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		callsOK.Inc()
 	}
 	return resp, nil
+}
+
+// requests are the limiter requests of req's descriptors in domain dom;
+// the error refuses a descriptor that asks more than a limit can grant
+// (overCapacity), before any takes tokens.
+func (s *service) requests(dom *Domain, req *rlsv3.RateLimitRequest) ([]limit.Request, error) {
+	lreqs := make([]limit.Request, len(req.Descriptors))
+	for i, desc := range req.Descriptors {
+		lreqs[i] = s.request(dom, desc, req.HitsAddend)
+		if err := s.overCapacity(i, desc, &lreqs[i]); err != nil {
+			return nil, err
+		}
+	}
+	return lreqs, nil
+}
+
+// decide asks the limiter for each request in order and writes each
+// descriptor's status in resp. It returns the worst decision of a limit
+// that applied (nil: none applied), or Unavailable when the store cannot
+// decide (on_store_failure: closed; Envoy's failure_mode_deny decides).
+func (s *service) decide(ctx context.Context, lreqs []limit.Request, resp *rlsv3.RateLimitResponse) (*limit.Decision, error) {
+	var worst *limit.Decision
+	for i := range lreqs {
+		lreq := &lreqs[i]
+		if lreq.Tenant == "" && lreq.Resource == "" && len(lreq.APIKey) == 0 && len(lreq.IP) == 0 {
+			descNoLimit.Inc()
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+			continue
+		}
+		d := s.limiter.Allow(ctx, lreq)
+		if d.Unavailable {
+			callsUnavailable.Inc()
+			return nil, status.Error(codes.Unavailable, "rate-limit store unavailable")
+		}
+		resp.Statuses[i] = descriptorStatus(&d)
+		if d.Scope == limit.ScopeNone {
+			continue
+		}
+		if worst == nil || worse(&d, worst) {
+			worst = &d
+		}
+	}
+	return worst, nil
 }
 
 // overCapacity refuses, as InvalidArgument naming the hits_addend that set
