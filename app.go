@@ -19,6 +19,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/cache"
 	"github.com/sentinel-gateway/sentinel/internal/logx"
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 	"github.com/sentinel-gateway/sentinel/proxy"
 	"github.com/sentinel-gateway/sentinel/rls"
 	"github.com/sentinel-gateway/sentinel/upstream"
@@ -28,7 +29,7 @@ import (
 type app struct {
 	cfg       *Config
 	redis     rueidis.Client // nil: the embedded in-memory store, or not connected yet
-	store     limit.Store    // a *limit.LateStore when Redis did not answer at start
+	store     store.Store    // a *store.LateStore when Redis did not answer at start
 	storeName string
 	catalog   *limit.Catalog
 	sync      *limit.CatalogSync // in-process only without Redis
@@ -105,10 +106,10 @@ func (a *app) buildLimits(cfg *Config) (err error) {
 		if err != nil {
 			a.startWithout(err)
 		} else {
-			a.store = limit.NewRedisStore(a.redis, limit.RedisStoreOptions{KeyPrefix: cfg.Redis.KeyPrefix})
+			a.store = store.NewRedisStore(a.redis, store.RedisStoreOptions{KeyPrefix: cfg.Redis.KeyPrefix})
 		}
 	} else {
-		a.store = limit.NewMemoryStore(limit.MemoryOptions{MaxKeys: cfg.Limits.MaxKeys})
+		a.store = store.NewMemoryStore(store.MemoryOptions{MaxKeys: cfg.Limits.MaxKeys})
 		a.storeName = "in-memory"
 	}
 	if a.catalog, err = limit.NewCatalog(cfg.Plans, cfg.Tenants, cfg.Rules); err != nil {
@@ -309,7 +310,7 @@ func (a *app) ready(ctx context.Context) (bool, string) {
 	}
 	err := a.store.Ping(ctx)
 	onFailure := *a.onStoreFailure.Load()
-	if errors.Is(err, limit.ErrNotConnected) {
+	if errors.Is(err, store.ErrNotConnected) {
 		return a.readyUnconnected(onFailure)
 	}
 	switch {
@@ -326,10 +327,10 @@ func (a *app) ready(ctx context.Context) (bool, string) {
 // connectRedis connects, retrying for redis.connect_wait while Redis does not
 // answer yet, so that a pod and its Redis may start together. When it gives
 // up, the pod starts without Redis and connects in the background.
-func connectRedis(cfg limit.RedisConfig) (rueidis.Client, error) {
+func connectRedis(cfg store.RedisConfig) (rueidis.Client, error) {
 	deadline := time.Now().Add(cfg.ConnectWait)
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		client, err := limit.NewRedisClient(cfg)
+		client, err := store.NewRedisClient(cfg)
 		if err == nil {
 			return client, nil
 		}

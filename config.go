@@ -16,6 +16,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/cache"
 	"github.com/sentinel-gateway/sentinel/internal/logx"
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 	"github.com/sentinel-gateway/sentinel/proxy"
 	"github.com/sentinel-gateway/sentinel/rls"
 	"github.com/sentinel-gateway/sentinel/upstream"
@@ -38,7 +39,7 @@ type Config struct {
 	Admin     admin.Config      `mapstructure:"server"`
 	Upstreams upstream.Config   `mapstructure:"upstreams"`
 	Cache     cache.Config      `mapstructure:"cache"`
-	Redis     limit.RedisConfig `mapstructure:"redis"`
+	Redis     store.RedisConfig `mapstructure:"redis"`
 	Plans     limit.Plans       `mapstructure:"plans"`
 	Tenants   []limit.Tenant    `mapstructure:"tenants"`
 	Limits    limit.Config      `mapstructure:"limits"`

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // TestCheckAPISharesTheProxyBudget: decisions through the check API and
@@ -280,7 +280,7 @@ func TestRedisLosesItsData(t *testing.T) {
 	require.Equal(t, 3, allowedOf(t, []*gateway{a, b}, 6, "lostco-key"), "the rule holds before")
 	restores := scrape(t, a.admin, "sentinel_catalog_restores_total")
 
-	rc, err := limit.NewRedisClient(limit.RedisConfig{Addrs: []string{srv.Addr}})
+	rc, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
 	require.NoError(t, err)
 	defer rc.Close()
 	_ = rc.Do(context.Background(), rc.B().Shutdown().Nosave().Build()).Error() // the connection drops

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // TestFaultKeyFloodKeepsExhaustedCounters: a gateway on the in-memory store
@@ -33,7 +34,7 @@ upstreams:
 routes:
   - {path_prefix: /, upstream: api}
 `)
-	store, ok := g.app.store.(*limit.MemoryStore)
+	mem, ok := g.app.store.(*store.MemoryStore)
 	require.True(t, ok, "the gateway runs on the in-memory store")
 	maxKeys := g.app.cfg.Limits.MaxKeys
 	ctx := context.Background()
@@ -60,17 +61,17 @@ routes:
 	const workers = 2
 	for w := range workers {
 		wg.Go(func() {
-			req := &limit.LeaseRequest{
-				Params: limit.Params{Algorithm: limit.SlidingWindow, Limit: limitPerHour, Window: time.Hour},
+			req := &store.LeaseRequest{
+				Params: store.Params{Algorithm: store.SlidingWindow, Limit: limitPerHour, Window: time.Hour},
 				Want:   1, LeaseTTL: 250 * time.Millisecond,
 			}
 			var buf, ip []byte
 			n := int64(0)
 			for i := w; i < flood; i += workers {
 				ip = strconv.AppendInt(append(ip[:0], "flood-"...), int64(i), 10)
-				req.Key = limit.AppendKey(buf[:0], "", "ip", ip)
+				req.Key = store.AppendKey(buf[:0], "", "ip", ip)
 				buf = req.Key
-				r, err := store.Lease(ctx, req)
+				r, err := mem.Lease(ctx, req)
 				if err != nil {
 					panic(err)
 				}
@@ -95,7 +96,7 @@ routes:
 		}
 	}
 	overflow := scrape(t, g.admin, "sentinel_limit_memory_overflow_decisions_total")
-	keys := store.Len()
+	keys := mem.Len()
 	growth := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	t.Logf("faults: key flood: %d of %d exhausted clients still refused after %d distinct keys (%.1f s, %.0f keys/s); store holds %d keys (max_keys %d); flood granted %d; overflow decisions %.0f; heap %+.1f MB (%.0f B per key held)",
 		refused, held, flood, took.Seconds(), float64(flood)/took.Seconds(), keys, maxKeys, granted.Load(), overflow,

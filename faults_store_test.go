@@ -19,6 +19,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // The fault suite's store faults: Redis paused, slowed, gone at start, and a
@@ -365,7 +366,7 @@ func TestFaultClusterMasterKilled(t *testing.T) {
 
 	// Which master holds each tenant's counter (Nodes[i] serves the i-th
 	// third of the slots).
-	rc, err := limit.NewRedisClient(limit.RedisConfig{Addrs: cl.Addrs, Cluster: true})
+	rc, err := store.NewRedisClient(store.RedisConfig{Addrs: cl.Addrs, Cluster: true})
 	require.NoError(t, err)
 	defer rc.Close()
 	nodeOf := func(tenant string) int {

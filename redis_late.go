@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // A pod whose Redis does not answer within redis.connect_wait starts
@@ -22,7 +23,7 @@ import (
 // redisConn is the connection state of a pod with Redis, as /metrics shows
 // it.
 type redisConn struct {
-	store     *limit.LateStore // nil: Redis answered at start
+	store     *store.LateStore // nil: Redis answered at start
 	set       *metrics.Set     // this pod's series, registered until close
 	connected atomic.Bool      // sentinel_redis_connected
 	failures  *metrics.Counter // failed background connection attempts
@@ -48,7 +49,7 @@ func (r *redisConn) close() { metrics.UnregisterSet(r.set, true) }
 func (a *app) startWithout(err error) {
 	slog.Warn("starting without redis: deciding per limits.on_store_failure and connecting in the background",
 		"error", err, "on_store_failure", a.cfg.Limits.OnStoreFailure, "expected_pods", a.cfg.Limits.ExpectedPods)
-	a.conn.store = limit.NewLateStore()
+	a.conn.store = store.NewLateStore()
 	a.store = a.conn.store
 }
 
@@ -62,7 +63,7 @@ func (a *app) pending() bool { return a.conn != nil && a.conn.store != nil }
 func (a *app) attachLoop(ctx context.Context) {
 	last := ""
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		client, err := limit.NewRedisClient(a.cfg.Redis)
+		client, err := store.NewRedisClient(a.cfg.Redis)
 		if err == nil {
 			a.attach(ctx, client)
 			return
@@ -84,7 +85,7 @@ func (a *app) attachLoop(ctx context.Context) {
 // catalog sync, whose first load it retries until it works.
 func (a *app) attach(ctx context.Context, client rueidis.Client) {
 	a.redis = client // read by close only, once this goroutine has ended
-	a.conn.store.Attach(limit.NewRedisStore(client, limit.RedisStoreOptions{KeyPrefix: a.cfg.Redis.KeyPrefix}))
+	a.conn.store.Attach(store.NewRedisStore(client, store.RedisStoreOptions{KeyPrefix: a.cfg.Redis.KeyPrefix}))
 	a.conn.connected.Store(true)
 	slog.Info("redis answers: the store decides the limits from now on", "redis", a.storeName)
 	a.adaptive.AttachRedis(client)

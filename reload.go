@@ -13,7 +13,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
-	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 var (
@@ -133,7 +133,7 @@ func (a *app) applyLimits(next *Config) error {
 		return err
 	}
 	a.limiter.swap(l)
-	if ms, ok := a.store.(*limit.MemoryStore); ok {
+	if ms, ok := a.store.(*store.MemoryStore); ok {
 		ms.SetMaxKeys(next.Limits.MaxKeys)
 	}
 	a.cfg.Limits, a.cfg.Tenants, a.cfg.Rules = next.Limits, next.Tenants, next.Rules

@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // testTenants is a catalog of two tenants, acme (PREMIUM) and cheap (FREE),
@@ -54,10 +55,10 @@ func startAdmin(t *testing.T, cfg Config) *fasthttp.Client {
 // in-memory store.
 func memServer(tb testing.TB, cfg Config, lcfg limit.Config) *Server {
 	tb.Helper()
-	store := limit.NewMemoryStore(limit.MemoryOptions{})
-	tb.Cleanup(func() { store.Close() })
+	mem := store.NewMemoryStore(store.MemoryOptions{})
+	tb.Cleanup(func() { mem.Close() })
 	cat := testTenants(tb)
-	lim, err := limit.NewLimiter(lcfg, store, limit.Options{Catalog: cat})
+	lim, err := limit.NewLimiter(lcfg, mem, limit.Options{Catalog: cat})
 	require.NoError(tb, err)
 	tb.Cleanup(lim.Close)
 	s, err := New(Deps{Config: cfg, Limiter: lim, Catalog: cat, Writer: limit.NewCatalogSync(nil, cat, limit.CatalogSyncOptions{})})
@@ -102,7 +103,7 @@ type fakeLimiter struct{}
 
 func (fakeLimiter) Allow(context.Context, *limit.Request) limit.Decision { return limit.Decision{} }
 func (fakeLimiter) MaxTokens(*limit.Request) (int64, limit.Scope) {
-	return limit.MaxLimit, limit.ScopeNone
+	return store.MaxLimit, limit.ScopeNone
 }
 func (fakeLimiter) Status() limit.LimiterStatus { return limit.LimiterStatus{} }
 

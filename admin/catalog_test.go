@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // TestRuleRoundTrip: the rules API reads and answers limit.Rule's JSON, with
@@ -48,9 +49,9 @@ func TestDeleteConfigEntryNamesTheField(t *testing.T) {
 	rule.SetDefaults(&lcfg)
 	cat, err := limit.NewCatalog(nil, []limit.Tenant{{ID: "acme", Plan: "FREE"}}, []limit.Rule{rule})
 	require.NoError(t, err)
-	store := limit.NewMemoryStore(limit.MemoryOptions{})
-	t.Cleanup(func() { store.Close() })
-	lim, err := limit.NewLimiter(lcfg, store, limit.Options{Catalog: cat})
+	mem := store.NewMemoryStore(store.MemoryOptions{})
+	t.Cleanup(func() { mem.Close() })
+	lim, err := limit.NewLimiter(lcfg, mem, limit.Options{Catalog: cat})
 	require.NoError(t, err)
 	t.Cleanup(lim.Close)
 	s, err := New(Deps{Config: Config{Listen: "127.0.0.1:0"}, Limiter: lim, Catalog: cat, Writer: limit.NewCatalogSync(nil, cat, limit.CatalogSyncOptions{})})

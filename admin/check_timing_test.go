@@ -11,13 +11,14 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // BenchmarkCheckAPIRedis is the check API over loopback HTTP with the real
 // limiter on one redis-server: decisions per second and p99, leases on.
 func BenchmarkCheckAPIRedis(b *testing.B) {
 	srv := redistest.Start(b)
-	client, err := limit.NewRedisClient(limit.RedisConfig{Addrs: []string{srv.Addr}})
+	client, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func BenchmarkCheckAPIRedis(b *testing.B) {
 	cfg.Tenant, cfg.APIKey = 1<<39, 1<<39
 	cfg.StoreTimeout = 50 * time.Millisecond
 	cat := testTenants(b)
-	lim, err := limit.NewLimiter(cfg, limit.NewRedisStore(client, limit.RedisStoreOptions{KeyPrefix: "bench"}), limit.Options{Catalog: cat})
+	lim, err := limit.NewLimiter(cfg, store.NewRedisStore(client, store.RedisStoreOptions{KeyPrefix: "bench"}), limit.Options{Catalog: cat})
 	if err != nil {
 		b.Fatal(err)
 	}

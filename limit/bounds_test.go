@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // TestBounds: config and rule values past the documented bounds are errors
@@ -21,16 +22,18 @@ func TestBounds(t *testing.T) {
 		return c.Validate()
 	}
 	for key, mod := range map[string]func(*Config){
-		"limits.tenant":  func(c *Config) { c.Tenant = MaxLimit + 1 },
+		"limits.tenant":  func(c *Config) { c.Tenant = store.MaxLimit + 1 },
 		"limits.api_key": func(c *Config) { c.APIKey = math.MaxInt64 },
 		"limits.ip":      func(c *Config) { c.IP = -1 },
-		"limits.window":  func(c *Config) { c.Window = MaxWindow + time.Millisecond },
+		"limits.window":  func(c *Config) { c.Window = store.MaxWindow + time.Millisecond },
 	} {
 		var ve *ValidationError
 		require.ErrorAs(t, cfg(mod), &ve, key)
 		assert.Equal(t, key, ve.Field)
 	}
-	assert.NoError(t, cfg(func(c *Config) { c.Tenant, c.APIKey, c.IP, c.Window = MaxLimit, MaxLimit, MaxLimit, MaxWindow }))
+	assert.NoError(t, cfg(func(c *Config) {
+		c.Tenant, c.APIKey, c.IP, c.Window = store.MaxLimit, store.MaxLimit, store.MaxLimit, store.MaxWindow
+	}))
 
 	rule := func(r Rule) error {
 		r.Tenant, r.Resource = "t", "r"
@@ -38,7 +41,7 @@ func TestBounds(t *testing.T) {
 	}
 	for key, r := range map[string]Rule{
 		"rules[0].refill_rate": {Algorithm: "token_bucket", Capacity: 5, RefillRate: 1e-300},
-		"rules[0].capacity":    {Algorithm: "token_bucket", Capacity: MaxLimit + 1, RefillRate: 1},
+		"rules[0].capacity":    {Algorithm: "token_bucket", Capacity: store.MaxLimit + 1, RefillRate: 1},
 		"rules[0].limit":       {Algorithm: "sliding_window", Limit: math.MaxInt64, Window: confutil.Duration(time.Second)},
 		"rules[0].window":      {Algorithm: "sliding_log", Limit: 1, Window: confutil.Duration(25 * time.Hour)},
 	} {
@@ -47,10 +50,10 @@ func TestBounds(t *testing.T) {
 		assert.Equal(t, key, ve.Field)
 	}
 	for _, r := range []Rule{
-		{Algorithm: "token_bucket", Capacity: 1, RefillRate: MinRefillRate},
-		{Algorithm: "token_bucket", Capacity: MaxLimit, RefillRate: MaxLimit},
-		{Algorithm: "token_bucket", Capacity: MaxLimit, RefillRate: 0},
-		{Algorithm: "sliding_window", Limit: MaxLimit, Window: confutil.Duration(MaxWindow)},
+		{Algorithm: "token_bucket", Capacity: 1, RefillRate: store.MinRefillRate},
+		{Algorithm: "token_bucket", Capacity: store.MaxLimit, RefillRate: store.MaxLimit},
+		{Algorithm: "token_bucket", Capacity: store.MaxLimit, RefillRate: 0},
+		{Algorithm: "sliding_window", Limit: store.MaxLimit, Window: confutil.Duration(store.MaxWindow)},
 	} {
 		assert.NoError(t, rule(r), "%+v", r)
 	}
@@ -61,17 +64,17 @@ func TestBounds(t *testing.T) {
 // a request for more is refused without a store call.
 func TestLimiterMaxTokens(t *testing.T) {
 	cat := testCatalog(t, Rule{Tenant: "acme", Resource: "log", Algorithm: "sliding_log", Limit: 5000, Window: confutil.Duration(time.Second)})
-	store := memStore(t)
-	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 50; c.Tenant = 10000 }), store, Options{Catalog: cat})
+	st := memStore(t)
+	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 50; c.Tenant = 10000 }), st, Options{Catalog: cat})
 	most, scope := l.MaxTokens(&Request{IP: []byte("a"), Tenant: "acme", Plan: "PREMIUM", Resource: "x"})
 	assert.Equal(t, int64(50), most)
 	assert.Equal(t, ScopeIP, scope)
 	most, scope = l.MaxTokens(&Request{Tenant: "acme", Plan: "PREMIUM", Resource: "log"})
-	assert.Equal(t, int64(MaxLogTokens), most)
+	assert.Equal(t, int64(store.MaxLogTokens), most)
 	assert.Equal(t, ScopeRule, scope)
 	d := l.Allow(t.Context(), &Request{IP: []byte("a"), Tokens: 51})
 	assert.False(t, d.Allowed)
-	assert.Zero(t, store.calls.Load(), "no store call for a request over the capacity")
+	assert.Zero(t, st.calls.Load(), "no store call for a request over the capacity")
 	assert.True(t, l.Allow(t.Context(), &Request{IP: []byte("a"), Tokens: 50}).Allowed)
 }
 
@@ -104,7 +107,7 @@ func TestMaxTokensMatchesSpecs(t *testing.T) {
 			for _, req := range reqs {
 				var specs [4]spec
 				n := l.specs(&specs, &req, 1)
-				want, wantScope := int64(MaxLimit), ScopeNone
+				want, wantScope := int64(store.MaxLimit), ScopeNone
 				for i := range n {
 					if specs[i].most < want {
 						want, wantScope = specs[i].most, specs[i].scope

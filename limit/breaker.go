@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"errors"
 	"sync/atomic"
 	"time"
 )
@@ -84,3 +85,6 @@ func breakerStateName(s int32) string {
 	}
 	return "closed"
 }
+
+// ErrStoreUnavailable is returned while the store's breaker is open.
+var ErrStoreUnavailable = errors.New("limit: store unavailable")

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // Catalog holds the plans, the tenants (with their API keys) and the rules.
@@ -102,7 +104,7 @@ func (s *catalogSnapshot) eachRule(f func(*compiledRule)) {
 // snapshot is built so that the request path compares no strings.
 type compiledRule struct {
 	Rule
-	params Params
+	params store.Params
 }
 
 // NewCatalog validates and indexes the configured plans (nil: DefaultPlans),

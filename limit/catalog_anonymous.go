@@ -3,6 +3,9 @@ package limit
 import (
 	"errors"
 	"fmt"
+	"unsafe"
+
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // AnonymousTenant is the tenant of rules for clients without a known API key:
@@ -50,14 +53,9 @@ func (c *Catalog) requestRule(req *Request) (r *compiledRule, anon bool) {
 // {rule:*anonymous*:<resource>:<ip>} for an anonymous client.
 func appendRuleKey(dst []byte, req *Request, anon bool) []byte {
 	if !anon {
-		return AppendKeyStrings(dst, "", "rule", req.Tenant, req.Resource)
+		return store.AppendKeyStrings(dst, "", "rule", req.Tenant, req.Resource)
 	}
-	dst = appendKeyHead(dst, "", "rule")
-	dst = append(dst, ':')
-	dst = appendKeyPart(dst, AnonymousTenant)
-	dst = append(dst, ':')
-	dst = appendKeyPart(dst, req.Resource)
-	dst = append(dst, ':')
-	dst = appendKeyPart(dst, req.IP)
-	return append(dst, '}')
+	// The IP is read as a string for this call only: no copy.
+	ip := unsafe.String(unsafe.SliceData(req.IP), len(req.IP))
+	return store.AppendKeyStrings(dst, "", "rule", AnonymousTenant, req.Resource, ip)
 }

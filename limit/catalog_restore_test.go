@@ -11,6 +11,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // newSync is a pod's sync that is loaded once but not started: it reloads
@@ -18,7 +19,7 @@ import (
 func newSync(t *testing.T, addr string) (*Catalog, *CatalogSync) {
 	t.Helper()
 	cat := testCatalog(t)
-	client, err := NewRedisClient(RedisConfig{Addrs: []string{addr}})
+	client, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{addr}})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
 	s := NewCatalogSync(client, cat, CatalogSyncOptions{KeyPrefix: "cs", Logf: t.Logf})
@@ -47,7 +48,7 @@ func reloadAfterRestart(t *testing.T, s *CatalogSync) {
 // storedNames lists what Redis holds: rule fields and tenant IDs.
 func storedNames(t *testing.T, addr string) (rules, tenants []string) {
 	t.Helper()
-	client, err := NewRedisClient(RedisConfig{Addrs: []string{addr}})
+	client, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{addr}})
 	require.NoError(t, err)
 	defer client.Close()
 	ctx := context.Background()

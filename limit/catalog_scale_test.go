@@ -13,6 +13,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // TestCatalogSyncAtScale: three pods on one Redis (and on a 3-node cluster)
@@ -37,7 +38,7 @@ func catalogAtScale(t *testing.T, addrs []string, writes int) {
 	syncs := make([]*CatalogSync, pods)
 	for i := range pods {
 		cats[i] = testCatalog(t)
-		client, err := NewRedisClient(RedisConfig{Addrs: addrs})
+		client, err := store.NewRedisClient(store.RedisConfig{Addrs: addrs})
 		require.NoError(t, err)
 		t.Cleanup(client.Close)
 		syncs[i] = NewCatalogSync(client, cats[i], CatalogSyncOptions{KeyPrefix: "scale", Resync: time.Second, Logf: t.Logf})

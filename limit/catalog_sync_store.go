@@ -15,6 +15,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 	"github.com/sentinel-gateway/sentinel/lua"
 )
 
@@ -213,7 +214,7 @@ var errStale = errors.New("redis holds an older catalog")
 // (which hold this write) instead.
 func (s *CatalogSync) write(ctx context.Context, kind, field, doc, name string, apply func()) error {
 	if s.awaiting {
-		return ErrNotConnected
+		return store.ErrNotConnected
 	}
 	if s.client == nil {
 		apply() // in-process only

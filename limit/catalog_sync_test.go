@@ -11,12 +11,13 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 func startSync(t *testing.T, addr string, resync time.Duration, rules ...Rule) (*Catalog, *CatalogSync) {
 	t.Helper()
 	cat := testCatalog(t, rules...)
-	client, err := NewRedisClient(RedisConfig{Addrs: []string{addr}})
+	client, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{addr}})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
 	s := NewCatalogSync(client, cat, CatalogSyncOptions{KeyPrefix: "cs", Resync: resync, Logf: t.Logf})
@@ -71,7 +72,7 @@ func TestCatalogSyncAcrossPods(t *testing.T) {
 func TestCatalogSyncResyncRepairsAMissedMessage(t *testing.T) {
 	srv := redistest.Start(t)
 	cat, _ := startSync(t, srv.Addr, 100*time.Millisecond)
-	client, err := NewRedisClient(RedisConfig{Addrs: []string{srv.Addr}})
+	client, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
 	require.NoError(t, err)
 	defer client.Close()
 	ctx := context.Background()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // FailurePolicy is what the limiter does while the store's breaker is open
@@ -111,7 +112,7 @@ type Config struct {
 
 // SetDefaults fills the zero values.
 func (c *Config) SetDefaults() {
-	confutil.SetDefault(&c.Algorithm, SlidingWindow.String())
+	confutil.SetDefault(&c.Algorithm, store.SlidingWindow.String())
 	confutil.SetDefault(&c.Window, time.Second)
 	if c.LocalFastPath == nil {
 		t := true
@@ -163,7 +164,7 @@ func (c *Config) FastPath() bool { return c.LocalFastPath == nil || *c.LocalFast
 // line per bad key.
 func (c *Config) Validate() error {
 	var errs []error
-	if _, err := ParseAlgorithm(c.Algorithm); err != nil {
+	if _, err := store.ParseAlgorithm(c.Algorithm); err != nil {
 		errs = append(errs, &ValidationError{Field: "limits.algorithm", Msg: err.Error()})
 	}
 	if _, err := ParseFailurePolicy(c.OnStoreFailure); err != nil {
@@ -174,10 +175,10 @@ func (c *Config) Validate() error {
 		bad bool
 		msg string
 	}{
-		{"limits.window", c.Window < time.Millisecond || c.Window > MaxWindow, fmt.Sprintf("%v is out of range [1ms, %v]", c.Window, MaxWindow)},
-		{"limits.tenant", c.Tenant < 0 || c.Tenant > MaxLimit, fmt.Sprintf("%d is out of range 0 (off)..%d", c.Tenant, int64(MaxLimit))},
-		{"limits.api_key", c.APIKey < 0 || c.APIKey > MaxLimit, fmt.Sprintf("%d is out of range 0 (off)..%d", c.APIKey, int64(MaxLimit))},
-		{"limits.ip", c.IP < 0 || c.IP > MaxLimit, fmt.Sprintf("%d is out of range 0 (off)..%d", c.IP, int64(MaxLimit))},
+		{"limits.window", c.Window < time.Millisecond || c.Window > store.MaxWindow, fmt.Sprintf("%v is out of range [1ms, %v]", c.Window, store.MaxWindow)},
+		{"limits.tenant", c.Tenant < 0 || c.Tenant > store.MaxLimit, fmt.Sprintf("%d is out of range 0 (off)..%d", c.Tenant, int64(store.MaxLimit))},
+		{"limits.api_key", c.APIKey < 0 || c.APIKey > store.MaxLimit, fmt.Sprintf("%d is out of range 0 (off)..%d", c.APIKey, int64(store.MaxLimit))},
+		{"limits.ip", c.IP < 0 || c.IP > store.MaxLimit, fmt.Sprintf("%d is out of range 0 (off)..%d", c.IP, int64(store.MaxLimit))},
 		{"limits.store_timeout", c.StoreTimeout <= 0 || c.StoreTimeout > 10*time.Second,
 			fmt.Sprintf("%v is out of range (0, 10s]", c.StoreTimeout)},
 		{"limits.lease_ttl", c.LeaseTTL < time.Millisecond || c.LeaseTTL > time.Minute,
@@ -189,10 +190,10 @@ func (c *Config) Validate() error {
 		{"limits.max_keys", c.MaxKeys < 1, fmt.Sprintf("%d must be at least 1", c.MaxKeys)},
 		{"limits.expected_pods", c.ExpectedPods < 1 || c.ExpectedPods > 10000,
 			fmt.Sprintf("%d is out of range 1..10000", c.ExpectedPods)},
-		{"limits.request_id_retries", c.IDRetries() < 0 || c.IDRetries() > MaxRequestIDRetries,
-			fmt.Sprintf("%d is out of range 0 (none)..%d", c.IDRetries(), MaxRequestIDRetries)},
-		{"limits.request_id_window", c.RequestIDWindow < 0 || c.RequestIDWindow > MaxWindow,
-			fmt.Sprintf("%v is out of range (0, %v]", c.RequestIDWindow, MaxWindow)},
+		{"limits.request_id_retries", c.IDRetries() < 0 || c.IDRetries() > store.MaxRequestIDRetries,
+			fmt.Sprintf("%d is out of range 0 (none)..%d", c.IDRetries(), store.MaxRequestIDRetries)},
+		{"limits.request_id_window", c.RequestIDWindow < 0 || c.RequestIDWindow > store.MaxWindow,
+			fmt.Sprintf("%v is out of range (0, %v]", c.RequestIDWindow, store.MaxWindow)},
 	}
 	for _, ch := range checks {
 		if ch.bad {
@@ -211,35 +212,6 @@ type ValidationError struct {
 }
 
 func (e *ValidationError) Error() string { return e.Field + ": " + e.Msg }
-
-// algorithmNames maps the configuration names to algorithms.
-var algorithmNames = map[string]Algorithm{
-	"sliding_window": SlidingWindow,
-	"sliding_log":    SlidingLog,
-	"token_bucket":   TokenBucket,
-}
-
-// ParseAlgorithm returns the algorithm of a configuration name.
-func ParseAlgorithm(name string) (Algorithm, error) {
-	a, ok := algorithmNames[name]
-	if !ok {
-		return 0, fmt.Errorf("%q is not one of sliding_window, sliding_log, token_bucket", name)
-	}
-	return a, nil
-}
-
-// String returns the configuration name of the algorithm.
-func (a Algorithm) String() string {
-	switch a {
-	case SlidingWindow:
-		return "sliding_window"
-	case SlidingLog:
-		return "sliding_log"
-	case TokenBucket:
-		return "token_bucket"
-	}
-	return fmt.Sprintf("algorithm(%d)", uint8(a))
-}
 
 // Plan names: every tenant has one of them.
 const (
@@ -336,7 +308,7 @@ type Rule struct {
 // SetDefaults fills the algorithm and window from the limits section.
 func (r *Rule) SetDefaults(c *Config) {
 	confutil.SetDefault(&r.Algorithm, c.Algorithm)
-	if r.Algorithm != TokenBucket.String() {
+	if r.Algorithm != store.TokenBucket.String() {
 		confutil.SetDefault(&r.Window, confutil.Duration(c.Window))
 	}
 }
@@ -352,27 +324,27 @@ func (r *Rule) Validate(field string) error {
 	}
 	errs = append(errs, checkName(key("resource"), r.Resource))
 	bad := func(k, msg string) { errs = append(errs, &ValidationError{Field: key(k), Msg: msg}) }
-	switch alg, err := ParseAlgorithm(r.Algorithm); {
+	switch alg, err := store.ParseAlgorithm(r.Algorithm); {
 	case err != nil:
 		bad("algorithm", err.Error())
-	case alg == TokenBucket:
-		if r.Capacity < 1 || r.Capacity > MaxLimit {
-			bad("capacity", fmt.Sprintf("%d is out of range 1..%d for token_bucket", r.Capacity, int64(MaxLimit)))
+	case alg == store.TokenBucket:
+		if r.Capacity < 1 || r.Capacity > store.MaxLimit {
+			bad("capacity", fmt.Sprintf("%d is out of range 1..%d for token_bucket", r.Capacity, int64(store.MaxLimit)))
 		}
-		if msg := checkRefill(r.Capacity, r.RefillRate); msg != "" {
+		if msg := store.CheckRefill(r.Capacity, r.RefillRate); msg != "" {
 			bad("refill_rate", fmt.Sprintf("%v %s", r.RefillRate, msg))
 		}
 		if r.Limit != 0 {
 			bad("limit", "limit and window apply to the sliding algorithms; use capacity and refill_rate")
 		}
 	default:
-		if r.Limit < 1 || r.Limit > MaxLimit {
-			bad("limit", fmt.Sprintf("%d is out of range 1..%d for %s", r.Limit, int64(MaxLimit), r.Algorithm))
+		if r.Limit < 1 || r.Limit > store.MaxLimit {
+			bad("limit", fmt.Sprintf("%d is out of range 1..%d for %s", r.Limit, int64(store.MaxLimit), r.Algorithm))
 		}
 		if w := r.Window.D(); w == 0 {
 			bad("window", fmt.Sprintf("required for %s (a duration such as 1s)", r.Algorithm))
-		} else if w < time.Millisecond || w > MaxWindow {
-			bad("window", fmt.Sprintf("%v is out of range [1ms, %v]", w, MaxWindow))
+		} else if w < time.Millisecond || w > store.MaxWindow {
+			bad("window", fmt.Sprintf("%v is out of range [1ms, %v]", w, store.MaxWindow))
 		}
 		if r.Capacity != 0 || r.RefillRate != 0 {
 			bad("capacity", "capacity and refill_rate apply to token_bucket only; use limit and window")
@@ -382,9 +354,9 @@ func (r *Rule) Validate(field string) error {
 }
 
 // params returns the store parameters of a valid rule.
-func (r *Rule) params() Params {
-	alg, _ := ParseAlgorithm(r.Algorithm)
-	return Params{Algorithm: alg, Limit: r.Limit, Window: r.Window.D(), Capacity: r.Capacity, RefillRate: r.RefillRate}
+func (r *Rule) params() store.Params {
+	alg, _ := store.ParseAlgorithm(r.Algorithm)
+	return store.Params{Algorithm: alg, Limit: r.Limit, Window: r.Window.D(), Capacity: r.Capacity, RefillRate: r.RefillRate}
 }
 
 // checkName accepts tenant IDs and resource names: 1..64 characters of

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // TestConfigValidateNamesEveryBadKey: one line per bad key, not the first
@@ -103,7 +104,7 @@ func TestFailurePolicyNames(t *testing.T) {
 }
 
 func TestRedisConfigValidateNamesEveryBadKey(t *testing.T) {
-	c := RedisConfig{Addrs: []string{"ok:6379", "nope"}, DB: 16, KeyPrefix: "{x}", TLSInsecureSkipVerify: true}
+	c := store.RedisConfig{Addrs: []string{"ok:6379", "nope"}, DB: 16, KeyPrefix: "{x}", TLSInsecureSkipVerify: true}
 	c.SetDefaults()
 	err := c.Validate()
 	require.Error(t, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // threeOf returns three limiters on one Redis that each count three live
@@ -80,26 +81,26 @@ func TestRecoveredPodKeepsToItsShare(t *testing.T) {
 // run late, it would date them late; its caller reports them again.
 func TestLateCallTakesNoSpent(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, alg := range []Algorithm{SlidingWindow, SlidingLog, TokenBucket} {
+	for _, alg := range []store.Algorithm{store.SlidingWindow, store.SlidingLog, store.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
-			store := newRedisStore(t, srv.Addr)
-			p := Params{Algorithm: alg, Limit: 100, Window: time.Hour, Capacity: 100, RefillRate: 0}
+			st := newRedisStore(t, srv.Addr)
+			p := store.Params{Algorithm: alg, Limit: 100, Window: time.Hour, Capacity: 100, RefillRate: 0}
 			key := []byte("{late-spent-" + alg.String() + "}")
 			ctx := context.Background()
-			_, err := store.Lease(ctx, &LeaseRequest{Key: key, Params: p, Want: 1}) // learns Redis' clock
+			_, err := st.Lease(ctx, &store.LeaseRequest{Key: key, Params: p, Want: 1}) // learns Redis' clock
 			require.NoError(t, err)
 			srv.Pause()
 			done := make(chan error, 1)
 			go func() {
 				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				defer cancel()
-				_, err := store.Lease(cctx, &LeaseRequest{Key: key, Params: p, Want: 1, Spent: 50, RunWithin: 20 * time.Millisecond})
+				_, err := st.Lease(cctx, &store.LeaseRequest{Key: key, Params: p, Want: 1, Spent: 50, RunWithin: 20 * time.Millisecond})
 				done <- err
 			}()
 			time.Sleep(200 * time.Millisecond)
 			srv.Resume()
-			assert.ErrorIs(t, <-done, ErrStoreLate)
-			res, err := store.Lease(ctx, &LeaseRequest{Key: key, Params: p, Want: 1})
+			assert.ErrorIs(t, <-done, store.ErrStoreLate)
+			res, err := st.Lease(ctx, &store.LeaseRequest{Key: key, Params: p, Want: 1})
 			require.NoError(t, err)
 			assert.Equal(t, int64(98), res.Remaining, "the late call's spent permits were counted")
 		})
@@ -111,7 +112,7 @@ func TestLateCallTakesNoSpent(t *testing.T) {
 // permits, each part dated by its quarter of the window: none older than
 // the window, none dated earlier than it was let through.
 func TestSpentPartsKeepTheirTimes(t *testing.T) {
-	s := &spec{params: Params{Algorithm: SlidingWindow, Limit: 100, Window: time.Second}}
+	s := &spec{params: store.Params{Algorithm: store.SlidingWindow, Limit: 100, Window: time.Second}}
 	b := &bucket{}
 	start := int64(1_000_000) * int64(time.Second)
 	step := int64(10 * time.Millisecond)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync/atomic"
 	"time"
+
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // errGaveUp is the error of a store call whose caller stopped waiting at
@@ -14,7 +16,7 @@ var errGaveUp = errors.New("limit: store call timed out")
 // storeCall is one store call that its caller may stop waiting for.
 type storeCall struct {
 	state atomic.Int32 // callRunning, callAnswered or callAbandoned
-	res   LeaseResult
+	res   store.LeaseResult
 	err   error
 	done  chan struct{} // closed once answered in time
 }
@@ -46,7 +48,7 @@ func (l *Limiter) lateWait() time.Duration {
 //
 // An in-process store (MemoryStore) answers at once and cannot be late: it
 // is called directly, without the goroutine, channel and timer.
-func (l *Limiter) callStore(ctx context.Context, req *LeaseRequest, b *bucket, spentAt int64) (LeaseResult, error) {
+func (l *Limiter) callStore(ctx context.Context, req *store.LeaseRequest, b *bucket, spentAt int64) (store.LeaseResult, error) {
 	if !l.shared {
 		return l.store.Lease(ctx, req)
 	}
@@ -84,7 +86,7 @@ func (l *Limiter) callStore(ctx context.Context, req *LeaseRequest, b *bucket, s
 		b.late.Add(1) // before the abandon: the call's goroutine takes it back
 	}
 	if c.state.CompareAndSwap(callRunning, callAbandoned) {
-		return LeaseResult{}, errGaveUp
+		return store.LeaseResult{}, errGaveUp
 	}
 	if b != nil {
 		b.late.Add(-1)
@@ -96,11 +98,11 @@ func (l *Limiter) callStore(ctx context.Context, req *LeaseRequest, b *bucket, s
 // giveBackGrant returns the whole grant res that answered req (its caller
 // gave up on it): the leased permits where they were counted (Ref) and the
 // Need part where it was (UsedRef), when the store counted them apart.
-func (l *Limiter) giveBackGrant(req *LeaseRequest, res LeaseResult) bool {
+func (l *Limiter) giveBackGrant(req *store.LeaseRequest, res store.LeaseResult) bool {
 	if res.UsedRef == 0 {
 		return l.giveBack(req, res.Granted, res.Ref)
 	}
-	need := min(req.need(), res.Granted)
+	need := min(max(req.Need, 1), res.Granted) // Need defaults to 1
 	ok := true
 	if rest := res.Granted - need; rest > 0 {
 		ok = l.giveBack(req, rest, res.Ref)
@@ -112,10 +114,10 @@ func (l *Limiter) giveBackGrant(req *LeaseRequest, res LeaseResult) bool {
 // call for req's key and params (its caller gave up, the bucket holds
 // another lease, or a later limit refused the request), once; it reports
 // whether the store took them. Callers run it in the background.
-func (l *Limiter) giveBack(req *LeaseRequest, n, ref int64) bool {
+func (l *Limiter) giveBack(req *store.LeaseRequest, n, ref int64) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), l.lateWait())
 	defer cancel()
-	ret := &LeaseRequest{Key: req.Key, Params: req.Params, Return: n, ReturnRef: ref}
+	ret := &store.LeaseRequest{Key: req.Key, Params: req.Params, Return: n, ReturnRef: ref}
 	if _, err := l.store.Lease(ctx, ret); err != nil {
 		return false
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/cespare/xxhash/v2"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // bucketShards is the number of independently locked parts of the local
@@ -199,12 +200,12 @@ func (t *bucketTable) len() int { return int(t.count.Load()) }
 // spentSlots is the number of slots of bucket.spent: the newest and one
 // for each SpentBefore part. Four quarter windows before the newest cover
 // every permit still in the window.
-const spentSlots = SpentParts + 1
+const spentSlots = store.SpentParts + 1
 
 // spentWidth is the width of a slot of bucket.spent for a window (0 for a
 // token bucket, whose spent tokens are taken at once: one slot).
 func spentWidth(window time.Duration) int64 {
-	return int64(window) / SpentParts
+	return int64(window) / store.SpentParts
 }
 
 // hasSpent tells whether b holds permits let through locally that the
@@ -244,7 +245,7 @@ func (b *bucket) addSpent(n, now, width int64) {
 // a window old or more are dropped. Algorithms other than sliding_window
 // take one part, dated by the last permit: all are counted later than they
 // were let through, never forgotten. The caller holds b.mu.
-func (b *bucket) spentParts(now int64, s *spec) (spent int64, ago time.Duration, before [SpentParts]SpentPart) {
+func (b *bucket) spentParts(now int64, s *spec) (spent int64, ago time.Duration, before [store.SpentParts]store.SpentPart) {
 	width := spentWidth(s.params.Window)
 	window := int64(s.params.Window)
 	for i := 1; i < spentSlots; i++ {
@@ -258,16 +259,16 @@ func (b *bucket) spentParts(now int64, s *spec) (spent int64, ago time.Duration,
 		if n == 0 || (window > 0 && end+window <= now) {
 			continue
 		}
-		if s.params.Algorithm != SlidingWindow {
+		if s.params.Algorithm != store.SlidingWindow {
 			spent += n
 			continue
 		}
-		before[i-1] = SpentPart{N: n, Ago: min(time.Duration(max(now-end, 0)), MaxWindow)}
+		before[i-1] = store.SpentPart{N: n, Ago: min(time.Duration(max(now-end, 0)), store.MaxWindow)}
 	}
 	spent += b.spent[b.spentSlot%spentSlots]
 	b.spent[b.spentSlot%spentSlots] = 0
 	if spent > 0 {
-		ago = min(time.Duration(max(now-b.spentAt, 0)), MaxWindow)
+		ago = min(time.Duration(max(now-b.spentAt, 0)), store.MaxWindow)
 	}
 	return spent, ago, before
 }
@@ -275,9 +276,9 @@ func (b *bucket) spentParts(now int64, s *spec) (spent int64, ago time.Duration,
 // unspend puts back the spent parts of a call, made at now, that the store
 // did not take (the call was not sent, failed, or ran past its deadline):
 // the next call reports them. The caller holds b.mu.
-func (b *bucket) unspend(now int64, p *Params, spent int64, ago time.Duration, before [SpentParts]SpentPart) {
+func (b *bucket) unspend(now int64, p *store.Params, spent int64, ago time.Duration, before [store.SpentParts]store.SpentPart) {
 	width := spentWidth(p.Window)
-	for i := SpentParts - 1; i >= 0; i-- {
+	for i := store.SpentParts - 1; i >= 0; i-- {
 		if p := before[i]; p.N > 0 {
 			b.addSpent(p.N, now-int64(p.Ago)-1, width)
 		}

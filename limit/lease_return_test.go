@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // TestNeverRefusedUnderTheLimit offers one tenant 70% of its limit (with
@@ -42,8 +43,8 @@ func neverRefused(t *testing.T, srv *redistest.Server, alg string, limit int64, 
 					})
 					var limiters []*Limiter
 					for range pods {
-						store := newRedisStore(t, srv.Addr)
-						limiters = append(limiters, newTestLimiter(t, cfg, store, Options{LivePods: func() int { return pods }}))
+						st := newRedisStore(t, srv.Addr)
+						limiters = append(limiters, newTestLimiter(t, cfg, st, Options{LivePods: func() int { return pods }}))
 					}
 					tenant := fmt.Sprintf("t-%s-%d-%d", alg, pods, clients)
 					period := time.Duration(clients) * window / time.Duration(limit*7/10)
@@ -83,26 +84,26 @@ func neverRefused(t *testing.T, srv *redistest.Server, alg string, limit int64, 
 // call later, it grants nothing, so the whole budget is still usable.
 func TestTimedOutLeaseSpendsNoBudget(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, alg := range []Algorithm{SlidingWindow, SlidingLog, TokenBucket} {
+	for _, alg := range []store.Algorithm{store.SlidingWindow, store.SlidingLog, store.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
-			store := newRedisStore(t, srv.Addr)
-			p := confParams(alg, 10, time.Hour)
+			st := newRedisStore(t, srv.Addr)
+			p := testParams(alg, 10, time.Hour)
 			key := "{timeout:" + alg.String() + "}"
 			ctx := context.Background()
 			// Warm up: the store learns Redis' clock.
-			_, err := store.Lease(ctx, &LeaseRequest{Key: []byte(key + "warm"), Params: p, Want: 1})
+			_, err := st.Lease(ctx, &store.LeaseRequest{Key: []byte(key + "warm"), Params: p, Want: 1})
 			require.NoError(t, err)
 
 			srv.Pause()
 			cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-			_, err = store.Lease(cctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 10, Need: 10, LeaseTTL: time.Second})
+			_, err = st.Lease(cctx, &store.LeaseRequest{Key: []byte(key), Params: p, Want: 10, Need: 10, LeaseTTL: time.Second})
 			cancel()
 			require.Error(t, err)
 			time.Sleep(100 * time.Millisecond) // past the deadline
 			srv.Resume()
 			time.Sleep(50 * time.Millisecond) // Redis runs the late call now
 
-			res, err := store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 10, Need: 10})
+			res, err := st.Lease(ctx, &store.LeaseRequest{Key: []byte(key), Params: p, Want: 10, Need: 10})
 			require.NoError(t, err)
 			assert.Equal(t, int64(10), res.Granted, "the timed-out call spent budget")
 		})
@@ -161,7 +162,7 @@ func TestLimiterReturnsUnusedPermits(t *testing.T) {
 
 // heldPermits is how many unused permits the limiter holds for an IP limit.
 func (l *Limiter) heldPermits(ip []byte) int64 {
-	b := l.table.get(AppendKey(nil, "", "ip", ip), l.now().UnixNano())
+	b := l.table.get(store.AppendKey(nil, "", "ip", ip), l.now().UnixNano())
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.permits
@@ -292,4 +293,14 @@ func TestLocalShareGetsUnusedPermitsBack(t *testing.T) {
 	defer srv.Resume()
 	got, _ = allowN(pod, &Request{IP: ip}, 100)
 	assert.Equal(t, 100-8, got, "the local share must count the 8 used permits, not the 15 leased")
+}
+
+// testParams are the params of a limit of limit permits per window: for a
+// token bucket, one that refills slowly enough to look like a window's limit
+// for the length of a test step.
+func testParams(alg store.Algorithm, limit int64, window time.Duration) store.Params {
+	if alg == store.TokenBucket {
+		return store.Params{Algorithm: store.TokenBucket, Capacity: limit, RefillRate: float64(limit) / window.Seconds()}
+	}
+	return store.Params{Algorithm: alg, Limit: limit, Window: window}
 }

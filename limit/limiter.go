@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // Limiter decides whether a request may pass every limit that applies to it.
@@ -19,10 +21,10 @@ import (
 // window; the lease size shrinks to 1 as the budget nears its end.
 type Limiter struct {
 	cfg      Config
-	alg      Algorithm     // limits.algorithm, parsed once
-	policy   FailurePolicy // limits.on_store_failure, parsed once
-	store    Store
-	fallback *MemoryStore // the local policy's per-pod limits
+	alg      store.Algorithm // limits.algorithm, parsed once
+	policy   FailurePolicy   // limits.on_store_failure, parsed once
+	store    store.Store
+	fallback *store.MemoryStore // the local policy's per-pod limits
 	// shared: the store is another process's (Redis): it can fail (the
 	// local policy takes over) and its answers take a round trip. When
 	// false the store is in-process (MemoryStore) and answers at once.
@@ -36,8 +38,8 @@ type Limiter struct {
 	// breakers holds one store breaker per store node (nodes maps a key to
 	// its node; nil: one node, breakers[0]), so that a failed node of a
 	// cluster sends only its keys to the failure policy.
-	breakers [maxStoreNodes]storeBreaker
-	nodes    nodeMap
+	breakers [store.MaxNodes]storeBreaker
+	nodes    store.NodeMap
 	rtt      atomic.Int64 // moving average of a store call, nanos
 
 	stop     chan struct{}
@@ -54,8 +56,8 @@ const (
 )
 
 // NewLimiter returns a Limiter over store. cfg must have its defaults set.
-func NewLimiter(cfg Config, store Store, opts Options) (*Limiter, error) {
-	if store == nil {
+func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
+	if st == nil {
 		return nil, errors.New("limit: NewLimiter needs a store")
 	}
 	if err := cfg.Validate(); err != nil {
@@ -67,14 +69,14 @@ func NewLimiter(cfg Config, store Store, opts Options) (*Limiter, error) {
 	if opts.LivePods == nil {
 		opts.LivePods = func() int { return 1 }
 	}
-	alg, _ := ParseAlgorithm(cfg.Algorithm)             // validated above
+	alg, _ := store.ParseAlgorithm(cfg.Algorithm)       // validated above
 	policy, _ := ParseFailurePolicy(cfg.OnStoreFailure) // validated above
 	l := &Limiter{
 		cfg:      cfg,
 		alg:      alg,
 		policy:   policy,
-		store:    store,
-		fallback: NewMemoryStore(MemoryOptions{MaxKeys: cfg.MaxKeys, Now: opts.Now}),
+		store:    st,
+		fallback: store.NewMemoryStore(store.MemoryOptions{MaxKeys: cfg.MaxKeys, Now: opts.Now}),
 		adj:      opts.Adjuster,
 		livePods: opts.LivePods,
 		catalog:  opts.Catalog,
@@ -83,13 +85,13 @@ func NewLimiter(cfg Config, store Store, opts Options) (*Limiter, error) {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	l.nodes, _ = store.(nodeMap)
+	l.nodes, _ = st.(store.NodeMap)
 	for i := range l.breakers {
 		l.breakers[i] = storeBreaker{failures: int64(cfg.BreakerFailures), cooldown: cfg.BreakerCooldown}
 		l.breakers[i].onChange = func(to int32) { l.breakerChanged(i, to) }
 		l.nodeMetrics(i)
 	}
-	_, local := store.(*MemoryStore)
+	_, local := st.(*store.MemoryStore)
 	l.shared = !local
 	live.Store(l, struct{}{})
 	go l.sweepLoop()
@@ -160,7 +162,7 @@ func (l *Limiter) breakerFor(key []byte) *storeBreaker {
 	if l.nodes == nil {
 		return &l.breakers[0]
 	}
-	return &l.breakers[min(max(l.nodes.nodeOf(key), 0), maxStoreNodes-1)]
+	return &l.breakers[min(max(l.nodes.NodeOf(key), 0), store.MaxNodes-1)]
 }
 
 // keyBufLen is the room for a key on the stack; longer keys allocate.
@@ -169,7 +171,7 @@ const keyBufLen = 160
 // spec is one limit that applies to a request.
 type spec struct {
 	scope  Scope
-	params Params
+	params store.Params
 	limit  int64         // Limit or Capacity, as shown in decisions
 	most   int64         // the most tokens one decision can take
 	window time.Duration // for RateLimit-Policy
@@ -277,7 +279,7 @@ func (l *Limiter) specs(specs *[4]spec, req *Request, mult float64) int {
 			s.scope = ScopeRule
 			s.params = r.params
 			s.shadow = r.Shadow
-			if s.params.Algorithm == TokenBucket {
+			if s.params.Algorithm == store.TokenBucket {
 				s.params.Capacity = scale(s.params.Capacity, mult)
 				s.params.RefillRate *= mult
 			} else {
@@ -290,19 +292,19 @@ func (l *Limiter) specs(specs *[4]spec, req *Request, mult float64) int {
 	}
 	if l.cfg.Tenant > 0 && req.Tenant != "" {
 		s := l.baseSpec(&specs[n], ScopeTenant, scale(l.tenantLimit(req.Plan), mult))
-		s.setKey(AppendKeyStrings(s.buf[:0], "", "tenant", req.Tenant))
+		s.setKey(store.AppendKeyStrings(s.buf[:0], "", "tenant", req.Tenant))
 		l.finish(s, req)
 		n++
 	}
 	if l.cfg.APIKey > 0 && len(req.APIKey) > 0 {
 		s := l.baseSpec(&specs[n], ScopeAPIKey, scale(l.cfg.APIKey, mult))
-		s.setKey(AppendKey(s.buf[:0], "", "key", req.APIKey))
+		s.setKey(store.AppendKey(s.buf[:0], "", "key", req.APIKey))
 		l.finish(s, req)
 		n++
 	}
 	if l.cfg.IP > 0 && len(req.IP) > 0 {
 		s := l.baseSpec(&specs[n], ScopeIP, scale(l.cfg.IP, mult))
-		s.setKey(AppendKey(s.buf[:0], "", "ip", req.IP))
+		s.setKey(store.AppendKey(s.buf[:0], "", "ip", req.IP))
 		l.finish(s, req)
 		n++
 	}
@@ -331,26 +333,26 @@ func (l *Limiter) tenantLimit(plan string) int64 {
 	if l.catalog != nil {
 		base *= l.catalog.PlanMultiplier(plan)
 	}
-	return int64(math.Floor(min(base, MaxLimit)))
+	return int64(math.Floor(min(base, store.MaxLimit)))
 }
 
 // baseParams are the params of a base limit under the configured default
 // algorithm.
-func (l *Limiter) baseParams(limit int64) Params {
-	if l.alg == TokenBucket {
-		return Params{Algorithm: l.alg, Capacity: limit, RefillRate: float64(limit) / l.cfg.Window.Seconds()}
+func (l *Limiter) baseParams(limit int64) store.Params {
+	if l.alg == store.TokenBucket {
+		return store.Params{Algorithm: l.alg, Capacity: limit, RefillRate: float64(limit) / l.cfg.Window.Seconds()}
 	}
-	return Params{Algorithm: l.alg, Limit: limit, Window: l.cfg.Window}
+	return store.Params{Algorithm: l.alg, Limit: limit, Window: l.cfg.Window}
 }
 
 // mostOf is the most tokens one decision under p can take: its capacity,
 // and at most MaxLogTokens for sliding_log.
-func mostOf(p *Params) int64 {
+func mostOf(p *store.Params) int64 {
 	switch p.Algorithm {
-	case TokenBucket:
+	case store.TokenBucket:
 		return p.Capacity
-	case SlidingLog:
-		return min(p.Limit, MaxLogTokens)
+	case store.SlidingLog:
+		return min(p.Limit, store.MaxLogTokens)
 	}
 	return p.Limit
 }
@@ -358,9 +360,9 @@ func mostOf(p *Params) int64 {
 // finish derives the shown limit and window and the lease lifetime.
 func (l *Limiter) finish(s *spec, req *Request) {
 	p := &s.params
-	s.useRID = p.Algorithm == SlidingLog && len(req.RequestID) > 0
+	s.useRID = p.Algorithm == store.SlidingLog && len(req.RequestID) > 0
 	s.most = mostOf(p)
-	if p.Algorithm == TokenBucket {
+	if p.Algorithm == store.TokenBucket {
 		s.limit = p.Capacity
 		s.window = 0
 		if p.RefillRate > 0 {
@@ -451,14 +453,14 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		b.fill = f
 		want := l.leaseSize(s, b, tokens, strict)
 		ret := b.takeReturn(now)
-		if s.params.Algorithm == TokenBucket {
+		if s.params.Algorithm == store.TokenBucket {
 			ret.used = 0 // a taken token counts from its grant: nothing to re-date
 		}
 		ret.spent, ret.spentAgo, ret.spentBefore = b.spentParts(now, s)
 		ret.at = now
-		if s.params.Algorithm == SlidingLog && ret.spent > MaxLogTokens {
-			b.addSpent(ret.spent-MaxLogTokens, now-int64(ret.spentAgo), spentWidth(s.params.Window))
-			ret.spent = MaxLogTokens
+		if s.params.Algorithm == store.SlidingLog && ret.spent > store.MaxLogTokens {
+			b.addSpent(ret.spent-store.MaxLogTokens, now-int64(ret.spentAgo), spentWidth(s.params.Window))
+			ret.spent = store.MaxLogTokens
 		}
 		b.mu.Unlock()
 		return l.refill(ctx, s, b, f, tokens, want, ret)
@@ -473,7 +475,7 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 type giveBack struct {
 	n, used, ref, spent int64
 	spentAgo            time.Duration // since the last spent permit (LeaseRequest.SpentAgo)
-	spentBefore         [SpentParts]SpentPart
+	spentBefore         [store.SpentParts]store.SpentPart
 	at                  int64 // unix nanos the spent times are measured from
 	localRef            int64 // where the local share counted the lease (creditLocally)
 }
@@ -546,7 +548,7 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 	}
 	pods := int64(max(1, l.livePods()))
 	most := min(l.cfg.MaxLease, s.most)
-	if s.params.Algorithm == SlidingLog {
+	if s.params.Algorithm == store.SlidingLog {
 		most = min(most, maxLogLease)
 	}
 	limit := min(max(budget/(4*pods), 1), most)
@@ -573,7 +575,7 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 // (a zero taking when none were granted).
 func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64, ret giveBack) (Decision, taking) {
 	sent := l.now().UnixNano()
-	req := &LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.useWithin(s), Return: ret.n, ReturnRef: ret.ref, Used: ret.used, Spent: ret.spent, SpentAgo: ret.spentAgo, SpentBefore: ret.spentBefore,
+	req := &store.LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.useWithin(s), Return: ret.n, ReturnRef: ret.ref, Used: ret.used, Spent: ret.spent, SpentAgo: ret.spentAgo, SpentBefore: ret.spentBefore,
 		// Run after its caller gives up, the call would grant what only goes
 		// back, and take spent permits that the caller reports again.
 		RunWithin: l.cfg.StoreTimeout}
@@ -658,7 +660,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		}
 		b.expires = sent + int64(s.ttl)
 		b.returnBy = math.MaxInt64
-		if s.params.Algorithm != TokenBucket {
+		if s.params.Algorithm != store.TokenBucket {
 			b.returnBy = b.expires + int64(s.params.Window)/2
 		}
 		b.deniedUntil = 0
@@ -679,7 +681,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 
 // freshTaking is the taking of a request's permits granted by a lease call
 // of b. The caller holds b.mu.
-func freshTaking(b *bucket, res LeaseResult) taking {
+func freshTaking(b *bucket, res store.LeaseResult) taking {
 	if res.UsedRef != 0 {
 		return taking{b: b, usedRef: res.UsedRef}
 	}
@@ -700,7 +702,7 @@ func (b *bucket) retryFrom(now int64) time.Duration {
 // which reports what the local policy lets through here).
 func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, rid []byte) Decision {
 	// A late answer's permit stays counted: its request ID is recorded.
-	req := &LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid),
+	req := &store.LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid),
 		RequestIDRetries: l.cfg.IDRetries(), RequestIDWindow: l.cfg.IDWindow(), UseWithin: l.useWithin(s)}
 	res, err := l.lease(ctx, s, req, nil, 0)
 	if err != nil {
@@ -734,17 +736,17 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 // lease makes one store call under the deadline and the breaker; req gets
 // the spec's params. With a bucket, the permits of an answer that comes after
 // the deadline go back to the store (see callStore).
-func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest, b *bucket, spentAt int64) (LeaseResult, error) {
+func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b *bucket, spentAt int64) (store.LeaseResult, error) {
 	start := l.now().UnixNano()
 	br := l.breakerFor(req.Key)
 	ok, probe := br.allow(start)
 	if !ok {
 		storeCallsSkipped.Inc()
-		return LeaseResult{}, ErrStoreUnavailable
+		return store.LeaseResult{}, ErrStoreUnavailable
 	}
 	req.Params = s.params
 	res, err := l.callStore(ctx, req, b, spentAt)
-	timedOut := errors.Is(err, errGaveUp) || errors.Is(err, ErrStoreLate) || errors.Is(err, context.DeadlineExceeded)
+	timedOut := errors.Is(err, errGaveUp) || errors.Is(err, store.ErrStoreLate) || errors.Is(err, context.DeadlineExceeded)
 	if err != nil {
 		storeErrors.Inc()
 		if timedOut {
@@ -754,9 +756,9 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *LeaseRequest, b *buck
 		}
 		br.failure(probe, l.now().UnixNano())
 		if l.nodes != nil {
-			l.nodeFailed(l.nodes.nodeOf(req.Key))
+			l.nodeFailed(l.nodes.NodeOf(req.Key))
 		}
-		return LeaseResult{}, err // the store's errors name the store and the key
+		return store.LeaseResult{}, err // the store's errors name the store and the key
 	}
 	storeCallsOK.Inc()
 	br.success(probe)
@@ -788,7 +790,7 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 	fallbackLocal.Inc()
 	p := l.localShare(s)
 	limit := p.Limit
-	if p.Algorithm == TokenBucket {
+	if p.Algorithm == store.TokenBucket {
 		limit = p.Capacity
 	}
 	if b != nil && !l.fallbackRoom(s, b, tokens, now, open) {
@@ -800,7 +802,7 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 	// Counted from the decision plus the time a decided request may take to
 	// be used (forwarded), as the store counts its own grants (useWithin):
 	// a window of uses never holds more than the share.
-	res, err := l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: tokens, Need: tokens, UseWithin: l.shareSlack()})
+	res, err := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: tokens, Need: tokens, UseWithin: l.shareSlack()})
 	if err != nil { // only a malformed request: decide like the store would
 		return s.decision(false, 0, l.cfg.BreakerCooldown, 0)
 	}
@@ -884,8 +886,8 @@ func (l *Limiter) recovering(s *spec, b *bucket, now int64) bool {
 // rest goes back to the store, and a grant left with fewer than tokens is
 // refused whole. It returns where the share counted the kept permits and
 // whether it did (then the caller does not count them again).
-func (l *Limiter) keepShare(ctx context.Context, s *spec, req *LeaseRequest, res LeaseResult, tokens int64) (LeaseResult, int64, bool) {
-	local, err := l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s),
+func (l *Limiter) keepShare(ctx context.Context, s *spec, req *store.LeaseRequest, res store.LeaseResult, tokens int64) (store.LeaseResult, int64, bool) {
+	local, err := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s),
 		Want: res.Granted, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.shareSlack()})
 	keep := local.Granted
 	if err != nil {
@@ -929,10 +931,10 @@ func (ret *giveBack) spentTotal() int64 {
 // The share rounds down (the pods together never exceed the limit), but a
 // limit that is on keeps at least 1 per pod: rounding a small limit to 0
 // would refuse every client while the store fails.
-func (l *Limiter) localShare(s *spec) Params {
+func (l *Limiter) localShare(s *spec) store.Params {
 	pods := int64(max(1, l.livePods()))
 	p := s.params
-	if p.Algorithm == TokenBucket {
+	if p.Algorithm == store.TokenBucket {
 		if p.Capacity > 0 {
 			p.Capacity = max(p.Capacity/pods, 1)
 		}
@@ -961,10 +963,10 @@ func (l *Limiter) spendLocally(ctx context.Context, s *spec, n int64) int64 {
 		return 0
 	}
 	p := l.localShare(s)
-	if p.Algorithm != TokenBucket {
-		p.Limit = MaxLimit // count, never refuse
+	if p.Algorithm != store.TokenBucket {
+		p.Limit = store.MaxLimit // count, never refuse
 	}
-	res, _ := l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: n, LeaseTTL: s.ttl, UseWithin: l.shareSlack()})
+	res, _ := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: n, LeaseTTL: s.ttl, UseWithin: l.shareSlack()})
 	return res.Ref
 }
 
@@ -977,7 +979,7 @@ func (l *Limiter) creditLocally(ctx context.Context, s *spec, n, ref int64) {
 	if !l.shared || l.policy != FailLocal || n <= 0 {
 		return
 	}
-	_, _ = l.fallback.Lease(ctx, &LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s), Return: n, ReturnRef: ref})
+	_, _ = l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s), Return: n, ReturnRef: ref})
 }
 
 // decision builds a Decision about this limit.
@@ -1011,7 +1013,7 @@ func (l *Limiter) refund(taken []taking, specs []spec, tokens int64) {
 			continue
 		}
 		if tk.usedRef != 0 {
-			req := &LeaseRequest{Key: []byte(b.key), Params: specs[i].params}
+			req := &store.LeaseRequest{Key: []byte(b.key), Params: specs[i].params}
 			if l.shared {
 				go l.giveBack(req, tokens, tk.usedRef)
 			} else {
@@ -1036,8 +1038,8 @@ func (l *Limiter) refund(taken []taking, specs []spec, tokens int64) {
 // It reads the limits as specs does, in the same order (the first of equal
 // bounds names the scope), without building their keys.
 func (l *Limiter) MaxTokens(req *Request) (int64, Scope) {
-	most, scope := int64(MaxLimit), ScopeNone
-	bound := func(p Params, sc Scope) {
+	most, scope := int64(store.MaxLimit), ScopeNone
+	bound := func(p store.Params, sc Scope) {
 		if m := mostOf(&p); m < most {
 			most, scope = m, sc
 		}

@@ -17,17 +17,18 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // countingStore counts the calls to a real store and can slow them down.
 type countingStore struct {
-	Store
+	store.Store
 	calls    atomic.Int64
 	delay    time.Duration
 	mostWant atomic.Int64 // the largest lease asked for
 }
 
-func (c *countingStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult, error) {
+func (c *countingStore) Lease(ctx context.Context, req *store.LeaseRequest) (store.LeaseResult, error) {
 	c.calls.Add(1)
 	for w := c.mostWant.Load(); req.Want > w && !c.mostWant.CompareAndSwap(w, req.Want); w = c.mostWant.Load() {
 	}
@@ -47,16 +48,16 @@ func testLimitsConfig(mod func(*Config)) Config {
 	return c
 }
 
-func newTestLimiter(t testing.TB, cfg Config, store Store, opts Options) *Limiter {
+func newTestLimiter(t testing.TB, cfg Config, st store.Store, opts Options) *Limiter {
 	t.Helper()
-	l, err := NewLimiter(cfg, store, opts)
+	l, err := NewLimiter(cfg, st, opts)
 	require.NoError(t, err)
 	t.Cleanup(l.Close)
 	return l
 }
 
 func memStore(t testing.TB) *countingStore {
-	s := NewMemoryStore(MemoryOptions{})
+	s := store.NewMemoryStore(store.MemoryOptions{})
 	t.Cleanup(s.Close)
 	return &countingStore{Store: s}
 }
@@ -130,9 +131,9 @@ func TestLimiterRefundsWhenALaterLimitRejects(t *testing.T) {
 		t.Run(fmt.Sprintf("local_fast_path=%v", fast), func(t *testing.T) {
 			cat := testCatalog(t, Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 10, Window: confutil.Duration(time.Hour)})
 			cfg := testLimitsConfig(func(c *Config) { c.IP = 2; c.LeaseTTL = time.Minute; c.LocalFastPath = &fast })
-			store := NewMemoryStore(MemoryOptions{}) // in-process: refunds to it are made before Allow returns
-			t.Cleanup(store.Close)
-			l := newTestLimiter(t, cfg, store, Options{Catalog: cat})
+			st := store.NewMemoryStore(store.MemoryOptions{}) // in-process: refunds to it are made before Allow returns
+			t.Cleanup(st.Close)
+			l := newTestLimiter(t, cfg, st, Options{Catalog: cat})
 			ipA := &Request{Tenant: "acme", Plan: "PREMIUM", Resource: "r", IP: []byte("10.0.0.1")}
 			got, last := allowN(l, ipA, 8)
 			require.Equal(t, 2, got)
@@ -185,17 +186,17 @@ func TestLimiterStrictAsksTheStoreEveryTime(t *testing.T) {
 		{"adaptive strict", func(c *Config) { c.IP = 1000 }, fixedAdjuster{1, true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			store := memStore(t)
-			l := newTestLimiter(t, testLimitsConfig(tc.cfg), store, Options{Adjuster: tc.adj})
+			st := memStore(t)
+			l := newTestLimiter(t, testLimitsConfig(tc.cfg), st, Options{Adjuster: tc.adj})
 			allowN(l, &Request{IP: []byte("a")}, 50)
-			assert.EqualValues(t, 50, store.calls.Load())
+			assert.EqualValues(t, 50, st.calls.Load())
 		})
 	}
 	// With leases, far fewer calls.
-	store := memStore(t)
-	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 1000; c.LeaseTTL = time.Minute; c.Window = time.Hour }), store, Options{})
+	st := memStore(t)
+	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 1000; c.LeaseTTL = time.Minute; c.Window = time.Hour }), st, Options{})
 	allowN(l, &Request{IP: []byte("a")}, 50)
-	assert.Less(t, store.calls.Load(), int64(8), "leases grow 1, 2, 4, ... while they run out")
+	assert.Less(t, st.calls.Load(), int64(8), "leases grow 1, 2, 4, ... while they run out")
 }
 
 func TestLimiterMultiplier(t *testing.T) {
@@ -206,9 +207,9 @@ func TestLimiterMultiplier(t *testing.T) {
 }
 
 func TestLimiterSharesOneStoreCallPerEmptyBucket(t *testing.T) {
-	store := memStore(t)
-	store.delay = 50 * time.Millisecond
-	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 100000; c.MaxLease = 1000; c.LeaseTTL = time.Minute; c.Window = time.Hour }), store, Options{})
+	st := memStore(t)
+	st.delay = 50 * time.Millisecond
+	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 100000; c.MaxLease = 1000; c.LeaseTTL = time.Minute; c.Window = time.Hour }), st, Options{})
 	var wg sync.WaitGroup
 	var allowed atomic.Int64
 	for range 20 {
@@ -222,15 +223,15 @@ func TestLimiterSharesOneStoreCallPerEmptyBucket(t *testing.T) {
 	}
 	wg.Wait()
 	assert.EqualValues(t, 20, allowed.Load())
-	assert.LessOrEqual(t, store.calls.Load(), int64(3), "concurrent requests on an empty bucket share the store call")
+	assert.LessOrEqual(t, st.calls.Load(), int64(3), "concurrent requests on an empty bucket share the store call")
 }
 
 func newRedisStore(t testing.TB, addr string) *countingStore {
 	t.Helper()
-	c, err := NewRedisClient(RedisConfig{Addrs: []string{addr}})
+	c, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{addr}})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	return &countingStore{Store: NewRedisStore(c, RedisStoreOptions{KeyPrefix: "t"})}
+	return &countingStore{Store: store.NewRedisStore(c, store.RedisStoreOptions{KeyPrefix: "t"})}
 }
 
 // TestLimiterMultiPodAccuracy offers one key ten times its limit through
@@ -269,9 +270,9 @@ func TestLimiterMultiPodAccuracySlowPod(t *testing.T) {
 
 // slowNow makes one in five lease calls (not returns) slower than the
 // multiPod store deadline.
-type slowNow struct{ Store }
+type slowNow struct{ store.Store }
 
-func (s slowNow) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult, error) {
+func (s slowNow) Lease(ctx context.Context, req *store.LeaseRequest) (store.LeaseResult, error) {
 	if req.Return == 0 && rand.IntN(5) == 0 {
 		time.Sleep(130 * time.Millisecond)
 	}
@@ -291,10 +292,10 @@ func multiPod(t *testing.T, addrs []string, duration time.Duration, slowPod bool
 	var stores []*countingStore
 	var pods []*Limiter
 	for i := range 3 {
-		cl, err := NewRedisClient(RedisConfig{Addrs: addrs})
+		cl, err := store.NewRedisClient(store.RedisConfig{Addrs: addrs})
 		require.NoError(t, err)
 		t.Cleanup(cl.Close)
-		var rs Store = NewRedisStore(cl, RedisStoreOptions{KeyPrefix: "mp"})
+		var rs store.Store = store.NewRedisStore(cl, store.RedisStoreOptions{KeyPrefix: "mp"})
 		if slowPod && i == 0 {
 			rs = slowNow{rs}
 		}
@@ -370,7 +371,7 @@ func TestLimiterStoreFailure(t *testing.T) {
 	for _, fp := range []FailurePolicy{FailLocal, FailOpen, FailClosed} {
 		policy := fp.String()
 		t.Run(policy, func(t *testing.T) {
-			store := newRedisStore(t, srv.Addr)
+			st := newRedisStore(t, srv.Addr)
 			cfg := testLimitsConfig(func(c *Config) {
 				c.IP = 10
 				c.Window = time.Hour
@@ -379,7 +380,7 @@ func TestLimiterStoreFailure(t *testing.T) {
 				c.BreakerFailures = 2
 				c.BreakerCooldown = 100 * time.Millisecond
 			})
-			l := newTestLimiter(t, cfg, store, Options{LivePods: func() int { return 2 }})
+			l := newTestLimiter(t, cfg, st, Options{LivePods: func() int { return 2 }})
 			req := &Request{IP: []byte("10.1.1." + policy)}
 			require.True(t, l.Allow(context.Background(), req).Allowed)
 			require.True(t, l.StoreHealthy())
@@ -425,25 +426,25 @@ func TestLimiterStoreFailure(t *testing.T) {
 
 func TestLimiterSlowStoreOpensTheBreaker(t *testing.T) {
 	srv := redistest.Start(t)
-	store := newRedisStore(t, srv.Addr)
+	st := newRedisStore(t, srv.Addr)
 	cfg := testLimitsConfig(func(c *Config) {
 		c.IP = 10
 		c.StoreTimeout = 20 * time.Millisecond
 		c.BreakerFailures = 3
 		c.BreakerCooldown = 100 * time.Millisecond
 	})
-	l := newTestLimiter(t, cfg, store, Options{})
+	l := newTestLimiter(t, cfg, st, Options{})
 	require.True(t, l.Allow(context.Background(), &Request{IP: []byte("warm")}).Allowed)
 	srv.Pause()
 	for i := range 5 {
 		d := l.Allow(context.Background(), &Request{IP: []byte{'s', byte('0' + i)}})
 		assert.True(t, d.Allowed, "local policy decides while Redis is slow")
 	}
-	calls := store.calls.Load()
+	calls := st.calls.Load()
 	for i := range 20 {
 		l.Allow(context.Background(), &Request{IP: []byte{'t', byte('0' + i)}})
 	}
-	assert.LessOrEqual(t, store.calls.Load()-calls, int64(1), "no store calls while the breaker is open (one half-open probe at most)")
+	assert.LessOrEqual(t, st.calls.Load()-calls, int64(1), "no store calls while the breaker is open (one half-open probe at most)")
 	assert.False(t, l.StoreHealthy())
 	srv.Resume()
 	back := time.Now()
@@ -482,14 +483,14 @@ func TestSlidingLogLeasesStaySmall(t *testing.T) {
 		most int64
 	}{{"sliding_log", maxLogLease}, {"sliding_window", 1024}} {
 		t.Run(tc.alg, func(t *testing.T) {
-			store := memStore(t)
+			st := memStore(t)
 			cfg := testLimitsConfig(func(c *Config) {
 				c.Algorithm, c.IP, c.Window, c.LeaseTTL, c.MaxLease = tc.alg, 1_000_000, time.Hour, time.Minute, 1024
 			})
-			l := newTestLimiter(t, cfg, store, Options{})
+			l := newTestLimiter(t, cfg, st, Options{})
 			got, _ := allowN(l, &Request{IP: []byte("10.1.2.3")}, 5000)
 			require.Equal(t, 5000, got)
-			assert.Equal(t, tc.most, store.mostWant.Load())
+			assert.Equal(t, tc.most, st.mostWant.Load())
 		})
 	}
 }

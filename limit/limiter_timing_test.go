@@ -43,25 +43,25 @@ func BenchmarkAllowLocalParallel(b *testing.B) {
 // BenchmarkAllowRedis asks Redis for every decision (local_fast_path: false).
 func BenchmarkAllowRedis(b *testing.B) {
 	srv := redistest.Start(b)
-	store := newRedisStore(b, srv.Addr)
+	st := newRedisStore(b, srv.Addr)
 	f := false
 	cfg := testLimitsConfig(func(c *Config) { c.IP = 1 << 39; c.LocalFastPath = &f })
-	l := newTestLimiter(b, cfg, store, Options{})
+	l := newTestLimiter(b, cfg, st, Options{})
 	req := &Request{IP: []byte("10.0.0.1")}
 	b.ReportAllocs()
 	for b.Loop() {
 		l.Allow(context.Background(), req)
 	}
-	b.ReportMetric(float64(store.calls.Load())/float64(b.N), "store-calls/op")
+	b.ReportMetric(float64(st.calls.Load())/float64(b.N), "store-calls/op")
 }
 
 // BenchmarkAllowRedisLeasedHotKey is one hot key with leases over Redis, in
 // parallel: store calls per decision show what the leases save.
 func BenchmarkAllowRedisLeasedHotKey(b *testing.B) {
 	srv := redistest.Start(b)
-	store := newRedisStore(b, srv.Addr)
+	st := newRedisStore(b, srv.Addr)
 	cfg := testLimitsConfig(func(c *Config) { c.IP = 1 << 39 })
-	l := newTestLimiter(b, cfg, store, Options{})
+	l := newTestLimiter(b, cfg, st, Options{})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		req := &Request{IP: []byte("10.0.0.1")}
@@ -69,15 +69,15 @@ func BenchmarkAllowRedisLeasedHotKey(b *testing.B) {
 			l.Allow(context.Background(), req)
 		}
 	})
-	b.ReportMetric(float64(store.calls.Load())/float64(b.N), "store-calls/op")
+	b.ReportMetric(float64(st.calls.Load())/float64(b.N), "store-calls/op")
 }
 
 // BenchmarkAllowRedis10kKeys spreads decisions over 10,000 keys with leases.
 func BenchmarkAllowRedis10kKeys(b *testing.B) {
 	srv := redistest.Start(b)
-	store := newRedisStore(b, srv.Addr)
+	st := newRedisStore(b, srv.Addr)
 	cfg := testLimitsConfig(func(c *Config) { c.IP = 1 << 39 })
-	l := newTestLimiter(b, cfg, store, Options{})
+	l := newTestLimiter(b, cfg, st, Options{})
 	keys := make([][]byte, 10000)
 	for i := range keys {
 		keys[i] = []byte("10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256))
@@ -91,5 +91,5 @@ func BenchmarkAllowRedis10kKeys(b *testing.B) {
 			l.Allow(context.Background(), &req)
 		}
 	})
-	b.ReportMetric(float64(store.calls.Load())/float64(b.N), "store-calls/op")
+	b.ReportMetric(float64(st.calls.Load())/float64(b.N), "store-calls/op")
 }

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // Metrics of every Limiter in the process: the rate_limit_* names that
@@ -77,7 +78,7 @@ func (l *Limiter) nodeName(i int) string {
 	if l.nodes == nil {
 		return ""
 	}
-	return l.nodes.nodeName(i)
+	return l.nodes.NodeName(i)
 }
 
 // nodeMetrics registers the per-node series of node i once it has a name:
@@ -311,7 +312,7 @@ func escapeLabel(s string) string {
 
 // countRepeat counts an answer to a call with a request ID seen before:
 // spared within its allowance, counted as a new request past it.
-func countRepeat(res *LeaseResult) {
+func countRepeat(res *store.LeaseResult) {
 	switch {
 	case res.Duplicate:
 		repeatsSpared.Inc()

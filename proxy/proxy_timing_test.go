@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
 
@@ -78,12 +79,12 @@ func BenchmarkDirect(b *testing.B) {
 func BenchmarkProxy(b *testing.B) { benchProxy(b, nil) }
 
 func BenchmarkProxyLimited(b *testing.B) {
-	store := limit.NewMemoryStore(limit.MemoryOptions{})
-	b.Cleanup(store.Close)
+	mem := store.NewMemoryStore(store.MemoryOptions{})
+	b.Cleanup(mem.Close)
 	var cfg limit.Config
 	cfg.SetDefaults()
 	cfg.Tenant, cfg.IP, cfg.Window = 1<<39, 1<<39, time.Hour
-	lim, err := limit.NewLimiter(cfg, store, limit.Options{})
+	lim, err := limit.NewLimiter(cfg, mem, limit.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/cache"
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
 
@@ -465,13 +466,13 @@ func TestConcurrencyShed(t *testing.T) {
 // TestWithRealLimiter runs the proxy over the real limiter and memory store.
 func TestWithRealLimiter(t *testing.T) {
 	be := startBackend(t)
-	store := limit.NewMemoryStore(limit.MemoryOptions{})
-	defer store.Close()
+	mem := store.NewMemoryStore(store.MemoryOptions{})
+	defer mem.Close()
 	var cfg limit.Config
 	cfg.SetDefaults()
 	cfg.IP = 3
 	cfg.Window = time.Minute
-	lim, err := limit.NewLimiter(cfg, store, limit.Options{})
+	lim, err := limit.NewLimiter(cfg, mem, limit.Options{})
 	require.NoError(t, err)
 	defer lim.Close()
 	p := startProxy(t, be.url, func(d *Deps, _ *upstream.Config) { d.Limiter = lim })

@@ -23,6 +23,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf/tlstest"
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // testLimiter is a limiter on the in-memory store: 5 per second per tenant
@@ -36,7 +37,7 @@ func testLimiter(tb testing.TB) (*limit.Limiter, *limit.Catalog) {
 	rule.SetDefaults(&cfg)
 	cat, err := limit.NewCatalog(nil, []limit.Tenant{{ID: "acme", Plan: "FREE"}, {ID: "big", Plan: "PREMIUM"}}, []limit.Rule{rule})
 	require.NoError(tb, err)
-	lim, err := limit.NewLimiter(cfg, limit.NewMemoryStore(limit.MemoryOptions{}), limit.Options{Catalog: cat})
+	lim, err := limit.NewLimiter(cfg, store.NewMemoryStore(store.MemoryOptions{}), limit.Options{Catalog: cat})
 	require.NoError(tb, err)
 	tb.Cleanup(lim.Close)
 	return lim, cat

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // BenchmarkShouldRateLimitRedis is Envoy's ShouldRateLimit over loopback
@@ -26,7 +27,7 @@ import (
 // (10k tenants). The limits are high enough never to refuse.
 func BenchmarkShouldRateLimitRedis(b *testing.B) {
 	srv := redistest.Start(b)
-	client, err := limit.NewRedisClient(limit.RedisConfig{Addrs: []string{srv.Addr}})
+	client, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
 	require.NoError(b, err)
 	b.Cleanup(client.Close)
 	var cfg limit.Config
@@ -35,7 +36,7 @@ func BenchmarkShouldRateLimitRedis(b *testing.B) {
 	cfg.StoreTimeout = 50 * time.Millisecond
 	cat, err := limit.NewCatalog(nil, nil, nil)
 	require.NoError(b, err)
-	lim, err := limit.NewLimiter(cfg, limit.NewRedisStore(client, limit.RedisStoreOptions{KeyPrefix: "bench"}), limit.Options{Catalog: cat})
+	lim, err := limit.NewLimiter(cfg, store.NewRedisStore(client, store.RedisStoreOptions{KeyPrefix: "bench"}), limit.Options{Catalog: cat})
 	require.NoError(b, err)
 	b.Cleanup(lim.Close)
 	conn := benchServer(b, lim, cat)

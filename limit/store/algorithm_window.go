@@ -1,4 +1,4 @@
-package limit
+package store
 
 // windowState is one key of the sliding window (lua/sliding_window.lua): the
 // newest time seen and the live sub-window counters, each at the end of its

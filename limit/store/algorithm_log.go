@@ -1,4 +1,4 @@
-package limit
+package store
 
 // logState is one key of the sliding log (lua/sliding_log.lua). The Redis
 // sorted set holds one member per permit; here permits with the same score

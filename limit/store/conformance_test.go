@@ -1,4 +1,4 @@
-package limit
+package store
 
 import (
 	"context"
@@ -167,7 +167,7 @@ func (e *confEnv) lease(t *testing.T, key string, p Params, want int64, ttl time
 	req := &LeaseRequest{Key: []byte(key), Params: p, Want: want, LeaseTTL: ttl}
 	if rid != "" {
 		req.RequestID = []byte(rid)
-		req.RequestIDRetries, req.RequestIDWindow = DefaultRequestIDRetries, DefaultRequestIDWindow
+		req.RequestIDRetries, req.RequestIDWindow = 2, 10*time.Second
 	}
 	return e.leaseReq(t, req)
 }

@@ -1,4 +1,4 @@
-package limit
+package store
 
 import (
 	"context"
@@ -25,7 +25,7 @@ type LateStore struct {
 
 var (
 	_ Store   = (*LateStore)(nil)
-	_ nodeMap = (*LateStore)(nil)
+	_ NodeMap = (*LateStore)(nil)
 )
 
 // NewLateStore returns a store that is not connected yet.
@@ -62,19 +62,19 @@ func (s *LateStore) Close() {
 	}
 }
 
-func (s *LateStore) nodeOf(key []byte) int {
+func (s *LateStore) NodeOf(key []byte) int {
 	if st := s.cur.Load(); st != nil {
-		if n, ok := (*st).(nodeMap); ok {
-			return n.nodeOf(key)
+		if n, ok := (*st).(NodeMap); ok {
+			return n.NodeOf(key)
 		}
 	}
 	return 0
 }
 
-func (s *LateStore) nodeName(i int) string {
+func (s *LateStore) NodeName(i int) string {
 	if st := s.cur.Load(); st != nil {
-		if n, ok := (*st).(nodeMap); ok {
-			return n.nodeName(i)
+		if n, ok := (*st).(NodeMap); ok {
+			return n.NodeName(i)
 		}
 	}
 	return ""

@@ -1,4 +1,4 @@
-package limit
+package store
 
 import (
 	"context"
@@ -44,7 +44,7 @@ type RedisStore struct {
 
 var (
 	_ Store   = (*RedisStore)(nil)
-	_ nodeMap = (*RedisStore)(nil)
+	_ NodeMap = (*RedisStore)(nil)
 )
 
 // NewRedisStore returns a RedisStore over client. The client is shared with
@@ -116,10 +116,10 @@ func (s *RedisStore) learnClock(sent, got time.Time, redisUS int64) {
 
 // nodeOf implements nodeMap: the node of the slot of key's hash tag (every
 // key of the limiter has one, so the prefix does not matter).
-func (s *RedisStore) nodeOf(key []byte) int { return s.nodes.nodeOf(key) }
+func (s *RedisStore) NodeOf(key []byte) int { return s.nodes.NodeOf(key) }
 
 // nodeName implements nodeMap: the node's host:port.
-func (s *RedisStore) nodeName(i int) string { return s.nodes.nodeName(i) }
+func (s *RedisStore) NodeName(i int) string { return s.nodes.NodeName(i) }
 
 // Ping checks that Redis answers.
 func (s *RedisStore) Ping(ctx context.Context) error {

@@ -1,4 +1,4 @@
-package limit
+package store
 
 import (
 	"errors"
@@ -143,7 +143,7 @@ func checkLease(req *LeaseRequest) error {
 		if p.Capacity < 0 || p.Capacity > MaxLimit {
 			return fmt.Errorf("limit: lease for %q: capacity %d is out of range 0..%d", req.Key, p.Capacity, int64(MaxLimit))
 		}
-		if err := checkRefill(p.Capacity, p.RefillRate); err != "" {
+		if err := CheckRefill(p.Capacity, p.RefillRate); err != "" {
 			return fmt.Errorf("limit: lease for %q: refill rate %v %s", req.Key, p.RefillRate, err)
 		}
 	default:
@@ -153,7 +153,7 @@ func checkLease(req *LeaseRequest) error {
 }
 
 // checkRefill says what is wrong with a refill rate, or "".
-func checkRefill(capacity int64, rate float64) string {
+func CheckRefill(capacity int64, rate float64) string {
 	switch {
 	case math.IsNaN(rate) || math.IsInf(rate, 0) || rate < 0:
 		return "is not a finite number >= 0"
@@ -169,3 +169,32 @@ func checkRefill(capacity int64, rate float64) string {
 
 // need is Need with its default of 1.
 func (r *LeaseRequest) need() int64 { return max(r.Need, 1) }
+
+// algorithmNames maps the configuration names to algorithms.
+var algorithmNames = map[string]Algorithm{
+	"sliding_window": SlidingWindow,
+	"sliding_log":    SlidingLog,
+	"token_bucket":   TokenBucket,
+}
+
+// ParseAlgorithm returns the algorithm of a configuration name.
+func ParseAlgorithm(name string) (Algorithm, error) {
+	a, ok := algorithmNames[name]
+	if !ok {
+		return 0, fmt.Errorf("%q is not one of sliding_window, sliding_log, token_bucket", name)
+	}
+	return a, nil
+}
+
+// String returns the configuration name of the algorithm.
+func (a Algorithm) String() string {
+	switch a {
+	case SlidingWindow:
+		return "sliding_window"
+	case SlidingLog:
+		return "sliding_log"
+	case TokenBucket:
+		return "token_bucket"
+	}
+	return fmt.Sprintf("algorithm(%d)", uint8(a))
+}

@@ -1,6 +1,6 @@
 //go:build !race
 
-package limit
+package store
 
 import (
 	"context"

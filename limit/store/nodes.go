@@ -1,4 +1,4 @@
-package limit
+package store
 
 import (
 	"context"
@@ -13,19 +13,19 @@ import (
 // maxStoreNodes bounds the store breakers of a limiter: one per store node
 // (a Redis Cluster's masters), and the node label values of the metrics.
 // Nodes past it share the last breaker.
-const maxStoreNodes = 32
+const MaxNodes = 32
 
 // nodeMap is a Store whose keys live on several nodes (a Redis Cluster): the
 // limiter keeps one breaker per node, so that a failed node sends only the
 // keys of its slots to the failure policy while the others keep their exact
 // decisions. Both methods are called on the request path: O(1), no locks
 // held for long, no allocation.
-type nodeMap interface {
+type NodeMap interface {
 	// nodeOf returns the index (0..maxStoreNodes-1) of the node that holds
 	// key.
-	nodeOf(key []byte) int
+	NodeOf(key []byte) int
 	// nodeName names the node of index i ("" when no node has it).
-	nodeName(i int) string
+	NodeName(i int) string
 }
 
 // clusterSlots is the number of hash slots of a Redis Cluster.
@@ -69,7 +69,7 @@ func newStoreNodes(client rueidis.Client) *storeNodes {
 }
 
 // nodeOf implements nodeMap.
-func (n *storeNodes) nodeOf(key []byte) int {
+func (n *storeNodes) NodeOf(key []byte) int {
 	if !n.cluster {
 		return 0
 	}
@@ -89,7 +89,7 @@ func (n *storeNodes) nodeOf(key []byte) int {
 }
 
 // nodeName implements nodeMap.
-func (n *storeNodes) nodeName(i int) string {
+func (n *storeNodes) NodeName(i int) string {
 	names := *n.names.Load()
 	if i < len(names) {
 		return names[i]
@@ -113,8 +113,8 @@ func (n *storeNodes) index(addr string) uint8 {
 			return uint8(i)
 		}
 	}
-	if len(names) >= maxStoreNodes {
-		return maxStoreNodes - 1
+	if len(names) >= MaxNodes {
+		return MaxNodes - 1
 	}
 	grown := append(names[:len(names):len(names)], addr)
 	n.names.Store(&grown)

@@ -1,4 +1,4 @@
-package limit
+package store
 
 import (
 	"context"
@@ -155,9 +155,6 @@ type Store interface {
 	Ping(ctx context.Context) error
 	Close()
 }
-
-// ErrStoreUnavailable is returned while the store's breaker is open.
-var ErrStoreUnavailable = errors.New("limit: store unavailable")
 
 // ErrStoreLate is returned when the store ran the call after its deadline
 // and so granted nothing.
