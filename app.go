@@ -19,6 +19,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/cache"
 	"github.com/sentinel-gateway/sentinel/internal/logx"
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 	"github.com/sentinel-gateway/sentinel/proxy"
 	"github.com/sentinel-gateway/sentinel/rls"
@@ -31,8 +32,8 @@ type app struct {
 	redis     rueidis.Client // nil: the embedded in-memory store, or not connected yet
 	store     store.Store    // a *store.LateStore when Redis did not answer at start
 	storeName string
-	catalog   *limit.Catalog
-	sync      *limit.CatalogSync // in-process only without Redis
+	catalog   *catalog.Catalog
+	sync      *catalog.Sync // in-process only without Redis
 	adaptive  *adaptive.Controller
 	limiter   *liveLimiter
 	upstreams *upstream.Set
@@ -112,12 +113,12 @@ func (a *app) buildLimits(cfg *Config) (err error) {
 		a.store = store.NewMemoryStore(store.MemoryOptions{MaxKeys: cfg.Limits.MaxKeys})
 		a.storeName = "in-memory"
 	}
-	if a.catalog, err = limit.NewCatalog(cfg.Plans, cfg.Tenants, cfg.Rules); err != nil {
+	if a.catalog, err = catalog.NewCatalog(cfg.Plans, cfg.Tenants, cfg.Rules); err != nil {
 		return err
 	}
 	a.catalog.SetRouteResources(routeResources(cfg.Proxy.Routes))
 	// Without Redis the sync keeps the same rules semantics in the process.
-	a.sync = limit.NewCatalogSync(a.redis, a.catalog, limit.CatalogSyncOptions{
+	a.sync = catalog.NewSync(a.redis, a.catalog, catalog.SyncOptions{
 		KeyPrefix: cfg.Redis.KeyPrefix, Logf: logx.Printf(slog.LevelWarn),
 	})
 	if a.pending() {

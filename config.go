@@ -16,6 +16,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/cache"
 	"github.com/sentinel-gateway/sentinel/internal/logx"
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 	"github.com/sentinel-gateway/sentinel/proxy"
 	"github.com/sentinel-gateway/sentinel/rls"
@@ -40,10 +41,10 @@ type Config struct {
 	Upstreams upstream.Config   `mapstructure:"upstreams"`
 	Cache     cache.Config      `mapstructure:"cache"`
 	Redis     store.RedisConfig `mapstructure:"redis"`
-	Plans     limit.Plans       `mapstructure:"plans"`
-	Tenants   []limit.Tenant    `mapstructure:"tenants"`
+	Plans     catalog.Plans     `mapstructure:"plans"`
+	Tenants   []catalog.Tenant  `mapstructure:"tenants"`
 	Limits    limit.Config      `mapstructure:"limits"`
-	Rules     []limit.Rule      `mapstructure:"rules"`
+	Rules     []catalog.Rule    `mapstructure:"rules"`
 	Adaptive  adaptive.Config   `mapstructure:"adaptive"`
 	GRPC      rls.Config        `mapstructure:"grpc"`
 	Log       logx.Config       `mapstructure:"log"`
@@ -192,7 +193,7 @@ func mapEntryKeys(v *viper.Viper, t reflect.Type) []string {
 // so `plan: free` is refused in the file as it is in a PUT.
 func (c *Config) normalize() {
 	if c.Plans != nil {
-		plans := make(limit.Plans, len(c.Plans))
+		plans := make(catalog.Plans, len(c.Plans))
 		for name, m := range c.Plans {
 			plans[strings.ToUpper(name)] = m
 		}
@@ -232,7 +233,7 @@ func unknownKeys(md *mapstructure.Metadata, bad map[string]bool) []string {
 
 func (c *Config) setDefaultsAndValidate() error {
 	if c.Plans == nil {
-		c.Plans = limit.DefaultPlans()
+		c.Plans = catalog.DefaultPlans()
 	}
 	c.Proxy.SetDefaults()
 	c.Admin.SetDefaults()
@@ -241,7 +242,7 @@ func (c *Config) setDefaultsAndValidate() error {
 	c.Redis.SetDefaults()
 	c.Limits.SetDefaults()
 	for i := range c.Rules {
-		c.Rules[i].SetDefaults(&c.Limits)
+		c.Rules[i].SetDefaults(c.Limits.Algorithm, c.Limits.Window)
 	}
 	c.Adaptive.SetDefaults()
 	c.GRPC.SetDefaults()
@@ -268,22 +269,22 @@ func (c *Config) setDefaultsAndValidate() error {
 }
 
 // validateCatalog checks tenants and rules by building the catalog they make,
-// and that every rule names a tenant of the file (or limit.AnonymousTenant):
+// and that every rule names a tenant of the file (or catalog.AnonymousTenant):
 // the rules API refuses a rule for a tenant it does not know (404), since it
 // could never apply, and a file that means the same must fail -check. A
 // tenant created through the API gets its rules through the API.
 func (c *Config) validateCatalog() error {
-	_, err := limit.NewCatalog(c.Plans, c.Tenants, c.Rules)
+	_, err := catalog.NewCatalog(c.Plans, c.Tenants, c.Rules)
 	tenants := make(map[string]bool, len(c.Tenants))
 	for _, t := range c.Tenants {
 		tenants[t.ID] = true
 	}
 	errs := []error{err}
 	for i, r := range c.Rules {
-		if r.Tenant != limit.AnonymousTenant && r.Tenant != "" && !tenants[r.Tenant] {
-			errs = append(errs, &limit.ValidationError{Field: fmt.Sprintf("rules[%d].tenant", i),
+		if r.Tenant != catalog.AnonymousTenant && r.Tenant != "" && !tenants[r.Tenant] {
+			errs = append(errs, &catalog.ValidationError{Field: fmt.Sprintf("rules[%d].tenant", i),
 				Msg: fmt.Sprintf("no tenant %q in tenants: a rule for it would never apply; add the tenant, or write the rule through the API for a tenant created there (%q: clients without an API key)",
-					r.Tenant, limit.AnonymousTenant)})
+					r.Tenant, catalog.AnonymousTenant)})
 		}
 	}
 	return errors.Join(errs...)

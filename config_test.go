@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
-	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 )
 
 // TestBadConfigs loads every testdata/config/bad_*.yaml and checks that loading
@@ -139,13 +139,13 @@ limts: {ip: 1}
 // import limit), so a tenant's plan maps to its priority.
 func TestPlanNamesAgree(t *testing.T) {
 	for plan, p := range map[string]adaptive.Priority{
-		limit.PlanFree: adaptive.PriorityFree, limit.PlanStandard: adaptive.PriorityStandard, limit.PlanPremium: adaptive.PriorityPremium,
+		catalog.PlanFree: adaptive.PriorityFree, catalog.PlanStandard: adaptive.PriorityStandard, catalog.PlanPremium: adaptive.PriorityPremium,
 	} {
 		assert.Equal(t, p, adaptive.PriorityOf(plan), plan)
 		assert.Equal(t, plan, p.String())
 	}
 	assert.Equal(t, adaptive.PriorityFree, adaptive.PriorityOf(""), "anonymous")
-	assert.Len(t, limit.PlanNames, 3)
+	assert.Len(t, catalog.PlanNames, 3)
 }
 
 // TestEnvValueErrorNamesTheVariable: a bad value from the environment names

@@ -18,9 +18,9 @@ const (
 	PriorityPremium
 )
 
-// planNames are the plan names of the priorities, as limit spells them
-// (limit.PlanFree, limit.PlanStandard, limit.PlanPremium). adaptive does not
-// import limit; a test of the main package checks that the two agree.
+// planNames are the plan names of the priorities, as the catalog spells them
+// (catalog.PlanFree, catalog.PlanStandard, catalog.PlanPremium). adaptive does not
+// import limit/catalog; a test of the main package checks that the two agree.
 var planNames = [...]string{PriorityFree: "FREE", PriorityStandard: "STANDARD", PriorityPremium: "PREMIUM"}
 
 // PriorityOf maps a plan name to its priority; unknown and empty plans are

@@ -14,15 +14,16 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // testTenants is a catalog of two tenants, acme (PREMIUM) and cheap (FREE),
 // without rules; it is also the catalog writer of the tests.
-func testTenants(tb testing.TB) *limit.Catalog {
-	acme := limit.Tenant{ID: "acme", Plan: "PREMIUM", APIKeys: []string{"acme-key"}}
-	cheap := limit.Tenant{ID: "cheap", Plan: "FREE", APIKeys: []string{"free-key"}}
-	cat, err := limit.NewCatalog(nil, []limit.Tenant{acme, cheap}, nil)
+func testTenants(tb testing.TB) *catalog.Catalog {
+	acme := catalog.Tenant{ID: "acme", Plan: "PREMIUM", APIKeys: []string{"acme-key"}}
+	cheap := catalog.Tenant{ID: "cheap", Plan: "FREE", APIKeys: []string{"free-key"}}
+	cat, err := catalog.NewCatalog(nil, []catalog.Tenant{acme, cheap}, nil)
 	require.NoError(tb, err)
 	return cat
 }
@@ -61,7 +62,7 @@ func memServer(tb testing.TB, cfg Config, lcfg limit.Config) *Server {
 	lim, err := limit.NewLimiter(lcfg, mem, limit.Options{Catalog: cat})
 	require.NoError(tb, err)
 	tb.Cleanup(lim.Close)
-	s, err := New(Deps{Config: cfg, Limiter: lim, Catalog: cat, Writer: limit.NewCatalogSync(nil, cat, limit.CatalogSyncOptions{})})
+	s, err := New(Deps{Config: cfg, Limiter: lim, Catalog: cat, Writer: catalog.NewSync(nil, cat, catalog.SyncOptions{})})
 	require.NoError(tb, err)
 	return s
 }
@@ -92,10 +93,10 @@ func problem(t *testing.T, resp *fasthttp.Response) (msg, field string) {
 
 func TestNewRefusesAnExposedListenerWithoutToken(t *testing.T) {
 	cat := testTenants(t)
-	_, err := New(Deps{Config: Config{Listen: "0.0.0.0:9090"}, Limiter: fakeLimiter{}, Catalog: cat, Writer: limit.NewCatalogSync(nil, cat, limit.CatalogSyncOptions{})})
+	_, err := New(Deps{Config: Config{Listen: "0.0.0.0:9090"}, Limiter: fakeLimiter{}, Catalog: cat, Writer: catalog.NewSync(nil, cat, catalog.SyncOptions{})})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "server.admin_token: required")
-	_, err = New(Deps{Catalog: cat, Writer: limit.NewCatalogSync(nil, cat, limit.CatalogSyncOptions{})})
+	_, err = New(Deps{Catalog: cat, Writer: catalog.NewSync(nil, cat, catalog.SyncOptions{})})
 	assert.EqualError(t, err, "admin: New needs a limiter")
 }
 

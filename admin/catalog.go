@@ -7,9 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/valyala/fasthttp"
-
-	"github.com/sentinel-gateway/sentinel/limit"
 )
 
 // writeTimeout bounds a rule or tenant write (a Redis round trip and a
@@ -55,10 +54,10 @@ func (s *Server) putRule(ctx *fasthttp.RequestCtx, tenant, resource string) {
 		return
 	}
 	err := s.store(func(c context.Context) error { return s.deps.Writer.PutRule(c, r) })
-	if errors.Is(err, limit.ErrUnknownTenant) {
+	if errors.Is(err, catalog.ErrUnknownTenant) {
 		writeError(ctx, fasthttp.StatusNotFound, "tenant", "no tenant "+strconv.Quote(tenant)+
 			": create it first with PUT /v1/tenants/"+tenant+"; rules for clients without an API key use the tenant "+
-			limit.AnonymousTenant+" (limited per client IP)")
+			catalog.AnonymousTenant+" (limited per client IP)")
 		return
 	}
 	s.answerChange(ctx, err, fasthttp.StatusOK, r)
@@ -66,13 +65,13 @@ func (s *Server) putRule(ctx *fasthttp.RequestCtx, tenant, resource string) {
 
 // parseRule decodes a PUT rule body for the path's tenant and resource.
 // What the rule itself must hold is checked by the writer (Rule.Validate).
-func parseRule(body []byte, tenant, resource string) (limit.Rule, *limit.ValidationError) {
-	var r limit.Rule
+func parseRule(body []byte, tenant, resource string) (catalog.Rule, *catalog.ValidationError) {
+	var r catalog.Rule
 	if fe := decodeStrict(body, &r); fe != nil {
-		return limit.Rule{}, fe
+		return catalog.Rule{}, fe
 	}
 	if (r.Tenant != "" && r.Tenant != tenant) || (r.Resource != "" && r.Resource != resource) {
-		return limit.Rule{}, badField("tenant", "the body's tenant and resource must match the path (or be left out)")
+		return catalog.Rule{}, badField("tenant", "the body's tenant and resource must match the path (or be left out)")
 	}
 	r.Tenant, r.Resource = tenant, resource
 	return r, nil
@@ -109,7 +108,7 @@ func (s *Server) tenant(ctx *fasthttp.RequestCtx) {
 
 // putTenant answers PUT /v1/tenants/{id} with the tenant stored.
 func (s *Server) putTenant(ctx *fasthttp.RequestCtx, id string) {
-	var t limit.Tenant
+	var t catalog.Tenant
 	if fe := decodeStrict(ctx.PostBody(), &t); fe != nil {
 		writeBodyError(ctx, fe)
 		return
@@ -125,7 +124,7 @@ func (s *Server) putTenant(ctx *fasthttp.RequestCtx, id string) {
 	s.change(ctx, fasthttp.StatusOK, t, func(c context.Context) error { return s.deps.Writer.PutTenant(c, t) })
 }
 
-// configEntryError is limit.ErrConfigEntry for one entry: field is the
+// configEntryError is catalog.ErrConfigEntry for one entry: field is the
 // config.yaml key that holds it, where the operator must look to remove it.
 type configEntryError struct {
 	field, msg string
@@ -135,10 +134,10 @@ type configEntryError struct {
 func (e *configEntryError) Error() string { return e.msg }
 func (e *configEntryError) Unwrap() error { return e.err }
 
-// fromConfig names the config key and the entry of a limit.ErrConfigEntry
+// fromConfig names the config key and the entry of a catalog.ErrConfigEntry
 // (other errors pass through).
 func fromConfig(err error, field, entry string) error {
-	if !errors.Is(err, limit.ErrConfigEntry) {
+	if !errors.Is(err, catalog.ErrConfigEntry) {
 		return err
 	}
 	return &configEntryError{field: field, err: err,
@@ -163,7 +162,7 @@ func (s *Server) store(write func(context.Context) error) error {
 // for a missing entry, 409 for a config entry, 503 when the store cannot be
 // written.
 func (s *Server) answerChange(ctx *fasthttp.RequestCtx, err error, status int, body any) {
-	var ve *limit.ValidationError
+	var ve *catalog.ValidationError
 	switch {
 	case err == nil && body == nil:
 		ctx.SetStatusCode(status)
@@ -171,9 +170,9 @@ func (s *Server) answerChange(ctx *fasthttp.RequestCtx, err error, status int, b
 		writeJSON(ctx, status, body)
 	case errors.As(err, &ve):
 		writeError(ctx, fasthttp.StatusBadRequest, ve.Field, ve.Msg)
-	case errors.Is(err, limit.ErrEntryNotFound):
+	case errors.Is(err, catalog.ErrEntryNotFound):
 		writeError(ctx, fasthttp.StatusNotFound, "", "no such entry")
-	case errors.Is(err, limit.ErrConfigEntry):
+	case errors.Is(err, catalog.ErrConfigEntry):
 		var ce *configEntryError
 		if errors.As(err, &ce) {
 			writeError(ctx, fasthttp.StatusConflict, ce.field, ce.msg)

@@ -11,10 +11,11 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
-// TestRuleRoundTrip: the rules API reads and answers limit.Rule's JSON, with
+// TestRuleRoundTrip: the rules API reads and answers catalog.Rule's JSON, with
 // the window as text, and names the field of a bad window.
 func TestRuleRoundTrip(t *testing.T) {
 	c := startAdmin(t, Config{Listen: "127.0.0.1:0"})
@@ -45,16 +46,16 @@ func TestRuleRoundTrip(t *testing.T) {
 func TestDeleteConfigEntryNamesTheField(t *testing.T) {
 	var lcfg limit.Config
 	lcfg.SetDefaults()
-	rule := limit.Rule{Tenant: "acme", Resource: "bids", Limit: 5}
-	rule.SetDefaults(&lcfg)
-	cat, err := limit.NewCatalog(nil, []limit.Tenant{{ID: "acme", Plan: "FREE"}}, []limit.Rule{rule})
+	rule := catalog.Rule{Tenant: "acme", Resource: "bids", Limit: 5}
+	rule.SetDefaults(lcfg.Algorithm, lcfg.Window)
+	cat, err := catalog.NewCatalog(nil, []catalog.Tenant{{ID: "acme", Plan: "FREE"}}, []catalog.Rule{rule})
 	require.NoError(t, err)
 	mem := store.NewMemoryStore(store.MemoryOptions{})
 	t.Cleanup(func() { mem.Close() })
 	lim, err := limit.NewLimiter(lcfg, mem, limit.Options{Catalog: cat})
 	require.NoError(t, err)
 	t.Cleanup(lim.Close)
-	s, err := New(Deps{Config: Config{Listen: "127.0.0.1:0"}, Limiter: lim, Catalog: cat, Writer: limit.NewCatalogSync(nil, cat, limit.CatalogSyncOptions{})})
+	s, err := New(Deps{Config: Config{Listen: "127.0.0.1:0"}, Limiter: lim, Catalog: cat, Writer: catalog.NewSync(nil, cat, catalog.SyncOptions{})})
 	require.NoError(t, err)
 	ln := fasthttputil.NewInmemoryListener()
 	go func() { _ = s.Serve(ln) }()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/reply"
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 )
 
 // check serves POST /v1/ratelimit/check: one decision from the proxy's
@@ -86,7 +87,7 @@ var checkScratches = sync.Pool{New: func() any { return new(checkScratch) }}
 // to buf, which it returns. A tenant the catalog does not know answers a
 // 400: the check API limits tenants as the proxy does, with their plan, so a
 // tenant is added through the tenants API (or config) before it is checked.
-func (s *Server) request(prefix string, c *checkRequest, dst *limit.Request, buf []byte) ([]byte, *limit.ValidationError) {
+func (s *Server) request(prefix string, c *checkRequest, dst *limit.Request, buf []byte) ([]byte, *catalog.ValidationError) {
 	plan, ok := s.deps.Catalog.TenantPlan(c.TenantID)
 	if !ok {
 		return buf, badField(prefix+"tenant_id", strconv.Quote(c.TenantID)+" is not a known tenant; add it with PUT /v1/tenants/{id}")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 )
 
 // Limits of the check API's fields.
@@ -55,13 +56,13 @@ type checkBatch struct {
 }
 
 // badField is a 400 answer: the field (or "body") and what is wrong.
-func badField(field, msg string) *limit.ValidationError {
-	return &limit.ValidationError{Field: field, Msg: msg}
+func badField(field, msg string) *catalog.ValidationError {
+	return &catalog.ValidationError{Field: field, Msg: msg}
 }
 
 // parseCheck decodes and validates one check request. It accepts exactly one
 // JSON object with known fields only.
-func parseCheck(body []byte) (checkRequest, *limit.ValidationError) {
+func parseCheck(body []byte) (checkRequest, *catalog.ValidationError) {
 	r, ok := parseCheckFast(body)
 	if !ok {
 		slow := new(checkRequest) // decodeStrict's argument escapes: kept off the fast path
@@ -211,7 +212,7 @@ func (p *jsonScanner) int() (int64, bool) {
 }
 
 // parseBatch decodes and validates a batch; one bad check rejects the batch.
-func parseBatch(body []byte) (checkBatch, *limit.ValidationError) {
+func parseBatch(body []byte) (checkBatch, *catalog.ValidationError) {
 	var b checkBatch
 	if fe := decodeStrict(body, &b); fe != nil {
 		return b, fe
@@ -232,7 +233,7 @@ func parseBatch(body []byte) (checkBatch, *limit.ValidationError) {
 
 // validate checks the fields' presence and ranges; prefix goes before each
 // field name in the error.
-func (r *checkRequest) validate(prefix string) *limit.ValidationError {
+func (r *checkRequest) validate(prefix string) *catalog.ValidationError {
 	if fe := checkName(prefix+"tenant_id", r.TenantID, true, maxNameLen); fe != nil {
 		return fe
 	}
@@ -253,7 +254,7 @@ func (r *checkRequest) validate(prefix string) *limit.ValidationError {
 
 // checkName checks a string field: required or not, at most max bytes, no
 // control characters.
-func checkName(field, v string, required bool, max int) *limit.ValidationError {
+func checkName(field, v string, required bool, max int) *catalog.ValidationError {
 	if v == "" {
 		if required {
 			return badField(field, "missing; want a non-empty string")
@@ -273,7 +274,7 @@ func checkName(field, v string, required bool, max int) *limit.ValidationError {
 
 // decodeStrict decodes body into v, rejecting unknown fields and anything
 // after the first JSON value, and names the field in its errors.
-func decodeStrict(body []byte, v any) *limit.ValidationError {
+func decodeStrict(body []byte, v any) *catalog.ValidationError {
 	if len(body) > MaxBody {
 		return badField("body", bodyTooLargeMsg)
 	}
@@ -289,7 +290,7 @@ func decodeStrict(body []byte, v any) *limit.ValidationError {
 }
 
 // jsonFieldError turns an encoding/json error into the field it is about.
-func jsonFieldError(err error) *limit.ValidationError {
+func jsonFieldError(err error) *catalog.ValidationError {
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
@@ -343,7 +344,7 @@ func jsonTypeName(kind string) string {
 // overCapacity answers a 400 naming tokens_requested (after prefix) when
 // the request asks more than a limit that applies can ever grant at once:
 // such a check could never pass, so it is not a retryable refusal.
-func overCapacity(lim Limiter, prefix string, req *limit.Request) *limit.ValidationError {
+func overCapacity(lim Limiter, prefix string, req *limit.Request) *catalog.ValidationError {
 	most, scope := lim.MaxTokens(req)
 	if req.Tokens <= most {
 		return nil

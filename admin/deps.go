@@ -5,6 +5,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 )
 
 // The interfaces below are what the admin listener calls; each is implemented
@@ -25,25 +26,25 @@ type Limiter interface {
 }
 
 // Catalog is what the admin API reads: the current rules and tenants.
-// *limit.Catalog implements it. Every method reads one immutable snapshot.
+// *catalog.Catalog implements it. Every method reads one immutable snapshot.
 type Catalog interface {
-	Rules() []limit.Rule
-	Rule(tenant, resource string) (limit.Rule, bool)
-	Tenants() []limit.Tenant
-	Tenant(id string) (limit.Tenant, bool)
+	Rules() []catalog.Rule
+	Rule(tenant, resource string) (catalog.Rule, bool)
+	Tenants() []catalog.Tenant
+	Tenant(id string) (catalog.Tenant, bool)
 	TenantPlan(id string) (string, bool)
 }
 
-// CatalogWriter changes rules and tenants. *limit.CatalogSync implements it:
+// CatalogWriter changes rules and tenants. *catalog.Sync implements it:
 // with Redis it writes through to Redis and every pod applies the change
 // within a second; without Redis it changes the process's rules. Put and Delete return a
-// *limit.ValidationError for a bad rule or tenant (the API answers 400 with
+// *catalog.ValidationError for a bad rule or tenant (the API answers 400 with
 // its field) and any other error for a store failure (the API answers 503).
 // They must return when ctx ends.
 type CatalogWriter interface {
-	PutRule(ctx context.Context, r limit.Rule) error
+	PutRule(ctx context.Context, r catalog.Rule) error
 	DeleteRule(ctx context.Context, tenant, resource string) error
-	PutTenant(ctx context.Context, t limit.Tenant) error
+	PutTenant(ctx context.Context, t catalog.Tenant) error
 	DeleteTenant(ctx context.Context, id string) error
 }
 
@@ -94,7 +95,7 @@ type Deps struct {
 // Interface guards.
 var (
 	_ Limiter       = (*limit.Limiter)(nil)
-	_ Catalog       = (*limit.Catalog)(nil)
-	_ CatalogWriter = (*limit.CatalogSync)(nil)
+	_ Catalog       = (*catalog.Catalog)(nil)
+	_ CatalogWriter = (*catalog.Sync)(nil)
 	_ Adaptive      = (*adaptive.Controller)(nil)
 )

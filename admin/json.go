@@ -9,7 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/internal/reply"
-	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 )
 
 var bodyTooLargeMsg = "larger than " + strconv.Itoa(MaxBody) + " bytes"
@@ -25,7 +25,7 @@ func writeError(ctx *fasthttp.RequestCtx, status int, field, msg string) {
 // since "malformed JSON" would hide that the API reads JSON only; otherwise
 // 400 naming fe's field. A JSON body is read whatever its Content-Type: curl
 // -d sends application/x-www-form-urlencoded by default.
-func writeBodyError(ctx *fasthttp.RequestCtx, fe *limit.ValidationError) {
+func writeBodyError(ctx *fasthttp.RequestCtx, fe *catalog.ValidationError) {
 	if fe.Field == "body" && !json.Valid(ctx.PostBody()) {
 		if mt := mediaType(ctx.Request.Header.ContentType()); declaresOtherFormat(mt) {
 			writeError(ctx, fasthttp.StatusUnsupportedMediaType, "Content-Type",

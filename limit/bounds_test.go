@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -27,7 +28,7 @@ func TestBounds(t *testing.T) {
 		"limits.ip":      func(c *Config) { c.IP = -1 },
 		"limits.window":  func(c *Config) { c.Window = store.MaxWindow + time.Millisecond },
 	} {
-		var ve *ValidationError
+		var ve *catalog.ValidationError
 		require.ErrorAs(t, cfg(mod), &ve, key)
 		assert.Equal(t, key, ve.Field)
 	}
@@ -35,21 +36,21 @@ func TestBounds(t *testing.T) {
 		c.Tenant, c.APIKey, c.IP, c.Window = store.MaxLimit, store.MaxLimit, store.MaxLimit, store.MaxWindow
 	}))
 
-	rule := func(r Rule) error {
+	rule := func(r catalog.Rule) error {
 		r.Tenant, r.Resource = "t", "r"
 		return r.Validate("rules[0]")
 	}
-	for key, r := range map[string]Rule{
+	for key, r := range map[string]catalog.Rule{
 		"rules[0].refill_rate": {Algorithm: "token_bucket", Capacity: 5, RefillRate: 1e-300},
 		"rules[0].capacity":    {Algorithm: "token_bucket", Capacity: store.MaxLimit + 1, RefillRate: 1},
 		"rules[0].limit":       {Algorithm: "sliding_window", Limit: math.MaxInt64, Window: confutil.Duration(time.Second)},
 		"rules[0].window":      {Algorithm: "sliding_log", Limit: 1, Window: confutil.Duration(25 * time.Hour)},
 	} {
-		var ve *ValidationError
+		var ve *catalog.ValidationError
 		require.ErrorAs(t, rule(r), &ve, key)
 		assert.Equal(t, key, ve.Field)
 	}
-	for _, r := range []Rule{
+	for _, r := range []catalog.Rule{
 		{Algorithm: "token_bucket", Capacity: 1, RefillRate: store.MinRefillRate},
 		{Algorithm: "token_bucket", Capacity: store.MaxLimit, RefillRate: store.MaxLimit},
 		{Algorithm: "token_bucket", Capacity: store.MaxLimit, RefillRate: 0},
@@ -63,7 +64,7 @@ func TestBounds(t *testing.T) {
 // capacity that applies; sliding_log takes at most MaxLogTokens at once, and
 // a request for more is refused without a store call.
 func TestLimiterMaxTokens(t *testing.T) {
-	cat := testCatalog(t, Rule{Tenant: "acme", Resource: "log", Algorithm: "sliding_log", Limit: 5000, Window: confutil.Duration(time.Second)})
+	cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "log", Algorithm: "sliding_log", Limit: 5000, Window: confutil.Duration(time.Second)})
 	st := memStore(t)
 	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 50; c.Tenant = 10000 }), st, Options{Catalog: cat})
 	most, scope := l.MaxTokens(&Request{IP: []byte("a"), Tenant: "acme", Plan: "PREMIUM", Resource: "x"})
@@ -84,10 +85,10 @@ func TestLimiterMaxTokens(t *testing.T) {
 // adaptive reduction).
 func TestMaxTokensMatchesSpecs(t *testing.T) {
 	cat := testCatalog(t,
-		Rule{Tenant: "acme", Resource: "log", Algorithm: "sliding_log", Limit: 5000, Window: confutil.Duration(time.Second)},
-		Rule{Tenant: "acme", Resource: "tb", Algorithm: "token_bucket", Capacity: 7, RefillRate: 1},
-		Rule{Tenant: "free", Resource: "sw", Algorithm: "sliding_window", Limit: 40, Window: confutil.Duration(time.Second)},
-		Rule{Tenant: AnonymousTenant, Resource: "sw", Algorithm: "sliding_window", Limit: 3, Window: confutil.Duration(time.Second)},
+		catalog.Rule{Tenant: "acme", Resource: "log", Algorithm: "sliding_log", Limit: 5000, Window: confutil.Duration(time.Second)},
+		catalog.Rule{Tenant: "acme", Resource: "tb", Algorithm: "token_bucket", Capacity: 7, RefillRate: 1},
+		catalog.Rule{Tenant: "free", Resource: "sw", Algorithm: "sliding_window", Limit: 40, Window: confutil.Duration(time.Second)},
+		catalog.Rule{Tenant: catalog.AnonymousTenant, Resource: "sw", Algorithm: "sliding_window", Limit: 3, Window: confutil.Duration(time.Second)},
 	)
 	reqs := []Request{
 		{IP: []byte("a"), Tenant: "acme", Plan: "PREMIUM", Resource: "x"},

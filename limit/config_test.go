@@ -1,15 +1,11 @@
 package limit
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/sentinel-gateway/sentinel/internal/confutil"
-	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // TestConfigValidateNamesEveryBadKey: one line per bad key, not the first
@@ -33,66 +29,6 @@ func TestConfigValidateNamesEveryBadKey(t *testing.T) {
 	}
 }
 
-func TestRuleValidateNamesEveryBadKey(t *testing.T) {
-	r := Rule{Tenant: "a b", Resource: "", Algorithm: "sliding_window", Limit: 0, Capacity: 3}
-	err := r.Validate("rules[2]")
-	require.Error(t, err)
-	for _, want := range []string{"rules[2].tenant:", "rules[2].resource:", "rules[2].limit: 0 is out of range",
-		"rules[2].window: required for sliding_window", "rules[2].capacity: capacity and refill_rate apply to token_bucket only"} {
-		assert.Contains(t, err.Error(), want)
-	}
-	var ve *ValidationError
-	require.ErrorAs(t, err, &ve)
-	assert.Equal(t, "rules[2].tenant", ve.Field, "the API answers the first bad field")
-}
-
-func TestPlansDefaultAndValidate(t *testing.T) {
-	assert.Equal(t, Plans{PlanFree: 1, PlanStandard: 2, PlanPremium: 3}, DefaultPlans())
-	c, err := NewCatalog(nil, nil, nil)
-	require.NoError(t, err)
-	assert.Equal(t, 2.0, c.PlanMultiplier(PlanStandard), "one default set: the documented one")
-	assert.Equal(t, 3.0, c.PlanMultiplier(PlanPremium))
-
-	err = Plans{PlanFree: -1, "GOLD": 2, PlanPremium: 3}.Validate()
-	require.Error(t, err)
-	for _, want := range []string{"plans.FREE: multiplier -1", "plans.GOLD: unknown plan", "plans.STANDARD: missing"} {
-		assert.Contains(t, err.Error(), want)
-	}
-}
-
-// TestCatalogErrorsNameEveryBadEntry: a catalog that does not build names
-// every bad tenant and rule.
-func TestCatalogErrorsNameEveryBadEntry(t *testing.T) {
-	_, err := NewCatalog(nil,
-		[]Tenant{{ID: "a", Plan: "GOLD"}, {ID: "b", Plan: PlanFree, APIKeys: []string{" k"}}},
-		[]Rule{{Tenant: "a", Resource: "r", Algorithm: "token_bucket"}})
-	require.Error(t, err)
-	for _, want := range []string{"tenants[0].plan", "tenants[1].api_keys[0]", "rules[0].capacity"} {
-		assert.Contains(t, err.Error(), want)
-	}
-}
-
-// TestRuleJSON: the API and the Redis catalog share the rule's JSON, with
-// the window as text; rules stored with window_ms by earlier versions are
-// still read.
-func TestRuleJSON(t *testing.T) {
-	r := Rule{Tenant: "acme", Resource: "bids", Algorithm: "sliding_window", Limit: 5, Window: confutil.Duration(10 * time.Second)}
-	b, err := json.Marshal(r)
-	require.NoError(t, err)
-	assert.JSONEq(t, `{"tenant":"acme","resource":"bids","algorithm":"sliding_window","limit":5,"window":"10s"}`, string(b))
-	got, err := decodeRule(string(b))
-	require.NoError(t, err)
-	assert.Equal(t, r, got)
-
-	got, err = decodeRule(`{"tenant":"acme","resource":"bids","algorithm":"sliding_window","limit":5,"window_ms":10000}`)
-	require.NoError(t, err)
-	assert.Equal(t, r, got)
-
-	tb := Rule{Tenant: "acme", Resource: "bids", Algorithm: "token_bucket", Capacity: 3, RefillRate: 1}
-	b, _ = json.Marshal(tb)
-	assert.NotContains(t, string(b), "window", "a token bucket has no window")
-}
-
 func TestFailurePolicyNames(t *testing.T) {
 	for _, p := range []FailurePolicy{FailLocal, FailOpen, FailClosed} {
 		got, err := ParseFailurePolicy(p.String())
@@ -101,15 +37,4 @@ func TestFailurePolicyNames(t *testing.T) {
 	}
 	_, err := ParseFailurePolicy("Open")
 	assert.Error(t, err)
-}
-
-func TestRedisConfigValidateNamesEveryBadKey(t *testing.T) {
-	c := store.RedisConfig{Addrs: []string{"ok:6379", "nope"}, DB: 16, KeyPrefix: "{x}", TLSInsecureSkipVerify: true}
-	c.SetDefaults()
-	err := c.Validate()
-	require.Error(t, err)
-	for _, want := range []string{"redis.addrs[1]", "redis.db: 16", "redis.key_prefix", "redis.tls_insecure_skip_verify"} {
-		assert.Contains(t, err.Error(), want)
-	}
-	assert.NotContains(t, err.Error(), "redis.addrs[0]")
 }

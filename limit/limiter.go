@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -31,7 +32,7 @@ type Limiter struct {
 	shared   bool
 	adj      Adjuster
 	livePods func() int
-	catalog  *Catalog
+	catalog  *catalog.Catalog
 	now      func() time.Time
 
 	table *bucketTable
@@ -219,8 +220,8 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 	}
 	var specs [4]spec
 	n := l.specs(&specs, req, mult)
-	counters := countersFor(req.Tenant, req.Resource)
-	counters.requests.Inc()
+	counters := catalog.CountersFor(req.Tenant, req.Resource)
+	counters.Requests.Inc()
 
 	var taken [4]taking
 	best := Decision{Allowed: true, Remaining: math.MaxInt64}
@@ -230,21 +231,21 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 		d, tk := l.one(ctx, s, tokens, strict, req.RequestID, now)
 		if d.Unavailable {
 			l.refund(taken[:i], specs[:i], tokens)
-			counters.blocked.Inc()
+			counters.Blocked.Inc()
 			l.observe(start)
 			return d
 		}
 		if !d.Allowed {
 			if s.shadow || l.cfg.Shadow {
 				shadowed = true
-				counters.shadowBlocked.Inc()
+				counters.ShadowBlocked.Inc()
 				if d.Remaining <= best.Remaining {
 					best = d
 				}
 				continue
 			}
 			l.refund(taken[:i], specs[:i], tokens)
-			counters.blocked.Inc()
+			counters.Blocked.Inc()
 			l.observe(start)
 			return d
 		}
@@ -260,7 +261,7 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 	if shadowed {
 		best.RetryAfter = 0
 	}
-	counters.allowed.Inc()
+	counters.Allowed.Inc()
 	l.observe(start)
 	return best
 }
@@ -274,10 +275,10 @@ func (l *Limiter) observe(start time.Time) {
 func (l *Limiter) specs(specs *[4]spec, req *Request, mult float64) int {
 	n := 0
 	if l.catalog != nil {
-		if r, anon := l.catalog.requestRule(req); r != nil {
+		if r, anon := l.catalog.Lookup(req.Tenant, req.Resource, len(req.IP) > 0); r != nil {
 			s := &specs[n]
 			s.scope = ScopeRule
-			s.params = r.params
+			s.params = r.Params
 			s.shadow = r.Shadow
 			if s.params.Algorithm == store.TokenBucket {
 				s.params.Capacity = scale(s.params.Capacity, mult)
@@ -1045,8 +1046,8 @@ func (l *Limiter) MaxTokens(req *Request) (int64, Scope) {
 		}
 	}
 	if l.catalog != nil {
-		if r, _ := l.catalog.requestRule(req); r != nil {
-			bound(r.params, ScopeRule)
+		if r, _ := l.catalog.Lookup(req.Tenant, req.Resource, len(req.IP) > 0); r != nil {
+			bound(r.Params, ScopeRule)
 		}
 	}
 	if l.cfg.Tenant > 0 && req.Tenant != "" {

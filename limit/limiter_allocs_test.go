@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 )
 
 // TestLimiterFastPathAllocatesNothing decides from local leases: IP, API key,
 // tenant and a rule, all served without a store call.
 func TestLimiterFastPathAllocatesNothing(t *testing.T) {
-	cat := testCatalog(t, Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 1 << 39, Window: confutil.Duration(time.Hour)})
+	cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 1 << 39, Window: confutil.Duration(time.Hour)})
 	cfg := testLimitsConfig(func(c *Config) {
 		c.IP, c.APIKey, c.Tenant = 1<<39, 1<<39, 1<<39
 		c.Window = time.Hour

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
@@ -62,10 +63,10 @@ func memStore(t testing.TB) *countingStore {
 	return &countingStore{Store: s}
 }
 
-func testCatalog(t testing.TB, rules ...Rule) *Catalog {
+func testCatalog(t testing.TB, rules ...catalog.Rule) *catalog.Catalog {
 	t.Helper()
-	c, err := NewCatalog(map[string]float64{"FREE": 1, "STANDARD": 2, "PREMIUM": 3},
-		[]Tenant{{ID: "acme", Plan: "PREMIUM", APIKeys: []string{"k1"}}, {ID: "free", Plan: "FREE", APIKeys: []string{"k2"}}},
+	c, err := catalog.NewCatalog(map[string]float64{"FREE": 1, "STANDARD": 2, "PREMIUM": 3},
+		[]catalog.Tenant{{ID: "acme", Plan: "PREMIUM", APIKeys: []string{"k1"}}, {ID: "free", Plan: "FREE", APIKeys: []string{"k2"}}},
 		rules)
 	require.NoError(t, err)
 	return c
@@ -110,7 +111,7 @@ func TestLimiterEachScope(t *testing.T) {
 }
 
 func TestLimiterRule(t *testing.T) {
-	cat := testCatalog(t, Rule{Tenant: "acme", Resource: "bids", Algorithm: "token_bucket", Capacity: 3, RefillRate: 0})
+	cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "bids", Algorithm: "token_bucket", Capacity: 3, RefillRate: 0})
 	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.Tenant = 100 }), memStore(t), Options{Catalog: cat})
 	req := &Request{Tenant: "acme", Plan: "PREMIUM", Resource: "bids"}
 	got, last := allowN(l, req, 5)
@@ -129,7 +130,7 @@ func TestLimiterRefundsWhenALaterLimitRejects(t *testing.T) {
 	// counted them as used at once (without the fast path every permit is).
 	for _, fast := range []bool{true, false} {
 		t.Run(fmt.Sprintf("local_fast_path=%v", fast), func(t *testing.T) {
-			cat := testCatalog(t, Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 10, Window: confutil.Duration(time.Hour)})
+			cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 10, Window: confutil.Duration(time.Hour)})
 			cfg := testLimitsConfig(func(c *Config) { c.IP = 2; c.LeaseTTL = time.Minute; c.LocalFastPath = &fast })
 			st := store.NewMemoryStore(store.MemoryOptions{}) // in-process: refunds to it are made before Allow returns
 			t.Cleanup(st.Close)

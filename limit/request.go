@@ -1,6 +1,10 @@
 package limit
 
-import "time"
+import (
+	"time"
+
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
+)
 
 // Request is one decision as the request path asks it. The limiter does not
 // keep it, nor its byte slices, after Allow returns.
@@ -91,7 +95,7 @@ type Options struct {
 	LivePods func() int
 	// Catalog holds the tenants' plans and the rules (nil: no rules; plan
 	// multipliers default to 1).
-	Catalog *Catalog
+	Catalog *catalog.Catalog
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
-	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 )
 
 // The response cache is shared by every client, so what goes in and who gets
@@ -34,9 +34,9 @@ var (
 // planGate is the mode's refusal of x's plan, or nil.
 func planGate(x *exchange, pol adaptive.Policy) *reason {
 	switch {
-	case pol.PremiumOnly && x.plan != limit.PlanPremium:
+	case pol.PremiumOnly && x.plan != catalog.PlanPremium:
 		return reasonPremiumOnly
-	case pol.BlockFree && x.plan == limit.PlanFree:
+	case pol.BlockFree && x.plan == catalog.PlanFree:
 		return reasonFreeBlocked
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
 
@@ -25,11 +26,11 @@ type Limiter interface {
 	Allow(ctx context.Context, req *limit.Request) limit.Decision
 }
 
-// Tenants maps an API key to its tenant. *limit.Catalog implements it.
+// Tenants maps an API key to its tenant. *catalog.Catalog implements it.
 // LookupAPIKey must allocate nothing and not keep key; the returned tenant is
 // read-only and stays valid for the request.
 type Tenants interface {
-	LookupAPIKey(key []byte) (*limit.Tenant, bool)
+	LookupAPIKey(key []byte) (*catalog.Tenant, bool)
 }
 
 // Gate is the adaptive layer as the request path sees it.
@@ -94,7 +95,7 @@ type concurrency interface {
 // Interface guards.
 var (
 	_ Limiter     = (*limit.Limiter)(nil)
-	_ Tenants     = (*limit.Catalog)(nil)
+	_ Tenants     = (*catalog.Catalog)(nil)
 	_ concurrency = (*adaptive.ConcurrencyLimiter)(nil)
 	_ Gate        = (*adaptive.Controller)(nil)
 	_ Limits      = (*adaptive.Update)(nil)

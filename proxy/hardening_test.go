@@ -22,6 +22,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/cache"
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
 
@@ -120,8 +121,8 @@ func (s *seen) get() (tenant, resource string) {
 	return s.tenant, s.resource
 }
 
-func twoPremiumTenants(t testing.TB) *limit.Catalog {
-	cat, err := limit.NewCatalog(nil, []limit.Tenant{
+func twoPremiumTenants(t testing.TB) *catalog.Catalog {
+	cat, err := catalog.NewCatalog(nil, []catalog.Tenant{
 		{ID: "acme", Plan: "PREMIUM", APIKeys: []string{"acme-key"}},
 		{ID: "globex", Plan: "PREMIUM", APIKeys: []string{"globex-key"}},
 		{ID: "cheap", Plan: "FREE", APIKeys: []string{"free-key"}},

@@ -8,9 +8,8 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/valyala/fasthttp"
-
-	"github.com/sentinel-gateway/sentinel/limit"
 )
 
 // maxRequestIDLen bounds an X-Request-Id taken from the client; a longer or
@@ -72,7 +71,7 @@ func (s *Server) tenantOf(apiKey []byte) (tenant, plan string, anonymous bool) {
 			return t.ID, t.Plan, false
 		}
 	}
-	return "", limit.PlanFree, true
+	return "", catalog.PlanFree, true
 }
 
 // setRequestID writes x's request ID: the client's (reqID) when it is

@@ -20,6 +20,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/cache"
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
@@ -142,8 +143,8 @@ func startProxy(t testing.TB, target string, opts ...proxyOpt) *testProxy {
 	return &testProxy{url: "http://" + ln.Addr().String(), srv: srv, set: set}
 }
 
-func testTenants(t testing.TB) *limit.Catalog {
-	cat, err := limit.NewCatalog(nil, []limit.Tenant{
+func testTenants(t testing.TB) *catalog.Catalog {
+	cat, err := catalog.NewCatalog(nil, []catalog.Tenant{
 		{ID: "acme", Plan: "PREMIUM", APIKeys: []string{"acme-key"}},
 		{ID: "cheap", Plan: "FREE", APIKeys: []string{"free-key"}},
 	}, nil)

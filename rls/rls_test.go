@@ -23,19 +23,20 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf/tlstest"
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // testLimiter is a limiter on the in-memory store: 5 per second per tenant
 // (FREE; PREMIUM gets 15), 3 per second per IP, a rule of 2 per second for
 // acme on "search".
-func testLimiter(tb testing.TB) (*limit.Limiter, *limit.Catalog) {
+func testLimiter(tb testing.TB) (*limit.Limiter, *catalog.Catalog) {
 	var cfg limit.Config
 	cfg.SetDefaults()
 	cfg.Tenant, cfg.IP = 5, 3
-	rule := limit.Rule{Tenant: "acme", Resource: "search", Limit: 2}
-	rule.SetDefaults(&cfg)
-	cat, err := limit.NewCatalog(nil, []limit.Tenant{{ID: "acme", Plan: "FREE"}, {ID: "big", Plan: "PREMIUM"}}, []limit.Rule{rule})
+	rule := catalog.Rule{Tenant: "acme", Resource: "search", Limit: 2}
+	rule.SetDefaults(cfg.Algorithm, cfg.Window)
+	cat, err := catalog.NewCatalog(nil, []catalog.Tenant{{ID: "acme", Plan: "FREE"}, {ID: "big", Plan: "PREMIUM"}}, []catalog.Rule{rule})
 	require.NoError(tb, err)
 	lim, err := limit.NewLimiter(cfg, store.NewMemoryStore(store.MemoryOptions{}), limit.Options{Catalog: cat})
 	require.NoError(tb, err)

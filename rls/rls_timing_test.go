@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
@@ -34,7 +35,7 @@ func BenchmarkShouldRateLimitRedis(b *testing.B) {
 	cfg.SetDefaults()
 	cfg.Tenant = 1 << 39
 	cfg.StoreTimeout = 50 * time.Millisecond
-	cat, err := limit.NewCatalog(nil, nil, nil)
+	cat, err := catalog.NewCatalog(nil, nil, nil)
 	require.NoError(b, err)
 	lim, err := limit.NewLimiter(cfg, store.NewRedisStore(client, store.RedisStoreOptions{KeyPrefix: "bench"}), limit.Options{Catalog: cat})
 	require.NoError(b, err)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 )
 
 // Limiter decides descriptors. *limit.Limiter implements it: the proxy's
@@ -34,7 +35,7 @@ type Limiter interface {
 	MaxTokens(req *limit.Request) (int64, limit.Scope)
 }
 
-// Catalog gives a tenant's plan. *limit.Catalog implements it.
+// Catalog gives a tenant's plan. *catalog.Catalog implements it.
 type Catalog interface {
 	TenantPlan(id string) (string, bool)
 }
@@ -42,7 +43,7 @@ type Catalog interface {
 // Interface guards.
 var (
 	_ Limiter = (*limit.Limiter)(nil)
-	_ Catalog = (*limit.Catalog)(nil)
+	_ Catalog = (*catalog.Catalog)(nil)
 )
 
 // Deps are the configuration and the parts the gRPC listener serves.

@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 )
 
 // TestAnonymousRuleAllocatesNothing: the per-IP rule of anonymous clients is
 // served from local leases without allocating too.
 func TestAnonymousRuleAllocatesNothing(t *testing.T) {
-	cat := testCatalog(t, Rule{Tenant: AnonymousTenant, Resource: "r", Algorithm: "sliding_window", Limit: 1 << 39, Window: confutil.Duration(time.Hour)})
+	cat := testCatalog(t, catalog.Rule{Tenant: catalog.AnonymousTenant, Resource: "r", Algorithm: "sliding_window", Limit: 1 << 39, Window: confutil.Duration(time.Hour)})
 	cfg := testLimitsConfig(func(c *Config) {
 		c.Window, c.LeaseTTL, c.MaxLease = time.Hour, time.Minute, 1<<19
 	})

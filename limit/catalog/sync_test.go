@@ -1,4 +1,4 @@
-package limit
+package catalog
 
 import (
 	"context"
@@ -14,13 +14,13 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
-func startSync(t *testing.T, addr string, resync time.Duration, rules ...Rule) (*Catalog, *CatalogSync) {
+func startSync(t *testing.T, addr string, resync time.Duration, rules ...Rule) (*Catalog, *Sync) {
 	t.Helper()
 	cat := testCatalog(t, rules...)
 	client, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{addr}})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
-	s := NewCatalogSync(client, cat, CatalogSyncOptions{KeyPrefix: "cs", Resync: resync, Logf: t.Logf})
+	s := NewSync(client, cat, SyncOptions{KeyPrefix: "cs", Resync: resync, Logf: t.Logf})
 	require.NoError(t, s.Start(context.Background()))
 	t.Cleanup(s.Stop)
 	return cat, s
@@ -78,7 +78,7 @@ func TestCatalogSyncResyncRepairsAMissedMessage(t *testing.T) {
 	ctx := context.Background()
 	// Written as the API writes, but with its message published where no pod
 	// listens, as if the message had been lost.
-	other := NewCatalogSync(client, testCatalog(t), CatalogSyncOptions{KeyPrefix: "cs"})
+	other := NewSync(client, testCatalog(t), SyncOptions{KeyPrefix: "cs"})
 	keys := other.keys()
 	gen, _ := client.Do(ctx, client.B().Get().Key(keys[2]).Build()).AsInt64() // missing: 0
 	epoch, err := client.Do(ctx, client.B().Get().Key(keys[5]).Build()).ToString()
@@ -109,7 +109,7 @@ func TestCatalogSyncRedisDown(t *testing.T) {
 
 func TestCatalogInProcessWrites(t *testing.T) {
 	cat := testCatalog(t)
-	w := NewCatalogSync(nil, cat, CatalogSyncOptions{})
+	w := NewSync(nil, cat, SyncOptions{})
 	ctx := context.Background()
 	require.NoError(t, w.PutRule(ctx, Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 2, Window: confutil.Duration(time.Second)}))
 	assert.NotNil(t, cat.findRule("acme", "r"))
@@ -129,7 +129,7 @@ func TestCatalogInProcessWrites(t *testing.T) {
 func TestCatalogSyncWithoutRedis(t *testing.T) {
 	base := Rule{Tenant: "acme", Resource: "bids", Algorithm: "sliding_window", Limit: 10, Window: confutil.Duration(time.Second)}
 	cat := testCatalog(t, base)
-	s := NewCatalogSync(nil, cat, CatalogSyncOptions{})
+	s := NewSync(nil, cat, SyncOptions{})
 	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop()
 	ctx := context.Background()

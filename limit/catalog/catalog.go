@@ -1,4 +1,4 @@
-package limit
+package catalog
 
 import (
 	"errors"
@@ -17,7 +17,7 @@ import (
 // Readers see one immutable snapshot behind an atomic pointer, so the request
 // path never locks; writers build a new snapshot under a mutex and swap it.
 //
-// A CatalogSync changes it: with Redis it writes through to Redis and
+// A Sync changes it: with Redis it writes through to Redis and
 // replaces the catalog's contents on every pod; without Redis it changes the
 // process only.
 type Catalog struct {
@@ -40,11 +40,11 @@ type catalogSnapshot struct {
 	plans   Plans
 	tenants map[string]*Tenant         // by ID
 	keys    map[string]*Tenant         // by API key
-	rules   map[ruleName]*compiledRule // by (tenant, resource)
+	rules   map[ruleName]*CompiledRule // by (tenant, resource)
 
 	otenants map[string]*Tenant
 	okeys    map[string]*Tenant
-	orules   map[ruleName]*compiledRule
+	orules   map[ruleName]*CompiledRule
 
 	listOnce sync.Once
 	tlist    []Tenant // sorted by ID, built on first use
@@ -66,7 +66,7 @@ func (s *catalogSnapshot) key(k string) *Tenant {
 	return s.keys[k]
 }
 
-func (s *catalogSnapshot) rule(n ruleName) *compiledRule {
+func (s *catalogSnapshot) rule(n ruleName) *CompiledRule {
 	if r, ok := s.orules[n]; ok {
 		return r
 	}
@@ -87,7 +87,7 @@ func (s *catalogSnapshot) eachTenant(f func(*Tenant)) {
 	}
 }
 
-func (s *catalogSnapshot) eachRule(f func(*compiledRule)) {
+func (s *catalogSnapshot) eachRule(f func(*CompiledRule)) {
 	for n, r := range s.rules {
 		if _, over := s.orules[n]; !over {
 			f(r)
@@ -100,11 +100,12 @@ func (s *catalogSnapshot) eachRule(f func(*compiledRule)) {
 	}
 }
 
-// compiledRule is a rule with its store parameters, parsed once when the
-// snapshot is built so that the request path compares no strings.
-type compiledRule struct {
+// CompiledRule is a rule with its store parameters, parsed once when the
+// snapshot is built so that the request path compares no strings. It is
+// read-only.
+type CompiledRule struct {
 	Rule
-	params store.Params
+	Params store.Params
 }
 
 // NewCatalog validates and indexes the configured plans (nil: DefaultPlans),
@@ -156,7 +157,7 @@ func (c *Catalog) Close() {
 func (c *Catalog) publishLabels(s *catalogSnapshot) {
 	n := knownNames{tenants: make(map[string]struct{}, len(s.tenants)), resources: map[string]struct{}{}}
 	s.eachTenant(func(t *Tenant) { n.tenants[t.ID] = struct{}{} })
-	s.eachRule(func(r *compiledRule) { n.resources[r.Resource] = struct{}{} })
+	s.eachRule(func(r *CompiledRule) { n.resources[r.Resource] = struct{}{} })
 	for _, r := range c.routes {
 		n.resources[r] = struct{}{}
 	}
@@ -170,7 +171,7 @@ func buildSnapshot(plans Plans, tenants []Tenant, rules []Rule, tfield, rfield s
 		plans:   plans,
 		tenants: make(map[string]*Tenant, len(tenants)),
 		keys:    make(map[string]*Tenant),
-		rules:   make(map[ruleName]*compiledRule, len(rules)),
+		rules:   make(map[ruleName]*CompiledRule, len(rules)),
 	}
 	errs := s.addTenants(tenants, tfield)
 	for i := range rules {
@@ -185,7 +186,7 @@ func buildSnapshot(plans Plans, tenants []Tenant, rules []Rule, tfield, rfield s
 			errs = append(errs, &ValidationError{Field: field, Msg: fmt.Sprintf("a rule for tenant %q and resource %q is defined twice", r.Tenant, r.Resource)})
 			continue
 		}
-		s.rules[n] = &compiledRule{Rule: r, params: r.params()}
+		s.rules[n] = &CompiledRule{Rule: r, Params: r.storeParams()}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -227,7 +228,7 @@ func (s *catalogSnapshot) lists() ([]Tenant, []Rule) {
 		s.eachTenant(func(t *Tenant) { s.tlist = append(s.tlist, *t) })
 		slices.SortFunc(s.tlist, func(a, b Tenant) int { return strings.Compare(a.ID, b.ID) })
 		s.rlist = make([]Rule, 0, len(s.rules)+len(s.orules))
-		s.eachRule(func(r *compiledRule) { s.rlist = append(s.rlist, r.Rule) })
+		s.eachRule(func(r *CompiledRule) { s.rlist = append(s.rlist, r.Rule) })
 		slices.SortFunc(s.rlist, func(a, b Rule) int {
 			if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
 				return c
@@ -259,7 +260,7 @@ func (c *Catalog) LookupAPIKey(key []byte) (*Tenant, bool) {
 
 // findRule returns the rule for (tenant, resource), or nil. It allocates
 // nothing; the rule is read-only.
-func (c *Catalog) findRule(tenant, resource string) *compiledRule {
+func (c *Catalog) findRule(tenant, resource string) *CompiledRule {
 	return c.snap.Load().rule(ruleName{tenant, resource})
 }
 

@@ -1,4 +1,4 @@
-package limit
+package catalog
 
 import (
 	"context"
@@ -47,7 +47,7 @@ type stored struct {
 
 // reload reads the catalog and applies it; when Redis holds an older
 // generation than this pod has seen, it restores this pod's catalog instead.
-func (s *CatalogSync) reload(ctx context.Context) error {
+func (s *Sync) reload(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	s.mu.Lock()
@@ -55,7 +55,7 @@ func (s *CatalogSync) reload(ctx context.Context) error {
 	return s.reloadLocked(ctx)
 }
 
-func (s *CatalogSync) reloadLocked(ctx context.Context) error {
+func (s *Sync) reloadLocked(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
 		st, err := s.read(ctx)
 		if err != nil {
@@ -80,7 +80,7 @@ func (s *CatalogSync) reloadLocked(ctx context.Context) error {
 }
 
 // read runs catalog_read.lua.
-func (s *CatalogSync) read(ctx context.Context) (stored, error) {
+func (s *Sync) read(ctx context.Context) (stored, error) {
 	arr, err := catalogRead.Exec(ctx, s.client, s.keys(), []string{"0"}).ToArray()
 	if err != nil {
 		return stored{}, fmt.Errorf("reading the catalog from redis: %w", err)
@@ -149,7 +149,7 @@ func decodeTenant(doc string) (Tenant, error) {
 // generation older than s.seen (found: what the caller read). It reports
 // whether this pod's snapshot was written; false means Redis already held one
 // at least as new.
-func (s *CatalogSync) restoreLocked(ctx context.Context, found int64) (bool, error) {
+func (s *Sync) restoreLocked(ctx context.Context, found int64) (bool, error) {
 	if s.epoch == "" {
 		s.epoch = newEpoch()
 	}
@@ -176,7 +176,7 @@ func (s *CatalogSync) restoreLocked(ctx context.Context, found int64) (bool, err
 }
 
 // merged is the config entries overlaid with the API entries.
-func (s *CatalogSync) merged(rules map[ruleName]Rule, tenants map[string]Tenant) ([]Tenant, []Rule) {
+func (s *Sync) merged(rules map[ruleName]Rule, tenants map[string]Tenant) ([]Tenant, []Rule) {
 	var ts []Tenant
 	for _, t := range s.baseTenants {
 		if _, over := tenants[t.ID]; !over {
@@ -199,7 +199,7 @@ func (s *CatalogSync) merged(rules map[ruleName]Rule, tenants map[string]Tenant)
 }
 
 // applyLocked replaces the catalog's contents (s.mu held).
-func (s *CatalogSync) applyLocked() error {
+func (s *Sync) applyLocked() error {
 	ts, rs := s.merged(s.rules, s.tenants)
 	return s.cat.Replace(ts, rs)
 }
@@ -212,7 +212,7 @@ var errStale = errors.New("redis holds an older catalog")
 // held). When Redis lost the catalog it restores this pod's first; when other
 // writes came in between since this pod's last read, it reads their changes
 // (which hold this write) instead.
-func (s *CatalogSync) write(ctx context.Context, kind, field, doc, name string, apply func()) error {
+func (s *Sync) write(ctx context.Context, kind, field, doc, name string, apply func()) error {
 	if s.awaiting {
 		return store.ErrNotConnected
 	}
@@ -266,7 +266,7 @@ func (s *CatalogSync) write(ctx context.Context, kind, field, doc, name string, 
 // effective is the catalog's change for the entry name ("rule:..." or
 // "tenant:..."): its API version, else its config version, else a delete
 // (s.mu held).
-func (s *CatalogSync) effective(name string) catalogChange {
+func (s *Sync) effective(name string) catalogChange {
 	if id, ok := strings.CutPrefix(name, "tenant:"); ok {
 		if t, ok := s.tenants[id]; ok {
 			return tenantPut(t)
@@ -296,7 +296,7 @@ func newEpoch() string {
 // PutRule creates or replaces an API rule on every pod. Errors:
 // *ValidationError for a bad rule, ErrUnknownTenant for a tenant that does
 // not exist, any other for Redis.
-func (s *CatalogSync) PutRule(ctx context.Context, r Rule) error {
+func (s *Sync) PutRule(ctx context.Context, r Rule) error {
 	if err := errors.Join(r.Validate(""), checkSyncID("tenant", r.Tenant)); err != nil {
 		return err
 	}
@@ -313,7 +313,7 @@ func (s *CatalogSync) PutRule(ctx context.Context, r Rule) error {
 // DeleteRule removes an API rule on every pod; the config rule of the same
 // name, if any, applies again. ErrConfigEntry for a rule that only the config
 // defines, ErrEntryNotFound when there is none.
-func (s *CatalogSync) DeleteRule(ctx context.Context, tenant, resource string) error {
+func (s *Sync) DeleteRule(ctx context.Context, tenant, resource string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.rules[ruleName{tenant, resource}]; !ok {
@@ -329,7 +329,7 @@ func (s *CatalogSync) DeleteRule(ctx context.Context, tenant, resource string) e
 
 // PutTenant creates or replaces an API tenant on every pod. An API key of
 // another tenant is a *ValidationError.
-func (s *CatalogSync) PutTenant(ctx context.Context, t Tenant) error {
+func (s *Sync) PutTenant(ctx context.Context, t Tenant) error {
 	if err := errors.Join(t.Validate(""), checkSyncID("id", t.ID)); err != nil {
 		return err
 	}
@@ -346,7 +346,7 @@ func (s *CatalogSync) PutTenant(ctx context.Context, t Tenant) error {
 
 // DeleteTenant removes an API tenant on every pod (the config tenant of the
 // same ID, if any, applies again).
-func (s *CatalogSync) DeleteTenant(ctx context.Context, id string) error {
+func (s *Sync) DeleteTenant(ctx context.Context, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.tenants[id]; !ok {
@@ -361,7 +361,7 @@ func (s *CatalogSync) DeleteTenant(ctx context.Context, id string) error {
 // SetBase replaces the entries that come from config.yaml (a configuration
 // reload) and applies them under the API's entries, which still override
 // them. Nothing changes when the merged set does not validate.
-func (s *CatalogSync) SetBase(tenants []Tenant, rules []Rule) error {
+func (s *Sync) SetBase(tenants []Tenant, rules []Rule) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	oldT, oldR := s.baseTenants, s.baseRules

@@ -1,4 +1,4 @@
-package limit
+package catalog
 
 import (
 	"errors"
@@ -47,7 +47,7 @@ func (c *Catalog) change(changes []catalogChange) error {
 		otenants: maps.Clone(old.otenants), okeys: maps.Clone(old.okeys), orules: maps.Clone(old.orules),
 	}
 	if s.otenants == nil {
-		s.otenants, s.okeys, s.orules = map[string]*Tenant{}, map[string]*Tenant{}, map[ruleName]*compiledRule{}
+		s.otenants, s.okeys, s.orules = map[string]*Tenant{}, map[string]*Tenant{}, map[ruleName]*CompiledRule{}
 	}
 	var errs []error
 	for i := range changes {
@@ -77,7 +77,7 @@ func (s *catalogSnapshot) apply(ch *catalogChange) error {
 		if err := r.Validate("rules"); err != nil {
 			return err
 		}
-		setOverlay(s.orules, s.rules, ch.name, &compiledRule{Rule: r, params: r.params()})
+		setOverlay(s.orules, s.rules, ch.name, &CompiledRule{Rule: r, Params: r.storeParams()})
 	case !ch.isTenant:
 		setOverlay(s.orules, s.rules, ch.name, nil)
 	case ch.tenant != nil:

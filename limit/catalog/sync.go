@@ -1,4 +1,4 @@
-package limit
+package catalog
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// CatalogSyncOptions configures a CatalogSync. Zero values take the defaults.
-type CatalogSyncOptions struct {
+// SyncOptions configures a Sync. Zero values take the defaults.
+type SyncOptions struct {
 	// KeyPrefix goes before every key, with a ':' (redis.key_prefix).
 	// Default "sentinel": rules live in the hash sentinel:{catalog}:rules,
 	// tenants in sentinel:{catalog}:tenants.
@@ -30,7 +30,7 @@ type CatalogSyncOptions struct {
 	Logf func(format string, args ...any)
 }
 
-func (o *CatalogSyncOptions) setDefaults() {
+func (o *SyncOptions) setDefaults() {
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = "sentinel"
 	}
@@ -45,7 +45,7 @@ func (o *CatalogSyncOptions) setDefaults() {
 	}
 }
 
-// CatalogSync keeps a Catalog equal on every pod: rules and tenants written
+// Sync keeps a Catalog equal on every pod: rules and tenants written
 // through the admin API are stored in Redis and applied by every pod within a
 // second.
 //
@@ -85,10 +85,10 @@ func (o *CatalogSyncOptions) setDefaults() {
 //
 // The writes and the reloads are serialized, so the catalog always holds the
 // config entries overlaid with one consistent view of Redis.
-type CatalogSync struct {
+type Sync struct {
 	client rueidis.Client
 	cat    *Catalog
-	opts   CatalogSyncOptions
+	opts   SyncOptions
 
 	baseRules   []Rule   // from config.yaml (SetBase changes them)
 	baseTenants []Tenant // from config.yaml
@@ -125,14 +125,14 @@ var (
 	syncRestores       = metrics.NewCounter(`sentinel_catalog_restores_total`)
 )
 
-// NewCatalogSync returns a sync between cat and Redis. With a nil client it
+// NewSync returns a sync between cat and Redis. With a nil client it
 // keeps the same semantics (config entries as the base, API entries over
 // them) in this process only. The catalog's current
 // rules and tenants (those of config.yaml) become the base that Redis entries
 // override. Nothing runs until Start.
-func NewCatalogSync(client rueidis.Client, cat *Catalog, opts CatalogSyncOptions) *CatalogSync {
+func NewSync(client rueidis.Client, cat *Catalog, opts SyncOptions) *Sync {
 	opts.setDefaults()
-	s := &CatalogSync{
+	s := &Sync{
 		client:  client,
 		cat:     cat,
 		opts:    opts,
@@ -146,7 +146,7 @@ func NewCatalogSync(client rueidis.Client, cat *Catalog, opts CatalogSyncOptions
 }
 
 // setBase keeps the config entries, as lists and by name.
-func (s *CatalogSync) setBase(tenants []Tenant, rules []Rule) {
+func (s *Sync) setBase(tenants []Tenant, rules []Rule) {
 	s.baseTenants, s.baseRules = tenants, rules
 	s.baseTenant = make(map[string]Tenant, len(tenants))
 	for _, t := range tenants {
@@ -160,7 +160,7 @@ func (s *CatalogSync) setBase(tenants []Tenant, rules []Rule) {
 
 // Await marks a sync built without a client as waiting for one: until
 // Attach, writes fail with ErrNotConnected. Call it before any write.
-func (s *CatalogSync) Await() {
+func (s *Sync) Await() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.awaiting = true
@@ -168,7 +168,7 @@ func (s *CatalogSync) Await() {
 
 // Attach gives an awaiting sync its client and starts it (see Start). When
 // the first load fails it returns the error and may be called again.
-func (s *CatalogSync) Attach(ctx context.Context, client rueidis.Client) error {
+func (s *Sync) Attach(ctx context.Context, client rueidis.Client) error {
 	s.mu.Lock()
 	s.client = client
 	s.mu.Unlock()
@@ -184,7 +184,7 @@ func (s *CatalogSync) Attach(ctx context.Context, client rueidis.Client) error {
 // Start loads the rules and tenants from Redis into the catalog, subscribes
 // to the change channel and starts the periodic resync. It returns an error
 // when the first load fails; the background work stops with ctx or Stop.
-func (s *CatalogSync) Start(ctx context.Context) error {
+func (s *Sync) Start(ctx context.Context) error {
 	if s.client == nil {
 		return nil // in-process only: nothing to load or follow
 	}
@@ -202,7 +202,7 @@ func (s *CatalogSync) Start(ctx context.Context) error {
 }
 
 // Stop ends the background work and waits for it.
-func (s *CatalogSync) Stop() {
+func (s *Sync) Stop() {
 	if s.cancel != nil {
 		s.cancel()
 	}
@@ -212,7 +212,7 @@ func (s *CatalogSync) Stop() {
 // waitSubscribed publishes a probe until this pod's subscription receives it
 // (up to 2s), so that changes written after Start are not missed. If it never
 // arrives, the periodic resync still applies every change.
-func (s *CatalogSync) waitSubscribed(ctx context.Context) {
+func (s *Sync) waitSubscribed(ctx context.Context) {
 	deadline := time.NewTimer(2 * time.Second)
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -238,7 +238,7 @@ func (s *CatalogSync) waitSubscribed(ctx context.Context) {
 // after a broken connection; every subscription (the first one too) asks a
 // reload, since messages sent meanwhile are lost and a Redis that restarted
 // empty must be restored at once, not at the next resync.
-func (s *CatalogSync) subscribe(ctx context.Context) {
+func (s *Sync) subscribe(ctx context.Context) {
 	defer s.wg.Done()
 	backoff := 50 * time.Millisecond
 	rctx := rueidis.WithOnSubscriptionHook(ctx, func(sub rueidis.PubSubSubscription) {
@@ -265,7 +265,7 @@ func (s *CatalogSync) subscribe(ctx context.Context) {
 }
 
 // onMessage runs on rueidis' reading goroutine: it only signals.
-func (s *CatalogSync) onMessage(m rueidis.PubSubMessage) {
+func (s *Sync) onMessage(m rueidis.PubSubMessage) {
 	if strings.HasPrefix(m.Message, "hello:") {
 		if m.Message == s.hello {
 			select {
@@ -279,7 +279,7 @@ func (s *CatalogSync) onMessage(m rueidis.PubSubMessage) {
 }
 
 // notify asks a reload; messages that arrive before it runs share it.
-func (s *CatalogSync) notify() {
+func (s *Sync) notify() {
 	select {
 	case s.changed <- struct{}{}:
 	default: // a reload is already due
@@ -290,7 +290,7 @@ func (s *CatalogSync) notify() {
 // failed reload is retried soon (from 100ms, doubling up to Resync): the
 // first command after Redis restarts meets the dead connection, and a Redis
 // that came back empty should be restored at once.
-func (s *CatalogSync) run(ctx context.Context) {
+func (s *Sync) run(ctx context.Context) {
 	defer s.wg.Done()
 	tick := time.NewTicker(s.opts.Resync)
 	defer tick.Stop()
@@ -318,7 +318,7 @@ func (s *CatalogSync) run(ctx context.Context) {
 }
 
 // noteResult counts failures and logs only when the state changes.
-func (s *CatalogSync) noteResult(err error) {
+func (s *Sync) noteResult(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -334,12 +334,12 @@ func (s *CatalogSync) noteResult(err error) {
 	}
 }
 
-func (s *CatalogSync) channel() string { return s.opts.KeyPrefix + ":catalog" }
+func (s *Sync) channel() string { return s.opts.KeyPrefix + ":catalog" }
 
 // keys are the catalog's keys, in the order every catalog script takes
 // them: rules hash, tenants hash, generation, change log, its floor, epoch.
 // They share the hash tag {catalog}, so that each script touches one slot.
-func (s *CatalogSync) keys() []string {
+func (s *Sync) keys() []string {
 	p := s.opts.KeyPrefix + ":{catalog}:"
 	return []string{p + "rules", p + "tenants", p + "gen", p + "changes", p + "floor", p + "epoch"}
 }

@@ -1,4 +1,4 @@
-package limit
+package catalog
 
 import (
 	"context"
@@ -35,13 +35,13 @@ func TestCatalogSyncAtScale(t *testing.T) {
 func catalogAtScale(t *testing.T, addrs []string, writes int) {
 	const pods = 3
 	cats := make([]*Catalog, pods)
-	syncs := make([]*CatalogSync, pods)
+	syncs := make([]*Sync, pods)
 	for i := range pods {
 		cats[i] = testCatalog(t)
 		client, err := store.NewRedisClient(store.RedisConfig{Addrs: addrs})
 		require.NoError(t, err)
 		t.Cleanup(client.Close)
-		syncs[i] = NewCatalogSync(client, cats[i], CatalogSyncOptions{KeyPrefix: "scale", Resync: time.Second, Logf: t.Logf})
+		syncs[i] = NewSync(client, cats[i], SyncOptions{KeyPrefix: "scale", Resync: time.Second, Logf: t.Logf})
 		require.NoError(t, syncs[i].Start(context.Background()))
 		t.Cleanup(syncs[i].Stop)
 	}

@@ -1,4 +1,4 @@
-package limit
+package catalog
 
 import (
 	"context"
@@ -16,20 +16,20 @@ import (
 
 // newSync is a pod's sync that is loaded once but not started: it reloads
 // only when the test says so (a pod that misses messages).
-func newSync(t *testing.T, addr string) (*Catalog, *CatalogSync) {
+func newSync(t *testing.T, addr string) (*Catalog, *Sync) {
 	t.Helper()
 	cat := testCatalog(t)
 	client, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{addr}})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
-	s := NewCatalogSync(client, cat, CatalogSyncOptions{KeyPrefix: "cs", Logf: t.Logf})
+	s := NewSync(client, cat, SyncOptions{KeyPrefix: "cs", Logf: t.Logf})
 	require.NoError(t, s.reload(context.Background()))
 	return cat, s
 }
 
 // reloadAfterRestart reloads, retrying while the client reconnects to a
 // restarted Redis (the first call on a dead connection fails).
-func reloadAfterRestart(t *testing.T, s *CatalogSync) {
+func reloadAfterRestart(t *testing.T, s *Sync) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)
 	for {
@@ -136,7 +136,7 @@ func TestCatalogSyncDeletedEntryStaysDeleted(t *testing.T) {
 func TestCatalogSyncConcurrentRestores(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	cats, syncs := make([]*Catalog, 4), make([]*CatalogSync, 4)
+	cats, syncs := make([]*Catalog, 4), make([]*Sync, 4)
 	for i := range syncs {
 		cats[i], syncs[i] = newSync(t, srv.Addr)
 	}
@@ -186,7 +186,7 @@ func TestCatalogSyncWriteIntoEmptyRedis(t *testing.T) {
 func TestCatalogRulesNeedATenant(t *testing.T) {
 	srv := redistest.Start(t)
 	_, s := newSync(t, srv.Addr)
-	inProcess := NewCatalogSync(nil, testCatalog(t), CatalogSyncOptions{})
+	inProcess := NewSync(nil, testCatalog(t), SyncOptions{})
 	ctx := context.Background()
 	for name, put := range map[string]func(Rule) error{
 		"redis":      func(r Rule) error { return s.PutRule(ctx, r) },

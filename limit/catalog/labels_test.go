@@ -1,4 +1,4 @@
-package limit
+package catalog
 
 import (
 	"context"
@@ -18,7 +18,7 @@ func labelSetCount() int {
 	return len(labelSets)
 }
 
-func labelSet(tenant, resource string) *decisionCounters {
+func labelSet(tenant, resource string) *Counters {
 	labelMu.RLock()
 	defer labelMu.RUnlock()
 	return labelSets[labelKey{tenant, resource}]
@@ -29,30 +29,30 @@ func labelSet(tenant, resource string) *decisionCounters {
 func TestLabelsOnlyForKnownNames(t *testing.T) {
 	cat := testCatalog(t)
 	defer cat.Close()
-	writer := NewCatalogSync(nil, cat, CatalogSyncOptions{}) // what production writes with, Redis or not
+	writer := NewSync(nil, cat, SyncOptions{}) // what production writes with, Redis or not
 	ctx := context.Background()
 	require.NoError(t, writer.PutRule(ctx, Rule{Tenant: "acme", Resource: "lbl-bids", Algorithm: "sliding_window", Limit: 5, Window: confutil.Duration(time.Second)}))
 	cat.SetRouteResources([]string{"lbl-route"})
 	before := labelSetCount()
 	var base uint64
 	if c := labelSet("acme", labelOther); c != nil {
-		base = c.requests.Get()
+		base = c.Requests.Get()
 	}
 	for i := range 2000 {
-		countersFor("acme", fmt.Sprintf("lbl-unknown-%d", i)).requests.Inc()
-		countersFor(fmt.Sprintf("lbl-nobody-%d", i), "lbl-bids").requests.Inc()
+		CountersFor("acme", fmt.Sprintf("lbl-unknown-%d", i)).Requests.Inc()
+		CountersFor(fmt.Sprintf("lbl-nobody-%d", i), "lbl-bids").Requests.Inc()
 	}
 	assert.LessOrEqual(t, labelSetCount()-before, 2, "(acme, other) and (other, lbl-bids)")
-	assert.Equal(t, uint64(2000), labelSet("acme", labelOther).requests.Get()-base)
+	assert.Equal(t, uint64(2000), labelSet("acme", labelOther).Requests.Get()-base)
 	assert.NotNil(t, labelSet(labelOther, "lbl-bids"))
-	assert.Same(t, countersFor("acme", "lbl-route"), labelSet("acme", "lbl-route"), "a route's resource has its labels")
-	assert.Same(t, countersFor("", "lbl-bids"), labelSet(labelAnonymous, "lbl-bids"))
+	assert.Same(t, CountersFor("acme", "lbl-route"), labelSet("acme", "lbl-route"), "a route's resource has its labels")
+	assert.Same(t, CountersFor("", "lbl-bids"), labelSet(labelAnonymous, "lbl-bids"))
 
 	// Changes publish the names at most every labelDelay: a burst of writes
 	// shares one pass over the catalog.
 	require.NoError(t, writer.PutTenant(ctx, Tenant{ID: "lbl-new", Plan: "FREE"}))
 	require.Eventually(t, func() bool {
-		countersFor("lbl-new", "lbl-bids")
+		CountersFor("lbl-new", "lbl-bids")
 		return labelSet("lbl-new", "lbl-bids") != nil
 	}, 5*time.Second, 10*time.Millisecond)
 	require.NoError(t, writer.DeleteTenant(ctx, "lbl-new"))

@@ -1,4 +1,4 @@
-package limit
+package catalog
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 
 // update brings this pod's catalog up to date with Redis: the entries
 // changed since the generation it has seen, or the whole catalog when the
-// change log cannot say (see CatalogSync).
-func (s *CatalogSync) update(ctx context.Context) error {
+// change log cannot say (see Sync).
+func (s *Sync) update(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	s.mu.Lock()
@@ -17,7 +17,7 @@ func (s *CatalogSync) update(ctx context.Context) error {
 	return s.updateLocked(ctx)
 }
 
-func (s *CatalogSync) updateLocked(ctx context.Context) error {
+func (s *Sync) updateLocked(ctx context.Context) error {
 	syncReloadsChanges.Inc()
 	arr, err := catalogChanges.Exec(ctx, s.client, s.keys(), []string{fmt.Sprint(s.seen), s.epoch}).ToArray()
 	if err != nil {

@@ -1,4 +1,4 @@
-package limit
+package catalog
 
 import (
 	"fmt"
@@ -81,4 +81,13 @@ func TestCatalogChangeMatchesRebuild(t *testing.T) {
 	var ve *ValidationError
 	require.ErrorAs(t, err, &ve)
 	assert.Same(t, before, cat.snap.Load())
+}
+
+func testCatalog(t testing.TB, rules ...Rule) *Catalog {
+	t.Helper()
+	c, err := NewCatalog(map[string]float64{"FREE": 1, "STANDARD": 2, "PREMIUM": 3},
+		[]Tenant{{ID: "acme", Plan: "PREMIUM", APIKeys: []string{"k1"}}, {ID: "free", Plan: "FREE", APIKeys: []string{"k2"}}},
+		rules)
+	require.NoError(t, err)
+	return c
 }

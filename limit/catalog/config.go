@@ -1,0 +1,186 @@
+package catalog
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/store"
+)
+
+// ValidationError is a configuration or API input error: Field is the full
+// YAML key or JSON field (limits.algorithm, rules[0].capacity, capacity), Msg
+// says what is wrong and what is allowed.
+type ValidationError struct {
+	Field string
+	Msg   string
+}
+
+func (e *ValidationError) Error() string { return e.Field + ": " + e.Msg }
+
+// Plan names: every tenant has one of them.
+const (
+	PlanFree     = "FREE"
+	PlanStandard = "STANDARD"
+	PlanPremium  = "PREMIUM"
+)
+
+// PlanNames lists the plans from lowest to highest priority.
+var PlanNames = []string{PlanFree, PlanStandard, PlanPremium}
+
+// Plans is the `plans` section: the limit multiplier of each plan.
+type Plans map[string]float64
+
+// DefaultPlans returns the multipliers used when the `plans` section is
+// absent: FREE 1, STANDARD 2, PREMIUM 3.
+func DefaultPlans() Plans { return Plans{PlanFree: 1, PlanStandard: 2, PlanPremium: 3} }
+
+// Validate checks the `plans` section: every plan of PlanNames has a
+// multiplier, finite and > 0, and no other plan is named. The error joins
+// one line per bad key.
+func (p Plans) Validate() error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(p)) {
+		if !slices.Contains(PlanNames, name) {
+			errs = append(errs, &ValidationError{Field: "plans." + name,
+				Msg: fmt.Sprintf("unknown plan; plans are %s", strings.Join(PlanNames, ", "))})
+		} else if m := p[name]; !(m > 0) || math.IsInf(m, 0) {
+			errs = append(errs, &ValidationError{Field: "plans." + name,
+				Msg: fmt.Sprintf("multiplier %v must be a finite number > 0", m)})
+		}
+	}
+	for _, name := range PlanNames {
+		if _, ok := p[name]; !ok {
+			errs = append(errs, &ValidationError{Field: "plans." + name, Msg: "missing; every plan needs a multiplier"})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Tenant is a customer: its plan and the API keys that identify it.
+type Tenant struct {
+	ID      string   `mapstructure:"id" json:"id"`
+	Plan    string   `mapstructure:"plan" json:"plan"`
+	APIKeys []string `mapstructure:"api_keys" json:"api_keys"`
+}
+
+// Validate checks a tenant; field is its YAML key or JSON path prefix
+// (tenants[0]); errors name field.key. The error joins one line per bad key.
+func (t *Tenant) Validate(field string) error {
+	errs := []error{checkName(subKey(field, "id"), t.ID)}
+	if !slices.Contains(PlanNames, t.Plan) {
+		errs = append(errs, &ValidationError{Field: subKey(field, "plan"),
+			Msg: fmt.Sprintf("%q is not one of %s", t.Plan, strings.Join(PlanNames, ", "))})
+	}
+	for i, k := range t.APIKeys {
+		if k == "" || len(k) > 256 || strings.TrimSpace(k) != k {
+			errs = append(errs, &ValidationError{Field: fmt.Sprintf("%s[%d]", subKey(field, "api_keys"), i),
+				Msg: "an API key must be 1..256 characters without surrounding spaces"})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// subKey is the key k inside field ("rules[0]" + "limit"), or k alone for
+// the API (field "").
+func subKey(field, k string) string {
+	if field == "" {
+		return k
+	}
+	return field + "." + k
+}
+
+// Rule is a limit for one (tenant, resource): it applies on top of the IP,
+// API key and tenant limits to every request of that tenant on a route with
+// that resource. A rule for AnonymousTenant applies to each client IP without
+// a known API key. The same type is read from the YAML `rules`, answered and
+// read by the rules API, and stored in Redis (as JSON: window is text such as
+// "10s").
+type Rule struct {
+	Tenant    string `mapstructure:"tenant" json:"tenant"`
+	Resource  string `mapstructure:"resource" json:"resource"`
+	Algorithm string `mapstructure:"algorithm" json:"algorithm"`
+	// Limit and Window apply to sliding_window and sliding_log.
+	Limit  int64             `mapstructure:"limit" json:"limit,omitempty"`
+	Window confutil.Duration `mapstructure:"window" json:"window,omitempty"`
+	// Capacity and RefillRate (permits per second) apply to token_bucket.
+	Capacity   int64   `mapstructure:"capacity" json:"capacity,omitempty"`
+	RefillRate float64 `mapstructure:"refill_rate" json:"refill_rate,omitempty"`
+	// Shadow decides and counts but never rejects.
+	Shadow bool `mapstructure:"shadow" json:"shadow,omitempty"`
+}
+
+// SetDefaults fills the algorithm and window from the limits section
+// (limits.algorithm and limits.window).
+func (r *Rule) SetDefaults(algorithm string, window time.Duration) {
+	confutil.SetDefault(&r.Algorithm, algorithm)
+	if r.Algorithm != store.TokenBucket.String() {
+		confutil.SetDefault(&r.Window, confutil.Duration(window))
+	}
+}
+
+// Validate checks a rule; field is its YAML key or an empty string for the
+// API (errors then name the JSON field alone). The error joins one line per
+// bad key.
+func (r *Rule) Validate(field string) error {
+	key := func(k string) string { return subKey(field, k) }
+	var errs []error
+	if r.Tenant != AnonymousTenant {
+		errs = append(errs, checkName(key("tenant"), r.Tenant))
+	}
+	errs = append(errs, checkName(key("resource"), r.Resource))
+	bad := func(k, msg string) { errs = append(errs, &ValidationError{Field: key(k), Msg: msg}) }
+	switch alg, err := store.ParseAlgorithm(r.Algorithm); {
+	case err != nil:
+		bad("algorithm", err.Error())
+	case alg == store.TokenBucket:
+		if r.Capacity < 1 || r.Capacity > store.MaxLimit {
+			bad("capacity", fmt.Sprintf("%d is out of range 1..%d for token_bucket", r.Capacity, int64(store.MaxLimit)))
+		}
+		if msg := store.CheckRefill(r.Capacity, r.RefillRate); msg != "" {
+			bad("refill_rate", fmt.Sprintf("%v %s", r.RefillRate, msg))
+		}
+		if r.Limit != 0 {
+			bad("limit", "limit and window apply to the sliding algorithms; use capacity and refill_rate")
+		}
+	default:
+		if r.Limit < 1 || r.Limit > store.MaxLimit {
+			bad("limit", fmt.Sprintf("%d is out of range 1..%d for %s", r.Limit, int64(store.MaxLimit), r.Algorithm))
+		}
+		if w := r.Window.D(); w == 0 {
+			bad("window", fmt.Sprintf("required for %s (a duration such as 1s)", r.Algorithm))
+		} else if w < time.Millisecond || w > store.MaxWindow {
+			bad("window", fmt.Sprintf("%v is out of range [1ms, %v]", w, store.MaxWindow))
+		}
+		if r.Capacity != 0 || r.RefillRate != 0 {
+			bad("capacity", "capacity and refill_rate apply to token_bucket only; use limit and window")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// storeParams returns the store parameters of a valid rule.
+func (r *Rule) storeParams() store.Params {
+	alg, _ := store.ParseAlgorithm(r.Algorithm)
+	return store.Params{Algorithm: alg, Limit: r.Limit, Window: r.Window.D(), Capacity: r.Capacity, RefillRate: r.RefillRate}
+}
+
+// checkName accepts tenant IDs and resource names: 1..64 characters of
+// letters, digits, '-', '_' and '.', so that they fit keys and labels.
+func checkName(field, s string) error {
+	if s == "" || len(s) > 64 {
+		return &ValidationError{Field: field, Msg: fmt.Sprintf("%q must be 1..64 characters", s)}
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return &ValidationError{Field: field, Msg: fmt.Sprintf("%q may only contain letters, digits, '-', '_' and '.'", s)}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,197 @@
+package catalog
+
+import (
+	"maps"
+	"sync"
+	"sync/atomic"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// maxLabelSets bounds the (tenant, resource) label pairs as a last resort
+// (tenants created through the API are not bounded by the configuration);
+// further pairs are counted under tenant="other", resource="other".
+const maxLabelSets = 10000
+
+// Label values of the per (tenant, resource) counters. A tenant is labelled by
+// its ID and a resource by its name only while some catalog knows them (a
+// tenant of config.yaml or the API; a resource of a rule or a route); any
+// other name is labelOther, so that names sent to the check API cannot
+// create series.
+const (
+	labelAnonymous = "anonymous" // requests without a known tenant
+	labelNone      = "none"      // requests without a resource
+	labelOther     = "other"     // names no catalog knows
+)
+
+// Counters are the rate_limit_* counters of one (tenant, resource). The
+// limiter counts its decisions with them; they live here because a pair
+// gets its own series only while some catalog names it, and the catalog is
+// what knows when a name comes and goes (a write, a reload, Close).
+type Counters struct {
+	Requests, Allowed, Blocked, ShadowBlocked *metrics.Counter
+	names                                     [4]string // for unregistering
+}
+
+type labelKey struct{ tenant, resource string }
+
+// knownNames are the tenants and resources that get their own label values.
+type knownNames struct {
+	tenants, resources map[string]struct{}
+}
+
+var (
+	labelMu   sync.RWMutex // guards labelSets; writers also hold knownMu
+	labelSets = map[labelKey]*Counters{}
+
+	knownMu     sync.Mutex // serializes updates of known
+	knownByCat  = map[*Catalog]knownNames{}
+	known       atomic.Pointer[knownNames] // the union of knownByCat
+	labelsFreed = metrics.NewCounter(`sentinel_limit_label_sets_freed_total`)
+	_           = metrics.NewGauge(`sentinel_limit_label_sets`, func() float64 {
+		labelMu.RLock()
+		defer labelMu.RUnlock()
+		return float64(len(labelSets))
+	})
+)
+
+// labelsFor maps a request's tenant and resource to their label values
+// without allocating.
+func labelsFor(tenant, resource string) labelKey {
+	k := known.Load()
+	switch {
+	case tenant == "":
+		tenant = labelAnonymous
+	case k == nil:
+		tenant = labelOther
+	default:
+		if _, ok := k.tenants[tenant]; !ok {
+			tenant = labelOther
+		}
+	}
+	switch {
+	case resource == "":
+		resource = labelNone
+	case k == nil:
+		resource = labelOther
+	default:
+		if _, ok := k.resources[resource]; !ok {
+			resource = labelOther
+		}
+	}
+	return labelKey{tenant, resource}
+}
+
+// CountersFor returns the counters of a request's (tenant, resource). It
+// allocates nothing once the label pair has been used.
+func CountersFor(tenant, resource string) *Counters {
+	k := labelsFor(tenant, resource)
+	// Fast path: the pair has its counters.
+	labelMu.RLock()
+	c := labelSets[k]
+	labelMu.RUnlock()
+	if c != nil {
+		return c
+	}
+	// Slow path: the first request of this pair.
+	knownMu.Lock()
+	defer knownMu.Unlock()
+	k = labelsFor(tenant, resource) // known may have changed meanwhile
+	labelMu.Lock()
+	defer labelMu.Unlock()
+	if c = labelSets[k]; c != nil {
+		return c
+	}
+	if len(labelSets) >= maxLabelSets {
+		k = labelKey{labelOther, labelOther}
+		if c = labelSets[k]; c != nil {
+			return c
+		}
+	}
+	labels := `{tenant="` + EscapeLabel(k.tenant) + `",resource="` + EscapeLabel(k.resource) + `"}`
+	c = &Counters{names: [4]string{
+		`rate_limit_requests_total` + labels, `rate_limit_allowed_total` + labels,
+		`rate_limit_blocked_total` + labels, `rate_limit_shadow_blocked_total` + labels,
+	}}
+	c.Requests = metrics.GetOrCreateCounter(c.names[0])
+	c.Allowed = metrics.GetOrCreateCounter(c.names[1])
+	c.Blocked = metrics.GetOrCreateCounter(c.names[2])
+	c.ShadowBlocked = metrics.GetOrCreateCounter(c.names[3])
+	labelSets[k] = c
+	return c
+}
+
+// setKnownLabels records the tenants and resources that cat names, then
+// unregisters the counters of every pair that no catalog names any more (a
+// deleted tenant, the last rule of a resource). A request that still holds
+// such counters increments a counter no longer exported, which is harmless.
+func setKnownLabels(cat *Catalog, names knownNames) {
+	knownMu.Lock()
+	defer knownMu.Unlock()
+	knownByCat[cat] = names
+	updateKnownLocked()
+}
+
+// forgetLabels drops what cat names (Catalog.Close).
+func forgetLabels(cat *Catalog) {
+	knownMu.Lock()
+	defer knownMu.Unlock()
+	delete(knownByCat, cat)
+	updateKnownLocked()
+}
+
+// updateKnownLocked publishes the union of knownByCat and frees the label
+// sets it no longer backs (knownMu held).
+func updateKnownLocked() {
+	union := knownNames{tenants: map[string]struct{}{}, resources: map[string]struct{}{}}
+	for _, n := range knownByCat {
+		maps.Copy(union.tenants, n.tenants)
+		maps.Copy(union.resources, n.resources)
+	}
+	known.Store(&union)
+	labelMu.Lock()
+	defer labelMu.Unlock()
+	for k, c := range labelSets {
+		if labelKnown(union.tenants, k.tenant, labelAnonymous) && labelKnown(union.resources, k.resource, labelNone) {
+			continue
+		}
+		delete(labelSets, k)
+		for _, n := range c.names {
+			metrics.UnregisterMetric(n)
+		}
+		labelsFreed.Inc()
+	}
+}
+
+// labelKnown reports whether a label value is still backed: a known name, or
+// one of the fixed values.
+func labelKnown(set map[string]struct{}, v, fixed string) bool {
+	if v == fixed || v == labelOther {
+		return true
+	}
+	_, ok := set[v]
+	return ok
+}
+
+// EscapeLabel keeps label values printable; tenant and resource names are
+// validated to [A-Za-z0-9._-], so this only guards the check API's input.
+func EscapeLabel(s string) string {
+	out := []byte(nil)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '"' || c == '\\' || c < 0x20 || c >= 0x7f {
+			if out == nil {
+				out = []byte(s[:i])
+			}
+			out = append(out, '_')
+			continue
+		}
+		if out != nil {
+			out = append(out, c)
+		}
+	}
+	if out == nil {
+		return s
+	}
+	return string(out)
+}
