@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sync/atomic"
 	"time"
+
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // Store breaker states, the values of sentinel_limit_breaker_state.
@@ -88,3 +90,20 @@ func breakerStateName(s int32) string {
 
 // ErrStoreUnavailable is returned while the store's breaker is open.
 var ErrStoreUnavailable = errors.New("limit: store unavailable")
+
+// breakerState is the worst state of the store breakers.
+func (l *Limiter) breakerState() int32 {
+	st := breakerClosed
+	for i := range l.breakers {
+		st = max(st, l.breakers[i].state.Load())
+	}
+	return st
+}
+
+// breakerFor returns the breaker of the store node that holds key.
+func (l *Limiter) breakerFor(key []byte) *storeBreaker {
+	if l.nodes == nil {
+		return &l.breakers[0]
+	}
+	return &l.breakers[min(max(l.nodes.NodeOf(key), 0), store.MaxNodes-1)]
+}

@@ -1,289 +1,363 @@
 package limit
 
 import (
-	"sync"
-	"sync/atomic"
+	"bytes"
+	"context"
+	"errors"
+	"math"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
-	"github.com/cespare/xxhash/v2"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
-// bucketShards is the number of independently locked parts of the local
-// bucket table.
-const bucketShards = 64
-
-// bucket holds the permits one pod leased from the store for one key, and
-// what the store last said about the key. Its mutex is per key: requests for
-// different keys never contend.
-type bucket struct {
-	key string
-
-	mu      sync.Mutex
-	permits int64 // leased, unused permits
-	expires int64 // unix nanos after which permits are dropped
-	// The current lease: where the store counted it (ref), how many
-	// permits it granted (at most that many go back), until when a return
-	// is worth sending (unix nanos; after it the lease no longer counts),
-	// and a generation that changes with every lease, so that a refund
-	// never puts permits of an earlier lease into a later one.
-	ref      int64
-	localRef int64 // where the local share counted it (see Limiter.spendLocally)
-	leased   int64
-	expired  int64 // permits of the lease that expired unused, not yet given back
-	returnBy int64
-	gen      uint64
-	// deniedUntil caches the store's refusal: until then the key is refused
-	// locally without a store call (a flood over the limit does not reach
-	// the store once per request).
-	deniedUntil int64
-	deniedNeed  int64 // tokens of the cached refusal: it holds for as many or more
-	deniedAt    int64 // unix nanos of the cached refusal
-	retryAfter  int64 // nanos, of the cached refusal (-1: never)
-	remaining   int64 // the store's remaining budget after the last lease
-	resetAt     int64 // unix nanos when the budget is whole again
-	fill        *fill // the store call in flight for this key, or nil
-	// size is the lease size that fits this pod's traffic on the key: it
-	// doubles while leases run out before they expire and halves when
-	// permits expire unused (wasted budget).
-	size     int64
-	wasted   bool  // permits expired unused since the last lease
-	leasedAt int64 // unix nanos when the last lease call was sent
-	demand   int64 // tokens wanted by requests that waited for a fill
-	// spent counts the permits the local failure policy let through on this
-	// key since the last lease call that reached the store, by slots of a
-	// quarter window (spentWidth): spent[spentSlot%spentSlots] is the
-	// newest, the others the four before it; they go to the store with
-	// their times (LeaseRequest.Spent and SpentBefore).
-	spent     [spentSlots]int64
-	spentSlot int64 // unix nanos / spentWidth of the newest slot
-	spentAt   int64 // unix nanos: when the last of them was let through
-	// The last store answer for the key: when it came (unix nanos, 0:
-	// none yet; remaining is its budget) and the permits the local policy
-	// let through since (fallbackRoom).
-	answeredAt   int64
-	fallbackUsed int64
-	failedAt     int64 // unix nanos of the last store call for the key that failed
-
-	lastUsed atomic.Int64 // unix nanos
-	// late counts this bucket's store calls whose caller gave up and whose
-	// answer has not come yet (their leases are still counted in the store).
-	late atomic.Int32
+// taking is the permits one limit gave a request: their bucket and its
+// lease generation, for a refund when a later limit rejects.
+type taking struct {
+	b   *bucket
+	gen uint64
+	// usedRef is not 0 when the permits were the Need part of a lease
+	// call's grant: the store counts them from the call, not until the
+	// lease expires, so they cannot go back into the bucket (whose permits
+	// may be used until then) and a refund returns them to the store.
+	usedRef int64
 }
 
-// fill is one in-flight lease call; requests that find the bucket empty while
-// it runs wait for it instead of calling the store themselves.
-type fill struct {
-	done chan struct{}
-}
-
-// unkeptBuckets counts the keys decided with a bucket the full table did
-// not keep.
-var unkeptBuckets = metrics.NewCounter(`sentinel_limit_local_buckets_unkept_total`)
-
-// bucketTable maps keys to buckets: sharded maps behind RWMutexes, read
-// without allocating.
-type bucketTable struct {
-	perShard int
-	shards   [bucketShards]bucketShard
-	count    atomic.Int64
-}
-
-type bucketShard struct {
-	mu sync.RWMutex
-	m  map[string]*bucket
-}
-
-func newBucketTable(maxKeys int) *bucketTable {
-	t := &bucketTable{perShard: max(1, maxKeys/bucketShards)}
-	for i := range t.shards {
-		t.shards[i].m = make(map[string]*bucket)
-	}
-	return t
-}
-
-// get returns the bucket of key, creating it when missing. It allocates only
-// to create one.
-func (t *bucketTable) get(key []byte, now int64) *bucket {
-	sh := &t.shards[xxhash.Sum64(key)%bucketShards]
-	sh.mu.RLock()
-	b := sh.m[string(key)]
-	sh.mu.RUnlock()
-	if b != nil {
-		// Idle means unused for 10 s or more: a hot key's bucket need not
-		// write its shared cache line on every request.
-		if now-b.lastUsed.Load() > int64(time.Millisecond) {
-			b.lastUsed.Store(now)
+// one decides one limit. It returns where the permits came from (for a
+// refund when a later limit rejects), or a zero taking.
+func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, rid []byte, now int64) (Decision, taking) {
+	if tokens > s.most {
+		// More than the limit can ever grant at once: no store call.
+		retry := s.window
+		if retry <= 0 {
+			retry = -1
 		}
-		return b
+		return s.decision(false, 0, retry, 0), taking{}
 	}
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if b = sh.m[string(key)]; b != nil {
-		return b
+	if s.useRID {
+		return l.direct(ctx, s, nil, tokens, rid), taking{}
 	}
-	if len(sh.m) >= t.perShard && !t.makeRoom(sh) {
-		// Full of buckets that hold state: this key is decided with a
-		// bucket that is not kept. A new bucket leases only what its
-		// request needs, so it wastes nothing; the key only loses the
-		// local fast path until there is room.
-		unkeptBuckets.Inc()
-		b = &bucket{key: string(key), remaining: -1}
-		b.lastUsed.Store(now)
-		return b
-	}
-	b = &bucket{key: string(key), remaining: -1}
-	b.lastUsed.Store(now)
-	sh.m[b.key] = b
-	t.count.Add(1)
-	return b
-}
-
-// makeRoom drops up to four buckets that hold nothing among a few of the
-// shard's (map order is random) and reports whether it dropped any. A bucket
-// holds something when it has a store call in flight or given up on
-// (fill, late), permits the local failure policy let through and not yet
-// reported to the store (spent), or leased permits not yet used or given
-// back (permits, expired): dropping the first would let a limit be
-// exceeded, dropping the second would keep budget counted in the store that
-// nobody can use. The caller holds sh.mu.
-func (t *bucketTable) makeRoom(sh *bucketShard) bool {
-	const sample, most = 32, 4
-	seen, dropped := 0, 0
-	for k, b := range sh.m {
-		if seen++; seen > sample || dropped == most {
-			break
+	b := l.table.get(s.key(), now)
+	for attempt := 0; ; attempt++ {
+		b.mu.Lock()
+		if b.permits > 0 && now >= b.expires {
+			expiredPermits.Add(int(b.permits))
+			b.wasted = true
+			b.expired += b.permits
+			b.permits = 0
 		}
-		if b.holdsNothing() {
-			delete(sh.m, k)
-			t.count.Add(-1)
-			dropped++
+		if b.permits >= tokens {
+			b.permits -= tokens
+			d := s.decision(true, b.remaining+b.permits, 0, b.resetAt-now)
+			tk := taking{b: b, gen: b.gen}
+			b.mu.Unlock()
+			localHits.Inc()
+			return d, tk
 		}
-	}
-	return dropped > 0
-}
-
-// holdsNothing reports whether b can be dropped without losing anything
-// but its cached answers (see makeRoom). It does not wait for b.mu: a
-// bucket in use is not dropped.
-func (b *bucket) holdsNothing() bool {
-	if b.late.Load() > 0 || !b.mu.TryLock() {
-		return false
-	}
-	defer b.mu.Unlock()
-	return b.fill == nil && !b.hasSpent() && b.permits == 0 && b.expired == 0
-}
-
-// sweep drops buckets unused since before idleBefore that have no call in
-// flight.
-func (t *bucketTable) sweep(idleBefore int64) {
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		for k, b := range sh.m {
-			if b.lastUsed.Load() < idleBefore && b.mu.TryLock() {
-				if b.fill == nil {
-					delete(sh.m, k)
-					t.count.Add(-1)
-				}
+		if now < b.deniedUntil && tokens >= b.deniedNeed {
+			d := s.decision(false, 0, b.retryFrom(now), b.resetAt-now)
+			b.mu.Unlock()
+			cachedDenials.Inc()
+			return d, taking{}
+		}
+		if f := b.fill; f != nil {
+			if attempt >= 2 {
+				// The call in flight outlasted two waits: this request asks
+				// the store for its own tokens only and leaves the bucket's
+				// lease to that call. Stragglers that each asked for a full
+				// lease would, on a slow store, take the whole budget out
+				// on leases and refuse clients under their limit.
 				b.mu.Unlock()
+				return l.direct(ctx, s, b, tokens, nil), taking{}
+			}
+			b.demand += tokens
+			b.mu.Unlock()
+			l.wait(f)
+			b.mu.Lock()
+			b.demand -= tokens
+			b.mu.Unlock()
+			now = l.now().UnixNano()
+			continue
+		}
+		f := &fill{done: make(chan struct{})}
+		b.fill = f
+		want := l.leaseSize(s, b, tokens, strict)
+		ret := b.takeReturn(now)
+		if s.params.Algorithm == store.TokenBucket {
+			ret.used = 0 // a taken token counts from its grant: nothing to re-date
+		}
+		ret.spent, ret.spentAgo, ret.spentBefore = b.spentParts(now, s)
+		ret.at = now
+		if s.params.Algorithm == store.SlidingLog && ret.spent > store.MaxLogTokens {
+			b.addSpent(ret.spent-store.MaxLogTokens, now-int64(ret.spentAgo), spentWidth(s.params.Window))
+			ret.spent = store.MaxLogTokens
+		}
+		b.mu.Unlock()
+		return l.refill(ctx, s, b, f, tokens, want, ret)
+	}
+}
+
+// wait blocks until the in-flight lease call ends, at most the store deadline.
+func (l *Limiter) wait(f *fill) {
+	t := time.NewTimer(l.cfg.StoreTimeout)
+	defer t.Stop()
+	select {
+	case <-f.done:
+	case <-t.C:
+	}
+}
+
+// useWithin is how long after a store call its Need permits may still be
+// used: the caller waits for the answer at most limits.store_timeout (a later
+// answer is given back). The answer arrives after the store dated the call,
+// so counting the permits from the call alone would let a window see them up
+// to that transit late. Capped by the lease lifetime (at least a thirtieth
+// of the window), which is how long past the call the store counted them
+// before they were counted apart: an answer slower than the lifetime (with
+// the defaults, 50 ms against at least 33 ms for a 1 s window) is covered no
+// worse than before, and the permits of a short window are not counted much
+// longer than they are used.
+// An in-process store answers at once.
+func (l *Limiter) useWithin(s *spec) time.Duration {
+	if !l.shared {
+		return 0
+	}
+	return min(l.cfg.StoreTimeout, max(s.ttl, time.Millisecond))
+}
+
+// maxLogLease caps sliding_log leases below limits.max_lease: each permit is
+// a sorted-set member that the lease's script writes (and the next one
+// re-dates) while Redis runs nothing else. On this project's 2-core test
+// machine a grant of 1,000 members took 2.7-4.5 ms of Redis' time, one of 64
+// about 0.4 ms.
+const maxLogLease = 64
+
+// leaseSize is how many permits to ask for: what this pod's traffic on the
+// key uses within a lease lifetime (learned: doubled when a lease ran out
+// within 3/4 of its lifetime, halved when permits expired unused), capped by a share of the remaining
+// budget so that it falls to 1 near the limit; exactly tokens when strict.
+// The caller holds b.mu.
+func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64 {
+	if strict || b.late.Load() > 0 {
+		// An abandoned call of this bucket may still hold a lease in the
+		// store until its answer comes: ask for no more than needed, so
+		// that a slow store does not let leases pile up.
+		return tokens
+	}
+	budget := b.remaining
+	if budget < 0 {
+		budget = s.limit
+	}
+	pods := int64(max(1, l.livePods()))
+	most := min(l.cfg.MaxLease, s.most)
+	if s.params.Algorithm == store.SlidingLog {
+		most = min(most, maxLogLease)
+	}
+	limit := min(max(budget/(4*pods), 1), most)
+	now := l.now().UnixNano()
+	switch {
+	case b.size == 0:
+		b.size = 1
+	case b.wasted:
+		b.size = max(1, b.size/2)
+	case now-b.leasedAt < int64(s.ttl)*3/4:
+		b.size = min(2*b.size, l.cfg.MaxLease)
+	}
+	b.wasted, b.leasedAt = false, now
+	// Requests waiting on the fill in flight will retry after it: ask for
+	// them too, so that they do not each make a call.
+	demand := min(b.demand+tokens, max(budget, 1), most)
+	return max(min(b.size, limit), demand, tokens)
+}
+
+// refill gives back ret and asks the store for a lease of want permits (at
+// least tokens: all or nothing) and takes tokens from it. The caller holds
+// the bucket's fill and has emptied the bucket (takeReturn); refill releases
+// the fill and returns where the request's permits came from, for a refund
+// (a zero taking when none were granted).
+func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64, ret giveBack) (Decision, taking) {
+	sent := l.now().UnixNano()
+	req := &store.LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.useWithin(s), Return: ret.n, ReturnRef: ret.ref, Used: ret.used, Spent: ret.spent, SpentAgo: ret.spentAgo, SpentBefore: ret.spentBefore,
+		// Run after its caller gives up, the call would grant what only goes
+		// back, and take spent permits that the caller reports again.
+		RunWithin: l.cfg.StoreTimeout}
+	res, err := l.lease(ctx, s, req, b, ret.at)
+	if ret.n > 0 {
+		// Given back whether or not the answer arrives: never sent twice.
+		returnedPermits.Add(int(ret.n))
+		l.creditLocally(ctx, s, ret.n, ret.localRef)
+	}
+	if ret.used > 0 {
+		redatedPermits.Add(int(ret.used))
+	}
+	now := l.now().UnixNano()
+	b.mu.Lock()
+	defer func() {
+		if b.fill == f { // one fill at a time: stragglers do not replace it (see one)
+			b.fill = nil
+		}
+		b.mu.Unlock()
+		close(f.done)
+	}()
+	if err != nil {
+		open := errors.Is(err, ErrStoreUnavailable)
+		if !errors.Is(err, errGaveUp) {
+			// Not sent, or answered without them: the next call reports
+			// them. (A call given up on puts them back when it ends without
+			// an answer in time; see callStore.)
+			b.unspend(ret.at, &s.params, ret.spent, ret.spentAgo, ret.spentBefore)
+		}
+		// The store's last answer counted these as this pod's (leased);
+		// unused, they are room the pod need not share.
+		b.fallbackUsed -= ret.n
+		b.failedAt = now
+		return l.fallbackDecision(ctx, s, tokens, b, open, now), taking{}
+	}
+	if n := ret.spentTotal(); n > 0 {
+		reportedPermits.Add(int(n))
+	}
+	leaseSize.Update(float64(want))
+	b.remaining = res.Remaining
+	b.answeredAt, b.fallbackUsed = now, 0
+	b.resetAt = now + int64(res.Reset)
+	kept, keptRef := false, int64(0) // the grant was counted in the local share (keepShare)
+	if res.Granted >= tokens && l.recovering(s, b, now) {
+		res, keptRef, kept = l.keepShare(ctx, s, req, res, tokens)
+	}
+	if res.Granted >= tokens && b.leased > 0 {
+		// The bucket holds a lease already. One fill runs at a time (a
+		// request that outwaits it decides alone, see one), so this is a
+		// guard: the bucket keeps that lease, and this one's permits beyond
+		// the request's go back.
+		if extra := res.Granted - tokens; extra > 0 {
+			go l.giveBack(req, extra, res.Ref)
+			if kept {
+				l.creditLocally(ctx, s, extra, keptRef)
 			}
 		}
-		sh.mu.Unlock()
-	}
-}
-
-// len is the number of buckets.
-func (t *bucketTable) len() int { return int(t.count.Load()) }
-
-// spentSlots is the number of slots of bucket.spent: the newest and one
-// for each SpentBefore part. Four quarter windows before the newest cover
-// every permit still in the window.
-const spentSlots = store.SpentParts + 1
-
-// spentWidth is the width of a slot of bucket.spent for a window (0 for a
-// token bucket, whose spent tokens are taken at once: one slot).
-func spentWidth(window time.Duration) int64 {
-	return int64(window) / store.SpentParts
-}
-
-// hasSpent tells whether b holds permits let through locally that the
-// store has not been told of. The caller holds b.mu.
-func (b *bucket) hasSpent() bool {
-	for _, n := range b.spent {
-		if n != 0 {
-			return true
+		if !kept {
+			l.spendLocally(ctx, s, tokens)
 		}
+		tk := taking{} // not from the bucket's lease
+		if res.UsedRef != 0 {
+			tk = freshTaking(b, res)
+		}
+		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), tk
 	}
-	return false
-}
-
-// addSpent counts n permits the local policy let through at now. The
-// caller holds b.mu.
-func (b *bucket) addSpent(n, now, width int64) {
-	k := int64(0)
-	if width > 0 {
-		k = now / width
+	if res.Granted >= tokens {
+		// The permits expire one lease lifetime after the call was sent
+		// (before the store dated it); the store counts them until then
+		// plus the window, and a return is worth sending until about half
+		// a window after their expiry. The request's own permits count
+		// apart (UsedRef) when the store dates them at the call: they are
+		// not part of the lease that goes back.
+		leased := res.Granted
+		if res.UsedRef != 0 {
+			leased -= tokens
+		}
+		b.permits, b.leased, b.ref = res.Granted-tokens, leased, res.Ref
+		b.localRef = keptRef
+		if !kept {
+			b.localRef = l.spendLocally(ctx, s, res.Granted)
+		}
+		b.expires = sent + int64(s.ttl)
+		b.returnBy = math.MaxInt64
+		if s.params.Algorithm != store.TokenBucket {
+			b.returnBy = b.expires + int64(s.params.Window)/2
+		}
+		b.deniedUntil = 0
+		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), freshTaking(b, res)
 	}
+	b.retryAfter, b.deniedAt, b.deniedNeed = int64(res.RetryAfter), now, tokens
 	switch {
-	case k > b.spentSlot:
-		for i := b.spentSlot + 1; i <= min(k, b.spentSlot+spentSlots); i++ {
-			b.spent[i%spentSlots] = 0
-		}
-		b.spentSlot = k
-	case k <= b.spentSlot-spentSlots:
-		return // a window old (put back late): out of every window to come
+	case b.late.Load() > 0:
+		// The refusal may come from this pod's own late leases, which go
+		// back as soon as they are answered: do not cache it.
+	case res.RetryAfter < 0:
+		b.deniedUntil = now + int64(maxCachedNeverDenial)
+	case res.RetryAfter > 0:
+		b.deniedUntil = now + int64(min(res.RetryAfter, maxCachedDenial))
 	}
-	b.spent[k%spentSlots] += n
-	b.spentAt = max(b.spentAt, now)
+	return s.decision(false, 0, b.retryFrom(now), b.resetAt-now), taking{}
 }
 
-// spentParts empties the spent slots into what a lease call reports at now:
-// the newest slot as Spent, dated by its last permit, and the earlier ones
-// each dated by the end of its slot (later than any of its permits). Slots
-// a window old or more are dropped. Algorithms other than sliding_window
-// take one part, dated by the last permit: all are counted later than they
-// were let through, never forgotten. The caller holds b.mu.
-func (b *bucket) spentParts(now int64, s *spec) (spent int64, ago time.Duration, before [store.SpentParts]store.SpentPart) {
-	width := spentWidth(s.params.Window)
-	window := int64(s.params.Window)
-	for i := 1; i < spentSlots; i++ {
-		k := b.spentSlot - int64(i)
-		if k < 0 {
-			break
-		}
-		n := b.spent[k%spentSlots]
-		b.spent[k%spentSlots] = 0
-		end := (k + 1) * width
-		if n == 0 || (window > 0 && end+window <= now) {
-			continue
-		}
-		if s.params.Algorithm != store.SlidingWindow {
-			spent += n
-			continue
-		}
-		before[i-1] = store.SpentPart{N: n, Ago: min(time.Duration(max(now-end, 0)), store.MaxWindow)}
+// freshTaking is the taking of a request's permits granted by a lease call
+// of b. The caller holds b.mu.
+func freshTaking(b *bucket, res store.LeaseResult) taking {
+	if res.UsedRef != 0 {
+		return taking{b: b, usedRef: res.UsedRef}
 	}
-	spent += b.spent[b.spentSlot%spentSlots]
-	b.spent[b.spentSlot%spentSlots] = 0
-	if spent > 0 {
-		ago = min(time.Duration(max(now-b.spentAt, 0)), store.MaxWindow)
-	}
-	return spent, ago, before
+	return taking{b: b, gen: b.gen}
 }
 
-// unspend puts back the spent parts of a call, made at now, that the store
-// did not take (the call was not sent, failed, or ran past its deadline):
-// the next call reports them. The caller holds b.mu.
-func (b *bucket) unspend(now int64, p *store.Params, spent int64, ago time.Duration, before [store.SpentParts]store.SpentPart) {
-	width := spentWidth(p.Window)
-	for i := store.SpentParts - 1; i >= 0; i-- {
-		if p := before[i]; p.N > 0 {
-			b.addSpent(p.N, now-int64(p.Ago)-1, width)
+// direct decides with one store call, outside the local buckets: sliding_log
+// with a trusted request ID, which the store must see to skip a retry, and a
+// request that outwaited its bucket's slow lease call (rid nil; b is that bucket,
+// which reports what the local policy lets through here).
+func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, rid []byte) Decision {
+	// A late answer's permit stays counted: its request ID is recorded.
+	req := &store.LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid),
+		RequestIDRetries: l.cfg.IDRetries(), RequestIDWindow: l.cfg.IDWindow(), UseWithin: l.useWithin(s)}
+	res, err := l.lease(ctx, s, req, nil, 0)
+	if err != nil {
+		open := errors.Is(err, ErrStoreUnavailable)
+		if b == nil {
+			return l.fallbackDecision(ctx, s, tokens, nil, open, 0)
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		now := l.now().UnixNano()
+		b.failedAt = now
+		return l.fallbackDecision(ctx, s, tokens, b, open, now)
+	}
+	leaseSize.Update(float64(tokens))
+	countRepeat(&res)
+	if b != nil && res.Granted >= tokens {
+		b.mu.Lock()
+		recovering := l.recovering(s, b, l.now().UnixNano())
+		b.mu.Unlock()
+		if recovering {
+			var kept bool
+			if res, _, kept = l.keepShare(ctx, s, req, res, tokens); kept {
+				return s.decision(true, res.Remaining, res.RetryAfter, int64(res.Reset))
+			}
 		}
 	}
-	if spent > 0 {
-		b.addSpent(spent, now-int64(ago), width)
+	l.spendLocally(ctx, s, res.Granted)
+	return s.decision(res.Granted >= tokens || res.Duplicate, res.Remaining, res.RetryAfter, int64(res.Reset))
+}
+
+// lease makes one store call under the deadline and the breaker; req gets
+// the spec's params. With a bucket, the permits of an answer that comes after
+// the deadline go back to the store (see callStore).
+func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b *bucket, spentAt int64) (store.LeaseResult, error) {
+	start := l.now().UnixNano()
+	br := l.breakerFor(req.Key)
+	ok, probe := br.allow(start)
+	if !ok {
+		storeCallsSkipped.Inc()
+		return store.LeaseResult{}, ErrStoreUnavailable
 	}
+	req.Params = s.params
+	res, err := l.callStore(ctx, req, b, spentAt)
+	timedOut := errors.Is(err, errGaveUp) || errors.Is(err, store.ErrStoreLate) || errors.Is(err, context.DeadlineExceeded)
+	if err != nil {
+		storeErrors.Inc()
+		if timedOut {
+			storeCallsTimeout.Inc()
+		} else {
+			storeCallsError.Inc()
+		}
+		br.failure(probe, l.now().UnixNano())
+		if l.nodes != nil {
+			l.nodeFailed(l.nodes.NodeOf(req.Key))
+		}
+		return store.LeaseResult{}, err // the store's errors name the store and the key
+	}
+	storeCallsOK.Inc()
+	br.success(probe)
+	if took := l.now().UnixNano() - start; took > 0 {
+		old := l.rtt.Load()
+		l.rtt.Store(old + (took-old)/8) // a lost update among racing calls is harmless
+	}
+	return res, nil
 }

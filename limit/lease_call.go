@@ -94,33 +94,3 @@ func (l *Limiter) callStore(ctx context.Context, req *store.LeaseRequest, b *buc
 	<-c.done // answered just now
 	return c.res, c.err
 }
-
-// giveBackGrant returns the whole grant res that answered req (its caller
-// gave up on it): the leased permits where they were counted (Ref) and the
-// Need part where it was (UsedRef), when the store counted them apart.
-func (l *Limiter) giveBackGrant(req *store.LeaseRequest, res store.LeaseResult) bool {
-	if res.UsedRef == 0 {
-		return l.giveBack(req, res.Granted, res.Ref)
-	}
-	need := min(max(req.Need, 1), res.Granted) // Need defaults to 1
-	ok := true
-	if rest := res.Granted - need; rest > 0 {
-		ok = l.giveBack(req, rest, res.Ref)
-	}
-	return l.giveBack(req, need, res.UsedRef) && ok
-}
-
-// giveBack returns n permits that nobody will use, counted at ref by a lease
-// call for req's key and params (its caller gave up, the bucket holds
-// another lease, or a later limit refused the request), once; it reports
-// whether the store took them. Callers run it in the background.
-func (l *Limiter) giveBack(req *store.LeaseRequest, n, ref int64) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), l.lateWait())
-	defer cancel()
-	ret := &store.LeaseRequest{Key: req.Key, Params: req.Params, Return: n, ReturnRef: ref}
-	if _, err := l.store.Lease(ctx, ret); err != nil {
-		return false
-	}
-	returnedPermits.Add(int(n))
-	return true
-}

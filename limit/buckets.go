@@ -1,0 +1,205 @@
+package limit
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/cespare/xxhash/v2"
+)
+
+// bucketShards is the number of independently locked parts of the local
+// bucket table.
+const bucketShards = 64
+
+// bucket holds the permits one pod leased from the store for one key, and
+// what the store last said about the key. Its mutex is per key: requests for
+// different keys never contend.
+type bucket struct {
+	key string
+
+	mu      sync.Mutex
+	permits int64 // leased, unused permits
+	expires int64 // unix nanos after which permits are dropped
+	// The current lease: where the store counted it (ref), how many
+	// permits it granted (at most that many go back), until when a return
+	// is worth sending (unix nanos; after it the lease no longer counts),
+	// and a generation that changes with every lease, so that a refund
+	// never puts permits of an earlier lease into a later one.
+	ref      int64
+	localRef int64 // where the local share counted it (see Limiter.spendLocally)
+	leased   int64
+	expired  int64 // permits of the lease that expired unused, not yet given back
+	returnBy int64
+	gen      uint64
+	// deniedUntil caches the store's refusal: until then the key is refused
+	// locally without a store call (a flood over the limit does not reach
+	// the store once per request).
+	deniedUntil int64
+	deniedNeed  int64 // tokens of the cached refusal: it holds for as many or more
+	deniedAt    int64 // unix nanos of the cached refusal
+	retryAfter  int64 // nanos, of the cached refusal (-1: never)
+	remaining   int64 // the store's remaining budget after the last lease
+	resetAt     int64 // unix nanos when the budget is whole again
+	fill        *fill // the store call in flight for this key, or nil
+	// size is the lease size that fits this pod's traffic on the key: it
+	// doubles while leases run out before they expire and halves when
+	// permits expire unused (wasted budget).
+	size     int64
+	wasted   bool  // permits expired unused since the last lease
+	leasedAt int64 // unix nanos when the last lease call was sent
+	demand   int64 // tokens wanted by requests that waited for a fill
+	// spent counts the permits the local failure policy let through on this
+	// key since the last lease call that reached the store, by slots of a
+	// quarter window (spentWidth): spent[spentSlot%spentSlots] is the
+	// newest, the others the four before it; they go to the store with
+	// their times (LeaseRequest.Spent and SpentBefore).
+	spent     [spentSlots]int64
+	spentSlot int64 // unix nanos / spentWidth of the newest slot
+	spentAt   int64 // unix nanos: when the last of them was let through
+	// The last store answer for the key: when it came (unix nanos, 0:
+	// none yet; remaining is its budget) and the permits the local policy
+	// let through since (fallbackRoom).
+	answeredAt   int64
+	fallbackUsed int64
+	failedAt     int64 // unix nanos of the last store call for the key that failed
+
+	lastUsed atomic.Int64 // unix nanos
+	// late counts this bucket's store calls whose caller gave up and whose
+	// answer has not come yet (their leases are still counted in the store).
+	late atomic.Int32
+}
+
+// fill is one in-flight lease call; requests that find the bucket empty while
+// it runs wait for it instead of calling the store themselves.
+type fill struct {
+	done chan struct{}
+}
+
+// unkeptBuckets counts the keys decided with a bucket the full table did
+// not keep.
+var unkeptBuckets = metrics.NewCounter(`sentinel_limit_local_buckets_unkept_total`)
+
+// bucketTable maps keys to buckets: sharded maps behind RWMutexes, read
+// without allocating.
+type bucketTable struct {
+	perShard int
+	shards   [bucketShards]bucketShard
+	count    atomic.Int64
+}
+
+type bucketShard struct {
+	mu sync.RWMutex
+	m  map[string]*bucket
+}
+
+func newBucketTable(maxKeys int) *bucketTable {
+	t := &bucketTable{perShard: max(1, maxKeys/bucketShards)}
+	for i := range t.shards {
+		t.shards[i].m = make(map[string]*bucket)
+	}
+	return t
+}
+
+// get returns the bucket of key, creating it when missing. It allocates only
+// to create one.
+func (t *bucketTable) get(key []byte, now int64) *bucket {
+	sh := &t.shards[xxhash.Sum64(key)%bucketShards]
+	sh.mu.RLock()
+	b := sh.m[string(key)]
+	sh.mu.RUnlock()
+	if b != nil {
+		// Idle means unused for 10 s or more: a hot key's bucket need not
+		// write its shared cache line on every request.
+		if now-b.lastUsed.Load() > int64(time.Millisecond) {
+			b.lastUsed.Store(now)
+		}
+		return b
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if b = sh.m[string(key)]; b != nil {
+		return b
+	}
+	if len(sh.m) >= t.perShard && !t.makeRoom(sh) {
+		// Full of buckets that hold state: this key is decided with a
+		// bucket that is not kept. A new bucket leases only what its
+		// request needs, so it wastes nothing; the key only loses the
+		// local fast path until there is room.
+		unkeptBuckets.Inc()
+		b = &bucket{key: string(key), remaining: -1}
+		b.lastUsed.Store(now)
+		return b
+	}
+	b = &bucket{key: string(key), remaining: -1}
+	b.lastUsed.Store(now)
+	sh.m[b.key] = b
+	t.count.Add(1)
+	return b
+}
+
+// makeRoom drops up to four buckets that hold nothing among a few of the
+// shard's (map order is random) and reports whether it dropped any. A bucket
+// holds something when it has a store call in flight or given up on
+// (fill, late), permits the local failure policy let through and not yet
+// reported to the store (spent), or leased permits not yet used or given
+// back (permits, expired): dropping the first would let a limit be
+// exceeded, dropping the second would keep budget counted in the store that
+// nobody can use. The caller holds sh.mu.
+func (t *bucketTable) makeRoom(sh *bucketShard) bool {
+	const sample, most = 32, 4
+	seen, dropped := 0, 0
+	for k, b := range sh.m {
+		if seen++; seen > sample || dropped == most {
+			break
+		}
+		if b.holdsNothing() {
+			delete(sh.m, k)
+			t.count.Add(-1)
+			dropped++
+		}
+	}
+	return dropped > 0
+}
+
+// holdsNothing reports whether b can be dropped without losing anything
+// but its cached answers (see makeRoom). It does not wait for b.mu: a
+// bucket in use is not dropped.
+func (b *bucket) holdsNothing() bool {
+	if b.late.Load() > 0 || !b.mu.TryLock() {
+		return false
+	}
+	defer b.mu.Unlock()
+	return b.fill == nil && !b.hasSpent() && b.permits == 0 && b.expired == 0
+}
+
+// sweep drops buckets unused since before idleBefore that have no call in
+// flight.
+func (t *bucketTable) sweep(idleBefore int64) {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for k, b := range sh.m {
+			if b.lastUsed.Load() < idleBefore && b.mu.TryLock() {
+				if b.fill == nil {
+					delete(sh.m, k)
+					t.count.Add(-1)
+				}
+				b.mu.Unlock()
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// len is the number of buckets.
+func (t *bucketTable) len() int { return int(t.count.Load()) }
+
+// retryFrom is the retry-after of the cached refusal, seen at now.
+func (b *bucket) retryFrom(now int64) time.Duration {
+	if b.retryAfter < 0 {
+		return -1
+	}
+	return time.Duration(max(b.retryAfter-(now-b.deniedAt), int64(time.Millisecond)))
+}

@@ -1,0 +1,213 @@
+package limit
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"github.com/sentinel-gateway/sentinel/limit/store"
+)
+
+// fallbackDecision decides while the store is unavailable, per
+// limits.on_store_failure. Under the local policy a request passes when the
+// pod's share of the limit has room (localShare) and, with a bucket b (its
+// mutex held) that the store answered within the last window, what that
+// answer left has room too (fallbackRoom); what passes is counted in b, for
+// the store (see bucket.addSpent). open tells that the store's breaker is
+// open (a failure that lasts), not that one call failed; now is b's time.
+func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b *bucket, open bool, now int64) Decision {
+	switch l.policy {
+	case FailOpen:
+		fallbackOpen.Inc()
+		return s.decision(true, s.limit, 0, 0)
+	case FailClosed:
+		fallbackClosed.Inc()
+		d := s.decision(false, 0, l.cfg.BreakerCooldown, 0)
+		d.Unavailable = true
+		return d
+	}
+	fallbackLocal.Inc()
+	p := l.localShare(s)
+	limit := p.Limit
+	if p.Algorithm == store.TokenBucket {
+		limit = p.Capacity
+	}
+	if b != nil && !l.fallbackRoom(s, b, tokens, now, open) {
+		fallbackDeniedAnswer.Inc()
+		d := s.decision(false, 0, l.cfg.BreakerCooldown, 0)
+		d.Limit = limit
+		return d
+	}
+	// Counted from the decision plus the time a decided request may take to
+	// be used (forwarded), as the store counts its own grants (useWithin):
+	// a window of uses never holds more than the share.
+	res, err := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: tokens, Need: tokens, UseWithin: l.shareSlack()})
+	if err != nil { // only a malformed request: decide like the store would
+		return s.decision(false, 0, l.cfg.BreakerCooldown, 0)
+	}
+	allowed := res.Granted >= tokens
+	if !allowed {
+		fallbackDeniedShare.Inc()
+	} else if b != nil {
+		// Reported with the bucket's next call that reaches the store, so
+		// that the store, once it answers again, does not grant the
+		// window's whole budget on top of these.
+		b.addSpent(tokens, now, spentWidth(s.params.Window))
+		b.fallbackUsed += tokens
+	}
+	d := s.decision(allowed, res.Remaining, res.RetryAfter, int64(res.Reset))
+	d.Limit = limit
+	return d
+}
+
+// fallbackRoom reports whether the local policy may let tokens more through
+// on b's key, given the store's last answer for it: that answer's remaining
+// budget was all the pods' to share, so this pod takes at most its share of
+// it (remaining ÷ live pods), and the permits counted then leave the window
+// within one window of the answer, assumed at an even pace: while the
+// breaker is open (no pod gets store answers) the pod's share of them comes
+// back in proportion. One window after the answer the local share alone
+// applies. Without this, a pod whose call failed right after the store had
+// granted the whole window's budget (to other pods) would grant its whole
+// share on top. While the breaker is closed a call that failed is one among
+// calls that other pods still get answers for (a slow moment), so nothing
+// comes back before the next answer. The caller holds b.mu.
+func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool) bool {
+	window := int64(s.window)
+	if !open && l.saturated(s, b, now) {
+		// A call failed while the store still answers (the other pods'
+		// calls, most likely): they take whatever room the last answer
+		// left as soon as it frees up, so a share of it taken here would
+		// come on top of the limit.
+		return false
+	}
+	elapsed := now - b.answeredAt
+	if b.answeredAt == 0 || (window > 0 && elapsed >= window) {
+		return true
+	}
+	pods := float64(max(1, l.livePods()))
+	left := float64(min(max(b.remaining, 0), s.limit))
+	room := left / pods
+	if open && window > 0 {
+		room += (float64(s.limit) - left) / pods * float64(max(elapsed, 0)) / float64(window)
+	}
+	return float64(b.fallbackUsed+tokens) <= room
+}
+
+// saturated tells that the store refused b's key within the last window:
+// its clients ask for more than the limit, and the other pods take whatever
+// the last answer left. A low remaining alone is no such sign: it also holds
+// the permits leased to pods and not yet used, so refusing on it refused
+// clients under their limit when a call timed out. The caller holds b.mu.
+func (l *Limiter) saturated(s *spec, b *bucket, now int64) bool {
+	window, pods := int64(s.window), int64(l.livePods())
+	if window <= 0 || pods <= 1 {
+		return false // no other pod takes what the last answer left
+	}
+	return b.deniedAt > 0 && now-b.deniedAt < window
+}
+
+// recovering tells that a store call for b's key failed, or the local
+// policy let permits through on it, within the last window: the other pods
+// most likely decided the key alone too, and their next calls, which report
+// what they let through, may come after this one. Until a window has passed
+// the store's remaining budget can hold permits that they spent, so this
+// pod keeps to its local share. The caller holds b.mu.
+func (l *Limiter) recovering(s *spec, b *bucket, now int64) bool {
+	last := max(b.spentAt, b.failedAt)
+	return l.shared && l.policy == FailLocal && last > 0 && s.params.Window > 0 &&
+		now-last < int64(s.params.Window)
+}
+
+// keepShare trims a grant res of the store to what this pod's local share
+// grants of it (see recovering), taking those permits from the share in the
+// same step, so that concurrent grants cannot each find the same room: the
+// rest goes back to the store, and a grant left with fewer than tokens is
+// refused whole. It returns where the share counted the kept permits and
+// whether it did (then the caller does not count them again).
+func (l *Limiter) keepShare(ctx context.Context, s *spec, req *store.LeaseRequest, res store.LeaseResult, tokens int64) (store.LeaseResult, int64, bool) {
+	local, err := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s),
+		Want: res.Granted, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.shareSlack()})
+	keep := local.Granted
+	if err != nil {
+		keep = 0
+	}
+	switch {
+	case keep >= res.Granted:
+		return res, local.Ref, true
+	case keep < tokens:
+		recoveryTrims.Add(int(res.Granted))
+		go l.giveBackGrant(req, res)
+		res.Granted, res.Remaining, res.RetryAfter = 0, 0, maxCachedDenial
+		return res, 0, false
+	}
+	// The permits beyond the request's are leased ones (counted at Ref).
+	recoveryTrims.Add(int(res.Granted - keep))
+	go l.giveBack(req, res.Granted-keep, res.Ref)
+	res.Granted = keep
+	return res, local.Ref, true
+}
+
+// shareSlack is how long after a decision the local share still counts
+// its permits past the window: a request decided now reaches the backend
+// later (a pod that answers a burst of store replies at once runs late by
+// tens of milliseconds), and a window of arrivals must not hold more than
+// the share. The store's deadline is the bound used: a pod that runs later
+// than that fails its store calls anyway.
+func (l *Limiter) shareSlack() time.Duration { return min(l.cfg.StoreTimeout, time.Second) }
+
+// localShare is s's params for this pod alone: its share of the limit.
+//
+// The share rounds down (the pods together never exceed the limit), but a
+// limit that is on keeps at least 1 per pod: rounding a small limit to 0
+// would refuse every client while the store fails.
+func (l *Limiter) localShare(s *spec) store.Params {
+	pods := int64(max(1, l.livePods()))
+	p := s.params
+	if p.Algorithm == store.TokenBucket {
+		if p.Capacity > 0 {
+			p.Capacity = max(p.Capacity/pods, 1)
+		}
+		p.RefillRate /= float64(pods)
+	} else if p.Limit > 0 {
+		p.Limit = max(p.Limit/pods, 1)
+	}
+	return p
+}
+
+// spendLocally takes the n permits the store just granted from this pod's
+// local share too, under the local policy. Without it the share would be
+// full whenever the store fails: a pod whose store call timed out, having
+// already let through its share of the window from the store's permits,
+// would let through as many again from the local share (one more window's
+// worth for every stretch of timeouts). It returns where the share counted
+// them, for creditLocally. One memory-store call per store call, which the
+// local fast path does not make.
+//
+// Every permit is counted, even past the share: a pod that leased more than
+// its share has used more, and its share must stay spent until those leave
+// the window (a capped count would forget the last ones first). The leased
+// permits count from the lease's expiry, as the store counts them.
+func (l *Limiter) spendLocally(ctx context.Context, s *spec, n int64) int64 {
+	if !l.shared || l.policy != FailLocal || n <= 0 {
+		return 0
+	}
+	p := l.localShare(s)
+	if p.Algorithm != store.TokenBucket {
+		p.Limit = store.MaxLimit // count, never refuse
+	}
+	res, _ := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: n, LeaseTTL: s.ttl, UseWithin: l.shareSlack()})
+	return res.Ref
+}
+
+// creditLocally gives the local share back n permits of a lease that went
+// unused (counted at ref by spendLocally): the share counts what the pod
+// used, so a pod that leased much and used little is not held to less than
+// its share when the store fails. Credited whether or not the store gets
+// its return: the permits were not used.
+func (l *Limiter) creditLocally(ctx context.Context, s *spec, n, ref int64) {
+	if !l.shared || l.policy != FailLocal || n <= 0 {
+		return
+	}
+	_, _ = l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s), Return: n, ReturnRef: ref})
+}

@@ -1,0 +1,171 @@
+package limit
+
+import (
+	"math"
+	"time"
+
+	"github.com/sentinel-gateway/sentinel/limit/store"
+)
+
+// keyBufLen is the room for a key on the stack; longer keys allocate.
+const keyBufLen = 160
+
+// spec is one limit that applies to a request.
+type spec struct {
+	scope  Scope
+	params store.Params
+	limit  int64         // Limit or Capacity, as shown in decisions
+	most   int64         // the most tokens one decision can take
+	window time.Duration // for RateLimit-Policy
+	ttl    time.Duration // lease lifetime
+	shadow bool
+	useRID bool // sliding_log with a trusted request ID: always ask the store
+	// The key is buf[:keyLen], or big when it did not fit. The spec never
+	// holds a slice of its own buf, so that it can stay on the stack.
+	keyLen int
+	big    string
+	buf    [keyBufLen]byte
+}
+
+// setKey records a key built by appending to s.buf[:0].
+func (s *spec) setKey(k []byte) {
+	if len(k) <= keyBufLen && cap(k) == keyBufLen {
+		s.keyLen, s.big = len(k), ""
+		return
+	}
+	s.keyLen, s.big = 0, string(k)
+}
+
+// key returns the spec's key; it allocates only for a key longer than the
+// buffer.
+func (s *spec) key() []byte {
+	if s.big != "" {
+		return []byte(s.big)
+	}
+	return s.buf[:s.keyLen]
+}
+
+// specs fills the limits that apply to req and returns how many: the rule
+// first (usually the tightest), then tenant, API key and IP.
+func (l *Limiter) specs(specs *[4]spec, req *Request, mult float64) int {
+	n := 0
+	if l.catalog != nil {
+		if r, anon := l.catalog.Lookup(req.Tenant, req.Resource, len(req.IP) > 0); r != nil {
+			s := &specs[n]
+			s.scope = ScopeRule
+			s.params = r.Params
+			s.shadow = r.Shadow
+			if s.params.Algorithm == store.TokenBucket {
+				s.params.Capacity = scale(s.params.Capacity, mult)
+				s.params.RefillRate *= mult
+			} else {
+				s.params.Limit = scale(s.params.Limit, mult)
+			}
+			s.setKey(appendRuleKey(s.buf[:0], req, anon))
+			l.finish(s, req)
+			n++
+		}
+	}
+	if l.cfg.Tenant > 0 && req.Tenant != "" {
+		s := l.baseSpec(&specs[n], ScopeTenant, scale(l.tenantLimit(req.Plan), mult))
+		s.setKey(store.AppendKeyStrings(s.buf[:0], "", "tenant", req.Tenant))
+		l.finish(s, req)
+		n++
+	}
+	if l.cfg.APIKey > 0 && len(req.APIKey) > 0 {
+		s := l.baseSpec(&specs[n], ScopeAPIKey, scale(l.cfg.APIKey, mult))
+		s.setKey(store.AppendKey(s.buf[:0], "", "key", req.APIKey))
+		l.finish(s, req)
+		n++
+	}
+	if l.cfg.IP > 0 && len(req.IP) > 0 {
+		s := l.baseSpec(&specs[n], ScopeIP, scale(l.cfg.IP, mult))
+		s.setKey(store.AppendKey(s.buf[:0], "", "ip", req.IP))
+		l.finish(s, req)
+		n++
+	}
+	return n
+}
+
+// baseSpec makes s a limit of the base configuration (tenant, API key, IP)
+// for scope, under the configured default algorithm.
+func (l *Limiter) baseSpec(s *spec, scope Scope, limit int64) *spec {
+	s.scope, s.shadow = scope, false
+	s.params = l.baseParams(limit)
+	return s
+}
+
+// scale applies the adaptive multiplier; a limit that is on stays >= 1.
+func scale(limit int64, mult float64) int64 {
+	if mult >= 1 || limit <= 0 {
+		return limit
+	}
+	return max(1, int64(float64(limit)*mult))
+}
+
+// tenantLimit is limits.tenant times the plan's multiplier.
+func (l *Limiter) tenantLimit(plan string) int64 {
+	base := float64(l.cfg.Tenant)
+	if l.catalog != nil {
+		base *= l.catalog.PlanMultiplier(plan)
+	}
+	return int64(math.Floor(min(base, store.MaxLimit)))
+}
+
+// baseParams are the params of a base limit under the configured default
+// algorithm.
+func (l *Limiter) baseParams(limit int64) store.Params {
+	if l.alg == store.TokenBucket {
+		return store.Params{Algorithm: l.alg, Capacity: limit, RefillRate: float64(limit) / l.cfg.Window.Seconds()}
+	}
+	return store.Params{Algorithm: l.alg, Limit: limit, Window: l.cfg.Window}
+}
+
+// mostOf is the most tokens one decision under p can take: its capacity,
+// and at most MaxLogTokens for sliding_log.
+func mostOf(p *store.Params) int64 {
+	switch p.Algorithm {
+	case store.TokenBucket:
+		return p.Capacity
+	case store.SlidingLog:
+		return min(p.Limit, store.MaxLogTokens)
+	}
+	return p.Limit
+}
+
+// finish derives the shown limit and window and the lease lifetime.
+func (l *Limiter) finish(s *spec, req *Request) {
+	p := &s.params
+	s.useRID = p.Algorithm == store.SlidingLog && len(req.RequestID) > 0
+	s.most = mostOf(p)
+	if p.Algorithm == store.TokenBucket {
+		s.limit = p.Capacity
+		s.window = 0
+		if p.RefillRate > 0 {
+			s.window = time.Duration(float64(p.Capacity) / p.RefillRate * float64(time.Second))
+		}
+		// A leased token is taken at once: the lifetime only bounds how
+		// long unused tokens stay local.
+		s.ttl = min(l.cfg.LeaseTTL, 100*time.Millisecond)
+		return
+	}
+	s.limit, s.window = p.Limit, p.Window
+	// A lease's unused permits count in the store until it expires plus a
+	// window, so a long lifetime wastes budget: keep it to 1/30 of the window, but at
+	// least four store round trips, or leases would expire on arrival
+	// (shorter lifetimes measured worse: leases expired before use).
+	s.ttl = max(time.Millisecond, min(l.cfg.LeaseTTL, max(p.Window/30, 4*time.Duration(l.rtt.Load()))))
+}
+
+// decision builds a Decision about this limit.
+func (s *spec) decision(allowed bool, remaining int64, retry time.Duration, reset int64) Decision {
+	return Decision{
+		Allowed:    allowed,
+		Scope:      s.scope,
+		Limit:      s.limit,
+		Remaining:  max(min(remaining, s.limit), 0),
+		RetryAfter: retry,
+		Reset:      time.Duration(max(reset, 0)),
+		Window:     s.window,
+	}
+}
