@@ -23,14 +23,14 @@ type bucket struct {
 	permits int64 // leased, unused permits
 	expires int64 // unix nanos after which permits are dropped
 	// The current lease: where the store counted it (ref), how many
-	// permits it granted (at most that many go back), until when a return
+	// permits it granted (at most that many return), until when a return
 	// is worth sending (unix nanos; after it the lease no longer counts),
-	// and a generation that changes with every lease, so that a refund
+	// and a generation that changes with every lease, so that a return
 	// never puts permits of an earlier lease into a later one.
 	ref      int64
-	localRef int64 // where the local share counted it (see Limiter.spendLocally)
+	localRef int64 // where the local share counted it (see Limiter.useLocally)
 	leased   int64
-	expired  int64 // permits of the lease that expired unused, not yet given back
+	expired  int64 // permits of the lease that expired unused, not yet returned
 	returnBy int64
 	gen      uint64
 	// deniedUntil caches the store's refusal: until then the key is refused
@@ -50,14 +50,14 @@ type bucket struct {
 	wasted   bool  // permits expired unused since the last lease
 	leasedAt int64 // unix nanos when the last lease call was sent
 	demand   int64 // tokens wanted by requests that waited for a fill
-	// spent counts the permits the local failure policy let through on this
+	// own counts the permits the local failure policy let through on this
 	// key since the last lease call that reached the store, by slots of a
-	// quarter window (spentWidth): spent[spentSlot%spentSlots] is the
+	// quarter window (ownWidth): own[ownSlot%ownSlots] is the
 	// newest, the others the four before it; they go to the store with
-	// their times (LeaseRequest.Spent and SpentBefore).
-	spent     [spentSlots]int64
-	spentSlot int64 // unix nanos / spentWidth of the newest slot
-	spentAt   int64 // unix nanos: when the last of them was let through
+	// their times (LeaseRequest.Own and OwnBefore).
+	own     [ownSlots]int64
+	ownSlot int64 // unix nanos / ownWidth of the newest slot
+	ownAt   int64 // unix nanos: when the last of them was let through
 	// The last store answer for the key: when it came (unix nanos, 0:
 	// none yet; remaining is its budget) and the permits the local policy
 	// let through since (fallbackRoom).
@@ -143,8 +143,8 @@ func (t *bucketTable) get(key []byte, now int64) *bucket {
 // shard's (map order is random) and reports whether it dropped any. A bucket
 // holds something when it has a store call in flight or given up on
 // (fill, late), permits the local failure policy let through and not yet
-// reported to the store (spent), or leased permits not yet used or given
-// back (permits, expired): dropping the first would let a limit be
+// reported to the store (own), or leased permits not yet used or
+// returned (permits, expired): dropping the first would let a limit be
 // exceeded, dropping the second would keep budget counted in the store that
 // nobody can use. The caller holds sh.mu.
 func (t *bucketTable) makeRoom(sh *bucketShard) bool {
@@ -171,7 +171,7 @@ func (b *bucket) holdsNothing() bool {
 		return false
 	}
 	defer b.mu.Unlock()
-	return b.fill == nil && !b.hasSpent() && b.permits == 0 && b.expired == 0
+	return b.fill == nil && !b.hasOwn() && b.permits == 0 && b.expired == 0
 }
 
 // sweep drops buckets unused since before idleBefore that have no call in

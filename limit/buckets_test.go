@@ -27,7 +27,7 @@ func TestBucketTableFloodKeepsBucketsThatHoldState(t *testing.T) {
 		case 1:
 			b.expired = 2
 		case 2:
-			b.spent[0] = 1
+			b.own[0] = 1
 		case 3:
 			b.fill = &fill{done: make(chan struct{})}
 		case 4:
@@ -55,7 +55,7 @@ func TestBucketTableFloodKeepsBucketsThatHoldState(t *testing.T) {
 
 	// Buckets that hold nothing make room for new keys.
 	for _, b := range held {
-		b.permits, b.expired, b.spent, b.fill = 0, 0, [spentSlots]int64{}, nil
+		b.permits, b.expired, b.own, b.fill = 0, 0, [ownSlots]int64{}, nil
 		b.late.Store(0)
 	}
 	for i := range 20_000 {

@@ -2,26 +2,45 @@
 // any number of gateway pods.
 //
 // The Limiter keeps, per active key (an IP, an API key, a tenant, a rule for a
-// tenant and resource), a local bucket of permits leased from a Store; a
-// request that finds permits is decided locally without allocating. An empty
-// bucket asks the store, in one atomic call, for a lease of up to k permits;
-// the store counts the request's own permits from the call and the rest of
-// the lease until its expiry plus one window (until the pod's next call
-// reports them used), so no window of the algorithm's length ever holds more
-// approvals than the limit, whatever the number of pods. k is learned per key
-// and falls to 1 near the limit, and is 1 when enforcement must be strict.
+// tenant and resource), a local bucket of permits leased from a store.Store;
+// a request that finds permits is decided locally without allocating. An
+// empty bucket asks the store, in one atomic call, for a lease of up to k
+// permits; the store counts the request's own permits from the call and the
+// rest of the lease until its expiry plus one window (until the pod's next
+// call reports them used), so no window of the algorithm's length ever holds
+// more approvals than the limit, whatever the number of pods. k is learned
+// per key and falls to 1 near the limit, and is 1 when enforcement must be
+// strict.
 //
-// Stores: RedisStore runs one Lua script per lease (lua/), with Redis' clock,
-// on one node or a cluster (one hash-tagged slot per key); MemoryStore is the
-// same algorithms in process, for a single instance and for the local
-// fallback. Algorithms: sliding_window (a ring of sub-window counters),
-// sliding_log (exact, with retried request IDs not counted twice) and
-// token_bucket.
+// # Moving permits
 //
-// A breaker stops store calls after consecutive failures; meanwhile the
-// failure policy decides (each pod's share of the limit, allow, or reject).
-// The share counts what the store granted the pod, and what the share let
-// through is reported to the store once it answers again.
-// The Catalog holds tenants, plans and rules as an immutable snapshot;
-// CatalogSync keeps it equal on every pod through Redis.
+// Four verbs name every way a permit moves, in the code and in its comments:
+//
+//   - lease: a store call grants a pod up to k permits of one key at once
+//     (store.LeaseRequest.Want); the pod keeps them in the key's bucket
+//     until the lease expires (buckets.go, lease.go).
+//   - use: a request uses permits: from its bucket, from the grant of the
+//     lease call it made, or, while the store is unreachable, from the pod's
+//     local share of the limit (fallback.go). A use counts in the window
+//     from the moment it is made.
+//   - return: permits nobody will use go back where they were counted, once:
+//     a lease's unused permits to the store (store.LeaseRequest.Return), the
+//     grant of a call its caller gave up on, the permits a request used under
+//     a limit before a later limit refused it (to their bucket, or to the
+//     store), and unused lease permits to the local share (lease_return.go).
+//   - report: a pod's next lease call for a key tells the store what happened
+//     since its last one: how many of the last lease's permits were used
+//     (store.LeaseRequest.Used: counted from now on, not until the lease
+//     expires), and how many permits the pod let through on its own while the
+//     store failed (store.LeaseRequest.Own and OwnBefore, dated when they were
+//     used), so that the store does not grant the window's whole budget on
+//     top of them (lease_report.go).
+//
+// The stores and the algorithms are in limit/store; the tenants, plans and
+// rules, and their lookup, in limit/catalog.
+//
+// A breaker per store node stops store calls after consecutive failures;
+// meanwhile the failure policy decides (each pod's share of the limit, allow,
+// or reject). The share counts what the store granted the pod, and what the
+// share let through is reported to the store once it answers again.
 package limit

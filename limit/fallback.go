@@ -13,7 +13,7 @@ import (
 // pod's share of the limit has room (localShare) and, with a bucket b (its
 // mutex held) that the store answered within the last window, what that
 // answer left has room too (fallbackRoom); what passes is counted in b, for
-// the store (see bucket.addSpent). open tells that the store's breaker is
+// the store (see bucket.addOwn). open tells that the store's breaker is
 // open (a failure that lasts), not that one call failed; now is b's time.
 func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b *bucket, open bool, now int64) Decision {
 	switch l.policy {
@@ -52,7 +52,7 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 		// Reported with the bucket's next call that reaches the store, so
 		// that the store, once it answers again, does not grant the
 		// window's whole budget on top of these.
-		b.addSpent(tokens, now, spentWidth(s.params.Window))
+		b.addOwn(tokens, now, ownWidth(s.params.Window))
 		b.fallbackUsed += tokens
 	}
 	d := s.decision(allowed, res.Remaining, res.RetryAfter, int64(res.Reset))
@@ -111,10 +111,10 @@ func (l *Limiter) saturated(s *spec, b *bucket, now int64) bool {
 // policy let permits through on it, within the last window: the other pods
 // most likely decided the key alone too, and their next calls, which report
 // what they let through, may come after this one. Until a window has passed
-// the store's remaining budget can hold permits that they spent, so this
+// the store's remaining budget can hold permits that they used, so this
 // pod keeps to its local share. The caller holds b.mu.
 func (l *Limiter) recovering(s *spec, b *bucket, now int64) bool {
-	last := max(b.spentAt, b.failedAt)
+	last := max(b.ownAt, b.failedAt)
 	return l.shared && l.policy == FailLocal && last > 0 && s.params.Window > 0 &&
 		now-last < int64(s.params.Window)
 }
@@ -122,7 +122,7 @@ func (l *Limiter) recovering(s *spec, b *bucket, now int64) bool {
 // keepShare trims a grant res of the store to what this pod's local share
 // grants of it (see recovering), taking those permits from the share in the
 // same step, so that concurrent grants cannot each find the same room: the
-// rest goes back to the store, and a grant left with fewer than tokens is
+// rest returns to the store, and a grant left with fewer than tokens is
 // refused whole. It returns where the share counted the kept permits and
 // whether it did (then the caller does not count them again).
 func (l *Limiter) keepShare(ctx context.Context, s *spec, req *store.LeaseRequest, res store.LeaseResult, tokens int64) (store.LeaseResult, int64, bool) {
@@ -137,13 +137,13 @@ func (l *Limiter) keepShare(ctx context.Context, s *spec, req *store.LeaseReques
 		return res, local.Ref, true
 	case keep < tokens:
 		recoveryTrims.Add(int(res.Granted))
-		go l.giveBackGrant(req, res)
+		go l.returnGrant(req, res)
 		res.Granted, res.Remaining, res.RetryAfter = 0, 0, maxCachedDenial
 		return res, 0, false
 	}
 	// The permits beyond the request's are leased ones (counted at Ref).
 	recoveryTrims.Add(int(res.Granted - keep))
-	go l.giveBack(req, res.Granted-keep, res.Ref)
+	go l.returnPermits(req, res.Granted-keep, res.Ref)
 	res.Granted = keep
 	return res, local.Ref, true
 }
@@ -175,20 +175,20 @@ func (l *Limiter) localShare(s *spec) store.Params {
 	return p
 }
 
-// spendLocally takes the n permits the store just granted from this pod's
+// useLocally takes the n permits the store just granted from this pod's
 // local share too, under the local policy. Without it the share would be
 // full whenever the store fails: a pod whose store call timed out, having
 // already let through its share of the window from the store's permits,
 // would let through as many again from the local share (one more window's
 // worth for every stretch of timeouts). It returns where the share counted
-// them, for creditLocally. One memory-store call per store call, which the
+// them, for returnLocally. One memory-store call per store call, which the
 // local fast path does not make.
 //
 // Every permit is counted, even past the share: a pod that leased more than
-// its share has used more, and its share must stay spent until those leave
+// its share has used more, and its share must stay used up until those leave
 // the window (a capped count would forget the last ones first). The leased
 // permits count from the lease's expiry, as the store counts them.
-func (l *Limiter) spendLocally(ctx context.Context, s *spec, n int64) int64 {
+func (l *Limiter) useLocally(ctx context.Context, s *spec, n int64) int64 {
 	if !l.shared || l.policy != FailLocal || n <= 0 {
 		return 0
 	}
@@ -200,12 +200,12 @@ func (l *Limiter) spendLocally(ctx context.Context, s *spec, n int64) int64 {
 	return res.Ref
 }
 
-// creditLocally gives the local share back n permits of a lease that went
-// unused (counted at ref by spendLocally): the share counts what the pod
+// returnLocally returns to the local share n permits of a lease that went
+// unused (counted at ref by useLocally): the share counts what the pod
 // used, so a pod that leased much and used little is not held to less than
 // its share when the store fails. Credited whether or not the store gets
 // its return: the permits were not used.
-func (l *Limiter) creditLocally(ctx context.Context, s *spec, n, ref int64) {
+func (l *Limiter) returnLocally(ctx context.Context, s *spec, n, ref int64) {
 	if !l.shared || l.policy != FailLocal || n <= 0 {
 		return
 	}

@@ -94,7 +94,7 @@ func TestLateCallTakesNoSpent(t *testing.T) {
 			go func() {
 				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				defer cancel()
-				_, err := st.Lease(cctx, &store.LeaseRequest{Key: key, Params: p, Want: 1, Spent: 50, RunWithin: 20 * time.Millisecond})
+				_, err := st.Lease(cctx, &store.LeaseRequest{Key: key, Params: p, Want: 1, Own: 50, RunWithin: 20 * time.Millisecond})
 				done <- err
 			}()
 			time.Sleep(200 * time.Millisecond)
@@ -119,11 +119,11 @@ func TestSpentPartsKeepTheirTimes(t *testing.T) {
 	var at []int64
 	for i := range 300 { // 3 s at 100/s
 		now := start + int64(i)*step
-		b.addSpent(1, now, spentWidth(time.Second))
+		b.addOwn(1, now, ownWidth(time.Second))
 		at = append(at, now)
 	}
 	now := at[len(at)-1] + step
-	spent, ago, before := b.spentParts(now, s)
+	spent, ago, before := b.ownParts(now, s)
 	total := spent
 	for _, p := range before {
 		total += p.N
@@ -131,7 +131,7 @@ func TestSpentPartsKeepTheirTimes(t *testing.T) {
 		date := now - int64(p.Ago)
 		n := int64(0)
 		for _, a := range at {
-			if a <= date && a > date-spentWidth(time.Second) {
+			if a <= date && a > date-ownWidth(time.Second) {
 				n++
 			}
 		}
@@ -147,8 +147,8 @@ func TestSpentPartsKeepTheirTimes(t *testing.T) {
 	assert.GreaterOrEqual(t, total, int64(inWindow), "permits of the last window forgotten")
 	assert.LessOrEqual(t, total, int64(inWindow)+25, "permits older than the window reported (over a quarter window more)")
 	// Put back (the call did not land), they come out the same.
-	b.unspend(now, &s.params, spent, ago, before)
-	spent2, ago2, before2 := b.spentParts(now, s)
+	b.reportLater(now, &s.params, spent, ago, before)
+	spent2, ago2, before2 := b.ownParts(now, s)
 	assert.Equal(t, spent, spent2)
 	assert.Equal(t, ago, ago2)
 	assert.Equal(t, before, before2)

@@ -10,31 +10,31 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
-// taking is the permits one limit gave a request: their bucket and its
-// lease generation, for a refund when a later limit rejects.
-type taking struct {
+// use is the permits one limit gave a request: their bucket and its
+// lease generation, to return them when a later limit rejects.
+type use struct {
 	b   *bucket
 	gen uint64
 	// usedRef is not 0 when the permits were the Need part of a lease
 	// call's grant: the store counts them from the call, not until the
-	// lease expires, so they cannot go back into the bucket (whose permits
-	// may be used until then) and a refund returns them to the store.
+	// lease expires, so they cannot return to the bucket (whose permits
+	// may be used until then): returnUses returns them to the store.
 	usedRef int64
 }
 
 // one decides one limit. It returns where the permits came from (for a
-// refund when a later limit rejects), or a zero taking.
-func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, rid []byte, now int64) (Decision, taking) {
+// return when a later limit rejects), or a zero use.
+func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, rid []byte, now int64) (Decision, use) {
 	if tokens > s.most {
 		// More than the limit can ever grant at once: no store call.
 		retry := s.window
 		if retry <= 0 {
 			retry = -1
 		}
-		return s.decision(false, 0, retry, 0), taking{}
+		return s.decision(false, 0, retry, 0), use{}
 	}
 	if s.useRID {
-		return l.direct(ctx, s, nil, tokens, rid), taking{}
+		return l.direct(ctx, s, nil, tokens, rid), use{}
 	}
 	b := l.table.get(s.key(), now)
 	for attempt := 0; ; attempt++ {
@@ -48,16 +48,16 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		if b.permits >= tokens {
 			b.permits -= tokens
 			d := s.decision(true, b.remaining+b.permits, 0, b.resetAt-now)
-			tk := taking{b: b, gen: b.gen}
+			u := use{b: b, gen: b.gen}
 			b.mu.Unlock()
 			localHits.Inc()
-			return d, tk
+			return d, u
 		}
 		if now < b.deniedUntil && tokens >= b.deniedNeed {
 			d := s.decision(false, 0, b.retryFrom(now), b.resetAt-now)
 			b.mu.Unlock()
 			cachedDenials.Inc()
-			return d, taking{}
+			return d, use{}
 		}
 		if f := b.fill; f != nil {
 			if attempt >= 2 {
@@ -67,7 +67,7 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 				// lease would, on a slow store, take the whole budget out
 				// on leases and refuse clients under their limit.
 				b.mu.Unlock()
-				return l.direct(ctx, s, b, tokens, nil), taking{}
+				return l.direct(ctx, s, b, tokens, nil), use{}
 			}
 			b.demand += tokens
 			b.mu.Unlock()
@@ -81,15 +81,15 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		f := &fill{done: make(chan struct{})}
 		b.fill = f
 		want := l.leaseSize(s, b, tokens, strict)
-		ret := b.takeReturn(now)
+		ret := b.endLease(now)
 		if s.params.Algorithm == store.TokenBucket {
-			ret.used = 0 // a taken token counts from its grant: nothing to re-date
+			ret.used = 0 // a taken token counts from its grant: no use to report
 		}
-		ret.spent, ret.spentAgo, ret.spentBefore = b.spentParts(now, s)
+		ret.own, ret.ownAgo, ret.ownBefore = b.ownParts(now, s)
 		ret.at = now
-		if s.params.Algorithm == store.SlidingLog && ret.spent > store.MaxLogTokens {
-			b.addSpent(ret.spent-store.MaxLogTokens, now-int64(ret.spentAgo), spentWidth(s.params.Window))
-			ret.spent = store.MaxLogTokens
+		if s.params.Algorithm == store.SlidingLog && ret.own > store.MaxLogTokens {
+			b.addOwn(ret.own-store.MaxLogTokens, now-int64(ret.ownAgo), ownWidth(s.params.Window))
+			ret.own = store.MaxLogTokens
 		}
 		b.mu.Unlock()
 		return l.refill(ctx, s, b, f, tokens, want, ret)
@@ -108,7 +108,7 @@ func (l *Limiter) wait(f *fill) {
 
 // useWithin is how long after a store call its Need permits may still be
 // used: the caller waits for the answer at most limits.store_timeout (a later
-// answer is given back). The answer arrives after the store dated the call,
+// answer's permits are returned). The answer arrives after the store dated the call,
 // so counting the permits from the call alone would let a window see them up
 // to that transit late. Capped by the lease lifetime (at least a thirtieth
 // of the window), which is how long past the call the store counted them
@@ -126,9 +126,9 @@ func (l *Limiter) useWithin(s *spec) time.Duration {
 
 // maxLogLease caps sliding_log leases below limits.max_lease: each permit is
 // a sorted-set member that the lease's script writes (and the next one
-// re-dates) while Redis runs nothing else. On this project's 2-core test
-// machine a grant of 1,000 members took 2.7-4.5 ms of Redis' time, one of 64
-// about 0.4 ms.
+// re-dates when the pod reports it used) while Redis runs nothing else, so a
+// grant's cost grows with its size (BenchmarkRedisSlidingLogGrant in
+// limit/store measures it).
 const maxLogLease = 64
 
 // leaseSize is how many permits to ask for: what this pod's traffic on the
@@ -169,25 +169,25 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 	return max(min(b.size, limit), demand, tokens)
 }
 
-// refill gives back ret and asks the store for a lease of want permits (at
+// refill reports ret and asks the store for a lease of want permits (at
 // least tokens: all or nothing) and takes tokens from it. The caller holds
-// the bucket's fill and has emptied the bucket (takeReturn); refill releases
-// the fill and returns where the request's permits came from, for a refund
-// (a zero taking when none were granted).
-func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64, ret giveBack) (Decision, taking) {
+// the bucket's fill and has emptied the bucket (endLease); refill releases
+// the fill and returns where the request's permits came from, to return them
+// (a zero use when none were granted).
+func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64, ret report) (Decision, use) {
 	sent := l.now().UnixNano()
-	req := &store.LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.useWithin(s), Return: ret.n, ReturnRef: ret.ref, Used: ret.used, Spent: ret.spent, SpentAgo: ret.spentAgo, SpentBefore: ret.spentBefore,
+	req := &store.LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.useWithin(s), Return: ret.unused, ReturnRef: ret.ref, Used: ret.used, Own: ret.own, OwnAgo: ret.ownAgo, OwnBefore: ret.ownBefore,
 		// Run after its caller gives up, the call would grant what only goes
-		// back, and take spent permits that the caller reports again.
+		// back, and take own permits that the caller reports again.
 		RunWithin: l.cfg.StoreTimeout}
 	res, err := l.lease(ctx, s, req, b, ret.at)
-	if ret.n > 0 {
+	if ret.unused > 0 {
 		// Given back whether or not the answer arrives: never sent twice.
-		returnedPermits.Add(int(ret.n))
-		l.creditLocally(ctx, s, ret.n, ret.localRef)
+		returnedPermits.Add(int(ret.unused))
+		l.returnLocally(ctx, s, ret.unused, ret.localRef)
 	}
 	if ret.used > 0 {
-		redatedPermits.Add(int(ret.used))
+		reportedUsed.Add(int(ret.used))
 	}
 	now := l.now().UnixNano()
 	b.mu.Lock()
@@ -204,16 +204,16 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 			// Not sent, or answered without them: the next call reports
 			// them. (A call given up on puts them back when it ends without
 			// an answer in time; see callStore.)
-			b.unspend(ret.at, &s.params, ret.spent, ret.spentAgo, ret.spentBefore)
+			b.reportLater(ret.at, &s.params, ret.own, ret.ownAgo, ret.ownBefore)
 		}
 		// The store's last answer counted these as this pod's (leased);
 		// unused, they are room the pod need not share.
-		b.fallbackUsed -= ret.n
+		b.fallbackUsed -= ret.unused
 		b.failedAt = now
-		return l.fallbackDecision(ctx, s, tokens, b, open, now), taking{}
+		return l.fallbackDecision(ctx, s, tokens, b, open, now), use{}
 	}
-	if n := ret.spentTotal(); n > 0 {
-		reportedPermits.Add(int(n))
+	if n := ret.ownTotal(); n > 0 {
+		reportedOwn.Add(int(n))
 	}
 	leaseSize.Update(float64(want))
 	b.remaining = res.Remaining
@@ -227,21 +227,21 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		// The bucket holds a lease already. One fill runs at a time (a
 		// request that outwaits it decides alone, see one), so this is a
 		// guard: the bucket keeps that lease, and this one's permits beyond
-		// the request's go back.
+		// the request's return to the store.
 		if extra := res.Granted - tokens; extra > 0 {
-			go l.giveBack(req, extra, res.Ref)
+			go l.returnPermits(req, extra, res.Ref)
 			if kept {
-				l.creditLocally(ctx, s, extra, keptRef)
+				l.returnLocally(ctx, s, extra, keptRef)
 			}
 		}
 		if !kept {
-			l.spendLocally(ctx, s, tokens)
+			l.useLocally(ctx, s, tokens)
 		}
-		tk := taking{} // not from the bucket's lease
+		u := use{} // not from the bucket's lease
 		if res.UsedRef != 0 {
-			tk = freshTaking(b, res)
+			u = freshUse(b, res)
 		}
-		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), tk
+		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), u
 	}
 	if res.Granted >= tokens {
 		// The permits expire one lease lifetime after the call was sent
@@ -249,7 +249,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		// plus the window, and a return is worth sending until about half
 		// a window after their expiry. The request's own permits count
 		// apart (UsedRef) when the store dates them at the call: they are
-		// not part of the lease that goes back.
+		// not part of the lease that returns.
 		leased := res.Granted
 		if res.UsedRef != 0 {
 			leased -= tokens
@@ -257,7 +257,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		b.permits, b.leased, b.ref = res.Granted-tokens, leased, res.Ref
 		b.localRef = keptRef
 		if !kept {
-			b.localRef = l.spendLocally(ctx, s, res.Granted)
+			b.localRef = l.useLocally(ctx, s, res.Granted)
 		}
 		b.expires = sent + int64(s.ttl)
 		b.returnBy = math.MaxInt64
@@ -265,7 +265,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 			b.returnBy = b.expires + int64(s.params.Window)/2
 		}
 		b.deniedUntil = 0
-		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), freshTaking(b, res)
+		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), freshUse(b, res)
 	}
 	b.retryAfter, b.deniedAt, b.deniedNeed = int64(res.RetryAfter), now, tokens
 	switch {
@@ -277,16 +277,16 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	case res.RetryAfter > 0:
 		b.deniedUntil = now + int64(min(res.RetryAfter, maxCachedDenial))
 	}
-	return s.decision(false, 0, b.retryFrom(now), b.resetAt-now), taking{}
+	return s.decision(false, 0, b.retryFrom(now), b.resetAt-now), use{}
 }
 
-// freshTaking is the taking of a request's permits granted by a lease call
+// freshUse is the use of a request's permits granted by a lease call
 // of b. The caller holds b.mu.
-func freshTaking(b *bucket, res store.LeaseResult) taking {
+func freshUse(b *bucket, res store.LeaseResult) use {
 	if res.UsedRef != 0 {
-		return taking{b: b, usedRef: res.UsedRef}
+		return use{b: b, usedRef: res.UsedRef}
 	}
-	return taking{b: b, gen: b.gen}
+	return use{b: b, gen: b.gen}
 }
 
 // direct decides with one store call, outside the local buckets: sliding_log
@@ -322,14 +322,14 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 			}
 		}
 	}
-	l.spendLocally(ctx, s, res.Granted)
+	l.useLocally(ctx, s, res.Granted)
 	return s.decision(res.Granted >= tokens || res.Duplicate, res.Remaining, res.RetryAfter, int64(res.Reset))
 }
 
 // lease makes one store call under the deadline and the breaker; req gets
 // the spec's params. With a bucket, the permits of an answer that comes after
-// the deadline go back to the store (see callStore).
-func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b *bucket, spentAt int64) (store.LeaseResult, error) {
+// the deadline return to the store (see callStore).
+func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b *bucket, ownAt int64) (store.LeaseResult, error) {
 	start := l.now().UnixNano()
 	br := l.breakerFor(req.Key)
 	ok, probe := br.allow(start)
@@ -338,7 +338,7 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b
 		return store.LeaseResult{}, ErrStoreUnavailable
 	}
 	req.Params = s.params
-	res, err := l.callStore(ctx, req, b, spentAt)
+	res, err := l.callStore(ctx, req, b, ownAt)
 	timedOut := errors.Is(err, errGaveUp) || errors.Is(err, store.ErrStoreLate) || errors.Is(err, context.DeadlineExceeded)
 	if err != nil {
 		storeErrors.Inc()

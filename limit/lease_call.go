@@ -38,17 +38,17 @@ func (l *Limiter) lateWait() time.Duration {
 
 // callStore runs req and waits for the answer at most limits.store_timeout
 // (or until ctx is done). The call itself goes on in the background; when
-// its caller gave up and b is not nil, the permits of its answer go back to
+// its caller gave up and b is not nil, the permits of its answer return to
 // the store in one more call (never retried), so a timed-out lease does not
-// spend budget nobody can use, and when no answer comes in time (the store
-// takes spent permits only from a call it runs before the deadline) the
-// permits it reported as let through locally go back into b, for the next
-// call (their times are measured from spentAt). b.late counts such calls
+// hold budget nobody can use, and when no answer comes in time (the store
+// takes own permits only from a call it runs before the deadline) the
+// permits it reported as let through on the pod's own go back into b, for
+// the next call to report (their times are measured from ownAt). b.late counts such calls
 // until then.
 //
 // An in-process store (MemoryStore) answers at once and cannot be late: it
 // is called directly, without the goroutine, channel and timer.
-func (l *Limiter) callStore(ctx context.Context, req *store.LeaseRequest, b *bucket, spentAt int64) (store.LeaseResult, error) {
+func (l *Limiter) callStore(ctx context.Context, req *store.LeaseRequest, b *bucket, ownAt int64) (store.LeaseResult, error) {
 	if !l.shared {
 		return l.store.Lease(ctx, req)
 	}
@@ -67,9 +67,9 @@ func (l *Limiter) callStore(ctx context.Context, req *store.LeaseRequest, b *buc
 		}
 		if err != nil {
 			b.mu.Lock()
-			b.unspend(spentAt, &req.Params, req.Spent, req.SpentAgo, req.SpentBefore)
+			b.reportLater(ownAt, &req.Params, req.Own, req.OwnAgo, req.OwnBefore)
 			b.mu.Unlock()
-		} else if res.Granted > 0 && l.giveBackGrant(req, res) {
+		} else if res.Granted > 0 && l.returnGrant(req, res) {
 			lateReturns.Inc()
 		}
 		b.late.Add(-1)

@@ -228,14 +228,14 @@ func TestLimiterReportsUsedLeases(t *testing.T) {
 	})
 	l := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
 	ip := []byte("10.7.7.7")
-	before := redatedPermits.Get()
+	before := reportedUsed.Get()
 	got, _ := allowN(l, &Request{IP: ip}, 200) // leases double while they run out: several refills
 	require.Equal(t, 200, got)
 	// Every leased permit taken before the bucket's last refill was
 	// reported used: all 200 requests but each call's own Need permit (at
 	// most 10 calls: leases double up to 64) and those taken from the
 	// current lease (at most 64).
-	reported := redatedPermits.Get() - before
+	reported := reportedUsed.Get() - before
 	assert.GreaterOrEqual(t, reported, uint64(200-10-64), "used permits were not reported")
 	assert.Less(t, reported, uint64(200), "more permits reported used than were taken")
 }
@@ -263,10 +263,10 @@ func TestStoreLearnsWhatTheLocalShareLetThrough(t *testing.T) {
 			// Past the breaker's cooldown (and the late answers' give-backs),
 			// the pod's next call reaches Redis and reports the 10.
 			time.Sleep(700 * time.Millisecond)
-			reported := reportedPermits.Get()
+			reported := reportedOwn.Get()
 			d := pod.Allow(context.Background(), &Request{IP: ip})
 			assert.False(t, d.Allowed, "Redis granted on top of what the local share let through: %+v", d)
-			assert.Greater(t, reportedPermits.Get(), reported, "nothing reported")
+			assert.Greater(t, reportedOwn.Get(), reported, "nothing reported")
 			other := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
 			got, _ = allowN(other, &Request{IP: ip}, 5)
 			assert.Zero(t, got, "another pod got permits of a limit the first one used up")

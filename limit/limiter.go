@@ -167,14 +167,14 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 	counters := catalog.CountersFor(req.Tenant, req.Resource)
 	counters.Requests.Inc()
 
-	var taken [4]taking
+	var uses [4]use
 	best := Decision{Allowed: true, Remaining: math.MaxInt64}
 	shadowed := false
 	for i := 0; i < n; i++ {
 		s := &specs[i]
-		d, tk := l.one(ctx, s, tokens, strict, req.RequestID, now)
+		d, u := l.one(ctx, s, tokens, strict, req.RequestID, now)
 		if d.Unavailable {
-			l.refund(taken[:i], specs[:i], tokens)
+			l.returnUses(uses[:i], specs[:i], tokens)
 			counters.Blocked.Inc()
 			l.observe(start)
 			return d
@@ -188,12 +188,12 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 				}
 				continue
 			}
-			l.refund(taken[:i], specs[:i], tokens)
+			l.returnUses(uses[:i], specs[:i], tokens)
 			counters.Blocked.Inc()
 			l.observe(start)
 			return d
 		}
-		taken[i] = tk
+		uses[i] = u
 		if d.Remaining < best.Remaining {
 			best = d
 		}

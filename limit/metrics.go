@@ -22,8 +22,8 @@ var (
 	localHits         = metrics.NewCounter(`sentinel_limit_local_hits_total`)
 	expiredPermits    = metrics.NewCounter(`sentinel_limit_expired_permits_total`)
 	returnedPermits   = metrics.NewCounter(`sentinel_limit_returned_permits_total`)
-	redatedPermits    = metrics.NewCounter(`sentinel_limit_redated_permits_total`)
-	reportedPermits   = metrics.NewCounter(`sentinel_limit_fallback_permits_reported_total`)
+	reportedUsed      = metrics.NewCounter(`sentinel_limit_redated_permits_total`)
+	reportedOwn       = metrics.NewCounter(`sentinel_limit_fallback_permits_reported_total`)
 	lateReturns       = metrics.NewCounter(`sentinel_limit_late_lease_returns_total`)
 	cachedDenials     = metrics.NewCounter(`sentinel_limit_cached_denials_total`)
 	repeatsSpared     = metrics.NewCounter(`sentinel_limit_request_id_repeats_total{result="spared"}`)
@@ -35,7 +35,7 @@ var (
 	// or the store's last answer left too little (Limiter.fallbackRoom).
 	fallbackDeniedShare  = metrics.NewCounter(`sentinel_limit_fallback_denials_total{reason="local_share"}`)
 	fallbackDeniedAnswer = metrics.NewCounter(`sentinel_limit_fallback_denials_total{reason="last_answer"}`)
-	// Store grants given back at once because the pod keeps to its local
+	// Store grants returned at once because the pod keeps to its local
 	// share for a window after deciding locally (Limiter.keepShare).
 	recoveryTrims   = metrics.NewCounter(`sentinel_limit_recovery_trimmed_permits_total`)
 	breakerOpenings = metrics.NewCounter(`sentinel_limit_breaker_openings_total`)

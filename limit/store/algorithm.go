@@ -109,17 +109,17 @@ func checkLease(req *LeaseRequest) error {
 	if req.Return < 0 || req.Return > MaxLimit {
 		return fmt.Errorf("limit: lease for %q: return of %d permits is out of range", req.Key, req.Return)
 	}
-	if req.Used < 0 || req.Used > MaxLimit || req.Spent < 0 || req.Spent > MaxLimit {
-		return fmt.Errorf("limit: lease for %q: %d used or %d spent permits is out of range", req.Key, req.Used, req.Spent)
+	if req.Used < 0 || req.Used > MaxLimit || req.Own < 0 || req.Own > MaxLimit {
+		return fmt.Errorf("limit: lease for %q: %d used or %d spent permits is out of range", req.Key, req.Used, req.Own)
 	}
 	if req.RequestIDRetries < 0 || req.RequestIDRetries > MaxRequestIDRetries || req.RequestIDWindow < 0 || req.RequestIDWindow > MaxWindow {
 		return fmt.Errorf("limit: lease for %q: request ID allowance of %d retries within %v is out of range 0..%d within [0, %v]",
 			req.Key, req.RequestIDRetries, req.RequestIDWindow, MaxRequestIDRetries, MaxWindow)
 	}
-	if req.SpentAgo < 0 || req.SpentAgo > MaxWindow {
-		return fmt.Errorf("limit: lease for %q: spent %v ago is out of range [0, %v]", req.Key, req.SpentAgo, MaxWindow)
+	if req.OwnAgo < 0 || req.OwnAgo > MaxWindow {
+		return fmt.Errorf("limit: lease for %q: spent %v ago is out of range [0, %v]", req.Key, req.OwnAgo, MaxWindow)
 	}
-	for _, part := range req.SpentBefore {
+	for _, part := range req.OwnBefore {
 		switch {
 		case part.N < 0 || part.N > MaxLimit || part.Ago < 0 || part.Ago > MaxWindow:
 			return fmt.Errorf("limit: lease for %q: %d spent permits %v ago is out of range", req.Key, part.N, part.Ago)
@@ -136,7 +136,7 @@ func checkLease(req *LeaseRequest) error {
 		if p.Limit < 0 || p.Limit > MaxLimit {
 			return fmt.Errorf("limit: lease for %q: limit %d is out of range 0..%d", req.Key, p.Limit, int64(MaxLimit))
 		}
-		if p.Algorithm == SlidingLog && (req.Want > MaxLogTokens || req.Return > MaxLogTokens || req.Used > MaxLogTokens || req.Spent > MaxLogTokens) {
+		if p.Algorithm == SlidingLog && (req.Want > MaxLogTokens || req.Return > MaxLogTokens || req.Used > MaxLogTokens || req.Own > MaxLogTokens) {
 			return fmt.Errorf("limit: lease for %q: sliding_log grants and returns at most %d permits per call", req.Key, MaxLogTokens)
 		}
 	case TokenBucket:

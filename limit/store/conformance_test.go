@@ -377,10 +377,10 @@ func confSpent(alg Algorithm) func(*testing.T, *confEnv, string) {
 		const window = 200 * time.Millisecond
 		p := confParams(alg, 5, window)
 		ctx := context.Background()
-		r, err := e.store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 5, Spent: 3})
+		r, err := e.store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 5, Own: 3})
 		require.NoError(t, err)
 		assert.Equal(t, int64(2), r.Granted, "the 3 spent permits were not counted")
-		r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 1, Spent: 4})
+		r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 1, Own: 4})
 		require.NoError(t, err)
 		assert.Zero(t, r.Granted)
 		assert.Zero(t, r.Remaining)
@@ -391,13 +391,13 @@ func confSpent(alg Algorithm) func(*testing.T, *confEnv, string) {
 			// SpentAgo dates them when the last was let through: a window
 			// from then, not from the report.
 			k2 := key + ":ago"
-			r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(k2), Params: p, Want: 5, Spent: 3, SpentAgo: window - 40*time.Millisecond})
+			r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(k2), Params: p, Want: 5, Own: 3, OwnAgo: window - 40*time.Millisecond})
 			require.NoError(t, err)
 			assert.Equal(t, int64(2), r.Granted)
 			e.sleep(60 * time.Millisecond)
 			assert.Equal(t, int64(3), e.lease(t, k2, p, 5, 0, "").Granted, "spent permits counted past a window from their use")
 			k3 := key + ":old"
-			r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(k3), Params: p, Want: 5, Spent: 3, SpentAgo: window + 10*time.Millisecond}) // past a window and a sub-window
+			r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(k3), Params: p, Want: 5, Own: 3, OwnAgo: window + 10*time.Millisecond}) // past a window and a sub-window
 			require.NoError(t, err)
 			assert.Equal(t, int64(5), r.Granted, "permits spent a window ago no longer count")
 		}
@@ -628,9 +628,9 @@ func confInvalid(t *testing.T, e *confEnv, key string) {
 		"unknown alg":              {Key: []byte(key), Params: Params{Algorithm: 9, Limit: 1, Window: time.Second}, Want: 1},
 		"negative used":            {Key: []byte(key), Params: ok, Want: 1, Used: -1},
 		"negative use within":      {Key: []byte(key), Params: ok, Want: 1, UseWithin: -1},
-		"negative spent":           {Key: []byte(key), Params: ok, Want: 1, Spent: -1},
-		"spent ago over its bound": {Key: []byte(key), Params: ok, Want: 1, Spent: 1, SpentAgo: MaxWindow + 1},
-		"log spent over its bound": {Key: []byte(key), Params: Params{Algorithm: SlidingLog, Limit: 1, Window: time.Second}, Want: 1, Spent: MaxLogTokens + 1},
+		"negative spent":           {Key: []byte(key), Params: ok, Want: 1, Own: -1},
+		"spent ago over its bound": {Key: []byte(key), Params: ok, Want: 1, Own: 1, OwnAgo: MaxWindow + 1},
+		"log spent over its bound": {Key: []byte(key), Params: Params{Algorithm: SlidingLog, Limit: 1, Window: time.Second}, Want: 1, Own: MaxLogTokens + 1},
 	} {
 		_, err := e.store.Lease(context.Background(), req)
 		assert.Error(t, err, name)

@@ -152,18 +152,18 @@ type leaseQuery struct {
 	limit, windowMS, want, need, leaseMS int64
 	ret, retRef, used, spent, spentAgoMS int64
 	useWithinMS                          int64
-	idRetries, idWindowMS                int64                // the request ID allowance (sliding_log)
-	before                               [SpentParts][2]int64 // SpentBefore: permits, ms ago
+	idRetries, idWindowMS                int64              // the request ID allowance (sliding_log)
+	before                               [OwnParts][2]int64 // SpentBefore: permits, ms ago
 }
 
 func newLeaseQuery(req *LeaseRequest) leaseQuery {
 	q := leaseQuery{
 		limit: req.Params.Limit, windowMS: ceilMS(req.Params.Window), want: req.Want, need: req.need(),
-		leaseMS: ceilMS(req.LeaseTTL), ret: req.Return, retRef: req.ReturnRef, used: req.Used, spent: req.Spent,
-		spentAgoMS: int64(req.SpentAgo / time.Millisecond), useWithinMS: ceilMS(req.UseWithin),
+		leaseMS: ceilMS(req.LeaseTTL), ret: req.Return, retRef: req.ReturnRef, used: req.Used, spent: req.Own,
+		spentAgoMS: int64(req.OwnAgo / time.Millisecond), useWithinMS: ceilMS(req.UseWithin),
 		idRetries: req.RequestIDRetries, idWindowMS: ceilMS(req.RequestIDWindow),
 	}
-	for i, part := range req.SpentBefore {
+	for i, part := range req.OwnBefore {
 		q.before[i] = [2]int64{part.N, int64(part.Ago / time.Millisecond)}
 	}
 	return q

@@ -211,12 +211,12 @@ func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64) *rue
 		w := ceilMS(p.Window)
 		c.ints(p.Limit, w, req.Want, leaseMS, granularityMS(w, leaseMS))
 	}
-	c.ints(req.need(), req.Return, req.ReturnRef, deadline, req.Used, req.Spent, int64(req.SpentAgo/time.Millisecond), ceilMS(req.UseWithin))
+	c.ints(req.need(), req.Return, req.ReturnRef, deadline, req.Used, req.Own, int64(req.OwnAgo/time.Millisecond), ceilMS(req.UseWithin))
 	if p.Algorithm == SlidingLog {
 		c.ints(req.RequestIDRetries, ceilMS(req.RequestIDWindow))
 	}
 	if p.Algorithm == SlidingWindow {
-		for _, part := range req.SpentBefore {
+		for _, part := range req.OwnBefore {
 			c.ints(part.N, int64(part.Ago/time.Millisecond))
 		}
 	}

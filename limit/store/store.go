@@ -45,7 +45,7 @@ type LeaseRequest struct {
 	// available the store grants none and takes nothing, so a request for n
 	// tokens is granted all of them or none. A lease may be partial above it.
 	Need int64
-	// Return gives back unused permits of an earlier lease on the same key
+	// Return returns unused permits of an earlier lease on the same key
 	// and params (0: none), counted where that lease was counted (ReturnRef,
 	// the lease's LeaseResult.Ref), before anything is granted. The caller
 	// must never use returned permits, and must return each permit at most
@@ -61,34 +61,34 @@ type LeaseRequest struct {
 	// early then frees its budget a window after its use. At most the
 	// lease's permits beyond its Need, less Return.
 	Used int64
-	// Spent is how many permits the caller let through on its own while the
+	// Own reports how many permits the caller let through on its own while the
 	// store was unreachable (its share under the local failure policy): the
 	// store counts them from this call, so that when it answers again it
 	// does not grant the window's whole budget on top of them. Only a call
 	// that runs in time counts them (RedisStore: before its deadline): the
 	// caller of a call that failed reports them again. At most
 	// MaxLogTokens for sliding_log.
-	Spent int64
-	// SpentAgo is how long before this call the last of the Spent permits
+	Own int64
+	// OwnAgo is how long before this call the last of the Own permits
 	// was let through (0..MaxWindow): the sliding algorithms count them from
 	// then, measured on the caller's clock as a duration, so the two clocks
 	// need not agree.
-	SpentAgo time.Duration
-	// SpentBefore are more permits let through on the caller's own, earlier
-	// than Spent's, each part counted from its own Ago (0..MaxWindow): a
+	OwnAgo time.Duration
+	// OwnBefore are more permits let through on the caller's own, earlier
+	// than Own's, each part counted from its own Ago (0..MaxWindow): a
 	// report after a long failure dates each part of the last window where
 	// it was used, so that the store neither forgets them nor counts a
 	// whole window of them as just used, which would refuse a client under
 	// its limit for a window. sliding_window only: the other algorithms
-	// take all of them in Spent.
-	SpentBefore [SpentParts]SpentPart
+	// take all of them in Own.
+	OwnBefore [OwnParts]OwnPart
 	// UseWithin is how long after the call the caller may still use the
-	// Need permits (the time it waits for the answer; later it gives them
-	// back): the sliding algorithms count them from the call plus UseWithin.
+	// Need permits (the time it waits for the answer; later it returns
+	// them): the sliding algorithms count them from the call plus UseWithin.
 	// 0..1h.
 	UseWithin time.Duration
 	// RunWithin, when not 0, is how long after the call the store may still
-	// run it: a call run later grants nothing and counts no Spent (as one
+	// run it: a call run later grants nothing and counts no Own (as one
 	// past ctx's deadline), so that a caller that stopped waiting for the
 	// answer at RunWithin knows that a call still running then will take
 	// nothing it reported. 0..1h; RedisStore only (the in-process store runs
@@ -96,7 +96,7 @@ type LeaseRequest struct {
 	RunWithin time.Duration
 	// LeaseTTL is how long the caller may keep unused permits before it drops
 	// them. The store counts the lease's permits beyond Need as living until
-	// its expiry plus the window (or until Used re-dates them), so that no
+	// its expiry plus the window (or until Used reports them used), so that no
 	// window holds more uses than the limit.
 	LeaseTTL time.Duration
 	// RequestID, when set, lets sliding_log spare a retry: a call with an
@@ -117,12 +117,12 @@ type LeaseRequest struct {
 // MaxRequestIDRetries is the most repeats of one request ID a store spares.
 const MaxRequestIDRetries = 15
 
-// SpentParts is the number of parts of LeaseRequest.SpentBefore.
-const SpentParts = 4
+// OwnParts is the number of parts of LeaseRequest.OwnBefore.
+const OwnParts = 4
 
-// SpentPart is N permits let through on the caller's own, the last of them
+// OwnPart is N permits let through on the caller's own, the last of them
 // Ago before the call.
-type SpentPart struct {
+type OwnPart struct {
 	N   int64
 	Ago time.Duration
 }
@@ -141,7 +141,7 @@ type LeaseResult struct {
 	// UsedRef says where the Need permits the caller uses at once were
 	// counted: the sliding algorithms count them from the time of the call,
 	// not until the lease expires. 0 when they count with the rest, at Ref
-	// (token_bucket). Opaque; Need permits given back go there.
+	// (token_bucket). Opaque; Need permits returned go there.
 	UsedRef int64
 }
 
