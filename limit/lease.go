@@ -39,25 +39,8 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 	b := l.table.get(s.key(), now)
 	for attempt := 0; ; attempt++ {
 		b.mu.Lock()
-		if b.permits > 0 && now >= b.expires {
-			expiredPermits.Add(int(b.permits))
-			b.wasted = true
-			b.expired += b.permits
-			b.permits = 0
-		}
-		if b.permits >= tokens {
-			b.permits -= tokens
-			d := s.decision(true, b.remaining+b.permits, 0, b.resetAt-now)
-			u := use{b: b, gen: b.gen}
-			b.mu.Unlock()
-			localHits.Inc()
-			return d, u
-		}
-		if now < b.deniedUntil && tokens >= b.deniedNeed {
-			d := s.decision(false, 0, b.retryFrom(now), b.resetAt-now)
-			b.mu.Unlock()
-			cachedDenials.Inc()
-			return d, use{}
+		if d, u, ok := b.decideLocally(s, tokens, now); ok {
+			return d, u // decideLocally released b.mu
 		}
 		if f := b.fill; f != nil {
 			if attempt >= 2 {
@@ -69,31 +52,56 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 				b.mu.Unlock()
 				return l.direct(ctx, s, b, tokens, nil), use{}
 			}
-			b.demand += tokens
-			b.mu.Unlock()
-			l.wait(f)
-			b.mu.Lock()
-			b.demand -= tokens
-			b.mu.Unlock()
+			l.waitFill(b, f, tokens)
 			now = l.now().UnixNano()
 			continue
 		}
 		f := &fill{done: make(chan struct{})}
 		b.fill = f
 		want := l.leaseSize(s, b, tokens, strict)
-		ret := b.endLease(now)
-		if s.params.Algorithm == store.TokenBucket {
-			ret.used = 0 // a taken token counts from its grant: no use to report
-		}
-		ret.own, ret.ownAgo, ret.ownBefore = b.ownParts(now, s)
-		ret.at = now
-		if s.params.Algorithm == store.SlidingLog && ret.own > store.MaxLogTokens {
-			b.addOwn(ret.own-store.MaxLogTokens, now-int64(ret.ownAgo), ownWidth(s.params.Window))
-			ret.own = store.MaxLogTokens
-		}
+		ret := b.nextReport(s, now)
 		b.mu.Unlock()
 		return l.refill(ctx, s, b, f, tokens, want, ret)
 	}
+}
+
+// decideLocally decides from b alone when it can: from its leased permits
+// (dropping them first when they expired) or from its cached refusal. When
+// it decides (ok) it releases b.mu, which the caller holds.
+func (b *bucket) decideLocally(s *spec, tokens, now int64) (d Decision, u use, ok bool) {
+	if b.permits > 0 && now >= b.expires {
+		expiredPermits.Add(int(b.permits))
+		b.wasted = true
+		b.expired += b.permits
+		b.permits = 0
+	}
+	if b.permits >= tokens {
+		b.permits -= tokens
+		d := s.decision(true, b.remaining+b.permits, 0, b.resetAt-now)
+		u := use{b: b, gen: b.gen}
+		b.mu.Unlock()
+		localHits.Inc()
+		return d, u, true
+	}
+	if now < b.deniedUntil && tokens >= b.deniedNeed {
+		d := s.decision(false, 0, b.retryFrom(now), b.resetAt-now)
+		b.mu.Unlock()
+		cachedDenials.Inc()
+		return d, use{}, true
+	}
+	return Decision{}, use{}, false
+}
+
+// waitFill waits for b's lease call in flight f, its tokens counted in the
+// bucket's demand meanwhile (see leaseSize). The caller holds b.mu;
+// waitFill releases it.
+func (l *Limiter) waitFill(b *bucket, f *fill, tokens int64) {
+	b.demand += tokens
+	b.mu.Unlock()
+	l.wait(f)
+	b.mu.Lock()
+	b.demand -= tokens
+	b.mu.Unlock()
 }
 
 // wait blocks until the in-flight lease call ends, at most the store deadline.
@@ -176,19 +184,7 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 // (a zero use when none were granted).
 func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64, ret report) (Decision, use) {
 	sent := l.now().UnixNano()
-	req := &store.LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.useWithin(s), Return: ret.unused, ReturnRef: ret.ref, Used: ret.used, Own: ret.own, OwnAgo: ret.ownAgo, OwnBefore: ret.ownBefore,
-		// Run after its caller gives up, the call would grant what only goes
-		// back, and take own permits that the caller reports again.
-		RunWithin: l.cfg.StoreTimeout}
-	res, err := l.lease(ctx, s, req, b, ret.at)
-	if ret.unused > 0 {
-		// Given back whether or not the answer arrives: never sent twice.
-		returnedPermits.Add(int(ret.unused))
-		l.returnLocally(ctx, s, ret.unused, ret.localRef)
-	}
-	if ret.used > 0 {
-		reportedUsed.Add(int(ret.used))
-	}
+	req, res, err := l.callLease(ctx, s, b, tokens, want, ret)
 	now := l.now().UnixNano()
 	b.mu.Lock()
 	defer func() {
@@ -199,18 +195,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		close(f.done)
 	}()
 	if err != nil {
-		open := errors.Is(err, ErrStoreUnavailable)
-		if !errors.Is(err, errGaveUp) {
-			// Not sent, or answered without them: the next call reports
-			// them. (A call given up on puts them back when it ends without
-			// an answer in time; see callStore.)
-			b.reportLater(ret.at, &s.params, ret.own, ret.ownAgo, ret.ownBefore)
-		}
-		// The store's last answer counted these as this pod's (leased);
-		// unused, they are room the pod need not share.
-		b.fallbackUsed -= ret.unused
-		b.failedAt = now
-		return l.fallbackDecision(ctx, s, tokens, b, open, now), use{}
+		return l.leaseFailed(ctx, s, b, tokens, ret, err, now), use{}
 	}
 	if n := ret.ownTotal(); n > 0 {
 		reportedOwn.Add(int(n))
@@ -219,65 +204,129 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	b.remaining = res.Remaining
 	b.answeredAt, b.fallbackUsed = now, 0
 	b.resetAt = now + int64(res.Reset)
-	kept, keptRef := false, int64(0) // the grant was counted in the local share (keepShare)
+	g := grant{res: res}
 	if res.Granted >= tokens && l.recovering(s, b, now) {
-		res, keptRef, kept = l.keepShare(ctx, s, req, res, tokens)
+		g.res, g.keptRef, g.kept = l.keepShare(ctx, s, req, res, tokens)
 	}
-	if res.Granted >= tokens && b.leased > 0 {
-		// The bucket holds a lease already. One fill runs at a time (a
-		// request that outwaits it decides alone, see one), so this is a
-		// guard: the bucket keeps that lease, and this one's permits beyond
-		// the request's return to the store.
-		if extra := res.Granted - tokens; extra > 0 {
-			go l.returnPermits(req, extra, res.Ref)
-			if kept {
-				l.returnLocally(ctx, s, extra, keptRef)
-			}
-		}
-		if !kept {
-			l.useLocally(ctx, s, tokens)
-		}
-		u := use{} // not from the bucket's lease
-		if res.UsedRef != 0 {
-			u = freshUse(b, res)
-		}
+	switch {
+	case g.res.Granted >= tokens && b.leased > 0:
+		u := l.grantBeside(ctx, s, b, req, g, tokens)
 		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), u
+	case g.res.Granted >= tokens:
+		l.keepLease(ctx, s, b, g, tokens, sent)
+		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), freshUse(b, g.res)
 	}
-	if res.Granted >= tokens {
-		// The permits expire one lease lifetime after the call was sent
-		// (before the store dated it); the store counts them until then
-		// plus the window, and a return is worth sending until about half
-		// a window after their expiry. The request's own permits count
-		// apart (UsedRef) when the store dates them at the call: they are
-		// not part of the lease that returns.
-		leased := res.Granted
-		if res.UsedRef != 0 {
-			leased -= tokens
-		}
-		b.permits, b.leased, b.ref = res.Granted-tokens, leased, res.Ref
-		b.localRef = keptRef
-		if !kept {
-			b.localRef = l.useLocally(ctx, s, res.Granted)
-		}
-		b.expires = sent + int64(s.ttl)
-		b.returnBy = math.MaxInt64
-		if s.params.Algorithm != store.TokenBucket {
-			b.returnBy = b.expires + int64(s.params.Window)/2
-		}
-		b.deniedUntil = 0
-		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), freshUse(b, res)
+	b.cacheRefusal(g.res, tokens, now)
+	return s.decision(false, 0, b.retryFrom(now), b.resetAt-now), use{}
+}
+
+// callLease sends a bucket's lease call: ret's report and a lease of want
+// permits, at least tokens. It counts the permits it returns and reports
+// used, and returns the local share's count of the returned ones, whether
+// or not the answer arrives: a return is never sent twice.
+func (l *Limiter) callLease(ctx context.Context, s *spec, b *bucket, tokens, want int64, ret report) (*store.LeaseRequest, store.LeaseResult, error) {
+	req := &store.LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.useWithin(s), Return: ret.unused, ReturnRef: ret.ref, Used: ret.used, Own: ret.own, OwnAgo: ret.ownAgo, OwnBefore: ret.ownBefore,
+		// Run after its caller gives up, the call would grant what only
+		// returns, and take own permits that the caller reports again.
+		RunWithin: l.cfg.StoreTimeout}
+	res, err := l.lease(ctx, s, req, b, ret.at)
+	if ret.unused > 0 {
+		returnedPermits.Add(int(ret.unused))
+		l.returnLocally(ctx, s, ret.unused, ret.localRef)
 	}
+	if ret.used > 0 {
+		reportedUsed.Add(int(ret.used))
+	}
+	return req, res, err
+}
+
+// leaseFailed decides a request whose bucket's lease call failed with err,
+// by the failure policy. The caller holds b.mu.
+func (l *Limiter) leaseFailed(ctx context.Context, s *spec, b *bucket, tokens int64, ret report, err error, now int64) Decision {
+	open := errors.Is(err, ErrStoreUnavailable)
+	if !errors.Is(err, errGaveUp) {
+		// Not sent, or answered without them: the next call reports
+		// them. (A call given up on puts them back when it ends without
+		// an answer in time; see callStore.)
+		b.reportLater(ret.at, &s.params, ret.own, ret.ownAgo, ret.ownBefore)
+	}
+	// The store's last answer counted these as this pod's (leased);
+	// unused, they are room the pod need not share.
+	b.fallbackUsed -= ret.unused
+	b.failedAt = now
+	return l.fallbackDecision(ctx, s, tokens, b, open, now)
+}
+
+// grant is a lease call's answer that covers the request: the store's
+// result, and whether the local share counted it already and where
+// (keepShare).
+type grant struct {
+	res     store.LeaseResult
+	kept    bool
+	keptRef int64
+}
+
+// grantBeside takes the request's tokens from a grant g while b holds a
+// lease already. One fill runs at a time (a request that outwaits it
+// decides alone, see one), so this is a guard: the bucket keeps that lease,
+// and this one's permits beyond the request's return to the store. It
+// returns the request's use, which is not from the bucket's lease. The
+// caller holds b.mu.
+func (l *Limiter) grantBeside(ctx context.Context, s *spec, b *bucket, req *store.LeaseRequest, g grant, tokens int64) use {
+	if extra := g.res.Granted - tokens; extra > 0 {
+		go l.returnPermits(req, extra, g.res.Ref)
+		if g.kept {
+			l.returnLocally(ctx, s, extra, g.keptRef)
+		}
+	}
+	if !g.kept {
+		l.useLocally(ctx, s, tokens)
+	}
+	if g.res.UsedRef != 0 {
+		return freshUse(b, g.res)
+	}
+	return use{}
+}
+
+// keepLease puts the permits of grant g beyond the request's tokens into b,
+// as its lease. The permits expire one lease lifetime after the call was
+// sent (before the store dated it); the store counts them until then plus
+// the window, and a return is worth sending until about half a window after
+// their expiry. The request's own permits count apart (UsedRef) when the
+// store dates them at the call: they are not part of the lease that
+// returns. The caller holds b.mu.
+func (l *Limiter) keepLease(ctx context.Context, s *spec, b *bucket, g grant, tokens, sent int64) {
+	leased := g.res.Granted
+	if g.res.UsedRef != 0 {
+		leased -= tokens
+	}
+	b.permits, b.leased, b.ref = g.res.Granted-tokens, leased, g.res.Ref
+	b.localRef = g.keptRef
+	if !g.kept {
+		b.localRef = l.useLocally(ctx, s, g.res.Granted)
+	}
+	b.expires = sent + int64(s.ttl)
+	b.returnBy = math.MaxInt64
+	if s.params.Algorithm != store.TokenBucket {
+		b.returnBy = b.expires + int64(s.params.Window)/2
+	}
+	b.deniedUntil = 0
+}
+
+// cacheRefusal remembers the store's refusal of tokens in b, so that the
+// key is refused locally until its retry-after (at most maxCachedDenial).
+// The caller holds b.mu.
+func (b *bucket) cacheRefusal(res store.LeaseResult, tokens, now int64) {
 	b.retryAfter, b.deniedAt, b.deniedNeed = int64(res.RetryAfter), now, tokens
 	switch {
 	case b.late.Load() > 0:
-		// The refusal may come from this pod's own late leases, which go
-		// back as soon as they are answered: do not cache it.
+		// The refusal may come from this pod's own late leases, which
+		// return as soon as they are answered: do not cache it.
 	case res.RetryAfter < 0:
 		b.deniedUntil = now + int64(maxCachedNeverDenial)
 	case res.RetryAfter > 0:
 		b.deniedUntil = now + int64(min(res.RetryAfter, maxCachedDenial))
 	}
-	return s.decision(false, 0, b.retryFrom(now), b.resetAt-now), use{}
 }
 
 // freshUse is the use of a request's permits granted by a lease call

@@ -36,6 +36,22 @@ func (b *bucket) endLease(now int64) report {
 	return report{unused: n, used: used, ref: b.ref, localRef: b.localRef}
 }
 
+// nextReport ends b's lease and gathers what the bucket's next lease call,
+// made at now, reports (see report). The caller holds b.mu.
+func (b *bucket) nextReport(s *spec, now int64) report {
+	ret := b.endLease(now)
+	if s.params.Algorithm == store.TokenBucket {
+		ret.used = 0 // a taken token counts from its grant: no use to report
+	}
+	ret.own, ret.ownAgo, ret.ownBefore = b.ownParts(now, s)
+	ret.at = now
+	if s.params.Algorithm == store.SlidingLog && ret.own > store.MaxLogTokens {
+		b.addOwn(ret.own-store.MaxLogTokens, now-int64(ret.ownAgo), ownWidth(s.params.Window))
+		ret.own = store.MaxLogTokens
+	}
+	return ret
+}
+
 // ownTotal is the permits ret reports as let through without the store.
 func (ret *report) ownTotal() int64 {
 	n := ret.own

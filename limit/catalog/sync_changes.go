@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/redis/rueidis"
 )
 
 // update brings this pod's catalog up to date with Redis: the entries
@@ -43,19 +45,37 @@ func (s *Sync) updateLocked(ctx context.Context) error {
 	}
 	pairs := arr[3:]
 	syncEntriesRead.Add(len(pairs) / 2)
-	type apiChange struct {
-		name string
-		rule *Rule
-		ten  *Tenant
+	api, err := s.decodeChanges(pairs)
+	if err != nil {
+		return err
 	}
-	api := make([]apiChange, 0, len(pairs)/2)
+	if err := s.applyChanges(api); err != nil {
+		return err
+	}
+	s.seen, s.epoch = gen, epoch
+	return nil
+}
+
+// entryChange is one API entry as the change log gives it ("tenant:<id>" or
+// "rule:<tenant>:<resource>"), with its new value (nil: deleted), or its
+// value before a change, to undo it.
+type entryChange struct {
+	name string
+	rule *Rule
+	ten  *Tenant
+}
+
+// decodeChanges reads the change log's (name, document) pairs; an entry
+// whose document does not decode is logged and skipped.
+func (s *Sync) decodeChanges(pairs []rueidis.RedisMessage) ([]entryChange, error) {
+	api := make([]entryChange, 0, len(pairs)/2)
 	for i := 0; i+1 < len(pairs); i += 2 {
 		name, err1 := pairs[i].ToString()
 		doc, err2 := pairs[i+1].ToString()
 		if err1 != nil || err2 != nil {
-			return fmt.Errorf("reading the catalog's changes from redis: %v %v", err1, err2)
+			return nil, fmt.Errorf("reading the catalog's changes from redis: %v %v", err1, err2)
 		}
-		c := apiChange{name: name}
+		c := entryChange{name: name}
 		if doc != "" {
 			if strings.HasPrefix(name, "tenant:") {
 				if t, err := decodeTenant(doc); err == nil {
@@ -71,18 +91,17 @@ func (s *Sync) updateLocked(ctx context.Context) error {
 		}
 		api = append(api, c)
 	}
-	// Change the API entries, derive the catalog's changes from them, and
-	// undo when the catalog refuses them.
-	type undo struct {
-		name string
-		rule *Rule
-		ten  *Tenant
-	}
-	undos := make([]undo, 0, len(api))
+	return api, nil
+}
+
+// applyChanges changes the API entries, derives the catalog's changes from
+// them, and undoes them when the catalog refuses those.
+func (s *Sync) applyChanges(api []entryChange) error {
+	undos := make([]entryChange, 0, len(api))
 	changes := make([]catalogChange, 0, len(api))
 	for _, c := range api {
 		if id, ok := strings.CutPrefix(c.name, "tenant:"); ok {
-			u := undo{name: c.name}
+			u := entryChange{name: c.name}
 			if t, ok := s.tenants[id]; ok {
 				u.ten = &t
 			}
@@ -90,7 +109,7 @@ func (s *Sync) updateLocked(ctx context.Context) error {
 			setEntry(s.tenants, id, c.ten)
 		} else {
 			n := ruleNameOf(c.name)
-			u := undo{name: c.name}
+			u := entryChange{name: c.name}
 			if r, ok := s.rules[n]; ok {
 				u.rule = &r
 			}
@@ -110,7 +129,6 @@ func (s *Sync) updateLocked(ctx context.Context) error {
 		}
 		return err
 	}
-	s.seen, s.epoch = gen, epoch
 	return nil
 }
 

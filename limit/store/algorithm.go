@@ -110,23 +110,37 @@ func checkLease(req *LeaseRequest) error {
 		return fmt.Errorf("limit: lease for %q: return of %d permits is out of range", req.Key, req.Return)
 	}
 	if req.Used < 0 || req.Used > MaxLimit || req.Own < 0 || req.Own > MaxLimit {
-		return fmt.Errorf("limit: lease for %q: %d used or %d spent permits is out of range", req.Key, req.Used, req.Own)
+		return fmt.Errorf("limit: lease for %q: %d used or %d own permits is out of range", req.Key, req.Used, req.Own)
 	}
 	if req.RequestIDRetries < 0 || req.RequestIDRetries > MaxRequestIDRetries || req.RequestIDWindow < 0 || req.RequestIDWindow > MaxWindow {
 		return fmt.Errorf("limit: lease for %q: request ID allowance of %d retries within %v is out of range 0..%d within [0, %v]",
 			req.Key, req.RequestIDRetries, req.RequestIDWindow, MaxRequestIDRetries, MaxWindow)
 	}
+	if err := checkOwn(req); err != nil {
+		return err
+	}
+	return checkParams(req)
+}
+
+// checkOwn validates the permits a request reports as let through on the
+// caller's own (Own, OwnAgo, OwnBefore).
+func checkOwn(req *LeaseRequest) error {
 	if req.OwnAgo < 0 || req.OwnAgo > MaxWindow {
-		return fmt.Errorf("limit: lease for %q: spent %v ago is out of range [0, %v]", req.Key, req.OwnAgo, MaxWindow)
+		return fmt.Errorf("limit: lease for %q: own permits %v ago is out of range [0, %v]", req.Key, req.OwnAgo, MaxWindow)
 	}
 	for _, part := range req.OwnBefore {
 		switch {
 		case part.N < 0 || part.N > MaxLimit || part.Ago < 0 || part.Ago > MaxWindow:
-			return fmt.Errorf("limit: lease for %q: %d spent permits %v ago is out of range", req.Key, part.N, part.Ago)
+			return fmt.Errorf("limit: lease for %q: %d own permits %v ago is out of range", req.Key, part.N, part.Ago)
 		case part.N > 0 && req.Params.Algorithm != SlidingWindow:
-			return fmt.Errorf("limit: lease for %q: spent parts are for sliding_window only", req.Key)
+			return fmt.Errorf("limit: lease for %q: own parts are for sliding_window only", req.Key)
 		}
 	}
+	return nil
+}
+
+// checkParams validates a request's params, and its counts against them.
+func checkParams(req *LeaseRequest) error {
 	p := &req.Params
 	switch p.Algorithm {
 	case SlidingWindow, SlidingLog:
@@ -152,7 +166,9 @@ func checkLease(req *LeaseRequest) error {
 	return nil
 }
 
-// checkRefill says what is wrong with a refill rate, or "".
+// CheckRefill says what is wrong with a refill rate of a bucket of capacity
+// permits, or "": a rule is checked with it before it is stored, a lease
+// request before it runs.
 func CheckRefill(capacity int64, rate float64) string {
 	switch {
 	case math.IsNaN(rate) || math.IsInf(rate, 0) || rate < 0:
