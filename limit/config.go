@@ -69,7 +69,8 @@ type Config struct {
 	// StoreTimeout is the deadline of one store call; a slower call counts as
 	// a failure and the request is decided by the failure policy. Default
 	// 50ms: well above a store round trip, and above the scheduling delays
-	// of a pod whose CPU is saturated (tens of ms), which would otherwise
+	// of a pod whose CPU is saturated (tens of ms; BenchmarkSaturation in
+	// the root package drives a pod there), which would otherwise
 	// send a busy pod's decisions to the failure policy while the store is
 	// fine (see docs/configuration.md).
 	StoreTimeout time.Duration `mapstructure:"store_timeout"`

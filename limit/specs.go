@@ -151,9 +151,9 @@ func (l *Limiter) finish(s *spec, req *Request) {
 	}
 	s.limit, s.window = p.Limit, p.Window
 	// A lease's unused permits count in the store until it expires plus a
-	// window, so a long lifetime wastes budget: keep it to 1/30 of the window, but at
-	// least four store round trips, or leases would expire on arrival
-	// (shorter lifetimes measured worse: leases expired before use).
+	// window, so a long lifetime wastes budget: keep it to 1/30 of the
+	// window, but at least four store round trips, or leases would expire
+	// on arrival, before their permits are used.
 	s.ttl = max(time.Millisecond, min(l.cfg.LeaseTTL, max(p.Window/30, 4*time.Duration(l.rtt.Load()))))
 }
 
