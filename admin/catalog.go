@@ -7,8 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 )
 
 // writeTimeout bounds a rule or tenant write (a Redis round trip and a

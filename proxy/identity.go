@@ -8,8 +8,9 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 )
 
 // maxRequestIDLen bounds an X-Request-Id taken from the client; a longer or
