@@ -39,14 +39,17 @@
 -- ARGV[15] id_window in ms (>= 0): how long after the counted call its
 --          repeats are spared; the first call after it is counted afresh
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
---          used_ref}
+--          used_ref, free_ms}
 --          status 1 when the request ID repeats within its allowance
 --          (spared: nothing is taken, granted is 0), 2 when past the deadline
 --          (nothing granted), 3 when it repeats past its allowance (counted
 --          as a new request), else 0; ref is the last member of this grant (the leased permits
 --          are its last granted - need members), used_ref the last of its
 --          need permits (its first members); retry_after_ms is the window
---          when limit is 0, -1 when need > limit.
+--          when limit is 0, -1 when need > limit; reset_ms is when the last
+--          counted permit leaves the window (the newest score plus the
+--          window), free_ms when the first one does (the oldest score plus
+--          the window; 0 when nothing is counted).
 -- All keys share one hash tag. A clock that moves backwards is treated as the
 -- newest time seen. The return and used are applied even past the deadline;
 -- spent only before it (a call run late would date them late: its caller
@@ -168,6 +171,12 @@ if #newest > 0 then
   reset = tonumber(newest[2]) + window - now
   redis.call('PEXPIRE', log, string.format('%d', reset + 1000))
 end
+local free = 0
+local oldest = redis.call('ZRANGE', log, 0, 0, 'WITHSCORES')
+if #oldest > 0 then
+  free = tonumber(oldest[2]) + window - now
+  if free < 0 then free = 0 end
+end
 local keep = reset
 if keep < window then keep = window end
 redis.call('PEXPIRE', meta, string.format('%d', keep + 1000))
@@ -177,4 +186,4 @@ if #latest > 0 then
 end
 local remaining = limit - used
 if remaining < 0 then remaining = 0 end
-return {granted, remaining, retry, reset, status, ref, now_us, used_ref}
+return {granted, remaining, retry, reset, status, ref, now_us, used_ref, free}

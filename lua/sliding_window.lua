@@ -28,11 +28,14 @@
 --          permits let through without the store, earlier than spent's;
 --          each counts from its own time, as spent does
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
---          used_ref}
+--          used_ref, free_ms}
 --          status 0, or 2 when past the deadline (nothing granted); ref is
 --          the field E of the leased permits (granted - need), used_ref the
 --          field of the need permits; retry_after_ms is 0 when granted > 0,
---          the window when limit is 0, -1 when need > limit.
+--          the window when limit is 0, -1 when need > limit; reset_ms is
+--          when the last counted permit leaves the window, free_ms when the
+--          first one does (the oldest live sub-window's end plus the window;
+--          0 when nothing is counted): the budget grows back between the two.
 --
 -- The caller uses need permits at once (within use_within, the time it
 -- waits for the answer): they count from then. The rest of a lease granted at t may be
@@ -165,14 +168,17 @@ if granted == 0 then
     end
   end
 end
-local reset = 0
+local reset, free = 0, -1
 for _, b in ipairs(live) do
-  if b[1] + window - now > reset then reset = b[1] + window - now end
+  local left = b[1] + window - now
+  if left > reset then reset = left end
+  if free < 0 or left < free then free = left end
 end
+if free < 0 then free = 0 end
 local remaining = limit - used
 if remaining < 0 then remaining = 0 end
 
 local keep = reset
 if keep < window then keep = window end
 redis.call('PEXPIRE', key, string.format('%d', keep + 1000))
-return {granted, remaining, retry, reset, status, ref, now_us, used_ref}
+return {granted, remaining, retry, reset, status, ref, now_us, used_ref, free}

@@ -19,13 +19,15 @@
 --          (it does not go below 0)
 -- ARGV[11] spent_ago (unused: the bucket refills from now)
 -- ARGV[12] use_within (unused: a taken token counts from the grant)
--- Returns  {granted, remaining, retry_after_ms, reset_ms, status, 0, now_us, 0}
+-- Returns  {granted, remaining, retry_after_ms, reset_ms, status, 0, now_us, 0, 0}
 --          granted = min(want, floor(tokens)) when that is >= need, else 0;
 --          status 2 when past the deadline (nothing granted), else 0;
 --          retry_after_ms is 0 when granted > 0, ceil((need - tokens) / rate
 --          * 1000) when refused, -1 when the bucket can never give need
 --          permits (rate 0, or capacity < need); reset_ms is the time to
---          refill fully, -1 when never. Times are capped at 10^12 ms.
+--          refill fully, -1 when never; the last value (free_ms in the
+--          sliding scripts: when the first counted permit leaves) is 0, since
+--          the bucket refills from now on. Times are capped at 10^12 ms.
 -- The key expires once the bucket would be full again (plus 1 s, at most 400
 -- days), or after a day when the rate is 0. Every value is computed before
 -- the first write, so an error never leaves a key without its TTL. A clock
@@ -93,4 +95,4 @@ end
 
 redis.call('HSET', key, 'tokens', string.format('%.17g', tokens), 'ts', string.format('%d', now))
 redis.call('PEXPIRE', key, string.format('%d', keep))
-return {granted, math.floor(tokens), retry, reset, status, 0, now_us, 0}
+return {granted, math.floor(tokens), retry, reset, status, 0, now_us, 0, 0}

@@ -15,6 +15,7 @@ import (
 type leaseAnswer struct {
 	granted, remaining int64
 	retryMS, resetMS   int64 // -1: never
+	freeMS             int64 // until the first counted permit leaves the window
 	duplicate          bool  // a request ID's spared repeat: nothing taken
 	repeated           bool  // a request ID's repeat past its allowance: counted
 	late               bool  // run after the call's deadline: nothing granted
@@ -29,6 +30,7 @@ func (a *leaseAnswer) result() LeaseResult {
 		Remaining:  a.remaining,
 		RetryAfter: fromMS(a.retryMS),
 		Reset:      fromMS(a.resetMS),
+		FirstFree:  fromMS(a.freeMS),
 		Duplicate:  a.duplicate,
 		Repeated:   a.repeated,
 		Ref:        a.ref,

@@ -69,6 +69,7 @@ func (s *logState) lease(now int64, q *leaseQuery, rid []byte) leaseAnswer {
 		a.retryMS = s.runs.retry(now, q.limit, used, q.need, q.windowMS)
 	}
 	a.resetMS = s.runs.resetMS(now, q.windowMS)
+	a.freeMS = s.runs.firstFreeMS(now, q.windowMS)
 	a.keepMS = max(a.resetMS, q.windowMS, s.forgetMax-now) + 1000
 	return a
 }

@@ -43,6 +43,7 @@ func (s *windowState) lease(now int64, q *leaseQuery, g int64) leaseAnswer {
 		a.retryMS = s.subs.retry(now, q.limit, used, q.need, q.windowMS)
 	}
 	a.resetMS = s.subs.resetMS(now, q.windowMS)
+	a.freeMS = s.subs.firstFreeMS(now, q.windowMS)
 	a.keepMS = max(a.resetMS, q.windowMS) + 1000
 	return a
 }

@@ -111,6 +111,9 @@ var confCases = []confCase{
 	{"SlidingWindowReturn", confReturn(SlidingWindow)},
 	{"SlidingLogReturn", confReturn(SlidingLog)},
 	{"TokenBucketReturn", confReturn(TokenBucket)},
+	{"SlidingWindowFirstFree", confFirstFree(SlidingWindow)},
+	{"SlidingLogFirstFree", confFirstFree(SlidingLog)},
+	{"TokenBucketFirstFree", confFirstFree(TokenBucket)},
 	{"EdgeValues", confEdgeValues},
 	{"OutOfBounds", confOutOfBounds},
 }
@@ -728,6 +731,47 @@ func confReturn(alg Algorithm) func(*testing.T, *confEnv, string) {
 			require.NoError(t, err)
 			assert.Equal(t, int64(0), r.Granted, "a return with an unknown ref uncounted something")
 		}
+	}
+}
+
+// confFirstFree: an answer says when the first (oldest) counted permit
+// leaves the window (FirstFree) as well as the last (Reset): the budget
+// grows back between the two, not from the answer on. A token bucket
+// refills from now on: 0.
+func confFirstFree(alg Algorithm) func(*testing.T, *confEnv, string) {
+	return func(t *testing.T, e *confEnv, key string) {
+		const window, step, limit = 400 * time.Millisecond, 150 * time.Millisecond, 10
+		g := window / 40 // a sliding_window count lasts to its sub-window's end
+		late := time.Duration(0)
+		if e.clock == nil {
+			late = 100 * time.Millisecond // Redis' clock runs on between the test's steps
+		}
+		p := confParams(alg, limit, window)
+		r := e.lease(t, key, p, 2, 0, "")
+		require.Equal(t, int64(2), r.Granted)
+		if alg == TokenBucket {
+			assert.Zero(t, r.FirstFree, "a bucket refills from now on")
+			e.sleep(step)
+			r = e.lease(t, key, p, 3, 0, "")
+			assert.Zero(t, r.FirstFree, "a bucket refills from now on")
+			assert.Positive(t, r.Reset)
+			return
+		}
+		assert.GreaterOrEqual(t, r.FirstFree, window-late, "the only permits counted leave a window after the call")
+		assert.LessOrEqual(t, r.FirstFree, window+g)
+		e.sleep(step)
+		r = e.lease(t, key, p, 3, 0, "")
+		require.Equal(t, int64(3), r.Granted)
+		assert.GreaterOrEqual(t, r.FirstFree, window-step-late, "the first call's permits leave first")
+		assert.LessOrEqual(t, r.FirstFree, window-step+g, "the first call's permits leave first")
+		assert.GreaterOrEqual(t, r.Reset, window-late, "this call's permits leave last")
+		assert.Greater(t, r.Reset, r.FirstFree)
+		e.sleep(2 * step) // past the first call's window, not the second's
+		r = e.lease(t, key, p, 1, 0, "")
+		require.Equal(t, int64(1), r.Granted)
+		assert.Equal(t, int64(limit-4), r.Remaining, "the first call's permits left")
+		assert.GreaterOrEqual(t, r.FirstFree, window-2*step-late, "the second call's permits leave first now")
+		assert.LessOrEqual(t, r.FirstFree, window-2*step+g)
 	}
 }
 

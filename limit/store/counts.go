@@ -82,6 +82,15 @@ func (c counts) resetMS(now, windowMS int64) int64 {
 	return c[len(c)-1].at + windowMS - now
 }
 
+// firstFreeMS is how long until the oldest count stops mattering (0 when
+// empty).
+func (c counts) firstFreeMS(now, windowMS int64) int64 {
+	if len(c) == 0 {
+		return 0
+	}
+	return max(c[0].at+windowMS-now, 0)
+}
+
 // retry is how long until enough of the oldest counts stop mattering for
 // need permits to be granted; -1 when need is over the limit.
 func (c counts) retry(now, limit, used, need, windowMS int64) int64 {

@@ -132,9 +132,14 @@ type LeaseResult struct {
 	Granted    int64         // permits granted, 0..Want
 	Remaining  int64         // budget left in the current window after this grant
 	RetryAfter time.Duration // when a permit may next be granted; 0 if granted; -1 never
-	Reset      time.Duration // until the budget is whole again
-	Duplicate  bool          // RequestID repeats within its allowance: nothing new was taken
-	Repeated   bool          // RequestID repeats past its allowance: counted as a new request
+	Reset      time.Duration // until the budget is whole again (the last counted permit leaves)
+	// FirstFree is until the first (oldest) counted permit leaves the
+	// window: the budget grows back from then until Reset, as the counted
+	// permits leave. 0 when nothing is counted, and for TokenBucket, whose
+	// refill grows it back from now on.
+	FirstFree time.Duration
+	Duplicate bool // RequestID repeats within its allowance: nothing new was taken
+	Repeated  bool // RequestID repeats past its allowance: counted as a new request
 	// Ref says where the grant's leased permits (Granted - Need, those the
 	// caller may hold) were counted, for a later Return; opaque.
 	Ref int64
