@@ -41,7 +41,8 @@ type bucket struct {
 	deniedAt    int64 // unix nanos of the cached refusal
 	retryAfter  int64 // nanos, of the cached refusal (-1: never)
 	remaining   int64 // the store's remaining budget after the last lease
-	resetAt     int64 // unix nanos when the budget is whole again
+	resetAt     int64 // unix nanos when the budget is whole again (its last counted permit leaves)
+	freeAt      int64 // unix nanos when its first counted permit leaves (math.MaxInt64: never)
 	fill        *fill // the store call in flight for this key, or nil
 	// size is the lease size that fits this pod's traffic on the key: it
 	// doubles while leases run out before they expire and halves when

@@ -63,17 +63,19 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 // fallbackRoom reports whether the local policy may let tokens more through
 // on b's key, given the store's last answer for it: that answer's remaining
 // budget was all the pods' to share, so this pod takes at most its share of
-// it (remaining ÷ live pods), and the permits counted then leave the window
-// within one window of the answer, assumed at an even pace: while the
-// breaker is open (no pod gets store answers) the pod's share of them comes
-// back in proportion. One window after the answer the local share alone
-// applies. Without this, a pod whose call failed right after the store had
-// granted the whole window's budget (to other pods) would grant its whole
-// share on top. While the breaker is closed a call that failed is one among
-// calls that other pods still get answers for (a slow moment), so nothing
-// comes back before the next answer. The caller holds b.mu.
+// it (remaining ÷ live pods). While the breaker is open (no pod gets store
+// answers) the pod's share of the permits counted then comes back as they
+// leave the window (freed): not before the first of them leaves, whole once
+// the last has. A budget granted late in a window leaves late: counting it
+// back from the answer, as if the permits had been used evenly over the
+// window before it, let a pod grant its share on top of permits still in
+// the window. Without any of this, a pod whose call failed right after the
+// store had granted the whole window's budget (to other pods) would grant
+// its whole share on top. While the breaker is closed a call that failed is
+// one among calls that other pods still get answers for (a slow moment), so
+// nothing comes back before the next answer, until the answer's permits
+// have all left. The caller holds b.mu.
 func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool) bool {
-	window := int64(s.window)
 	if !open && l.saturated(s, b, now) {
 		// A call failed while the store still answers (the other pods'
 		// calls, most likely): they take whatever room the last answer
@@ -81,17 +83,33 @@ func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool)
 		// come on top of the limit.
 		return false
 	}
-	elapsed := now - b.answeredAt
-	if b.answeredAt == 0 || (window > 0 && elapsed >= window) {
+	freed := b.freed(now)
+	if b.answeredAt == 0 || freed >= 1 {
 		return true
 	}
 	pods := float64(max(1, l.livePods()))
 	left := float64(min(max(b.remaining, 0), s.limit))
 	room := left / pods
-	if open && window > 0 {
-		room += (float64(s.limit) - left) / pods * float64(max(elapsed, 0)) / float64(window)
+	if open {
+		room += (float64(s.limit) - left) / pods * freed
 	}
 	return float64(b.fallbackUsed+tokens) <= room
+}
+
+// freed is the part (0..1) of the permits counted in the store's last
+// answer for b's key that have left the window by now: none before the
+// first of them leaves (freeAt), all once the last has (resetAt), in
+// proportion to the time between (the store tells only the two ends). A
+// token bucket's refill runs from the answer on: its freeAt is the answer.
+// The caller holds b.mu.
+func (b *bucket) freed(now int64) float64 {
+	switch {
+	case now < b.freeAt:
+		return 0
+	case now >= b.resetAt:
+		return 1
+	}
+	return float64(now-b.freeAt) / float64(b.resetAt-b.freeAt)
 }
 
 // saturated tells that the store refused b's key within the last window:

@@ -153,3 +153,69 @@ func TestSpentPartsKeepTheirTimes(t *testing.T) {
 	assert.Equal(t, ago, ago2)
 	assert.Equal(t, before, before2)
 }
+
+// TestFallbackWaitsForTheBudgetToLeave: the store granted a window's whole
+// budget in a bunch (at the end of a window, when the clients came), then
+// failed for good (the breaker opens). The budget comes back to the local
+// share as those permits leave the window, a window after they were used:
+// at no time has the pod let through more than its share of the permits
+// that have left. Counted back from the last answer at an even pace, the
+// pod let its share of them through within the window they were used in.
+func TestFallbackWaitsForTheBudgetToLeave(t *testing.T) {
+	srv := redistest.Start(t)
+	const limit, window = 30, time.Second
+	cfg := testLimitsConfig(func(c *Config) {
+		c.IP, c.Window, c.StoreTimeout = limit, window, 50*time.Millisecond
+		c.BreakerFailures, c.BreakerCooldown = 2, time.Hour // open for the rest of the test
+		c.LocalFastPath = new(bool)                         // one permit per call: the counts are exact
+	})
+	pods := threeOf(t, cfg, srv.Addr)
+	ip := []byte("10.9.9.9")
+	type span struct{ from, to time.Time }
+	var used []span // the store's grants: a permit leaves the window a window after its use
+	take := func(l *Limiter, n int) {
+		for range n {
+			from := time.Now()
+			d := l.Allow(context.Background(), &Request{IP: ip})
+			require.True(t, d.Allowed, "the store's budget has room")
+			used = append(used, span{from, time.Now()})
+		}
+	}
+	take(pods[1], 14)
+	take(pods[2], 14)
+	take(pods[0], limit-28) // pod A's last answer: nothing left
+	answered := time.Now()
+
+	srv.Pause()
+	defer srv.Resume()
+	// left counts the permits that have surely left the window by at:
+	// used no later than the start of their call.
+	left := func(at time.Time) int {
+		n := 0
+		for _, u := range used {
+			if !u.from.Add(window).After(at) {
+				n++
+			}
+		}
+		return n
+	}
+	var got []time.Time
+	for time.Since(answered) < window+window/2 {
+		if d := pods[0].Allow(context.Background(), &Request{IP: ip}); d.Allowed {
+			got = append(got, time.Now())
+			assert.LessOrEqual(t, 3*len(got), left(got[len(got)-1]),
+				"%d let through %v after the last answer, more than a third of the %d permits that had left the window",
+				len(got), got[len(got)-1].Sub(answered).Round(time.Millisecond), left(got[len(got)-1]))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	early := 0 // let through before any of the budget had left
+	for _, at := range got {
+		if at.Before(used[0].from.Add(window)) {
+			early++
+		}
+	}
+	t.Logf("budget used in %v; the pod let through %d in the %v after the last answer, %d of them before any of the budget had left",
+		used[len(used)-1].to.Sub(used[0].from).Round(time.Millisecond), len(got), window+window/2, early)
+	assert.NotEmpty(t, got, "once the budget has left, the local share lets clients through")
+}

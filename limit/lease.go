@@ -204,6 +204,10 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	b.remaining = res.Remaining
 	b.answeredAt, b.fallbackUsed = now, 0
 	b.resetAt = now + int64(res.Reset)
+	b.freeAt = now + int64(res.FirstFree)
+	if res.Reset < 0 {
+		b.freeAt = math.MaxInt64 // a bucket that never refills
+	}
 	g := grant{res: res}
 	if res.Granted >= tokens && l.recovering(s, b, now) {
 		g.res, g.keptRef, g.kept = l.keepShare(ctx, s, req, res, tokens)
