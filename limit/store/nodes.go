@@ -70,8 +70,15 @@ func newStoreNodes(client rueidis.Client) *storeNodes {
 
 // nodeOf implements nodeMap.
 func (n *storeNodes) NodeOf(key []byte) int {
+	i, _ := n.lookup(key)
+	return i
+}
+
+// lookup returns the index of key's node and whether the slot map said so
+// (false, with 0, while a cluster's map has not been read).
+func (n *storeNodes) lookup(key []byte) (int, bool) {
 	if !n.cluster {
-		return 0
+		return 0, true
 	}
 	m := n.slots.Load()
 	if m == nil || time.Since(m.at) > slotMapMaxAge {
@@ -82,10 +89,10 @@ func (n *storeNodes) NodeOf(key []byte) int {
 			}()
 		}
 		if m == nil {
-			return 0
+			return 0, false
 		}
 	}
-	return int(m.node[hashSlot(key)])
+	return int(m.node[hashSlot(key)]), true
 }
 
 // nodeName implements nodeMap.

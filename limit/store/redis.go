@@ -34,12 +34,22 @@ type RedisStoreOptions struct {
 type RedisStore struct {
 	client rueidis.Client
 	prefix string // KeyPrefix + ":" or ""
-	// offset is Redis' clock minus ours (microseconds), learned from every
-	// answer; offsetKnown is set after the first one. A call's deadline is
-	// sent in Redis' clock so that a call that runs too late grants nothing.
-	offset      atomic.Int64
-	offsetKnown atomic.Bool
-	nodes       *storeNodes
+	nodes  *storeNodes
+	// clocks are the nodes' clocks (by NodeOf's index), learned from their
+	// answers: a call's deadline is sent in the clock of the node that runs
+	// it, so that a call that runs too late grants nothing. The nodes of a
+	// cluster are separate machines whose clocks differ; one offset learned
+	// from all of them would put each node's deadlines off by the
+	// difference. Nodes past MaxNodes share the last clock, as they share
+	// the last breaker.
+	clocks [MaxNodes]nodeClock
+}
+
+// nodeClock is one node's clock: its offset from ours (microseconds),
+// learned from every answer of the node; known is set after the first.
+type nodeClock struct {
+	offset atomic.Int64
+	known  atomic.Bool
 }
 
 var (
@@ -59,17 +69,18 @@ func NewRedisStore(client rueidis.Client, opts RedisStoreOptions) *RedisStore {
 
 // Lease runs the request's algorithm script. It returns when Redis answers
 // or ctx is done, whichever comes first. When ctx has a deadline, the script
-// gets it in Redis' clock, less a margin for the answer's way back: a call
-// that Redis runs after it (Redis was paused or slow) grants nothing, so a
-// timed-out call does not spend budget (the first call of a store, before
-// Redis' clock is known, goes without).
+// gets it in the clock of the key's node, less a margin for the answer's way
+// back: a call that Redis runs after it (Redis was paused or slow) grants
+// nothing, so a timed-out call does not spend budget (the first calls to a
+// node, before its clock is known, go without).
 func (s *RedisStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult, error) {
 	if err := checkLease(req); err != nil {
 		return LeaseResult{}, err
 	}
+	clock := s.clockOf(req.Key)
 	sent := time.Now()
 	c := getRedisCall()
-	script := c.build(s.prefix, req, s.deadline(ctx, sent, req.RunWithin))
+	script := c.build(s.prefix, req, clock.deadline(ctx, sent, req.RunWithin))
 	resp := script.Exec(ctx, s.client, c.keys, c.args)
 	a, nowUS, err := parseAnswer(resp)
 	if err != nil {
@@ -78,40 +89,55 @@ func (s *RedisStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult,
 		return LeaseResult{}, fmt.Errorf("limit: redis lease for %q: %w", req.Key, err)
 	}
 	putRedisCall(c)
-	s.learnClock(sent, time.Now(), nowUS)
+	clock.learn(sent, time.Now(), nowUS)
 	if a.late {
 		return LeaseResult{}, fmt.Errorf("limit: redis lease for %q: %w", req.Key, ErrStoreLate)
 	}
 	return a.result(), nil
 }
 
+// clockOf returns the clock of key's node, or nil when the node is not
+// known yet (a cluster whose slot map has not been read): a clock learned
+// from whichever node answered would be another node's.
+func (s *RedisStore) clockOf(key []byte) *nodeClock {
+	i, ok := s.nodes.lookup(key)
+	if !ok {
+		return nil
+	}
+	return &s.clocks[i]
+}
+
 // deadline is ctx's deadline, or sent plus runWithin when that is sooner,
-// in Redis' clock (microseconds), less a quarter of the time left (at least
-// 200µs) for the answer to travel back; 0 for none.
-func (s *RedisStore) deadline(ctx context.Context, sent time.Time, runWithin time.Duration) int64 {
+// in the node's clock (microseconds), less a quarter of the time left (at
+// least 200µs) for the answer to travel back; 0 for none, and while the
+// node's clock is not known (c nil, or no answer from it yet).
+func (c *nodeClock) deadline(ctx context.Context, sent time.Time, runWithin time.Duration) int64 {
 	d, ok := ctx.Deadline()
 	if runWithin > 0 && (!ok || sent.Add(runWithin).Before(d)) {
 		d, ok = sent.Add(runWithin), true
 	}
-	if !ok || !s.offsetKnown.Load() {
+	if !ok || c == nil || !c.known.Load() {
 		return 0
 	}
 	margin := max(d.Sub(sent)/4, 200*time.Microsecond)
-	return max(d.Add(-margin).UnixMicro()+s.offset.Load(), 1)
+	return max(d.Add(-margin).UnixMicro()+c.offset.Load(), 1)
 }
 
-// learnClock updates the clock offset from one answer: Redis read its clock
-// about halfway between sent and got.
-func (s *RedisStore) learnClock(sent, got time.Time, redisUS int64) {
-	mid := sent.UnixMicro() + got.Sub(sent).Microseconds()/2
-	sample := redisUS - mid
-	if !s.offsetKnown.Load() {
-		s.offset.Store(sample)
-		s.offsetKnown.Store(true)
+// learn updates the node's offset from one answer: the node read its clock
+// about halfway between sent and got. A nil c learns nothing.
+func (c *nodeClock) learn(sent, got time.Time, redisUS int64) {
+	if c == nil {
 		return
 	}
-	old := s.offset.Load()
-	s.offset.Store(old + (sample-old)/8) // a lost update among racing calls is harmless
+	mid := sent.UnixMicro() + got.Sub(sent).Microseconds()/2
+	sample := redisUS - mid
+	if !c.known.Load() {
+		c.offset.Store(sample)
+		c.known.Store(true)
+		return
+	}
+	old := c.offset.Load()
+	c.offset.Store(old + (sample-old)/8) // a lost update among racing calls is harmless
 }
 
 // nodeOf implements nodeMap: the node of the slot of key's hash tag (every
