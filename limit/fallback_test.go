@@ -171,7 +171,6 @@ func TestFallbackWaitsForTheBudgetToLeave(t *testing.T) {
 	})
 	pods := threeOf(t, cfg, srv.Addr)
 	ip := []byte("10.9.9.9")
-	type span struct{ from, to time.Time }
 	var used []span // the store's grants: a permit leaves the window a window after its use
 	take := func(l *Limiter, n int) {
 		for range n {
