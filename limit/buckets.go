@@ -59,6 +59,10 @@ type bucket struct {
 	own     [ownSlots]int64
 	ownSlot int64 // unix nanos / ownWidth of the newest slot
 	ownAt   int64 // unix nanos: when the last of them was let through
+	// ownUntil is when the last of them stops counting in any window to
+	// come (unix nanos; math.MaxInt64: never, a token bucket that does not
+	// refill): until then the sweep keeps the bucket.
+	ownUntil int64
 	// The last store answer for the key: when it came (unix nanos, 0:
 	// none yet; remaining is its budget) and the permits the local policy
 	// let through since (fallbackRoom).
@@ -176,14 +180,25 @@ func (b *bucket) holdsNothing() bool {
 }
 
 // sweep drops buckets unused since before idleBefore that have no call in
-// flight.
-func (t *bucketTable) sweep(idleBefore int64) {
+// flight and no permits let through locally that still count (see
+// bucket.ownUntil; now is the time). An idle bound of two windows of the
+// limits section does not cover the latter: a rule's window (or a token
+// bucket's refill time) can be longer, and permits let through alone
+// while the store failed then still count in windows to come when the
+// bucket goes idle; dropped unreported, they would be forgotten and the
+// store would grant the window's whole budget on top of them. Such buckets
+// stay until the key's next store call reports them or they leave the
+// window; the table stays bounded by max_keys, since a full shard does not
+// take new buckets (get). Leased permits not yet used or returned are
+// dropped with the bucket: the store keeps counting them, so that loses
+// budget, never overshoots.
+func (t *bucketTable) sweep(now, idleBefore int64) {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
 		for k, b := range sh.m {
 			if b.lastUsed.Load() < idleBefore && b.mu.TryLock() {
-				if b.fill == nil {
+				if b.fill == nil && (now >= b.ownUntil || !b.hasOwn()) {
 					delete(sh.m, k)
 					t.count.Add(-1)
 				}

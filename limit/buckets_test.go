@@ -1,11 +1,19 @@
 package limit
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // TestBucketTableFloodKeepsBucketsThatHoldState: a flood of new keys into
@@ -63,4 +71,61 @@ func TestBucketTableFloodKeepsBucketsThatHoldState(t *testing.T) {
 		require.Same(t, tab.get(key, now), tab.get(key, now), "a bucket that holds nothing was not dropped for %s", key)
 	}
 	assert.LessOrEqual(t, tab.len(), maxKeys)
+}
+
+// switchStore is a store that fails every call while down is set.
+type switchStore struct {
+	store.Store
+	down atomic.Bool
+}
+
+func (s *switchStore) Lease(ctx context.Context, req *store.LeaseRequest) (store.LeaseResult, error) {
+	if s.down.Load() {
+		return store.LeaseResult{}, errors.New("store down")
+	}
+	return s.Store.Lease(ctx, req)
+}
+
+// TestSweepKeepsUnreportedOwn: a rule's window can be longer than the time
+// after which the sweep drops an idle bucket. The permits the local policy
+// let through on such a key while the store failed still count in the
+// windows to come after the bucket has gone idle: the sweep keeps the
+// bucket until its next store call reports them (or they leave the
+// window), or the store, once it answers again, grants the whole window's
+// budget on top of them.
+func TestSweepKeepsUnreportedOwn(t *testing.T) {
+	const limit, window = 30, time.Minute
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	mem := store.NewMemoryStore(store.MemoryOptions{Now: now})
+	t.Cleanup(mem.Close)
+	st := &switchStore{Store: mem}
+	cfg := testLimitsConfig(func(c *Config) {
+		c.Window = time.Second // the sweep drops buckets idle for 10 s
+		c.BreakerFailures = 1
+	})
+	rule := catalog.Rule{Tenant: "free", Resource: "r", Algorithm: "sliding_window", Limit: limit, Window: confutil.Duration(window)}
+	l := newTestLimiter(t, cfg, st, Options{Now: now, Catalog: testCatalog(t, rule)})
+	req := &Request{Tenant: "free", Plan: "FREE", Resource: "r"}
+
+	st.down.Store(true)
+	own, _ := allowN(l, req, limit)
+	require.Equal(t, limit, own, "the local share: the whole limit on one pod")
+	clock.Add(int64(20 * time.Second)) // idle past the sweep's bound, within the window
+	l.sweep()
+	st.down.Store(false)
+	reported := reportedOwn.Get()
+	got, _ := allowN(l, req, limit)
+	assert.Zero(t, got, "the store granted the window's budget on top of %d permits let through alone %v before", own, 20*time.Second)
+	assert.Equal(t, uint64(limit), reportedOwn.Get()-reported, "the permits let through alone were reported")
+
+	// Once they have left the window, an idle bucket goes.
+	st.down.Store(true)
+	clock.Add(int64(window))
+	_, _ = allowN(l, req, 1)
+	require.Positive(t, l.table.len())
+	clock.Add(int64(window + time.Second))
+	l.sweep()
+	assert.Zero(t, l.table.len(), "an idle bucket whose own permits have left every window to come was kept")
 }

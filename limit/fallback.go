@@ -3,6 +3,7 @@ package limit
 import (
 	"bytes"
 	"context"
+	"math"
 	"time"
 
 	"github.com/sentinel-gateway/sentinel/limit/store"
@@ -53,6 +54,7 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 		// that the store, once it answers again, does not grant the
 		// window's whole budget on top of these.
 		b.addOwn(tokens, now, ownWidth(s.params.Window))
+		b.ownUntil = max(b.ownUntil, s.countsUntil(now))
 		b.fallbackUsed += tokens
 	}
 	d := s.decision(allowed, res.Remaining, res.RetryAfter, int64(res.Reset))
@@ -110,6 +112,22 @@ func (b *bucket) freed(now int64) float64 {
 		return 1
 	}
 	return float64(now-b.freeAt) / float64(b.resetAt-b.freeAt)
+}
+
+// countsUntil is when a permit of s used at now stops counting in any
+// window to come: a window later; for a token bucket, its refill time
+// (capacity ÷ rate) later: by then the refill has put back a whole bucket
+// since the token was taken, so reported later it would take a token the
+// bucket has in fact (math.MaxInt64 when it never refills).
+func (s *spec) countsUntil(now int64) int64 {
+	d := s.params.Window
+	if s.params.Algorithm == store.TokenBucket {
+		if s.params.RefillRate <= 0 {
+			return math.MaxInt64
+		}
+		d = s.window // capacity ÷ refill rate
+	}
+	return now + int64(d)
 }
 
 // saturated tells that the store refused b's key within the last window:

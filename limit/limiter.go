@@ -113,15 +113,21 @@ func (l *Limiter) sweepLoop() {
 	defer close(l.done)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	idle := max(10*time.Second, 2*l.cfg.Window)
 	for {
 		select {
 		case <-l.stop:
 			return
-		case now := <-t.C:
-			l.table.sweep(now.Add(-idle).UnixNano())
+		case <-t.C:
+			l.sweep()
 		}
 	}
+}
+
+// sweep drops the buckets idle for max(10 s, 2 windows), on the limiter's
+// clock (the one the buckets' times are in).
+func (l *Limiter) sweep() {
+	now := l.now()
+	l.table.sweep(now.UnixNano(), now.Add(-max(10*time.Second, 2*l.cfg.Window)).UnixNano())
 }
 
 // LimiterStatus is the limiter's state for GET /v1/state.
