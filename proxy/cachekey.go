@@ -48,7 +48,10 @@ func (s *Server) cacheKey(ctx *fasthttp.RequestCtx, x *exchange) []byte {
 	k := append(x.keyBuf[:0], ctx.Method()...)
 	k = append(k, ' ')
 	for _, c := range ctx.Request.Header.Host() {
-		k = append(k, lowerASCII(c))
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		k = append(k, c)
 	}
 	k = append(k, ctx.Request.Header.RequestURI()...)
 	k = append(k, 0)

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/proxy/httppath"
 )
 
 // memConn is a net.Conn that reads a fixed input and keeps what is written.
@@ -56,7 +57,7 @@ func FuzzRequestHead(f *testing.F) {
 		if i := bytes.IndexByte(uri, '?'); i >= 0 {
 			path = uri[:i]
 		}
-		if again, e := normalizePath(nil, path); e != pathOK || !bytes.Equal(again, path) {
+		if again, e := httppath.Normalize(nil, path); e != httppath.OK || !bytes.Equal(again, path) {
 			problems = append(problems, "path not normalised: "+string(uri))
 		}
 		keys := 0

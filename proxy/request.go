@@ -4,6 +4,8 @@ import (
 	"bytes"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/proxy/httppath"
 )
 
 // Request checks that run before routing: framing the proxy does not
@@ -28,13 +30,13 @@ var (
 		counter: rejectBadHeader}
 	refuseUnderscore = &reason{status: fasthttp.StatusBadRequest, msg: "header names with underscores are not accepted (server.headers_with_underscores)",
 		counter: rejectBadHeader}
-	// refusePath holds one reason per pathError.
-	refusePath [len(pathErrorText)]reason
+	// refusePath holds one reason per httppath.Error.
+	refusePath [httppath.NumErrors]reason
 )
 
 func init() {
 	for e := range refusePath {
-		refusePath[e] = reason{status: fasthttp.StatusBadRequest, msg: pathErrorText[e], counter: rejectBadPath}
+		refusePath[e] = reason{status: fasthttp.StatusBadRequest, msg: httppath.Error(e).String(), counter: rejectBadPath}
 	}
 }
 
@@ -100,15 +102,15 @@ func (s *Server) prepare(ctx *fasthttp.RequestCtx, x *exchange) (path, query []b
 		}
 		return nil, nil, refuseTarget
 	}
-	host, raw, query, ok := splitRequestURI(target)
+	host, raw, query, ok := httppath.SplitRequestURI(target)
 	if !ok {
 		return nil, nil, refuseTarget
 	}
 	if len(host) > 0 {
 		h.SetHostBytes(host)
 	}
-	p, e := normalizePath(x.uriBuf[:0], raw)
-	if e != pathOK {
+	p, e := httppath.Normalize(x.uriBuf[:0], raw)
+	if e != httppath.OK {
 		return nil, nil, &refusePath[e]
 	}
 	x.uriBuf = p

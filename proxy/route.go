@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
+	"github.com/sentinel-gateway/sentinel/proxy/httppath"
 )
 
 // Route matching.
@@ -21,7 +22,7 @@ import (
 // location: when the request's Host (port dropped, case-insensitive) equals a
 // route's host, the longest matching prefix among that host's routes wins;
 // otherwise the longest matching prefix among the host-less routes. Paths are
-// normalised by normalizePath first ("/a/../b" is "/b"), and the same path
+// normalised by httppath.Normalize first ("/a/../b" is "/b"), and the same path
 // is forwarded, so "/api/../admin" cannot slip past a route. A ";" ends a
 // segment as "/" does ("/search;x=1" is under "/search"), since some
 // backends drop such parameters. A route with path_case_insensitive
@@ -116,15 +117,7 @@ func (r *route) hasPrefix(path []byte) bool {
 	if !r.PathCaseInsensitive {
 		return bytes.HasPrefix(path, r.prefix)
 	}
-	if len(path) < len(r.prefix) {
-		return false
-	}
-	for i, c := range r.prefix {
-		if lowerASCII(path[i]) != lowerASCII(c) {
-			return false
-		}
-	}
-	return true
+	return httppath.HasPrefixFold(path, r.PathPrefix)
 }
 
 // canonicalize rewrites the matched prefix of path in place to the route's

@@ -1,4 +1,4 @@
-package proxy
+package httppath
 
 import (
 	"bytes"
@@ -10,8 +10,8 @@ import (
 func TestNormalizePath(t *testing.T) {
 	f := func(raw, want string) {
 		t.Helper()
-		got, e := normalizePath(nil, []byte(raw))
-		assert.Equal(t, pathOK, e, "%q: %s", raw, e)
+		got, e := Normalize(nil, []byte(raw))
+		assert.Equal(t, OK, e, "%q: %s", raw, e)
 		assert.Equal(t, want, string(got), raw)
 	}
 	f("/", "/")
@@ -33,10 +33,10 @@ func TestNormalizePath(t *testing.T) {
 	f("/a..b/...", "/a..b/...")
 	f("/caf\xc3\xa9", "/caf\xc3\xa9")
 
-	bad := func(raw string, want pathError) {
+	bad := func(raw string, want Error) {
 		t.Helper()
 		dst := []byte("kept")
-		got, e := normalizePath(dst, []byte(raw))
+		got, e := Normalize(dst, []byte(raw))
 		assert.Equal(t, want, e, raw)
 		assert.Equal(t, "kept", string(got), "dst is left as it was")
 	}
@@ -83,7 +83,7 @@ func TestSplitRequestURI(t *testing.T) {
 		{"h:443", "", "", "", false, false},
 	}
 	for _, tt := range tests {
-		host, path, query, ok := splitRequestURI([]byte(tt.uri))
+		host, path, query, ok := SplitRequestURI([]byte(tt.uri))
 		if assert.Equal(t, tt.ok, ok, tt.uri) && ok {
 			assert.Equal(t, tt.host, string(host), tt.uri)
 			assert.Equal(t, tt.path, string(path), tt.uri)
@@ -101,8 +101,8 @@ func FuzzNormalizePath(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		out, e := normalizePath(nil, raw)
-		if e != pathOK {
+		out, e := Normalize(nil, raw)
+		if e != OK {
 			if len(out) != 0 {
 				t.Fatalf("%q: refused (%s) but wrote %q", raw, e, out)
 			}
@@ -128,8 +128,8 @@ func FuzzNormalizePath(f *testing.F) {
 				t.Fatalf("%q → %q: escape at %d is not canonical", raw, out, i)
 			}
 		}
-		again, e := normalizePath(nil, out)
-		if e != pathOK || !bytes.Equal(again, out) {
+		again, e := Normalize(nil, out)
+		if e != OK || !bytes.Equal(again, out) {
 			t.Fatalf("%q → %q → %q (%s): not idempotent", raw, out, again, e)
 		}
 	})

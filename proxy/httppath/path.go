@@ -1,33 +1,15 @@
-package proxy
+package httppath
 
 import "bytes"
 
-// Request paths.
-//
-// The gateway routes and forwards one and the same path: the request's path
-// normalised by normalizePath. Backends differ in how they read a path
-// (decoding, case, matrix parameters, backslashes), so anything that two
-// readings could disagree on is either made canonical here or refused with
-// 400:
-//
-//   - percent-encoded unreserved characters (letters, digits, "-", "_", "~")
-//     are decoded; every other escape is kept, with upper-case hex digits;
-//   - "." and ".." segments are removed (".." never climbs above "/") and
-//     runs of "/" are merged;
-//   - refused: a path that is not absolute, an invalid escape, a control
-//     character or NUL (raw or encoded), a backslash (raw or encoded), an
-//     encoded "/" or "." (they would change the path's structure once a
-//     backend decodes them), the same escaped twice ("%252e"), a dot
-//     segment with parameters ("..;x", which some servers read as ".."),
-//     a segment that starts or ends with an encoded space, and a "#".
-//
-// normalizePath allocates nothing beyond growing dst.
+// Error is why Normalize refused a path; OK when it did not.
+type Error uint8
 
-// pathError is why normalizePath refused a path; pathOK when it did not.
-type pathError uint8
-
+// The reasons to refuse a path. Only OK is exported: callers tell a
+// refusal by its text (String), and keep one answer per Error (NumErrors).
 const (
-	pathOK pathError = iota
+	// OK is a path Normalize accepted.
+	OK Error = iota
 	pathNotAbsolute
 	pathBadEscape
 	pathControl
@@ -37,11 +19,15 @@ const (
 	pathDotParams
 	pathEdgeSpace
 	pathFragment
+
+	// NumErrors is the number of Error values, OK included: an array of
+	// NumErrors holds one entry per Error.
+	NumErrors = int(iota)
 )
 
-// pathErrorText are the messages of the 400 answers, by pathError.
-var pathErrorText = [...]string{
-	pathOK:               "",
+// errorText are the messages of the 400 answers, by Error.
+var errorText = [...]string{
+	OK:                   "",
 	pathNotAbsolute:      "invalid request path: it must start with \"/\"",
 	pathBadEscape:        "invalid request path: malformed percent-encoding",
 	pathControl:          "invalid request path: control character or NUL",
@@ -53,12 +39,13 @@ var pathErrorText = [...]string{
 	pathFragment:         "invalid request path: fragment (\"#\")",
 }
 
-func (e pathError) String() string { return pathErrorText[e] }
+// String is the message of the 400 answer to a path refused for e.
+func (e Error) String() string { return errorText[e] }
 
-// normalizePath appends the normalised form of the raw path (the request
+// Normalize appends the normalised form of the raw path (the request
 // URI's path, without the query) to dst. On an error, dst is returned as it
 // was given, with the reason.
-func normalizePath(dst, raw []byte) ([]byte, pathError) {
+func Normalize(dst, raw []byte) ([]byte, Error) {
 	if len(raw) == 0 || raw[0] != '/' {
 		return dst, pathNotAbsolute
 	}
@@ -73,8 +60,8 @@ func normalizePath(dst, raw []byte) ([]byte, pathError) {
 			break
 		}
 		segStart := len(out)
-		var e pathError
-		if out, i, e = appendSegment(out, raw, i); e != pathOK {
+		var e Error
+		if out, i, e = appendSegment(out, raw, i); e != OK {
 			return dst[:base], e
 		}
 		seg := out[segStart:]
@@ -93,13 +80,13 @@ func normalizePath(dst, raw []byte) ([]byte, pathError) {
 			out = append(out, '/')
 		}
 	}
-	return out, pathOK
+	return out, OK
 }
 
 // appendSegment copies one segment of raw, from i to the next "/" or the end,
-// to out, decoding what normalizePath decodes. It returns the index after
+// to out, decoding what Normalize decodes. It returns the index after
 // the segment.
-func appendSegment(out, raw []byte, i int) ([]byte, int, pathError) {
+func appendSegment(out, raw []byte, i int) ([]byte, int, Error) {
 	for i < len(raw) && raw[i] != '/' {
 		c := raw[i]
 		switch {
@@ -132,7 +119,7 @@ func appendSegment(out, raw []byte, i int) ([]byte, int, pathError) {
 			i++
 		}
 	}
-	return out, i, pathOK
+	return out, i, OK
 }
 
 var strEncodedPercent = []byte("%25")
@@ -231,22 +218,22 @@ func upperHex(c byte) byte {
 }
 
 // isUnreserved tells the RFC 3986 unreserved characters but ".", which
-// normalizePath refuses encoded.
+// Normalize refuses encoded.
 func isUnreserved(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '~'
 }
 
-// splitRequestURI splits a request-target into the host of an absolute-form
+// SplitRequestURI splits a request-target into the host of an absolute-form
 // target ("" for origin-form), its path and its query (nil when there is no
 // "?"; empty when the "?" is last).
-func splitRequestURI(uri []byte) (host, path, query []byte, ok bool) {
+func SplitRequestURI(uri []byte) (host, path, query []byte, ok bool) {
 	rest := uri
 	if len(rest) > 0 && rest[0] != '/' {
 		var scheme int
 		switch {
-		case hasPrefixFold(rest, "http://"):
+		case HasPrefixFold(rest, "http://"):
 			scheme = len("http://")
-		case hasPrefixFold(rest, "https://"):
+		case HasPrefixFold(rest, "https://"):
 			scheme = len("https://")
 		default:
 			return nil, nil, nil, false
@@ -272,8 +259,8 @@ func splitRequestURI(uri []byte) (host, path, query []byte, ok bool) {
 
 var strSlash = []byte("/")
 
-// hasPrefixFold is bytes.HasPrefix ignoring ASCII case.
-func hasPrefixFold(b []byte, prefix string) bool {
+// HasPrefixFold is bytes.HasPrefix ignoring ASCII case.
+func HasPrefixFold(b []byte, prefix string) bool {
 	if len(b) < len(prefix) {
 		return false
 	}
