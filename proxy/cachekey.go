@@ -7,6 +7,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/proxy/hop"
 )
 
 // The response cache is shared by every client, so what goes in and who gets
@@ -81,7 +82,7 @@ func (s *Server) sharable(req *fasthttp.RequestHeader, resp *fasthttp.ResponseHe
 func hasDirective(list, name []byte) bool {
 	for len(list) > 0 {
 		var tok []byte
-		tok, list = nextToken(list)
+		tok, list = hop.NextToken(list)
 		if i := bytes.IndexByte(tok, '='); i >= 0 {
 			tok = bytes.TrimSpace(tok[:i])
 		}

@@ -6,9 +6,10 @@
 //
 // The request path (handler.go) is, in order: route (route.go) → identity
 // (identity.go) → adaptive gate → limiter → concurrency limiter → upstream →
-// response headers (headers.go; the rate-limit headers and JSON error bodies
-// come from internal/reply). It allocates nothing on the local fast path once
-// pools are warm; handler_allocs_test.go proves it.
+// response headers (hop-by-hop and forwarding headers come from package hop,
+// the rate-limit headers and JSON error bodies from internal/reply). It
+// allocates nothing on the local fast path once pools are warm;
+// handler_allocs_test.go proves it.
 //
 // The routes and what each is bound to (pool, body timeout, concurrency
 // limiter, metrics) are one immutable Table behind an atomic pointer: a

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/proxy/hop"
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
 
@@ -51,7 +52,7 @@ type exchange struct {
 	// What scanHeaders found: how often the API key and request ID headers
 	// occur, and which headers checkHeaders and outbound must remove.
 	apiKeys, requestIDs int
-	headers             headerFlags
+	headers             hop.Flags
 
 	// cacheable says the answer may be served from or kept in the cache.
 	cacheable bool

@@ -13,6 +13,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/internal/reply"
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/proxy/hop"
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
 
@@ -235,9 +236,9 @@ func (s *Server) outbound(ctx *fasthttp.RequestCtx, x *exchange, pre []byte, com
 		}
 		req = fwd
 	}
-	cleanRequest(&req.Header, x.headers, x.peerTrusted)
+	hop.Clean(&req.Header, x.headers, x.peerTrusted)
 	peer := x.peer.AppendTo(x.peerBuf[:0])
-	x.scratch = setForwarded(&req.Header, peer, x.peerTrusted, ctx.IsTLS(), x.scratch[:0])
+	x.scratch = hop.SetForwarded(&req.Header, peer, x.peerTrusted, ctx.IsTLS(), x.scratch[:0])
 	req.Header.SetCanonical(s.requestIDHeader, x.requestID)
 	return req
 }
@@ -315,7 +316,7 @@ func (s *Server) respond(ctx *fasthttp.RequestCtx, x *exchange, req *fasthttp.Re
 		ctx.SetConnectionClose()
 	}
 	resp := &ctx.Response
-	stripHopResponse(&resp.Header)
+	hop.StripResponse(&resp.Header)
 	if x.decision.Scope != limit.ScopeNone {
 		reply.SetRateLimitHeaders(&resp.Header, &x.decision)
 	}

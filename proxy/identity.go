@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"net/netip"
 	"strconv"
 	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/proxy/hop"
 )
 
 // maxRequestIDLen bounds an X-Request-Id taken from the client; a longer or
@@ -51,11 +51,11 @@ func (g *idGen) appendID(dst []byte) []byte {
 // checks are done.
 func (s *Server) identify(ctx *fasthttp.RequestCtx, x *exchange) (reqID []byte) {
 	h := &ctx.Request.Header
-	peer := peerAddr(ctx.RemoteAddr())
-	trusted := s.trusted.contains(peer)
+	peer := hop.PeerAddr(ctx.RemoteAddr())
+	trusted := s.trusted.Contains(peer)
 	ip := peer
 	if trusted {
-		ip = s.forwardedClient(h, peer)
+		ip = hop.ClientIP(h, peer, s.trusted)
 	}
 	x.peer, x.peerTrusted, x.ip = peer, trusted, ip
 	x.ipText = ip.AppendTo(x.ipBuf[:0])
@@ -97,7 +97,7 @@ func (s *Server) scanHeaders(h *fasthttp.RequestHeader, x *exchange) (reqID []by
 	var (
 		apiKey              []byte
 		apiKeys, requestIDs int
-		flags               headerFlags
+		flags               hop.Flags
 	)
 	for k, v := range h.All() {
 		switch {
@@ -112,23 +112,24 @@ func (s *Server) scanHeaders(h *fasthttp.RequestHeader, x *exchange) (reqID []by
 			}
 			requestIDs++
 		default:
-			flags |= classifyHeader(k)
+			flags |= hop.Classify(k)
 		}
 	}
 	x.apiKey, x.apiKeys, x.requestIDs, x.headers = apiKey, apiKeys, requestIDs, flags
 	return reqID
 }
 
-// forwardedClient finds the client behind a trusted peer from every
-// X-Forwarded-For header line, in order.
-func (s *Server) forwardedClient(h *fasthttp.RequestHeader, peer netip.Addr) netip.Addr {
-	var chain xffChain
-	for k, v := range h.All() {
-		if bytes.EqualFold(k, hdrXForwardedFor) {
-			chain.add(v)
+// compileTrusted parses server.trusted_proxies.
+func compileTrusted(list []string) (hop.Trusted, error) {
+	out := make(hop.Trusted, 0, len(list))
+	for _, s := range list {
+		p, err := parsePrefix(s)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, p)
 	}
-	return chain.clientIP(peer, s.trusted)
+	return out, nil
 }
 
 func validRequestID(v []byte) bool {

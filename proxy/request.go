@@ -5,6 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sentinel-gateway/sentinel/proxy/hop"
 	"github.com/sentinel-gateway/sentinel/proxy/httppath"
 )
 
@@ -41,11 +42,10 @@ func init() {
 }
 
 var (
-	methodPRI     = []byte("PRI")
-	strStar       = []byte("*")
-	strHTTP2      = []byte("HTTP/2.0")
-	hdrAllow      = []byte("Allow")
-	strUnderscore = []byte("_")
+	methodPRI = []byte("PRI")
+	strStar   = []byte("*")
+	strHTTP2  = []byte("HTTP/2.0")
+	hdrAllow  = []byte("Allow")
 )
 
 // inspect is the request's one pass through framing, routing, identity
@@ -69,8 +69,8 @@ func (s *Server) inspect(ctx *fasthttp.RequestCtx, x *exchange) *reason {
 	// Only a repeated ID that passed the checks is an untrusted client's.
 	replaceID := why == nil && x.requestIDs > 1
 	s.setRequestID(x, reqID, replaceID) // before any header is deleted
-	if framed && x.headers&hdrUnderscore != 0 && s.cfg.Server.HeadersWithUnderscores == UnderscoresDrop {
-		dropUnderscoreHeaders(h)
+	if framed && x.headers&hop.Underscore != 0 && s.cfg.Server.HeadersWithUnderscores == UnderscoresDrop {
+		underscoreDropped.Add(hop.DropUnderscores(h))
 	}
 	if replaceID {
 		h.DelBytes(s.requestIDHeader)
@@ -142,7 +142,7 @@ func (s *Server) setTarget(ctx *fasthttp.RequestCtx, x *exchange, query []byte) 
 // (inspect).
 func (s *Server) checkHeaders(x *exchange) *reason {
 	switch {
-	case x.headers&hdrUnderscore != 0 && s.cfg.Server.HeadersWithUnderscores == UnderscoresReject:
+	case x.headers&hop.Underscore != 0 && s.cfg.Server.HeadersWithUnderscores == UnderscoresReject:
 		return refuseUnderscore
 	case x.apiKeys > 1:
 		return refuseDupAPIKey
@@ -150,17 +150,4 @@ func (s *Server) checkHeaders(x *exchange) *reason {
 		return refuseDupRequestID
 	}
 	return nil
-}
-
-// dropUnderscoreHeaders deletes every header whose name has an underscore.
-func dropUnderscoreHeaders(h *fasthttp.RequestHeader) {
-	for {
-		var key [64]byte
-		k := findHeader(h, key[:0], func(k []byte) bool { return bytes.Contains(k, strUnderscore) })
-		if k == nil {
-			return
-		}
-		h.DelBytes(k)
-		underscoreDropped.Inc()
-	}
 }

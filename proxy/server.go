@@ -16,6 +16,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/deadline"
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
+	"github.com/sentinel-gateway/sentinel/proxy/hop"
 )
 
 // Server is the proxy listener: every request is identified, routed, passed
@@ -24,7 +25,7 @@ import (
 type Server struct {
 	cfg     Config
 	table   atomic.Pointer[Table] // the routes: one load per request
-	trusted trustedSet
+	trusted hop.Trusted
 
 	tenants Tenants
 	limiter Limiter

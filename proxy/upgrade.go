@@ -15,6 +15,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/reply"
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/proxy/hop"
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
 
@@ -40,10 +41,11 @@ import (
 // Upgrade and Connection stripped, as every hop-by-hop header is.
 
 var (
-	hdrUpgrade  = []byte("Upgrade")
-	strUpgrade  = []byte("Upgrade")
-	tokUpgrade  = []byte("upgrade")
-	errNoDialer = errors.New("proxy: the route's upstream cannot open upgraded connections")
+	hdrConnection = []byte("Connection")
+	hdrUpgrade    = []byte("Upgrade")
+	strUpgrade    = []byte("Upgrade")
+	tokUpgrade    = []byte("upgrade")
+	errNoDialer   = errors.New("proxy: the route's upstream cannot open upgraded connections")
 )
 
 // WebSocket metrics.
@@ -77,7 +79,7 @@ func isUpgrade(h *fasthttp.RequestHeader) bool {
 	conn := h.PeekBytes(hdrConnection)
 	for len(conn) > 0 {
 		var tok []byte
-		tok, conn = nextToken(conn)
+		tok, conn = hop.NextToken(conn)
 		if bytes.EqualFold(tok, tokUpgrade) {
 			return true
 		}
@@ -124,7 +126,7 @@ func (s *Server) upgrade(ctx *fasthttp.RequestCtx, x *exchange) {
 		// Declined (a 400, 401, 426 ...): the answer goes back as it is.
 		up.Close()
 		wsDeclined.Inc()
-		stripHopResponse(&resp.Header)
+		hop.StripResponse(&resp.Header)
 		ctx.SetConnectionClose()
 		return
 	}
@@ -175,7 +177,7 @@ func (s *Server) handshake(ctx *fasthttp.RequestCtx, x *exchange, up net.Conn, h
 // that make it one.
 func keepUpgrade(h *fasthttp.ResponseHeader) {
 	upgradeTo := append([]byte(nil), h.PeekBytes(hdrUpgrade)...)
-	stripHopResponse(h)
+	hop.StripResponse(h)
 	h.SetBytesKV(hdrConnection, strUpgrade)
 	h.SetBytesKV(hdrUpgrade, upgradeTo)
 }

@@ -1,4 +1,4 @@
-package proxy
+package hop
 
 import (
 	"net/netip"
@@ -9,9 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func mustTrusted(t testing.TB, list ...string) trustedSet {
-	ts, err := compileTrusted(list)
-	require.NoError(t, err)
+func mustTrusted(t testing.TB, list ...string) Trusted {
+	ts := make(Trusted, 0, len(list))
+	for _, s := range list {
+		p, err := netip.ParsePrefix(s)
+		require.NoError(t, err)
+		ts = append(ts, p)
+	}
 	return ts
 }
 
@@ -24,7 +28,7 @@ func chainOf(values ...string) *xffChain {
 }
 
 func TestClientIPFromXFF(t *testing.T) {
-	ts := mustTrusted(t, "10.0.0.0/8", "192.168.1.1")
+	ts := mustTrusted(t, "10.0.0.0/8", "192.168.1.1/32")
 	peer := netip.MustParseAddr("10.0.0.1")
 	tests := []struct {
 		name   string
@@ -70,7 +74,7 @@ func FuzzClientIP(f *testing.F) {
 	for _, s := range []string{"203.0.113.7", "1.1.1.1, 10.0.0.1", "[::1]:80, x", "", ",,,", "::ffff:1.2.3.4", "fe80::1%eth0", "1.2.3.4:99999"} {
 		f.Add(s)
 	}
-	ts := mustTrusted(f, "10.0.0.0/8", "::1")
+	ts := mustTrusted(f, "10.0.0.0/8", "::1/128")
 	peer := netip.MustParseAddr("10.0.0.1")
 	f.Fuzz(func(t *testing.T, xff string) {
 		c := chainOf(xff)
@@ -88,7 +92,7 @@ func FuzzClientIP(f *testing.F) {
 				found = found || a == got || !a.IsValid()
 				break
 			}
-			if a.IsValid() && !ts.contains(a) {
+			if a.IsValid() && !ts.Contains(a) {
 				t.Fatalf("%q: untrusted %s right of the answer %s", xff, a, got)
 			}
 		}

@@ -1,30 +1,21 @@
-package proxy
+package hop
 
 import (
 	"bytes"
 	"net"
 	"net/netip"
 	"unsafe"
+
+	"github.com/valyala/fasthttp"
 )
 
-// trustedSet is the compiled server.trusted_proxies list.
-type trustedSet []netip.Prefix
+// Trusted is the set of trusted proxies (server.trusted_proxies): the peers
+// whose X-Forwarded-For and other forwarding headers are believed.
+type Trusted []netip.Prefix
 
-func compileTrusted(list []string) (trustedSet, error) {
-	out := make(trustedSet, 0, len(list))
-	for _, s := range list {
-		p, err := parsePrefix(s)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, nil
-}
-
-// contains reports whether a is a trusted proxy. The list is short and
+// Contains reports whether a is a trusted proxy. The list is short and
 // scanned linearly.
-func (ts trustedSet) contains(a netip.Addr) bool {
+func (ts Trusted) Contains(a netip.Addr) bool {
 	if !a.IsValid() {
 		return false
 	}
@@ -67,12 +58,25 @@ func (c *xffChain) add(value []byte) {
 	}
 }
 
+// ClientIP is the client behind peer, a trusted proxy: the rightmost
+// address of every X-Forwarded-For line of h, in order, that trusted does
+// not contain (see xffChain.clientIP). It allocates nothing.
+func ClientIP(h *fasthttp.RequestHeader, peer netip.Addr, trusted Trusted) netip.Addr {
+	var c xffChain
+	for k, v := range h.All() {
+		if bytes.EqualFold(k, hdrXForwardedFor) {
+			c.add(v)
+		}
+	}
+	return c.clientIP(peer, trusted)
+}
+
 // clientIP walks the chain from the right, skipping trusted proxies, and
 // returns the first address that is not trusted. peer is the direct peer,
 // already known to be trusted. An unparsable entry stops the walk: the
 // nearest trusted hop to its right is then the best that can be believed.
 // When every hop is trusted, the leftmost remembered one is the client.
-func (c *xffChain) clientIP(peer netip.Addr, trusted trustedSet) netip.Addr {
+func (c *xffChain) clientIP(peer netip.Addr, trusted Trusted) netip.Addr {
 	kept := min(c.n, maxXFFHops)
 	best := peer
 	for i := 1; i <= kept; i++ {
@@ -80,7 +84,7 @@ func (c *xffChain) clientIP(peer netip.Addr, trusted trustedSet) netip.Addr {
 		if !a.IsValid() {
 			return best
 		}
-		if !trusted.contains(a) {
+		if !trusted.Contains(a) {
 			return a
 		}
 		best = a
@@ -111,8 +115,8 @@ func parseHop(e []byte) netip.Addr {
 	return a.Unmap()
 }
 
-// peerAddr returns the socket peer's IP without allocating.
-func peerAddr(addr net.Addr) netip.Addr {
+// PeerAddr returns the socket peer's IP without allocating.
+func PeerAddr(addr net.Addr) netip.Addr {
 	switch a := addr.(type) {
 	case *net.TCPAddr:
 		ap := a.AddrPort()
