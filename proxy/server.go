@@ -17,6 +17,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/deadline"
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 	"github.com/sentinel-gateway/sentinel/proxy/hop"
+	"github.com/sentinel-gateway/sentinel/proxy/splice"
 )
 
 // Server is the proxy listener: every request is identified, routed, passed
@@ -45,7 +46,7 @@ type Server struct {
 	access          *accessLog // nil: log.access is off
 
 	cert     *tlsconf.Certificate // nil: clear text
-	upgraded upgradedConns        // spliced WebSocket connections
+	upgraded splice.Set           // spliced WebSocket connections
 	server   *fasthttp.Server
 
 	// draining is set from Drain: every answer closes its connection.
@@ -173,7 +174,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.closeIdle(ctx, l)
 	}
 	err := s.server.ShutdownWithContext(ctx)
-	s.upgraded.closeAll()
+	s.upgraded.CloseAll()
 	metrics.UnregisterSet(s.set, true)
 	return err
 }

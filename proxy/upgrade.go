@@ -4,10 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"io"
 	"net"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -35,7 +32,8 @@ import (
 // An upgraded connection takes no upstream concurrency slot (it would hold
 // it for its lifetime) and is not an in-flight request once spliced; it is
 // counted in sentinel_proxy_websocket_open. Shutdown closes the upgraded
-// connections after the server stopped.
+// connections after the server stopped. The splice itself is package
+// splice.
 //
 // On other routes an Upgrade request is forwarded as a plain request with
 // Upgrade and Connection stripped, as every hop-by-hop header is.
@@ -53,13 +51,6 @@ var (
 	wsUpgraded = metrics.NewCounter(`sentinel_proxy_websocket_upgrades_total{result="upgraded"}`)
 	wsDeclined = metrics.NewCounter(`sentinel_proxy_websocket_upgrades_total{result="declined"}`)
 	wsFailed   = metrics.NewCounter(`sentinel_proxy_websocket_upgrades_total{result="failed"}`)
-	wsOpen     atomic.Int64
-	_          = metrics.NewGauge(`sentinel_proxy_websocket_open`, func() float64 { return float64(wsOpen.Load()) })
-
-	wsClosedClient   = metrics.NewCounter(`sentinel_proxy_websocket_closed_total{by="client"}`)
-	wsClosedUpstream = metrics.NewCounter(`sentinel_proxy_websocket_closed_total{by="upstream"}`)
-	wsClosedIdle     = metrics.NewCounter(`sentinel_proxy_websocket_closed_total{by="idle"}`)
-	wsClosedShutdown = metrics.NewCounter(`sentinel_proxy_websocket_closed_total{by="shutdown"}`)
 )
 
 // upstreamDialer opens a connection to one of a pool's targets.
@@ -134,7 +125,7 @@ func (s *Server) upgrade(ctx *fasthttp.RequestCtx, x *exchange) {
 	keepUpgrade(&resp.Header)
 	idle := r.WebSocketIdleTimeout
 	ws := &s.upgraded
-	ctx.Hijack(func(c net.Conn) { ws.splice(c, up, br, idle) })
+	ctx.Hijack(func(c net.Conn) { ws.Splice(c, up, br, idle) })
 }
 
 // handshake writes the client's request head to the upstream connection,
@@ -180,114 +171,4 @@ func keepUpgrade(h *fasthttp.ResponseHeader) {
 	hop.StripResponse(h)
 	h.SetBytesKV(hdrConnection, strUpgrade)
 	h.SetBytesKV(hdrUpgrade, upgradeTo)
-}
-
-// upgradedConns tracks the spliced connections so that Shutdown can close
-// them: fasthttp forgets a connection once it is hijacked.
-type upgradedConns struct {
-	mu     sync.Mutex
-	conns  map[*splice]struct{}
-	closed bool
-}
-
-// splice is one upgraded connection pair.
-type splice struct {
-	client, upstream net.Conn
-	last             atomic.Int64 // unix nanos of the last byte either way
-	by               atomic.Pointer[metrics.Counter]
-}
-
-// splice copies both ways until either side closes or both are idle for
-// idle; br holds upstream bytes already read. It runs on the client
-// connection's server goroutine and returns when the pair is closed.
-func (u *upgradedConns) splice(client, up net.Conn, br *bufio.Reader, idle time.Duration) {
-	p := &splice{client: client, upstream: up}
-	p.last.Store(time.Now().UnixNano())
-	// The server's write deadline of the 101 would cut the stream.
-	_ = client.SetWriteDeadline(time.Time{})
-	if !u.add(p) {
-		up.Close()
-		return
-	}
-	wsOpen.Add(1)
-	done := make(chan struct{})
-	go func() {
-		p.copy(client, io.MultiReader(br, up), up, wsClosedUpstream, idle)
-		close(done)
-	}()
-	p.copy(up, client, client, wsClosedClient, idle)
-	<-done
-	u.remove(p)
-	wsOpen.Add(-1)
-	if c := p.by.Load(); c != nil {
-		c.Inc()
-	}
-}
-
-// copy copies src (reading from conn, whose deadline it moves) to dst until
-// an error; an end by src counts against by, an idle timeout as idle. Then
-// it closes both connections, which ends the other direction.
-func (p *splice) copy(dst io.Writer, src io.Reader, conn net.Conn, by *metrics.Counter, idle time.Duration) {
-	buf := make([]byte, 16<<10)
-	for {
-		_ = conn.SetReadDeadline(time.Unix(0, p.last.Load()).Add(idle))
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.last.Store(time.Now().UnixNano())
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				p.end(nil)
-				return
-			}
-		}
-		if err == nil {
-			continue
-		}
-		if isTimeout(err) {
-			if time.Since(time.Unix(0, p.last.Load())) < idle {
-				continue // the other direction was active
-			}
-			p.end(wsClosedIdle)
-			return
-		}
-		p.end(by)
-		return
-	}
-}
-
-// end records why the pair ends (the first reason wins) and closes both.
-func (p *splice) end(by *metrics.Counter) {
-	if by != nil {
-		p.by.CompareAndSwap(nil, by)
-	}
-	p.client.Close()
-	p.upstream.Close()
-}
-
-func (u *upgradedConns) add(p *splice) bool {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.closed {
-		return false
-	}
-	if u.conns == nil {
-		u.conns = make(map[*splice]struct{})
-	}
-	u.conns[p] = struct{}{}
-	return true
-}
-
-func (u *upgradedConns) remove(p *splice) {
-	u.mu.Lock()
-	delete(u.conns, p)
-	u.mu.Unlock()
-}
-
-// closeAll closes every upgraded connection, and any upgraded later.
-func (u *upgradedConns) closeAll() {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.closed = true
-	for p := range u.conns {
-		p.end(wsClosedShutdown)
-	}
 }
