@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -375,6 +376,11 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+// parseErrors is the counter package parseerr registered for kind.
+func parseErrors(kind string) *metrics.Counter {
+	return metrics.GetOrCreateCounter(`sentinel_proxy_parse_errors_total{kind="` + kind + `"}`)
+}
+
 func TestParseErrorLog(t *testing.T) {
 	rec := startRecorder(t)
 	var out lockedBuffer
@@ -394,15 +400,15 @@ func TestParseErrorLog(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(out.String(), "TLS handshake on a plain-HTTP port") },
 		5*time.Second, 10*time.Millisecond)
 	assert.Equal(t, 1, strings.Count(out.String(), "\n"), out.String())
-	tlsSeen := parseErrTLS.Get()
+	tlsSeen := parseErrors("tls").Get()
 	assert.NotZero(t, tlsSeen)
 
-	malformed := parseErrMalformed.Get()
+	malformed := parseErrors("malformed").Get()
 	for range 200 {
 		resp, _ := raw(t, p.url, "GET / HTTP/1.1\r\nHost: gw.test\r\nAuthorization: Bearer top-secret\r\nX-Api-Key: acme-key\r\nBad Header\r\n\r\n")
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	}
-	assert.EqualValues(t, 200, parseErrMalformed.Get()-malformed)
+	assert.EqualValues(t, 200, parseErrors("malformed").Get()-malformed)
 	require.Eventually(t, func() bool { return strings.Contains(out.String(), "suppressed=") },
 		5*time.Second, 10*time.Millisecond, "the dropped lines are summed up")
 	log := out.String()

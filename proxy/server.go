@@ -17,6 +17,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/deadline"
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 	"github.com/sentinel-gateway/sentinel/proxy/hop"
+	"github.com/sentinel-gateway/sentinel/proxy/parseerr"
 	"github.com/sentinel-gateway/sentinel/proxy/splice"
 )
 
@@ -42,7 +43,7 @@ type Server struct {
 	ids             *idGen
 	trustProxyIDs   bool      // identity.trust_request_id is proxies
 	exchanges       sync.Pool // *exchange
-	errLog          *errorLog
+	errLog          *parseerr.Log
 	access          *accessLog // nil: log.access is off
 
 	cert     *tlsconf.Certificate // nil: clear text
@@ -100,7 +101,7 @@ func New(deps Deps) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s.errLog = newErrorLog(log, cfg.Server.ParseErrorLogRate)
+	s.errLog = parseerr.NewLog(log, cfg.Server.ParseErrorLogRate)
 	if deps.AccessLog != nil {
 		s.access = newAccessLog(deps.AccessLog, deps.AccessRefusals)
 	}
@@ -143,7 +144,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.cert != nil {
 		ln = tls.NewListener(ln, s.cert.ServerConfig("http/1.1"))
 	} else {
-		ln = sniffListener{ln}
+		ln = parseerr.Sniff(ln)
 	}
 	srv := s.cfg.Server
 	dl := deadline.Listen(ln, "proxy", deadline.Timeouts{Read: srv.ReadTimeout, Write: srv.WriteTimeout, Idle: srv.IdleTimeout})
@@ -194,12 +195,17 @@ func (s *Server) closeIdle(ctx context.Context, l *deadline.Listener) {
 	}
 }
 
-// handleError answers the requests fasthttp could not read: 413 for a body
-// over server.max_request_body, 408 for a read timeout, 400 otherwise; the
-// connection ends with the answer.
+// handleError answers the requests fasthttp could not read: 431 or 414 for
+// a head over the read buffer, 413 for a body over server.max_request_body,
+// 408 for a read timeout, 400 otherwise; the connection ends with the
+// answer.
 func (s *Server) handleError(ctx *fasthttp.RequestCtx, err error) {
-	if s.headError(ctx, err) {
-		return // 431 or 414
+	var id [maxRequestIDLen]byte
+	if status, msg := parseerr.Answer(err); status != 0 {
+		clientFaultMalformed.Inc()
+		s.writeProblem(ctx, status, msg, s.ids.appendID(id[:0]))
+		ctx.SetConnectionClose()
+		return
 	}
 	why := reasonMalformed
 	switch {
@@ -209,7 +215,6 @@ func (s *Server) handleError(ctx *fasthttp.RequestCtx, err error) {
 		why = reasonHeadTimeout
 	}
 	why.counter.Inc()
-	var id [maxRequestIDLen]byte
 	s.writeProblem(ctx, why.status, why.msg, s.ids.appendID(id[:0]))
 	ctx.SetConnectionClose()
 }

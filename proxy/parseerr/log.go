@@ -1,4 +1,4 @@
-package proxy
+package parseerr
 
 import (
 	"errors"
@@ -11,16 +11,6 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 )
-
-// Requests fasthttp cannot read.
-//
-// fasthttp describes a request it could not parse with the request's head
-// quoted in the error (Authorization and API key values included), and logs
-// that error once per connection. The proxy's ErrorHandler answers such
-// requests (431/414 for a head over the read buffer) and counts them by
-// kind; the Logger below logs them without the quoted part, at most
-// server.parse_error_log_rate lines a second, and sums up the rest in one
-// line.
 
 // Kinds of unreadable request heads, the values of
 // sentinel_proxy_parse_errors_total{kind}.
@@ -47,37 +37,34 @@ func parseErrors(kind string) *metrics.Counter {
 const tlsMethod = `method "\x16\x03`
 
 // isTLSHandshake tells whether a read error comes from a TLS ClientHello:
-// the connection's sniffing (sniff.go), or fasthttp taking the record for a
+// the connection's sniffing (Sniff), or fasthttp taking the record for a
 // method.
 func isTLSHandshake(msg string) bool {
 	return strings.Contains(msg, tlsOnPlainText) || strings.Contains(msg, tlsMethod)
 }
 
-// headError answers a request whose head could not be read and counts it;
-// false for the other read errors (timeouts, bodies), left to handleError.
-func (s *Server) headError(ctx *fasthttp.RequestCtx, err error) bool {
+// Answer counts err, an error of fasthttp's reading a request, by kind
+// when it is about the request's head, and returns the answer to a head
+// over the read buffer: 431, or 414 when the request line did not fit. For
+// any other error status is 0: the caller answers it as it answers the
+// other unreadable requests (timeouts, bodies).
+func Answer(err error) (status int, msg string) {
 	var small *fasthttp.ErrSmallBuffer
-	msg := err.Error()
+	text := err.Error()
 	switch {
 	case errors.As(err, &small):
-		clientFaultMalformed.Inc()
-		status, text := fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers larger than the read buffer"
-		if !requestLineEnded(msg) {
-			status, text = fasthttp.StatusRequestURITooLong, "request URI larger than the read buffer"
+		if !requestLineEnded(text) {
 			parseErrURI.Inc()
-		} else {
-			parseErrFields.Inc()
+			return fasthttp.StatusRequestURITooLong, "request URI larger than the read buffer"
 		}
-		var id [maxRequestIDLen]byte
-		s.writeProblem(ctx, status, text, s.ids.appendID(id[:0]))
-		ctx.SetConnectionClose()
-		return true
-	case isTLSHandshake(msg):
+		parseErrFields.Inc()
+		return fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers larger than the read buffer"
+	case isTLSHandshake(text):
 		parseErrTLS.Inc()
-	case strings.Contains(msg, "error when reading request headers"):
+	case strings.Contains(text, "error when reading request headers"):
 		parseErrMalformed.Inc()
 	}
-	return false
+	return 0, ""
 }
 
 // requestLineEnded tells, from fasthttp's quote of the buffer in a small
@@ -90,8 +77,9 @@ func requestLineEnded(msg string) bool {
 	return i >= 0 && strings.Contains(msg[i:], `\n`)
 }
 
-// errorLog is the proxy server's fasthttp Logger.
-type errorLog struct {
+// Log is the proxy server's fasthttp Logger: it logs what fasthttp reports
+// without the request bytes it quotes, at most rate lines a second.
+type Log struct {
 	log  *slog.Logger
 	rate int // lines a second
 
@@ -101,13 +89,16 @@ type errorLog struct {
 	suppressed int   // lines dropped since the last summary
 }
 
-func newErrorLog(log *slog.Logger, rate int) *errorLog {
-	return &errorLog{log: log, rate: rate}
+// NewLog returns a Log that writes to log at most rate lines a second
+// (server.parse_error_log_rate) and, for each second it dropped lines in,
+// one line with their count.
+func NewLog(log *slog.Logger, rate int) *Log {
+	return &Log{log: log, rate: rate}
 }
 
 // Printf logs one fasthttp message. A connection error is reduced to its
 // kind and the peer's address; a TLS handshake is one short line.
-func (l *errorLog) Printf(format string, args ...any) {
+func (l *Log) Printf(format string, args ...any) {
 	msg, attrs := describeLogLine(format, args)
 	now := time.Now().Unix()
 	l.mu.Lock()
@@ -130,7 +121,7 @@ func (l *errorLog) Printf(format string, args ...any) {
 }
 
 // summarize logs how many lines were dropped.
-func (l *errorLog) summarize() {
+func (l *Log) summarize() {
 	l.mu.Lock()
 	n := l.suppressed
 	l.suppressed = 0

@@ -1,4 +1,4 @@
-package proxy
+package parseerr
 
 import (
 	"errors"
@@ -10,14 +10,17 @@ import (
 // random bytes hold a newline): a handshake record starts with 0x16 (type)
 // and 0x03 (TLS 1.x).
 
-// errTLSOnPlain ends a connection that opened with a TLS handshake; the
-// error log recognises its text (isTLSHandshake).
+// errTLSOnPlain ends a connection that opened with a TLS handshake; Log and
+// Answer recognise its text (isTLSHandshake).
 var errTLSOnPlain = errors.New(tlsOnPlainText)
 
 const tlsOnPlainText = "TLS handshake on a plain-HTTP port"
 
-// sniffListener wraps the proxy's listener so that each connection checks its
-// first bytes.
+// Sniff wraps the proxy's plain-HTTP listener so that each connection
+// checks its first bytes: a connection that opens with a TLS handshake is
+// counted and its first read fails.
+func Sniff(ln net.Listener) net.Listener { return sniffListener{ln} }
+
 type sniffListener struct{ net.Listener }
 
 func (l sniffListener) Accept() (net.Conn, error) {
