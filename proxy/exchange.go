@@ -6,6 +6,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/proxy/hop"
+	"github.com/sentinel-gateway/sentinel/proxy/reqid"
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
 
@@ -72,7 +73,7 @@ type exchange struct {
 	// path allocates nothing.
 	ipBuf    [64]byte
 	peerBuf  [64]byte
-	idBuf    [maxRequestIDLen]byte
+	idBuf    [reqid.MaxLen]byte
 	limitReq limit.Request // the limiter's request
 	body     clientBody    // a streamed request body being forwarded
 	bodyBuf  []byte        // the buffered head of a request body (server.request_buffer)

@@ -2,48 +2,13 @@ package proxy
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
-	"strconv"
-	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/proxy/hop"
+	"github.com/sentinel-gateway/sentinel/proxy/reqid"
 )
-
-// maxRequestIDLen bounds an X-Request-Id taken from the client; a longer or
-// non-printable one is replaced by a generated ID.
-const maxRequestIDLen = 128
-
-// idGen makes request IDs "<8 hex pod prefix>-<16 hex counter>" into a fixed
-// array: unique per process start (random prefix), cheap, allocation-free.
-type idGen struct {
-	prefix [8]byte
-	n      atomic.Uint64
-}
-
-func newIDGen() *idGen {
-	var g idGen
-	var b [4]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand doc)
-	hex.Encode(g.prefix[:], b[:])
-	return &g
-}
-
-// appendID appends the next ID to dst.
-func (g *idGen) appendID(dst []byte) []byte {
-	n := g.n.Add(1)
-	dst = append(dst, g.prefix[:]...)
-	dst = append(dst, '-')
-	var buf [16]byte
-	h := strconv.AppendUint(buf[:0], n, 16)
-	for i := len(h); i < 16; i++ {
-		dst = append(dst, '0')
-	}
-	return append(dst, h...)
-}
 
 // identify writes x's identity: the peer and client addresses, the API key
 // and its tenant, and what the header scan found. It returns the first
@@ -82,8 +47,8 @@ func (s *Server) tenantOf(apiKey []byte) (tenant, plan string, anonymous bool) {
 // refused request answers with the client's first ID. The client's ID is
 // copied, since dropping headers may reuse the memory it points into.
 func (s *Server) setRequestID(x *exchange, reqID []byte, replace bool) {
-	if replace || !validRequestID(reqID) {
-		x.requestID = s.ids.appendID(x.idBuf[:0])
+	if replace || !reqid.Valid(reqID) {
+		x.requestID = s.ids.Append(x.idBuf[:0])
 		return
 	}
 	x.requestID = append(x.idBuf[:0], reqID...)
@@ -130,16 +95,4 @@ func compileTrusted(list []string) (hop.Trusted, error) {
 		out = append(out, p)
 	}
 	return out, nil
-}
-
-func validRequestID(v []byte) bool {
-	if len(v) == 0 || len(v) > maxRequestIDLen {
-		return false
-	}
-	for _, c := range v {
-		if c <= ' ' || c >= 0x7f {
-			return false
-		}
-	}
-	return true
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 	"github.com/sentinel-gateway/sentinel/proxy/hop"
 	"github.com/sentinel-gateway/sentinel/proxy/parseerr"
+	"github.com/sentinel-gateway/sentinel/proxy/reqid"
 	"github.com/sentinel-gateway/sentinel/proxy/splice"
 )
 
@@ -40,7 +41,7 @@ type Server struct {
 
 	apiKeyHeader    []byte
 	requestIDHeader []byte
-	ids             *idGen
+	ids             *reqid.Gen
 	trustProxyIDs   bool      // identity.trust_request_id is proxies
 	exchanges       sync.Pool // *exchange
 	errLog          *parseerr.Log
@@ -86,7 +87,7 @@ func New(deps Deps) (*Server, error) {
 		set:             metrics.NewSet(),
 		apiKeyHeader:    []byte(cfg.Identity.APIKeyHeader),
 		requestIDHeader: fasthttp.AppendNormalizedHeaderKey(nil, cfg.Identity.RequestIDHeader), // for SetCanonical
-		ids:             newIDGen(),
+		ids:             reqid.NewGen(),
 		trustProxyIDs:   cfg.Identity.TrustsProxyRequestID(),
 	}
 	s.exchanges.New = func() any { return new(exchange) }
@@ -200,10 +201,10 @@ func (s *Server) closeIdle(ctx context.Context, l *deadline.Listener) {
 // 408 for a read timeout, 400 otherwise; the connection ends with the
 // answer.
 func (s *Server) handleError(ctx *fasthttp.RequestCtx, err error) {
-	var id [maxRequestIDLen]byte
+	var id [reqid.MaxLen]byte
 	if status, msg := parseerr.Answer(err); status != 0 {
 		clientFaultMalformed.Inc()
-		s.writeProblem(ctx, status, msg, s.ids.appendID(id[:0]))
+		s.writeProblem(ctx, status, msg, s.ids.Append(id[:0]))
 		ctx.SetConnectionClose()
 		return
 	}
@@ -215,7 +216,7 @@ func (s *Server) handleError(ctx *fasthttp.RequestCtx, err error) {
 		why = reasonHeadTimeout
 	}
 	why.counter.Inc()
-	s.writeProblem(ctx, why.status, why.msg, s.ids.appendID(id[:0]))
+	s.writeProblem(ctx, why.status, why.msg, s.ids.Append(id[:0]))
 	ctx.SetConnectionClose()
 }
 
