@@ -7,6 +7,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/proxy/hop"
 	"github.com/sentinel-gateway/sentinel/proxy/reqid"
+	"github.com/sentinel-gateway/sentinel/proxy/upload"
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
 
@@ -75,7 +76,7 @@ type exchange struct {
 	peerBuf  [64]byte
 	idBuf    [reqid.MaxLen]byte
 	limitReq limit.Request // the limiter's request
-	body     clientBody    // a streamed request body being forwarded
+	body     upload.Reader // a streamed request body being forwarded
 	bodyBuf  []byte        // the buffered head of a request body (server.request_buffer)
 	scratch  []byte        // the X-Forwarded-For value and answer bodies
 	keyBuf   []byte        // cache keys

@@ -14,6 +14,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/reply"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/proxy/hop"
+	"github.com/sentinel-gateway/sentinel/proxy/upload"
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
 
@@ -208,7 +209,7 @@ func (s *Server) receive(ctx *fasthttp.RequestCtx, x *exchange) (pre []byte, com
 	case err != nil:
 		return nil, false, err
 	case n > maxBody:
-		return nil, false, errBodyTooLarge
+		return nil, false, upload.ErrTooLarge
 	}
 	return buf, cl == n, nil
 }
@@ -216,8 +217,8 @@ func (s *Server) receive(ctx *fasthttp.RequestCtx, x *exchange) (pre []byte, com
 // outbound prepares the request to forward: the client's, or, when it has a
 // body, a pooled copy (the caller releases it) whose body is the buffered
 // head pre, followed, unless complete, by the rest of the stream read
-// through x's clientBody. Replacing the server's own body stream would
-// release it, hence the copy. clientBody tells the client's failures
+// through x's upload.Reader. Replacing the server's own body stream would
+// release it, hence the copy. The Reader tells the client's failures
 // (malformed framing, too large, too slow, gone) from the upstream's.
 func (s *Server) outbound(ctx *fasthttp.RequestCtx, x *exchange, pre []byte, complete bool) *fasthttp.Request {
 	req := &ctx.Request
@@ -227,12 +228,8 @@ func (s *Server) outbound(ctx *fasthttp.RequestCtx, x *exchange, pre []byte, com
 		if complete {
 			fwd.SetBodyRaw(pre)
 		} else {
-			body := &x.body
-			*body = clientBody{pre: pre, r: ctx.RequestBodyStream(), left: int64(s.cfg.Server.MaxRequestBody) - int64(len(pre))}
-			if t := x.route.bodyTimeout; t > 0 {
-				body.deadline = time.Now().Add(t).UnixNano()
-			}
-			fwd.SetBodyStream(body, req.Header.ContentLength())
+			x.body.Reset(pre, ctx.RequestBodyStream(), int64(s.cfg.Server.MaxRequestBody), x.route.bodyTimeout)
+			fwd.SetBodyStream(&x.body, req.Header.ContentLength())
 		}
 		req = fwd
 	}
@@ -304,13 +301,13 @@ func (s *Server) respond(ctx *fasthttp.RequestCtx, x *exchange, req *fasthttp.Re
 	switch {
 	case x.class == upstream.ClientFault:
 		ctx.Response.Reset()
-		s.reject(ctx, x, clientFaultReason(x.body.fault))
+		s.reject(ctx, x, clientFaultReason(x.body.Fault()))
 		return
 	case err != nil:
 		ctx.Response.Reset()
 		s.reject(ctx, x, upstreamErrorReason(err))
 		return
-	case x.body.fault != nil:
+	case x.body.Fault() != nil:
 		// The upstream answered before the client's body broke: pass the
 		// answer on, but the connection's framing is lost.
 		ctx.SetConnectionClose()
@@ -340,70 +337,12 @@ var adaptiveResult = [...]adaptive.Result{
 // over max_request_body, 408 when it came too slowly, 400 otherwise.
 func clientFaultReason(err error) *reason {
 	switch {
-	case errors.Is(err, errBodyTooLarge):
+	case errors.Is(err, upload.ErrTooLarge):
 		return reasonBodyTooLarge
 	case isTimeout(err):
 		return reasonBodyTimeout
 	}
 	return reasonBodyMalformed
-}
-
-// clientBody passes a streamed request body through, until it grows past
-// the limit or the client fails to deliver it; then it fails the upload
-// with an *upstream.ClientBodyError, so that the pool counts nothing against
-// the target, and keeps the cause in fault.
-//
-// A body still arriving when the pool's timeout has passed (deadline) is
-// the client's fault too: a trickling upload must not read as an upstream
-// timeout.
-type clientBody struct {
-	pre      []byte // read before the stream
-	r        io.Reader
-	left     int64
-	deadline int64 // unix nanos; 0: none
-	fault    error
-}
-
-var (
-	errBodyTooLarge = errors.New("proxy: request body larger than server.max_request_body")
-	errBodyTooSlow  = bodyTimeoutError{}
-)
-
-// bodyTimeoutError is a body that did not arrive within the pool's
-// timeout; it is a timeout (net.Error), answered 408.
-type bodyTimeoutError struct{}
-
-func (bodyTimeoutError) Error() string {
-	return "proxy: request body not received within the upstream timeout"
-}
-func (bodyTimeoutError) Timeout() bool   { return true }
-func (bodyTimeoutError) Temporary() bool { return false }
-
-func (b *clientBody) Read(p []byte) (int, error) {
-	if b.fault != nil {
-		return 0, &upstream.ClientBodyError{Err: b.fault}
-	}
-	if len(b.pre) > 0 {
-		n := copy(p, b.pre)
-		b.pre = b.pre[n:]
-		return n, nil
-	}
-	if int64(len(p)) > b.left+1 {
-		p = p[:b.left+1]
-	}
-	n, err := b.r.Read(p)
-	b.left -= int64(n)
-	switch {
-	case b.left < 0:
-		b.fault = errBodyTooLarge
-	case b.deadline != 0 && time.Now().UnixNano() > b.deadline:
-		b.fault = errBodyTooSlow
-	case err != nil && err != io.EOF:
-		b.fault = err
-	default:
-		return n, err
-	}
-	return 0, &upstream.ClientBodyError{Err: b.fault}
 }
 
 // serveCached answers from the response cache; false on a miss.
