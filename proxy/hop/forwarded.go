@@ -27,12 +27,6 @@ var clientIPHeaders = [][]byte{
 	[]byte("X-Client-IP"),
 }
 
-// isForwarding tells whether k is a forwarding header: Forwarded,
-// X-Forwarded-* or one of clientIPHeaders.
-func isForwarding(k []byte) bool {
-	return isForwardedKey(k) || bytes.EqualFold(k, hdrForwarded) || inFold(clientIPHeaders, k)
-}
-
 // StripForwarded removes Forwarded, every X-Forwarded-* header and the
 // clientIPHeaders, which an untrusted client may have made up.
 func StripForwarded(h *fasthttp.RequestHeader) {

@@ -27,7 +27,9 @@ func Classify(k []byte) Flags {
 	switch {
 	case isHop(k):
 		f |= Hop
-	case isForwarding(k):
+	// Forwarded, X-Forwarded-* or a client IP header, spelled out here: a
+	// helper for the three would cost a call per header, not inlined.
+	case isForwardedKey(k) || bytes.EqualFold(k, hdrForwarded) || inFold(clientIPHeaders, k):
 		f |= Forwarding
 	}
 	return f
