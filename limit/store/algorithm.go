@@ -144,6 +144,9 @@ func checkOwn(req *LeaseRequest) error {
 // checkParams validates a request's params, and its counts against them.
 func checkParams(req *LeaseRequest) error {
 	p := &req.Params
+	if p.Period != NoPeriod && p.Algorithm != Quota {
+		return fmt.Errorf("limit: lease for %q: a period (%s) is for the quota algorithm only, not %s", req.Key, p.Period, p.Algorithm)
+	}
 	switch p.Algorithm {
 	case SlidingWindow, SlidingLog:
 		if p.Window < time.Millisecond || p.Window > MaxWindow {
@@ -213,6 +216,8 @@ func (a Algorithm) String() string {
 		return "sliding_log"
 	case TokenBucket:
 		return "token_bucket"
+	case Quota:
+		return "quota"
 	}
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }

@@ -18,17 +18,30 @@ const (
 	SlidingLog
 	// TokenBucket is a bucket with a capacity and a refill rate.
 	TokenBucket
+	// Quota is a calendar quota: Limit permits per Period (an hour, a day,
+	// a week, a month, a year in Zone), one plain counter per period.
+	Quota
 )
 
 // Params are the parameters of one limit as the store sees them.
 // Limit and Window apply to the sliding algorithms; Capacity and RefillRate to
-// TokenBucket.
+// TokenBucket; Limit, Period and Zone to Quota.
 type Params struct {
 	Algorithm  Algorithm
-	Limit      int64         // permits per Window (sliding algorithms)
-	Window     time.Duration // window length (sliding algorithms)
+	Limit      int64         // permits per Window (sliding algorithms), per Period (Quota)
+	Window     time.Duration // window length (sliding algorithms); unused by Quota
 	Capacity   int64         // bucket size (token bucket)
 	RefillRate float64       // permits per second (token bucket); 0: never refills
+	// Period is the calendar period of a quota (Quota only; NoPeriod for
+	// the other algorithms): Limit permits from each start of the period
+	// to its end, in Zone.
+	Period Period
+	// Zone is the time zone of the Period's boundaries (nil: UTC). It is
+	// part of the limit rather than of a store so that the Redis store and
+	// the limiter's in-process fallback, which see the same Params, never
+	// disagree on a boundary, and so that a limit may have its own zone.
+	// Changing it moves the boundaries, and so starts a new counter.
+	Zone *time.Location
 }
 
 // LeaseRequest asks the store for up to Want permits of one key.
