@@ -168,12 +168,19 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 		}
 		strict = strict || s
 	}
-	var specs [4]spec
-	n := l.specs(&specs, req, mult)
+	var specArr [4]spec
+	n := l.specs(&specArr, req, mult)
+	specs := specArr[:n]
+	var useArr [4]use
+	uses := useArr[:]
+	if len(req.Limits) > 0 {
+		specs = l.withLimits(specs, req, mult)
+		n = len(specs)
+		uses = make([]use, n)
+	}
 	counters := catalog.CountersFor(req.Tenant, req.Resource)
 	counters.Requests.Inc()
 
-	var uses [4]use
 	best := Decision{Allowed: true, Remaining: math.MaxInt64}
 	shadowed := false
 	for i := 0; i < n; i++ {
@@ -206,6 +213,9 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 	}
 	if n == 0 {
 		best.Remaining = 0
+	}
+	if req.Peek {
+		l.givePeekBack(uses[:n], specs, tokens, &best)
 	}
 	best.Allowed, best.Shadowed = true, shadowed
 	if shadowed {
@@ -248,6 +258,9 @@ func (l *Limiter) MaxTokens(req *Request) (int64, Scope) {
 	}
 	if l.cfg.IP > 0 && len(req.IP) > 0 {
 		bound(l.baseParams(l.cfg.IP), ScopeIP)
+	}
+	for i := range req.Limits {
+		bound(req.Limits[i].Params, ScopeLimit)
 	}
 	return most, scope
 }

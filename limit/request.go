@@ -25,6 +25,12 @@ type Request struct {
 	RequestID []byte
 	// Tokens is the number of permits asked for; 0 means 1.
 	Tokens int64
+	// Limits are limits the caller names (see Limit), decided after the
+	// derived ones; every limit must pass. nil for the request path.
+	Limits []Limit
+	// Peek decides whether Tokens more would pass without taking them:
+	// the permits a limit grants are given back before Allow returns.
+	Peek bool
 }
 
 // Scope names the limit a decision is about.
@@ -36,6 +42,7 @@ const (
 	ScopeAPIKey              // limits.api_key
 	ScopeTenant              // limits.tenant × plan
 	ScopeRule                // a rule for (tenant, resource)
+	ScopeLimit               // a Limit of the request (Decision.Name names it)
 )
 
 // String returns the scope's name, as used in JSON bodies and metric labels.
@@ -49,6 +56,8 @@ func (s Scope) String() string {
 		return "tenant"
 	case ScopeRule:
 		return "rule"
+	case ScopeLimit:
+		return "limit"
 	}
 	return "none"
 }
@@ -66,8 +75,10 @@ type Decision struct {
 	// is closed: the request is rejected with 503, not 429.
 	Unavailable bool
 	Scope       Scope
-	Limit       int64
-	Remaining   int64
+	// Name is the Limit's Name when Scope is ScopeLimit.
+	Name      string
+	Limit     int64
+	Remaining int64
 	// RetryAfter is when a permit may next be available (0 if allowed;
 	// negative: never, for a token bucket that does not refill).
 	RetryAfter time.Duration

@@ -13,6 +13,7 @@ const keyBufLen = 160
 // spec is one limit that applies to a request.
 type spec struct {
 	scope  Scope
+	name   string // a Limit's Name
 	params store.Params
 	limit  int64         // Limit or Capacity, as shown in decisions
 	most   int64         // the most tokens one decision can take
@@ -90,7 +91,7 @@ func (l *Limiter) specs(specs *[4]spec, req *Request, mult float64) int {
 // baseSpec makes s a limit of the base configuration (tenant, API key, IP)
 // for scope, under the configured default algorithm.
 func (l *Limiter) baseSpec(s *spec, scope Scope, limit int64) *spec {
-	s.scope, s.shadow = scope, false
+	s.scope, s.shadow, s.name = scope, false, ""
 	s.params = l.baseParams(limit)
 	return s
 }
@@ -162,6 +163,7 @@ func (s *spec) decision(allowed bool, remaining int64, retry time.Duration, rese
 	return Decision{
 		Allowed:    allowed,
 		Scope:      s.scope,
+		Name:       s.name,
 		Limit:      s.limit,
 		Remaining:  max(min(remaining, s.limit), 0),
 		RetryAfter: retry,
