@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sentinel-gateway/sentinel/internal/spans"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 	"github.com/sentinel-gateway/sentinel/limit/store"
@@ -158,8 +159,8 @@ type admissions struct {
 	spans map[string][]span
 }
 
-// span is when one decision was made: at some instant in [from, to].
-type span struct{ from, to time.Time }
+// span is when one decision was made (spans.Span).
+type span = spans.Span
 
 // watch records the approvals of gws from now on.
 func (a *admissions) watch(gws []*gateway) {
@@ -172,7 +173,7 @@ func (a *admissions) watch(gws []*gateway) {
 		if a.spans == nil {
 			a.spans = map[string][]span{}
 		}
-		a.spans[req.Tenant] = append(a.spans[req.Tenant], span{from, to})
+		a.spans[req.Tenant] = append(a.spans[req.Tenant], span{From: from, To: to})
 	})
 	for _, g := range gws {
 		g.app.limiter.observe.Store(&obs)
@@ -186,45 +187,11 @@ func (a *admissions) of(tenant string, from, to time.Time) []span {
 	defer a.mu.Unlock()
 	var out []span
 	for _, s := range a.spans[tenant] {
-		if (from.IsZero() || !s.from.Before(from)) && (to.IsZero() || s.from.Before(to)) {
+		if (from.IsZero() || !s.From.Before(from)) && (to.IsZero() || s.From.Before(to)) {
 			out = append(out, s)
 		}
 	}
 	return out
-}
-
-// busiestDecided returns the most approvals certainly decided within one
-// interval of length window (those whose whole span lies in it), when that
-// interval began, and the most whose span merely touches one such interval.
-// The first is a lower bound of the real busiest window that no scheduling
-// delay can inflate, and it misses only approvals whose decision straddled
-// the window's edges (a store call in flight there); the second is an upper
-// bound, for the log.
-func busiestDecided(spans []span, window time.Duration) (certain int, at time.Time, touching int) {
-	slices.SortFunc(spans, func(a, b span) int { return a.from.Compare(b.from) })
-	for i := range spans {
-		start, end := spans[i].from, spans[i].from.Add(window)
-		n := 0
-		for _, s := range spans[i:] {
-			if !s.from.Before(end) {
-				break
-			}
-			if s.to.Before(end) {
-				n++
-			}
-		}
-		if n > certain {
-			certain, at = n, start
-		}
-		m := 0
-		for _, s := range spans {
-			if !s.to.Before(start) && s.from.Before(end) {
-				m++
-			}
-		}
-		touching = max(touching, m)
-	}
-	return certain, at, touching
 }
 
 // threePods starts three gateways of cfg and waits until each counts three
@@ -273,9 +240,9 @@ func TestFaultRedisPausedAndResumed(t *testing.T) {
 
 	fallback := scrape(t, gws[0].admin, "sentinel_limit_fallback_decisions_total", "policy", "local") - fallbackBefore
 	pods := []int{gws[0].app.adaptive.LivePods(), gws[1].app.adaptive.LivePods(), gws[2].app.adaptive.LivePods()}
-	worst, from, touching := busiestDecided(approved.of("hot", time.Time{}, time.Time{}), time.Second)
-	during, _, _ := busiestDecided(approved.of("hot", paused, resumed), time.Second)
-	after, _, _ := busiestDecided(approved.of("hot", resumed.Add(-time.Second), resumed.Add(time.Second)), time.Second)
+	worst, from, touching := spans.Busiest(approved.of("hot", time.Time{}, time.Time{}), time.Second)
+	during, _, _ := spans.Busiest(approved.of("hot", paused, resumed), time.Second)
+	after, _, _ := spans.Busiest(approved.of("hot", resumed.Add(-time.Second), resumed.Add(time.Second)), time.Second)
 	byArrival, _ := busiest(up.arrivals("hot-key"), time.Second)
 	bySend, _ := busiest(hot.sentOK(), time.Second)
 	t.Logf("faults: hot's busiest second within the pause %d, across the resume %d; counting decisions that touch a second %d, "+
@@ -435,8 +402,8 @@ func TestFaultClusterMasterKilled(t *testing.T) {
 	failedLive := int64(failedOnLive() - failedBefore)
 
 	timeouts, errs := calls("timeout")-timeoutsBefore, calls("error")-errorsBefore
-	deadWorst, deadAt, deadTouching := busiestDecided(approved.of(dead, time.Time{}, time.Time{}), time.Second)
-	liveWorst, _, liveTouching := busiestDecided(approved.of(live, time.Time{}, time.Time{}), time.Second)
+	deadWorst, deadAt, deadTouching := spans.Busiest(approved.of(dead, time.Time{}, time.Time{}), time.Second)
+	liveWorst, _, liveTouching := spans.Busiest(approved.of(live, time.Time{}, time.Time{}), time.Second)
 	liveAfter := len(approved.of(live, killedAt.Add(500*time.Millisecond), killedAt.Add(3500*time.Millisecond)))
 	deadByArrival, _ := busiest(up.arrivals(dead+"-key"), time.Second)
 	liveByArrival, _ := busiest(up.arrivals(live+"-key"), time.Second)
@@ -531,7 +498,7 @@ func TestFaultStoreSlowed(t *testing.T) {
 			wg.Wait()
 			timeouts = scrape(t, gws[0].admin, "sentinel_limit_store_calls_total", "result", "timeout") - timeouts
 			fallback = scrape(t, gws[0].admin, "sentinel_limit_fallback_decisions_total", "policy", "local") - fallback
-			worst, _, touching := busiestDecided(approved.of("hot", time.Time{}, time.Time{}), time.Second)
+			worst, _, touching := spans.Busiest(approved.of("hot", time.Time{}, time.Time{}), time.Second)
 			byArrival, _ := busiest(up.arrivals("hot-key"), time.Second)
 			t.Logf("faults: hot's busiest second counting decisions that touch it %d, by the arrivals at the upstream %d", touching, byArrival)
 			t.Logf("faults: store slowed (%s): hot (limit %d/s, offered %d/s over 3 pods): busiest second %d, answers %v; "+

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sentinel-gateway/sentinel/internal/spans"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
@@ -171,13 +172,13 @@ func TestFallbackWaitsForTheBudgetToLeave(t *testing.T) {
 	})
 	pods := threeOf(t, cfg, srv.Addr)
 	ip := []byte("10.9.9.9")
-	var used []span // the store's grants: a permit leaves the window a window after its use
+	var used []spans.Span // the store's grants: a permit leaves the window a window after its use
 	take := func(l *Limiter, n int) {
 		for range n {
 			from := time.Now()
 			d := l.Allow(context.Background(), &Request{IP: ip})
 			require.True(t, d.Allowed, "the store's budget has room")
-			used = append(used, span{from, time.Now()})
+			used = append(used, spans.Span{From: from, To: time.Now()})
 		}
 	}
 	take(pods[1], 14)
@@ -192,7 +193,7 @@ func TestFallbackWaitsForTheBudgetToLeave(t *testing.T) {
 	left := func(at time.Time) int {
 		n := 0
 		for _, u := range used {
-			if !u.from.Add(window).After(at) {
+			if !u.From.Add(window).After(at) {
 				n++
 			}
 		}
@@ -210,11 +211,11 @@ func TestFallbackWaitsForTheBudgetToLeave(t *testing.T) {
 	}
 	early := 0 // let through before any of the budget had left
 	for _, at := range got {
-		if at.Before(used[0].from.Add(window)) {
+		if at.Before(used[0].From.Add(window)) {
 			early++
 		}
 	}
 	t.Logf("budget used in %v; the pod let through %d in the %v after the last answer, %d of them before any of the budget had left",
-		used[len(used)-1].to.Sub(used[0].from).Round(time.Millisecond), len(got), window+window/2, early)
+		used[len(used)-1].To.Sub(used[0].From).Round(time.Millisecond), len(got), window+window/2, early)
 	assert.NotEmpty(t, got, "once the budget has left, the local share lets clients through")
 }

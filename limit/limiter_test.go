@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/internal/spans"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 	"github.com/sentinel-gateway/sentinel/limit/store"
@@ -304,7 +304,7 @@ func multiPod(t *testing.T, addrs []string, duration time.Duration, slowPod bool
 		pods = append(pods, newTestLimiter(t, cfg, s, Options{LivePods: func() int { return 3 }, Catalog: testCatalog(t)}))
 	}
 	var mu sync.Mutex
-	var approvals []span
+	var approvals []spans.Span
 	var localApprovals atomic.Int64 // decided by the local share (store call failed)
 	timeouts0, errors0, fallback0 := storeCallsTimeout.Get(), storeCallsError.Get(), fallbackLocal.Get()
 	start := time.Now()
@@ -321,7 +321,7 @@ func multiPod(t *testing.T, addrs []string, duration time.Duration, slowPod bool
 			for i := 0; time.Since(start) < duration; i++ {
 				from := time.Now()
 				if d := pods[(w+i)%3].Allow(context.Background(), &Request{Tenant: "free", Plan: "FREE"}); d.Allowed {
-					at := span{from, time.Now()}
+					at := spans.Span{From: from, To: time.Now()}
 					if d.Limit != limit {
 						localApprovals.Add(1)
 					}
@@ -340,7 +340,7 @@ func multiPod(t *testing.T, addrs []string, duration time.Duration, slowPod bool
 	// were timed after Allow alone. The busiest window counts the approvals
 	// whose whole span lies inside it (a lower bound that no scheduling can
 	// inflate); the count of those that touch it is an upper bound.
-	worst, touching := busiestSpans(approvals, window)
+	worst, _, touching := spans.Busiest(approvals, window)
 	calls := int64(0)
 	for _, s := range stores {
 		calls += s.calls.Load()
@@ -357,38 +357,6 @@ func multiPod(t *testing.T, addrs []string, duration time.Duration, slowPod bool
 		least = 0.7 // a slow call of a saturated key is refused
 	}
 	assert.GreaterOrEqual(t, float64(len(approvals)), least*budget, "less of the budget approved than expected")
-}
-
-// span is when one decision was made: between from (before Allow) and to
-// (after it).
-type span struct{ from, to time.Time }
-
-// busiestSpans returns the most decisions whose whole span lies inside one
-// window (certain), and the most whose span touches one window (touching):
-// the window's count lies between the two.
-func busiestSpans(spans []span, window time.Duration) (certain, touching int) {
-	slices.SortFunc(spans, func(a, b span) int { return a.from.Compare(b.from) })
-	for i := range spans {
-		start, end := spans[i].from, spans[i].from.Add(window)
-		n := 0
-		for _, s := range spans[i:] {
-			if !s.from.Before(end) {
-				break
-			}
-			if s.to.Before(end) {
-				n++
-			}
-		}
-		certain = max(certain, n)
-		m := 0
-		for _, s := range spans {
-			if !s.to.Before(start) && s.from.Before(end) {
-				m++
-			}
-		}
-		touching = max(touching, m)
-	}
-	return certain, touching
 }
 
 func TestLimiterStoreFailure(t *testing.T) {
