@@ -16,21 +16,10 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 )
 
-// testConfig is a gateway config in front of upstreamURL; extra YAML sections
-// (limits, redis, rules, ...) are appended.
+// testConfig is gatewayConfig's gateway with extra YAML sections (limits,
+// redis, rules, ...) appended.
 func testConfig(upstreamURL, extra string) string {
-	return fmt.Sprintf(`
-upstreams:
-  api:
-    targets: [%q]
-    health_check: {path: /healthz, interval: 1s}
-routes:
-  - {path_prefix: /, upstream: api, resource: default}
-tenants:
-  - {id: hot, plan: FREE, api_keys: [hot-key]}
-  - {id: gold, plan: PREMIUM, api_keys: [gold-key]}
-adaptive: {enabled: false}
-%s`, upstreamURL, extra)
+	return gatewayConfig(upstreamURL, withExtra(extra))
 }
 
 // TestQuickStart runs the root config.yaml (the README's quick start) in

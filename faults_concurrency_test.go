@@ -71,20 +71,16 @@ func (u *costUpstream) serve(w http.ResponseWriter, r *http.Request) {
 
 // concConfig is a gateway with the memory store, one upstream called name
 // and one route for every path (slow and fast requests share its resource,
-// as they do under the default configuration), a PREMIUM and a FREE tenant.
-func concConfig(name, target string) string {
-	return fmt.Sprintf(`
-server: {trusted_proxies: ["127.0.0.1/32"]}
-upstreams:
-  %s: {targets: [%q], timeout: 5s}
-routes:
-  - {path_prefix: /, upstream: %s, resource: default}
-tenants:
-  - {id: gold, plan: PREMIUM, api_keys: [gold-key]}
-  - {id: free, plan: FREE, api_keys: [free-key]}
-limits: {ip: 0, api_key: 0, tenant: 1000000}
-adaptive: {enabled: true}
-`, name, target, name)
+// as they do under the default configuration), a PREMIUM and a FREE tenant,
+// and adaptive control on; opts change it further.
+func concConfig(name, target string, opts ...configOption) string {
+	return gatewayConfig(target, append([]configOption{
+		withSection("server", `{trusted_proxies: ["127.0.0.1/32"]}`),
+		withUpstream(name, fmt.Sprintf(" {targets: [%q], timeout: 5s}", target)),
+		withSection("tenants", "  - {id: gold, plan: PREMIUM, api_keys: [gold-key]}\n  - {id: free, plan: FREE, api_keys: [free-key]}\n"),
+		withSection("limits", "{ip: 0, api_key: 0, tenant: 1000000}"),
+		withSection("adaptive", "{enabled: true}"),
+	}, opts...)...)
 }
 
 // tally counts answers by status.
@@ -370,9 +366,8 @@ func TestFaultCongestedBackendIsShed(t *testing.T) {
 func TestFaultKeyFloodIsNotCongestion(t *testing.T) {
 	const name = "fault_keyflood"
 	up := startCostUpstream(t, 0)
-	cfg := strings.Replace(concConfig(name, up.url), "limits: {ip: 0,", "limits: {ip: 1000,", 1)
-	cfg = strings.Replace(cfg, "adaptive: {enabled: true}",
-		"adaptive: {enabled: true, thresholds: {moderate: 0.97, aggressive: 0.98, critical: 0.99}}", 1)
+	cfg := concConfig(name, up.url, withSection("limits", "{ip: 1000, api_key: 0, tenant: 1000000}"),
+		withSection("adaptive", "{enabled: true, thresholds: {moderate: 0.97, aggressive: 0.98, critical: 0.99}}"))
 	g := startGateway(t, cfg)
 	// The flood is a number of requests, not a time: a loaded machine sends
 	// them more slowly, and the deadline only bounds the test.

@@ -40,23 +40,20 @@ const overLimit = faultLimit + faultLimit*2/100
 // faultLimit per second and offered more; tenant gold has a limit of
 // 2×faultLimit per second and is offered less than half of it.
 func faultConfig(upstreamURL, redis, limits string) string {
-	return fmt.Sprintf(`
-upstreams:
-  api:
-    targets: [%q]
-    health_check: {path: /healthz, interval: 1s}
-routes:
-  - {path_prefix: /, upstream: api, resource: default}
-tenants:
-  - {id: hot, plan: FREE, api_keys: [hot-key]}
-  - {id: gold, plan: PREMIUM, api_keys: [gold-key]}
-adaptive: {enabled: false, cluster_interval: 200ms, pressure_ttl: 1s}
-redis: %s
-limits: {ip: 0, tenant: 0%s}
-rules:
-  - {tenant: hot, resource: default, algorithm: sliding_window, limit: %d, window: 1s}
-  - {tenant: gold, resource: default, algorithm: sliding_window, limit: %d, window: 1s}
-`, upstreamURL, redis, limits, faultLimit, 2*faultLimit)
+	return gatewayConfig(upstreamURL, append(faultSections(redis, "{ip: 0, tenant: 0"+limits+"}"),
+		withSection("rules", fmt.Sprintf("  - {tenant: hot, resource: default, algorithm: sliding_window, limit: %d, window: 1s}\n"+
+			"  - {tenant: gold, resource: default, algorithm: sliding_window, limit: %d, window: 1s}\n", faultLimit, 2*faultLimit)))...)
+}
+
+// faultSections are the sections every store fault's gateways share: the
+// store, the limits section, and a cluster view that sees the other pods
+// within a second (their heartbeats make the local share).
+func faultSections(redis, limits string) []configOption {
+	return []configOption{
+		withSection("adaptive", "{enabled: false, cluster_interval: 200ms, pressure_ttl: 1s}"),
+		withSection("redis", redis),
+		withSection("limits", limits),
+	}
 }
 
 // codeTally counts the answers of one client by status.
@@ -287,19 +284,9 @@ func clusterConfig(upstreamURL string, addrs []string) string {
 	for i, a := range addrs {
 		quoted[i] = strconv.Quote(a)
 	}
-	return fmt.Sprintf(`
-upstreams:
-  api:
-    targets: [%q]
-    health_check: {path: /healthz, interval: 1s}
-routes:
-  - {path_prefix: /, upstream: api, resource: default}
-tenants:
-%sadaptive: {enabled: false, cluster_interval: 200ms, pressure_ttl: 1s}
-redis: {addrs: [%s], cluster: true}
-limits: {ip: 0, tenant: 0}
-rules:
-%s`, upstreamURL, tenants.String(), strings.Join(quoted, ", "), rules.String())
+	redis := fmt.Sprintf("{addrs: [%s], cluster: true}", strings.Join(quoted, ", "))
+	return gatewayConfig(upstreamURL, append(faultSections(redis, "{ip: 0, tenant: 0}"),
+		withSection("tenants", tenants.String()), withSection("rules", rules.String()))...)
 }
 
 // limitOf sends one request and returns its status and, for a 429, the

@@ -218,3 +218,67 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// testYAML is a gateway configuration being built by gatewayConfig: its
+// top-level sections by name, each a flow value ("{...}") or a block of
+// lines indented under it, and YAML appended after them.
+type testYAML struct {
+	sections map[string]string
+	extra    string
+}
+
+// configOption changes one part of a gatewayConfig.
+type configOption func(*testYAML)
+
+// testSections is the order gatewayConfig writes the sections in.
+var testSections = []string{"server", "upstreams", "routes", "tenants", "adaptive", "redis", "limits", "rules"}
+
+// gatewayConfig is a gateway's configuration in front of upstreamURL: the
+// upstream api (health-checked every second) with one route to it
+// (resource default), the tenants hot (FREE, hot-key) and gold (PREMIUM,
+// gold-key), adaptive control off; opts replace sections or add some.
+func gatewayConfig(upstreamURL string, opts ...configOption) string {
+	c := &testYAML{sections: map[string]string{
+		"tenants":  "  - {id: hot, plan: FREE, api_keys: [hot-key]}\n  - {id: gold, plan: PREMIUM, api_keys: [gold-key]}\n",
+		"adaptive": "{enabled: false}",
+	}}
+	withUpstream("api", fmt.Sprintf("\n    targets: [%q]\n    health_check: {path: /healthz, interval: 1s}", upstreamURL))(c)
+	for _, o := range opts {
+		o(c)
+	}
+	var b strings.Builder
+	b.WriteString("\n")
+	for _, name := range testSections {
+		v, ok := c.sections[name]
+		switch {
+		case !ok:
+		case strings.HasSuffix(v, "\n"): // a block
+			b.WriteString(name + ":\n" + v)
+		default:
+			b.WriteString(name + ": " + v + "\n")
+		}
+	}
+	b.WriteString(c.extra)
+	return b.String()
+}
+
+// withSection sets the top-level section name to yaml: a flow value, or a
+// block of indented lines, each ending with a newline.
+func withSection(name, yaml string) configOption {
+	return func(c *testYAML) { c.sections[name] = yaml }
+}
+
+// withUpstream makes the one upstream name, with fields (its YAML after
+// "name:"), and routes every path to it (resource default).
+func withUpstream(name, fields string) configOption {
+	return func(c *testYAML) {
+		c.sections["upstreams"] = "  " + name + ":" + fields + "\n"
+		c.sections["routes"] = "  - {path_prefix: /, upstream: " + name + ", resource: default}\n"
+	}
+}
+
+// withExtra appends YAML after the sections (sections of its own that the
+// others do not write).
+func withExtra(yaml string) configOption {
+	return func(c *testYAML) { c.extra = yaml }
+}
