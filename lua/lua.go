@@ -20,3 +20,8 @@ var SlidingLog string
 //
 //go:embed token_bucket.lua
 var TokenBucket string
+
+// Quota is quota.lua: a calendar quota, one counter per period.
+//
+//go:embed quota.lua
+var Quota string

@@ -10,11 +10,16 @@ func TestScriptsEmbedded(t *testing.T) {
 		"sliding_window": SlidingWindow,
 		"sliding_log":    SlidingLog,
 		"token_bucket":   TokenBucket,
+		"quota":          Quota,
 	} {
 		if !strings.HasPrefix(s, "-- "+name+":") {
 			t.Errorf("%s.lua does not start with its header comment", name)
 		}
-		for _, word := range []string{"KEYS[1]", "ARGV[1]", "Returns", "redis.call('TIME')", "PEXPIRE"} {
+		expire := "PEXPIRE"
+		if name == "quota" {
+			expire = "'PXAT'" // the counter is written with its expiry
+		}
+		for _, word := range []string{"KEYS[1]", "ARGV[1]", "Returns", "redis.call('TIME')", expire} {
 			if !strings.Contains(s, word) {
 				t.Errorf("%s.lua lacks %q", name, word)
 			}

@@ -19,6 +19,7 @@ type leaseAnswer struct {
 	duplicate          bool  // a request ID's spared repeat: nothing taken
 	repeated           bool  // a request ID's repeat past its allowance: counted
 	late               bool  // run after the call's deadline: nothing granted
+	stale              bool  // quota: the period sent does not hold the node's clock; nothing done
 	ref                int64 // where the leased permits (granted - need) were counted, for a return
 	usedRef            int64 // where the need permits were counted; 0: with the rest, at ref
 	keepMS             int64 // how long the state must be kept (the key's TTL)
@@ -134,8 +135,8 @@ func checkOwn(req *LeaseRequest) error {
 		switch {
 		case part.N < 0 || part.N > MaxLimit || part.Ago < 0 || part.Ago > MaxWindow:
 			return fmt.Errorf("limit: lease for %q: %d own permits %v ago is out of range", req.Key, part.N, part.Ago)
-		case part.N > 0 && req.Params.Algorithm != SlidingWindow:
-			return fmt.Errorf("limit: lease for %q: own parts are for sliding_window only", req.Key)
+		case part.N > 0 && req.Params.Algorithm != SlidingWindow && req.Params.Algorithm != Quota:
+			return fmt.Errorf("limit: lease for %q: own parts are for sliding_window and quota only", req.Key)
 		}
 	}
 	return nil
@@ -164,6 +165,20 @@ func checkParams(req *LeaseRequest) error {
 		}
 		if err := CheckRefill(p.Capacity, p.RefillRate); err != "" {
 			return fmt.Errorf("limit: lease for %q: refill rate %v %s", req.Key, p.RefillRate, err)
+		}
+	case Quota:
+		// Limit 0 is allowed as for the sliding algorithms: a limit scaled
+		// down to nothing refuses until the next period.
+		if p.Period < Hour || p.Period > Year {
+			return fmt.Errorf("limit: lease for %q: a quota needs a period (hour, day, week, month or year), not %d", req.Key, p.Period)
+		}
+		if p.Limit < 0 || p.Limit > MaxLimit {
+			return fmt.Errorf("limit: lease for %q: limit %d is out of range 0..%d", req.Key, p.Limit, int64(MaxLimit))
+		}
+		// Window is unused; a caller may set it to the period's length for
+		// its answers' headers.
+		if p.Window < 0 || p.Window > MaxPeriod {
+			return fmt.Errorf("limit: lease for %q: window %v is out of range [0, %v]", req.Key, p.Window, MaxPeriod)
 		}
 	default:
 		return fmt.Errorf("limit: lease for %q: unknown algorithm %d", req.Key, p.Algorithm)

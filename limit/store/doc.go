@@ -12,6 +12,7 @@
 // fallback, and bounds its keys with an overflow table. LateStore stands in
 // for a Redis that did not answer at start. The algorithms are
 // sliding_window (a ring of sub-window counters), sliding_log (exact, with
-// retried request IDs not counted twice) and token_bucket; one conformance
+// retried request IDs not counted twice), token_bucket and quota (a
+// calendar quota: one counter per period, see Period); one conformance
 // suite (conformance_test.go) runs against both stores.
 package store

@@ -20,6 +20,8 @@ package store
 //	<key>":sw"                                 sliding_window: hash of sub-window counters
 //	<key>":sl", <key>":sl:m", <key>":sl:ids"   sliding_log: permits zset, meta hash, request-ID zset
 //	<key>":tb"                                 token_bucket: hash {tokens, ts}
+//	<key>":q:"<period>":"<start ms>            quota: string, the permits counted in the period
+//	                                           (for example "{key:abc}:q:day:1767225600000")
 //
 // RedisStoreOptions.KeyPrefix, when set, goes before all of it followed by
 // ':'. Set the prefix in one place only: either there or in AppendKey.
@@ -78,4 +80,5 @@ const (
 	suffixSlidingLogMeta = ":sl:m"
 	suffixSlidingLogIDs  = ":sl:ids"
 	suffixTokenBucket    = ":tb"
+	suffixQuota          = ":q:" // then the period and its start
 )

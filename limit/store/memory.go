@@ -61,6 +61,7 @@ type memoryEntry struct {
 	window   windowState
 	log      logState
 	bucket   bucketState
+	quota    quotaState
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -182,6 +183,8 @@ func (e *memoryEntry) leaseQuery(now int64, req *LeaseRequest, q *leaseQuery, re
 		return e.log.lease(now, q, requestID)
 	case TokenBucket:
 		return e.bucket.lease(now, p.Capacity, p.RefillRate, q)
+	case Quota:
+		return e.quota.lease(now, p, q)
 	default:
 		return e.window.lease(now, q, granularityMS(q.windowMS, q.leaseMS))
 	}

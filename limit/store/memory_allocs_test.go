@@ -17,6 +17,7 @@ func TestMemoryStoreLeaseAllocs(t *testing.T) {
 	for _, p := range []Params{
 		{Algorithm: SlidingWindow, Limit: 1 << 39, Window: time.Second},
 		{Algorithm: TokenBucket, Capacity: 1 << 39, RefillRate: 1e9},
+		{Algorithm: Quota, Limit: 1 << 39, Period: Day, Zone: time.FixedZone("test", 3600)},
 	} {
 		req := &LeaseRequest{Key: []byte("{tenant:acme}"), Params: p, Want: 1, LeaseTTL: 100 * time.Millisecond}
 		for i := 0; i < 100; i++ { // warm up: the key and its sub-windows exist

@@ -119,12 +119,17 @@ func overflowID(req *LeaseRequest) uint64 {
 	_, _ = d.Write(keyScope(req.Key))
 	var b [40]byte
 	p := &req.Params
-	binary.LittleEndian.PutUint64(b[0:], uint64(p.Algorithm))
+	binary.LittleEndian.PutUint64(b[0:], uint64(p.Algorithm)|uint64(p.Period)<<8)
 	binary.LittleEndian.PutUint64(b[8:], uint64(p.Limit))
 	binary.LittleEndian.PutUint64(b[16:], uint64(p.Window))
 	binary.LittleEndian.PutUint64(b[24:], uint64(p.Capacity))
 	binary.LittleEndian.PutUint64(b[32:], math.Float64bits(p.RefillRate))
 	_, _ = d.Write(b[:])
+	if p.Zone != nil {
+		// Quotas of two zones count different periods: sharing an entry,
+		// each would restart the other's count at its own boundaries.
+		_, _ = d.WriteString(p.Zone.String())
+	}
 	return d.Sum64()
 }
 

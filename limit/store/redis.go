@@ -18,6 +18,7 @@ var (
 	slidingWindowScript = rueidis.NewLuaScript(lua.SlidingWindow)
 	slidingLogScript    = rueidis.NewLuaScript(lua.SlidingLog)
 	tokenBucketScript   = rueidis.NewLuaScript(lua.TokenBucket)
+	quotaScript         = rueidis.NewLuaScript(lua.Quota)
 )
 
 // RedisStoreOptions configure a RedisStore. The zero value is usable.
@@ -79,21 +80,58 @@ func (s *RedisStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult,
 	}
 	clock := s.clockOf(req.Key)
 	sent := time.Now()
+	at := clock.now(sent) // a quota's period: see quotaAttempts
+	for attempt := 1; ; attempt++ {
+		a, nowUS, err := s.run(ctx, req, clock, sent, at)
+		switch {
+		case err != nil:
+			return LeaseResult{}, fmt.Errorf("limit: redis lease for %q: %w", req.Key, err)
+		case a.late:
+			return LeaseResult{}, fmt.Errorf("limit: redis lease for %q: %w", req.Key, ErrStoreLate)
+		case a.stale && attempt < quotaAttempts:
+			at = time.UnixMicro(nowUS)
+		case a.stale:
+			return LeaseResult{}, fmt.Errorf("limit: redis lease for %q: the quota's period moved on %d times under the call", req.Key, attempt)
+		default:
+			return a.result(), nil
+		}
+	}
+}
+
+// quotaAttempts bounds the runs of one quota call. The period of a quota
+// is computed here (Go has the zone database, Lua does not) from the
+// estimate of the node's clock, and the script refuses a period that does
+// not hold its own TIME, answering that time: Redis' clock decides, for
+// every pod alike. A refused call runs again with the period of the
+// node's answer, which can only be refused again when a boundary passes
+// between the two runs; periods are at least 30 minutes long.
+const quotaAttempts = 3
+
+// run runs req's script once; first is when the call was first sent
+// (RunWithin counts from then, whatever the attempt), at is when the caller
+// thinks the node's clock is (a quota's period is the one that holds it).
+func (s *RedisStore) run(ctx context.Context, req *LeaseRequest, clock *nodeClock, first, at time.Time) (leaseAnswer, int64, error) {
+	sent := time.Now()
 	c := getRedisCall()
-	script := c.build(s.prefix, req, clock.deadline(ctx, sent, req.RunWithin))
+	script := c.build(s.prefix, req, clock.deadline(ctx, first, req.RunWithin), at)
 	resp := script.Exec(ctx, s.client, c.keys, c.args)
 	a, nowUS, err := parseAnswer(resp)
 	if err != nil {
 		// On a ctx timeout rueidis may still hold the command, whose strings
 		// point into c.buf: never reuse c then.
-		return LeaseResult{}, fmt.Errorf("limit: redis lease for %q: %w", req.Key, err)
+		return a, 0, err
 	}
 	putRedisCall(c)
 	clock.learn(sent, time.Now(), nowUS)
-	if a.late {
-		return LeaseResult{}, fmt.Errorf("limit: redis lease for %q: %w", req.Key, ErrStoreLate)
+	return a, nowUS, nil
+}
+
+// now is t in the node's clock, as learned; t while it is not known.
+func (c *nodeClock) now(t time.Time) time.Time {
+	if c == nil || !c.known.Load() {
+		return t
 	}
-	return a.result(), nil
+	return t.Add(time.Duration(c.offset.Load()) * time.Microsecond)
 }
 
 // clockOf returns the clock of key's node, or nil when the node is not
@@ -175,7 +213,7 @@ func parseAnswer(resp rueidis.RedisResult) (leaseAnswer, int64, error) {
 		}
 	}
 	return leaseAnswer{granted: v[0], remaining: v[1], retryMS: v[2], resetMS: v[3],
-		duplicate: v[4] == 1, late: v[4] == 2, repeated: v[4] == 3, ref: v[5], usedRef: v[7], freeMS: v[8]}, v[6], nil
+		duplicate: v[4] == 1, late: v[4] == 2, repeated: v[4] == 3, stale: v[4] == 4, ref: v[5], usedRef: v[7], freeMS: v[8]}, v[6], nil
 }
 
 // redisCall holds one call's keys and arguments. They are zero-copy strings
@@ -209,8 +247,9 @@ func putRedisCall(c *redisCall) {
 }
 
 // build writes the keys and ARGV of req's script into c and returns the
-// script; deadline is in Redis' clock (microseconds), 0 for none.
-func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64) *rueidis.Lua {
+// script; deadline is in Redis' clock (microseconds), 0 for none; a quota
+// counts in the period that holds at.
+func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64, at time.Time) *rueidis.Lua {
 	c.buf, c.n = c.buf[:0], 0
 	p := &req.Params
 	leaseMS := ceilMS(req.LeaseTTL)
@@ -225,6 +264,16 @@ func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64) *rue
 		w := ceilMS(p.Window)
 		c.ints(p.Limit, w, req.Want, leaseMS)
 		c.piece(append(c.buf, req.RequestID...))
+	case Quota:
+		script, nkeys = quotaScript, 1
+		start, end := quotaBounds(at, p)
+		b := append(c.buf, prefix...)
+		b = append(b, req.Key...)
+		b = append(b, suffixQuota...)
+		b = append(b, p.Period.String()...)
+		b = append(b, ':')
+		c.piece(strconv.AppendInt(b, start, 10))
+		c.ints(p.Limit, req.Want, start, end)
 	case TokenBucket:
 		script, nkeys = tokenBucketScript, 1
 		c.key(prefix, req.Key, suffixTokenBucket)
@@ -241,7 +290,7 @@ func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64) *rue
 	if p.Algorithm == SlidingLog {
 		c.ints(req.RequestIDRetries, ceilMS(req.RequestIDWindow))
 	}
-	if p.Algorithm == SlidingWindow {
+	if p.Algorithm == SlidingWindow || p.Algorithm == Quota {
 		for _, part := range req.OwnBefore {
 			c.ints(part.N, int64(part.Ago/time.Millisecond))
 		}
