@@ -310,11 +310,30 @@ func (l *Limiter) keepLease(ctx context.Context, s *spec, b *bucket, g grant, to
 		b.localRef = l.useLocally(ctx, s, g.res.Granted)
 	}
 	b.expires = sent + int64(s.ttl)
-	b.returnBy = math.MaxInt64
-	if s.params.Algorithm != store.TokenBucket {
+	switch s.params.Algorithm {
+	case store.TokenBucket:
+		b.returnBy = math.MaxInt64
+	case store.Quota:
+		b.clipToPeriod(g.res, sent)
+	default:
 		b.returnBy = b.expires + int64(s.params.Window)/2
 	}
 	b.deniedUntil = 0
+}
+
+// clipToPeriod ends a quota's lease at the end of the period it was
+// granted in: its permits count in that period only, so one used past the
+// boundary would be a use the next period never counted. The store's Reset
+// is until the period's end from when it ran the call, after sent: counted
+// from sent it ends the lease a little early, never late. Unused permits
+// return to the period until its end (later the store drops a return):
+// a quota's permits do not stop counting a window after the lease expires,
+// so a lease that expired long ago is still worth returning. The caller
+// holds b.mu.
+func (b *bucket) clipToPeriod(res store.LeaseResult, sent int64) {
+	end := sent + int64(res.Reset)
+	b.expires = min(b.expires, end)
+	b.returnBy = end
 }
 
 // cacheRefusal remembers the store's refusal of tokens in b, so that the
