@@ -40,8 +40,10 @@ func (b *bucket) endLease(now int64) report {
 // made at now, reports (see report). The caller holds b.mu.
 func (b *bucket) nextReport(s *spec, now int64) report {
 	ret := b.endLease(now)
-	if s.params.Algorithm == store.TokenBucket {
-		ret.used = 0 // a taken token counts from its grant: no use to report
+	if a := s.params.Algorithm; a == store.TokenBucket || a == store.Quota {
+		// A taken token, or a quota's permit, counts from its grant (in
+		// its period): no use to report.
+		ret.used = 0
 	}
 	ret.own, ret.ownAgo, ret.ownBefore = b.ownParts(now, s)
 	ret.at = now

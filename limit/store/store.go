@@ -92,8 +92,9 @@ type LeaseRequest struct {
 	// report after a long failure dates each part of the last window where
 	// it was used, so that the store neither forgets them nor counts a
 	// whole window of them as just used, which would refuse a client under
-	// its limit for a window. sliding_window only: the other algorithms
-	// take all of them in Own.
+	// its limit for a window. sliding_window and quota only (a quota counts
+	// each part in the current period when it was used in it): the other
+	// algorithms take all of them in Own.
 	OwnBefore [OwnParts]OwnPart
 	// UseWithin is how long after the call the caller may still use the
 	// Need permits (the time it waits for the answer; later it returns
@@ -159,7 +160,9 @@ type LeaseResult struct {
 	// UsedRef says where the Need permits the caller uses at once were
 	// counted: the sliding algorithms count them from the time of the call,
 	// not until the lease expires. 0 when they count with the rest, at Ref
-	// (token_bucket). Opaque; Need permits returned go there.
+	// (token_bucket; quota, whose Ref is the period's start: every permit
+	// of a period counts until its end). Opaque; Need permits returned go
+	// there.
 	UsedRef int64
 }
 
