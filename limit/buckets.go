@@ -183,13 +183,13 @@ func (b *bucket) holdsNothing() bool {
 // flight and no permits let through locally that still count (see
 // bucket.ownUntil; now is the time). An idle bound of two windows of the
 // limits section does not cover the latter: a rule's window (or a token
-// bucket's refill time) can be longer, and permits let through alone
-// while the store failed then still count in windows to come when the
-// bucket goes idle; dropped unreported, they would be forgotten and the
-// store would grant the window's whole budget on top of them. Such buckets
-// stay until the key's next store call reports them or they leave the
-// window; the table stays bounded by max_keys, since a full shard does not
-// take new buckets (get). Leased permits not yet used or returned are
+// bucket's refill time, or a quota's period) can be longer, and permits let
+// through alone while the store failed then still count in windows to come
+// when the bucket goes idle; dropped unreported, they would be forgotten and
+// the store would grant the window's whole budget on top of them. Such
+// buckets stay until the key's next store call reports them or they leave
+// the window; the table stays bounded by max_keys, since a full shard does
+// not take new buckets (get). Leased permits not yet used or returned are
 // dropped with the bucket: the store keeps counting them, so that loses
 // budget, never overshoots.
 func (t *bucketTable) sweep(now, idleBefore int64) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -128,4 +129,18 @@ func TestSweepKeepsUnreportedOwn(t *testing.T) {
 	clock.Add(int64(window + time.Second))
 	l.sweep()
 	assert.Zero(t, l.table.len(), "an idle bucket whose own permits have left every window to come was kept")
+}
+
+// TestCountsUntil: how long the sweep keeps a bucket's unreported local
+// permits, per algorithm.
+func TestCountsUntil(t *testing.T) {
+	now := time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC).UnixNano()
+	sliding := &spec{params: store.Params{Algorithm: store.SlidingLog, Limit: 5, Window: time.Minute}}
+	assert.Equal(t, now+int64(time.Minute), sliding.countsUntil(now))
+	bucket := &spec{params: store.Params{Algorithm: store.TokenBucket, Capacity: 10, RefillRate: 2}, window: 5 * time.Second}
+	assert.Equal(t, now+int64(5*time.Second), bucket.countsUntil(now), "a token bucket's refill time")
+	never := &spec{params: store.Params{Algorithm: store.TokenBucket, Capacity: 10}}
+	assert.Equal(t, int64(math.MaxInt64), never.countsUntil(now), "a bucket that never refills")
+	quota := &spec{params: store.Params{Algorithm: store.Quota, Limit: 5, Period: store.Day}}
+	assert.Equal(t, time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC).UnixNano(), quota.countsUntil(now), "a quota: its period's end")
 }

@@ -118,16 +118,21 @@ func (b *bucket) freed(now int64) float64 {
 // window to come: a window later; for a token bucket, its refill time
 // (capacity ÷ rate) later: by then the refill has put back a whole bucket
 // since the token was taken, so reported later it would take a token the
-// bucket has in fact (math.MaxInt64 when it never refills).
+// bucket has in fact (math.MaxInt64 when it never refills); for a quota,
+// the end of the period it was used in.
 func (s *spec) countsUntil(now int64) int64 {
-	d := s.params.Window
-	if s.params.Algorithm == store.TokenBucket {
-		if s.params.RefillRate <= 0 {
+	p := &s.params
+	switch p.Algorithm {
+	case store.TokenBucket:
+		if p.RefillRate <= 0 {
 			return math.MaxInt64
 		}
-		d = s.window // capacity ÷ refill rate
+		return now + int64(s.window) // s.window: capacity ÷ refill rate
+	case store.Quota:
+		_, end := p.Period.Bounds(time.Unix(0, now), p.Zone)
+		return end.UnixNano()
 	}
-	return now + int64(d)
+	return now + int64(p.Window)
 }
 
 // saturated tells that the store refused b's key within the last window:
