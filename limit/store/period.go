@@ -17,7 +17,8 @@ type Period uint8
 const (
 	// NoPeriod: the limit slides (or is a token bucket).
 	NoPeriod Period = iota
-	// Hour starts at every full hour of local time.
+	// Hour starts at every full hour of local time (and, in a zone that
+	// shifts by half an hour, at the shift).
 	Hour
 	// Day starts at local midnight; it lasts 23 or 25 hours on the days
 	// a zone changes its offset.
