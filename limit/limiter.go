@@ -160,14 +160,7 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 	start := l.now()
 	now := start.UnixNano()
 	tokens := max(req.Tokens, 1)
-	mult, strict := 1.0, !l.cfg.FastPath()
-	if l.adj != nil {
-		m, s := l.adj.LimitAdjustment()
-		if m > 0 && m < 1 {
-			mult = m
-		}
-		strict = strict || s
-	}
+	mult, strict := l.adjustment()
 	var specArr [4]spec
 	n := l.specs(&specArr, req, mult)
 	specs := specArr[:n]
@@ -187,10 +180,7 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 		s := &specs[i]
 		d, u := l.one(ctx, s, tokens, strict, req.RequestID, now)
 		if d.Unavailable {
-			l.returnUses(uses[:i], specs[:i], tokens)
-			counters.Blocked.Inc()
-			l.observe(start)
-			return d
+			return l.refuse(d, uses[:i], specs[:i], tokens, counters, start)
 		}
 		if !d.Allowed {
 			if s.shadow || l.cfg.Shadow {
@@ -201,10 +191,7 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 				}
 				continue
 			}
-			l.returnUses(uses[:i], specs[:i], tokens)
-			counters.Blocked.Inc()
-			l.observe(start)
-			return d
+			return l.refuse(d, uses[:i], specs[:i], tokens, counters, start)
 		}
 		uses[i] = u
 		if d.Remaining < best.Remaining {
@@ -224,6 +211,29 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 	counters.Allowed.Inc()
 	l.observe(start)
 	return best
+}
+
+// adjustment is the adaptive layer's limit multiplier (1 in Normal mode) and
+// whether every decision must ask the store.
+func (l *Limiter) adjustment() (mult float64, strict bool) {
+	mult, strict = 1.0, !l.cfg.FastPath()
+	if l.adj != nil {
+		m, s := l.adj.LimitAdjustment()
+		if m > 0 && m < 1 {
+			mult = m
+		}
+		strict = strict || s
+	}
+	return mult, strict
+}
+
+// refuse ends a decision that a limit refused (d): the permits the limits
+// before it took go back, and the refusal is counted.
+func (l *Limiter) refuse(d Decision, uses []use, specs []spec, tokens int64, counters *catalog.Counters, start time.Time) Decision {
+	l.returnUses(uses, specs, tokens)
+	counters.Blocked.Inc()
+	l.observe(start)
+	return d
 }
 
 func (l *Limiter) observe(start time.Time) {
