@@ -25,6 +25,17 @@ type Config struct {
 	// keys; a request for another domain is OK with no limit. Empty: every
 	// domain is served with the default entry keys.
 	Domains map[string]Domain `mapstructure:"domains"`
+	// ConfigFiles are envoyproxy/ratelimit configuration files, one domain
+	// each, read unchanged: their domains are answered by their
+	// descriptors' rules, as envoyproxy/ratelimit answers them, instead of
+	// by the entry keys above. A reload re-reads them; a set with any
+	// invalid file is refused whole. Default none.
+	ConfigFiles []string `mapstructure:"config_files"`
+	// DescriptorOverride lets a descriptor of a ConfigFiles domain carry its
+	// own limit (Envoy's per-descriptor `limit`), which then replaces the
+	// files' rule for it, as in envoyproxy/ratelimit. Default false: the
+	// files decide, whatever the caller asks.
+	DescriptorOverride bool `mapstructure:"descriptor_override"`
 }
 
 // Domain names the descriptor entry keys of one domain. An empty name
@@ -86,6 +97,11 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("grpc.token: required when grpc.listen %q is not loopback; bind it to 127.0.0.1 or set a token", c.Listen))
 	}
 	errs = append(errs, c.TLS.Validate("grpc.tls"))
+	for i, path := range c.ConfigFiles {
+		if path == "" {
+			errs = append(errs, fmt.Errorf("grpc.config_files[%d]: empty path", i))
+		}
+	}
 	names := make([]string, 0, len(c.Domains))
 	for name := range c.Domains {
 		names = append(names, name)

@@ -64,6 +64,19 @@ type Server struct {
 	token  []byte
 	grpc   *grpc.Server
 	health *health.Server
+	svc    *service
+}
+
+// SetFiles switches to files (nil: none), from LoadFiles, and to
+// grpc.descriptor_override; calls in flight finish with what they read.
+func (s *Server) SetFiles(files *Files, override bool) {
+	s.svc.setFiles(files, override)
+}
+
+// FilesChanged reports whether files differ from the ones served (a reload
+// that reads the same bytes changes nothing).
+func (s *Server) FilesChanged(files *Files) bool {
+	return !s.svc.files.Load().same(files)
 }
 
 // New validates deps.Config, loads the TLS certificate when one is set and
@@ -101,6 +114,14 @@ func New(deps Deps) (*Server, error) {
 	if len(cfg.Domains) > 0 {
 		svc.domains = cfg.Domains
 	}
+	if len(cfg.ConfigFiles) > 0 {
+		files, err := LoadFiles(cfg.ConfigFiles)
+		if err != nil {
+			return nil, err
+		}
+		svc.setFiles(files, cfg.DescriptorOverride)
+	}
+	s.svc = svc
 	s.grpc = grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, svc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)

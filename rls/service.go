@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -39,6 +40,12 @@ type service struct {
 	catalog Catalog
 	domains map[string]Domain // nil: every domain, default keys
 	now     func() time.Time
+	// files are the domains of grpc.config_files (nil: none); a reload
+	// swaps them whole.
+	files atomic.Pointer[Files]
+	// override is grpc.descriptor_override: a descriptor's own limit
+	// replaces its rule in the files' domains.
+	override atomic.Bool
 }
 
 // ShouldRateLimit decides every descriptor of req in order. A descriptor
@@ -51,6 +58,11 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if err := validate(req); err != nil {
 		callsInvalid.Inc()
 		return nil, err
+	}
+	if f := s.files.Load(); f != nil {
+		if d := f.domains[req.GetDomain()]; d != nil {
+			return s.decideFiles(ctx, f, d, req)
+		}
 	}
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,

@@ -1,0 +1,285 @@
+package rls
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/store"
+)
+
+// fileScope is the store key scope of the files' counters.
+const fileScope = "envoy"
+
+// overrideLabel is the rule label of descriptors that carry their own limit
+// (grpc.descriptor_override): one series per domain, whatever the limit.
+const overrideLabel = "_descriptor_limit"
+
+// fileStatus is one descriptor's answer under the files.
+type fileStatus struct {
+	st    *rlsv3.RateLimitResponse_DescriptorStatus
+	quota bool // the rule is in quota_mode
+}
+
+// decideFiles answers a request for a domain of the files, as
+// envoyproxy/ratelimit does: each descriptor's rule is found, every matched
+// rule's replaces are gathered in one pass (unlimited rules and replaced
+// ones replace too), and each descriptor that keeps a rule is decided on its
+// own, counting its hits even when another is over the limit.
+func (s *service) decideFiles(ctx context.Context, f *Files, d *domainRules, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	rules := make([]*rule, len(req.Descriptors))
+	values := make([][]string, len(req.Descriptors))
+	replaced := map[string]bool{}
+	for i, desc := range req.Descriptors {
+		r, vals, err := s.fileRule(f, d, i, desc)
+		if err != nil {
+			callsInvalid.Inc()
+			return nil, err
+		}
+		rules[i], values[i] = r, vals
+		if r != nil {
+			for _, name := range r.replaces {
+				replaced[name] = true
+			}
+		}
+	}
+	resp := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
+	var over, quotas, quotasOver int
+	for i, desc := range req.Descriptors {
+		fs, err := s.fileDescriptor(ctx, d, rules[i], replaced, desc, values[i], hitsOf(req, desc))
+		if err != nil {
+			return nil, err
+		}
+		resp.Statuses[i] = fs.st
+		isOver := fs.st.Code == rlsv3.RateLimitResponse_OVER_LIMIT
+		switch {
+		case fs.quota:
+			quotas++
+			if isOver {
+				quotasOver++
+			}
+		case isOver:
+			over++
+		}
+	}
+	// quota_mode descriptors refuse the request only all together.
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
+	if over > 0 || (quotas > 0 && quotas == quotasOver) {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		callsOverLimit.Inc()
+	} else {
+		callsOK.Inc()
+	}
+	return resp, nil
+}
+
+// fileRule is the rule of descriptor i and the values it counts under: the
+// descriptor's own limit when grpc.descriptor_override allows it, else the
+// files' rule (nil: none).
+func (s *service) fileRule(f *Files, d *domainRules, i int, desc *commonv3.RateLimitDescriptor) (*rule, []string, error) {
+	lim := desc.GetLimit()
+	if lim == nil || !s.override.Load() {
+		r, vals := d.match(desc)
+		return r, vals, nil
+	}
+	unit := rlsv3.RateLimitResponse_RateLimit_Unit(lim.GetUnit())
+	if _, ok := unitLength(unit); !ok {
+		return nil, nil, invalid("descriptors["+strconv.Itoa(i)+"].limit.unit", "must be SECOND to YEAR, got "+unit.String())
+	}
+	vals := make([]string, len(desc.GetEntries()))
+	for j, e := range desc.GetEntries() {
+		vals[j] = e.GetValue()
+	}
+	r := &rule{domain: d.name, path: d.name, unit: unit, perUnit: lim.GetRequestsPerUnit(), metrics: f.ruleMetrics(d.name, overrideLabel)}
+	return r, vals, nil
+}
+
+// hitsOf is what a descriptor takes: its own hits_addend (0: it only
+// looks), else the request's, at least 1.
+func hitsOf(req *rlsv3.RateLimitRequest, desc *commonv3.RateLimitDescriptor) uint64 {
+	if h := desc.GetHitsAddend(); h != nil {
+		return h.GetValue()
+	}
+	return max(uint64(req.GetHitsAddend()), 1)
+}
+
+// fileDescriptor answers one descriptor of a files domain.
+func (s *service) fileDescriptor(ctx context.Context, d *domainRules, r *rule, replaced map[string]bool,
+	desc *commonv3.RateLimitDescriptor, values []string, hits uint64) (fileStatus, error) {
+	switch {
+	case r == nil:
+		descNoLimit.Inc()
+		return fileStatus{st: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}}, nil
+	case r.unlimited:
+		descNoLimit.Inc()
+		r.metrics.count(decUnlimited, hits, detailed(r, desc))
+		return fileStatus{st: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}}, nil
+	case r.name != "" && replaced[r.name]:
+		// A replaced rule is no rule: its counter is not touched.
+		descNoLimit.Inc()
+		r.metrics.count(decReplaced, hits, detailed(r, desc))
+		return fileStatus{st: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}}, nil
+	}
+	st, dec, err := s.decideRule(ctx, d, r, desc, values, hits)
+	if err != nil {
+		return fileStatus{}, err
+	}
+	r.metrics.count(dec, hits, detailed(r, desc))
+	switch dec {
+	case decOverLimit:
+		descOverLimit.Inc()
+	case decShadowed:
+		descShadowed.Inc()
+	default:
+		descOK.Inc()
+	}
+	return fileStatus{st: st, quota: r.quota}, nil
+}
+
+// decideRule takes hits under rule r for the descriptor and answers it:
+// OVER_LIMIT when the budget cannot hold them (OK in shadow mode), with the
+// limit and what remains of it. A refused request leaves the budget empty,
+// as envoyproxy/ratelimit's counter, which counts refused hits too, is over
+// the limit for the rest of its window.
+func (s *service) decideRule(ctx context.Context, d *domainRules, r *rule, desc *commonv3.RateLimitDescriptor,
+	values []string, hits uint64) (*rlsv3.RateLimitResponse_DescriptorStatus, string, error) {
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{
+		Code:         rlsv3.RateLimitResponse_OK,
+		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: r.name, RequestsPerUnit: r.perUnit, Unit: r.unit},
+	}
+	length, _ := unitLength(r.unit)
+	if r.perUnit == 0 {
+		// Always over, but for a look (no hits), which is not over 0.
+		st.DurationUntilReset = durationpb.New(length)
+		return overAnswer(st, r, hits > 0)
+	}
+	lim := limit.Limit{Name: r.label(), Scope: fileScope, Key: counterKey(d.name, r.unit, desc, values), Params: unitParams(r.unit, r.perUnit), Shadow: r.shadow}
+	lreq := limit.Request{Limits: []limit.Limit{lim}, Tokens: int64(min(hits, MaxHits)), Peek: hits == 0}
+	if lreq.Peek {
+		lreq.Tokens = 1
+	}
+	dec := s.limiter.Allow(ctx, &lreq)
+	if dec.Unavailable {
+		callsUnavailable.Inc()
+		return nil, "", status.Error(codes.Unavailable, "rate-limit store unavailable")
+	}
+	st.DurationUntilReset = durationpb.New(max(dec.Reset, 0))
+	over := !dec.Allowed || dec.Shadowed
+	if !over {
+		st.LimitRemaining = uint32(min(max(dec.Remaining, 0), math.MaxUint32))
+		return st, decOK, nil
+	}
+	if !lreq.Peek {
+		s.drain(ctx, lim)
+	}
+	return overAnswer(st, r, true)
+}
+
+// overAnswer is st over the limit (when over): OVER_LIMIT, or OK in shadow
+// mode, with nothing remaining.
+func overAnswer(st *rlsv3.RateLimitResponse_DescriptorStatus, r *rule, over bool) (*rlsv3.RateLimitResponse_DescriptorStatus, string, error) {
+	switch {
+	case !over:
+		return st, decOK, nil
+	case r.shadow:
+		return st, decShadowed, nil
+	}
+	st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	return st, decOverLimit, nil
+}
+
+// drain takes what is left of lim's budget after a refusal: the
+// limiter refuses a request for more than is left without taking any,
+// while envoyproxy/ratelimit counts the refused hits, so that the budget is
+// spent for the rest of the window. A failure here changes no answer.
+func (s *service) drain(ctx context.Context, lim limit.Limit) {
+	lims := []limit.Limit{lim}
+	left := s.limiter.Allow(ctx, &limit.Request{Limits: lims, Tokens: 1, Peek: true})
+	if !left.Allowed || left.Shadowed || left.Remaining <= 0 {
+		return
+	}
+	s.limiter.Allow(ctx, &limit.Request{Limits: lims, Tokens: left.Remaining})
+}
+
+// counterKey is the identity of a descriptor's budget under its rule: the
+// domain, the unit, and each entry's key and counted value, each part
+// length-prefixed so that no two descriptors share a counter by accident
+// (envoyproxy/ratelimit joins them with '_': (a, b_c) and (a_b, c) collide).
+func counterKey(domain string, unit rlsv3.RateLimitResponse_RateLimit_Unit, desc *commonv3.RateLimitDescriptor, values []string) []byte {
+	k := make([]byte, 0, 64)
+	part := func(p string) {
+		k = strconv.AppendInt(k, int64(len(p)), 10)
+		k = append(k, ':')
+		k = append(k, p...)
+	}
+	part(domain)
+	part(unit.String())
+	for i, e := range desc.GetEntries() {
+		part(e.GetKey())
+		part(values[i])
+	}
+	return k
+}
+
+// detailed is the descriptor label of a detailed_metric rule
+// ("key_value.key_value", as envoyproxy/ratelimit names its detailed stat),
+// "" for other rules.
+func detailed(r *rule, desc *commonv3.RateLimitDescriptor) string {
+	if !r.detailedMetric {
+		return ""
+	}
+	var b strings.Builder
+	for i, e := range desc.GetEntries() {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.GetKey())
+		b.WriteByte('_')
+		b.WriteString(e.GetValue())
+	}
+	return b.String()
+}
+
+// unitLength is the length of a unit as envoyproxy/ratelimit counts it (a
+// month is 30 days, a year 365).
+func unitLength(u rlsv3.RateLimitResponse_RateLimit_Unit) (time.Duration, bool) {
+	const day = 24 * time.Hour
+	switch u {
+	case rlsv3.RateLimitResponse_RateLimit_SECOND:
+		return time.Second, true
+	case rlsv3.RateLimitResponse_RateLimit_MINUTE:
+		return time.Minute, true
+	case rlsv3.RateLimitResponse_RateLimit_HOUR:
+		return time.Hour, true
+	case rlsv3.RateLimitResponse_RateLimit_DAY:
+		return day, true
+	case rlsv3.RateLimitResponse_RateLimit_WEEK:
+		return 7 * day, true
+	case rlsv3.RateLimitResponse_RateLimit_MONTH:
+		return 30 * day, true
+	case rlsv3.RateLimitResponse_RateLimit_YEAR:
+		return 365 * day, true
+	}
+	return 0, false
+}
+
+// unitParams are the store params of n requests per unit: a sliding window
+// of the unit's length up to a day (the store's longest window); beyond, a
+// token bucket of n that refills n per unit, until the store runs calendar
+// quotas (store.Quota with a store.Period).
+func unitParams(u rlsv3.RateLimitResponse_RateLimit_Unit, n uint32) store.Params {
+	length, _ := unitLength(u)
+	if length <= store.MaxWindow {
+		return store.Params{Algorithm: store.SlidingWindow, Limit: int64(n), Window: length}
+	}
+	return store.Params{Algorithm: store.TokenBucket, Capacity: int64(n), RefillRate: float64(n) / length.Seconds()}
+}
