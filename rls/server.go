@@ -140,12 +140,14 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Shutdown marks the services NOT_SERVING, stops accepting, and waits for
-// in-flight calls until ctx ends; then it closes the connections.
+// in-flight calls until ctx ends; then it closes the connections and drops
+// the files' metrics.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.health.Shutdown()
 	done := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()
+		s.svc.setFiles(nil, false)
 		close(done)
 	}()
 	select {
