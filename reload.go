@@ -30,7 +30,7 @@ var (
 // reload applies without a restart; in the adaptive section, every key but
 // adaptive.RestartKeys. Every other changed key is reported as needing a
 // restart.
-var reloadable = []string{"limits.", "tenants", "rules", "log.level", "routes", "upstreams"}
+var reloadable = []string{"limits.", "tenants", "rules", "log.level", "routes", "upstreams", grpcFilesKey, "grpc.descriptor_override"}
 
 // markLoaded records a configuration that serves: the next generation.
 func markLoaded(now time.Time) {
@@ -57,7 +57,12 @@ func (a *app) reload() (applied, restart []string, err error) {
 		reloadFailed(err)
 		return nil, nil, err
 	}
-	changed := diffKeys(flatten(a.cfg), flatten(next))
+	files, err := a.stageFiles(next)
+	if err != nil {
+		reloadFailed(err)
+		return nil, nil, err
+	}
+	changed := files.withFiles(diffKeys(flatten(a.cfg), flatten(next)))
 	for _, k := range changed {
 		if isReloadable(k) {
 			applied = append(applied, k)
@@ -69,6 +74,7 @@ func (a *app) reload() (applied, restart []string, err error) {
 		reloadFailed(err)
 		return nil, restart, err
 	}
+	a.commitFiles(files, next)
 	reloadsOK.Inc()
 	lastReloadOK.Set(1)
 	if len(applied) > 0 {
