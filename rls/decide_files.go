@@ -273,13 +273,20 @@ func unitLength(u rlsv3.RateLimitResponse_RateLimit_Unit) (time.Duration, bool) 
 }
 
 // unitParams are the store params of n requests per unit: a sliding window
-// of the unit's length up to a day (the store's longest window); beyond, a
-// token bucket of n that refills n per unit, until the store runs calendar
-// quotas (store.Quota with a store.Period).
+// of the unit's length up to a day (the store's longest window); a week, a
+// month or a year is a calendar quota of that period (UTC), which, like
+// envoyproxy/ratelimit's counter, starts afresh at the period's boundary.
 func unitParams(u rlsv3.RateLimitResponse_RateLimit_Unit, n uint32) store.Params {
 	length, _ := unitLength(u)
 	if length <= store.MaxWindow {
 		return store.Params{Algorithm: store.SlidingWindow, Limit: int64(n), Window: length}
 	}
-	return store.Params{Algorithm: store.TokenBucket, Capacity: int64(n), RefillRate: float64(n) / length.Seconds()}
+	p := store.Params{Algorithm: store.Quota, Limit: int64(n), Period: store.Year, Window: length}
+	switch u {
+	case rlsv3.RateLimitResponse_RateLimit_WEEK:
+		p.Period = store.Week
+	case rlsv3.RateLimitResponse_RateLimit_MONTH:
+		p.Period = store.Month
+	}
+	return p
 }
