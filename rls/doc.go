@@ -13,4 +13,13 @@
 // not served, or a descriptor whose entries name no limit, is OK with no
 // limit (Envoy's convention). The listener also serves the gRPC health
 // service and server reflection.
+//
+// A domain of an envoyproxy/ratelimit configuration file (grpc.config_files,
+// LoadFiles) is answered by the file instead, as envoyproxy/ratelimit
+// answers it: each descriptor finds its rule in the file's descriptor tree
+// (match.go), the matched rules' replaces apply in one pass, and each
+// descriptor that keeps a rule is a limit.Request naming one limit.Limit,
+// keyed by the domain, the unit and the descriptor's entries
+// (decide_files.go). A refused descriptor spends what is left of its
+// budget, since envoyproxy/ratelimit counts refused hits.
 package rls

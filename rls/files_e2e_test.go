@@ -84,6 +84,11 @@ var meshSteps = []step{
 
 	{"replaced", 0, descs(descriptor("user", "u1"), descriptor("vip", "v1")), ok, []want{{ok, noLimit, 0}, {ok, 10, 9}}},
 	{"replaced counter untouched", 0, descs(descriptor("user", "u1")), ok, []want{{ok, 2, 1}}},
+	{"a replaced rule still replaces", 0, descs(descriptor("ra", "x"), descriptor("rb", "x"), descriptor("rc", "x")), ok, []want{{ok, 5, 4}, {ok, noLimit, 0}, {ok, noLimit, 0}}},
+	{"an unlimited rule replaces", 0, descs(descriptor("ru", "x"), descriptor("rc", "x")), ok, []want{{ok, noLimit, math.MaxUint32}, {ok, noLimit, 0}}},
+	{"a shadow rule replaces", 0, descs(descriptor("rs", "x"), descriptor("rc", "x")), ok, []want{{ok, 5, 4}, {ok, noLimit, 0}}},
+	{"replaced counters untouched", 0, descs(descriptor("rb", "x"), descriptor("rc", "x")), ok, []want{{ok, 5, 4}, {ok, noLimit, 0}}},
+	{"the last one alone", 0, descs(descriptor("rc", "x")), ok, []want{{ok, 5, 4}}},
 
 	{"every descriptor counts", 0, descs(descriptor("generic_key", "slow"), descriptor("hits", "h1")), over, []want{{over, 3, 0}, {ok, 10, 9}}},
 	{"counted while another was over", 0, descs(descriptor("hits", "h1")), ok, []want{{ok, 10, 8}}},
