@@ -66,6 +66,7 @@ func build(cfg *Config) (_ *app, err error) {
 	a := &app{cfg: cfg, errc: make(chan error, 2)}
 	defer func() {
 		if err != nil {
+			a.closeServers()
 			a.close()
 		}
 	}()
@@ -149,6 +150,21 @@ func (a *app) buildServers(cfg *Config) (err error) {
 		a.rls, err = rls.New(rls.Deps{Config: cfg.GRPC, Limiter: a.limiter, Catalog: a.catalog})
 	}
 	return err
+}
+
+// closeServers releases the servers build made when a later part failed:
+// they never listened, but the proxy's metrics are registered from its
+// construction, and a second gateway in the process (a retry, a test)
+// would write its families twice.
+func (a *app) closeServers() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if a.proxy != nil {
+		_ = a.proxy.Shutdown(ctx)
+	}
+	if a.rls != nil {
+		_ = a.rls.Shutdown(ctx)
+	}
 }
 
 // accessLogger is the logger of the access log, nil when log.access is off.
