@@ -95,9 +95,15 @@ func checkLease(req *LeaseRequest) error {
 	if len(req.Key) == 0 {
 		return errors.New("limit: lease request without a key")
 	}
-	if req.Want == 0 && req.Return > 0 {
+	switch {
+	case req.Want == 0 && req.Return > 0:
 		// A return alone: nothing is granted.
-	} else if req.Want < 1 || req.Want > MaxLimit || req.Want < req.need() {
+	case req.Want == 0:
+		// A look changes no count, so it reports none.
+		if req.Used != 0 || req.Own != 0 || req.OwnBefore != ([OwnParts]OwnPart{}) || req.Need > MaxLimit {
+			return fmt.Errorf("limit: look at %q: a look takes and reports nothing, and needs at most %d", req.Key, int64(MaxLimit))
+		}
+	case req.Want < 1 || req.Want > MaxLimit || req.Want < req.need():
 		return fmt.Errorf("limit: lease of %d permits for %q: want must be in need (%d)..%d", req.Want, req.Key, req.need(), int64(MaxLimit))
 	}
 	if req.LeaseTTL < 0 || req.LeaseTTL > time.Hour {
@@ -205,6 +211,20 @@ func CheckRefill(capacity int64, rate float64) string {
 
 // need is Need with its default of 1.
 func (r *LeaseRequest) need() int64 { return max(r.Need, 1) }
+
+// IsLook reports whether r is a look: Want 0 without a Return.
+func (r *LeaseRequest) IsLook() bool { return r.Want == 0 && r.Return == 0 }
+
+// resultFor is the answer to req. The algorithms answer a look's
+// RetryAfter as a refusal's (they grant nothing); a look that finds Need
+// permits is not refused, so its RetryAfter is 0.
+func (a *leaseAnswer) resultFor(req *LeaseRequest) LeaseResult {
+	r := a.result()
+	if req.IsLook() && r.Remaining >= req.need() {
+		r.RetryAfter = 0
+	}
+	return r
+}
 
 // algorithmNames maps the configuration names to algorithms.
 var algorithmNames = map[string]Algorithm{

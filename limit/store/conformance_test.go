@@ -114,6 +114,10 @@ var confCases = []confCase{
 	{"SlidingWindowFirstFree", confFirstFree(SlidingWindow)},
 	{"SlidingLogFirstFree", confFirstFree(SlidingLog)},
 	{"TokenBucketFirstFree", confFirstFree(TokenBucket)},
+	{"SlidingWindowLook", confLook(SlidingWindow)},
+	{"SlidingLogLook", confLook(SlidingLog)},
+	{"TokenBucketLook", confLook(TokenBucket)},
+	{"QuotaLook", confLook(Quota)},
 	{"EdgeValues", confEdgeValues},
 	{"OutOfBounds", confOutOfBounds},
 }
@@ -624,7 +628,9 @@ func confInvalid(t *testing.T, e *confEnv, key string) {
 	for name, req := range map[string]*LeaseRequest{
 		"nil":                      nil,
 		"no key":                   {Params: ok, Want: 1},
-		"want 0":                   {Key: []byte(key), Params: ok, Want: 0},
+		"negative want":            {Key: []byte(key), Params: ok, Want: -1},
+		"look that reports used":   {Key: []byte(key), Params: ok, Used: 1},
+		"look that reports own":    {Key: []byte(key), Params: ok, Own: 1},
 		"negative ttl":             {Key: []byte(key), Params: ok, Want: 1, LeaseTTL: -1},
 		"zero window":              {Key: []byte(key), Params: Params{Limit: 1}, Want: 1},
 		"negative rate":            {Key: []byte(key), Params: Params{Algorithm: TokenBucket, Capacity: 1, RefillRate: -1}, Want: 1},
@@ -837,5 +843,38 @@ func (e *confEnv) assertTTLs(t *testing.T, key string) {
 		pttl, err := e.client.Do(ctx, cmd).AsInt64()
 		require.NoError(t, err, k)
 		assert.True(t, pttl == -2 || pttl > 0, "key %s: PTTL %d", k, pttl)
+	}
+}
+
+// confLook: a lease of no permits (a look) answers the remaining budget and
+// the retry-after of its Need, and takes nothing, however often it runs.
+func confLook(alg Algorithm) func(*testing.T, *confEnv, string) {
+	return func(t *testing.T, e *confEnv, key string) {
+		p := confParams(alg, 3, time.Minute)
+		if alg == Quota {
+			p = quotaParams(3, e.hourEndingIn(t, 30*time.Minute))
+		}
+		look := func(need int64) LeaseResult {
+			return e.leaseReq(t, &LeaseRequest{Key: []byte(key), Params: p, Need: need})
+		}
+		r := look(1)
+		assert.Equal(t, LeaseResult{Remaining: 3}, LeaseResult{Granted: r.Granted, Remaining: r.Remaining, RetryAfter: r.RetryAfter}, "a new key")
+		require.Equal(t, int64(2), e.lease(t, key, p, 2, 0, "").Granted)
+		for range 3 {
+			r = look(1)
+			assert.Equal(t, int64(0), r.Granted)
+			assert.Equal(t, int64(1), r.Remaining)
+			assert.Equal(t, time.Duration(0), r.RetryAfter, "one permit remains")
+		}
+		r = look(2)
+		assert.Equal(t, int64(0), r.Granted)
+		assert.Equal(t, int64(1), r.Remaining)
+		assert.Positive(t, r.RetryAfter, "two permits do not remain")
+		assert.Equal(t, time.Duration(-1), look(4).RetryAfter, "more than the limit never passes")
+		require.Equal(t, int64(1), e.lease(t, key, p, 1, 0, "").Granted, "the looks took nothing")
+		r = look(1)
+		assert.Equal(t, int64(0), r.Remaining)
+		assert.Positive(t, r.RetryAfter)
+		assert.Equal(t, int64(0), e.lease(t, key, p, 1, 0, "").Granted)
 	}
 }

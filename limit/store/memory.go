@@ -113,7 +113,7 @@ func (s *MemoryStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult
 	e.expireAt = now + a.keepMS
 	sh.soonest = min(sh.soonest, e.expireAt)
 	sh.mu.Unlock()
-	return a.result(), nil
+	return a.resultFor(req), nil
 }
 
 // SetMaxKeys changes the bound on the number of keys: n rounded down to a

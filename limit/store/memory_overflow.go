@@ -48,7 +48,9 @@ func (t *overflowTable) lease(now int64, req *LeaseRequest) LeaseResult {
 		return LeaseResult{RetryAfter: fromMS(overflowRetryMS), Reset: fromMS(overflowRetryMS)}
 	}
 	q := newLeaseQuery(req)
-	q.want = q.need
+	if !req.IsLook() {
+		q.want = q.need
+	}
 	q.ret, q.retRef, q.used = 0, 0, 0
 	// No request ID: the entry is shared, so an ID seen on one key must not
 	// spare the count of another.
@@ -61,7 +63,7 @@ func (t *overflowTable) lease(now int64, req *LeaseRequest) LeaseResult {
 	} else {
 		overflowDenied.Inc()
 	}
-	return a.result()
+	return a.resultFor(req)
 }
 
 // entry finds or makes the shared entry id; nil when the table is full of

@@ -93,7 +93,7 @@ func (s *RedisStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult,
 		case a.stale:
 			return LeaseResult{}, fmt.Errorf("limit: redis lease for %q: the quota's period moved on %d times under the call", req.Key, attempt)
 		default:
-			return a.result(), nil
+			return a.resultFor(req), nil
 		}
 	}
 }

@@ -52,7 +52,11 @@ type LeaseRequest struct {
 	Params Params
 	// Want is the number of permits asked for (Need..MaxLimit; at most
 	// MaxLogTokens for sliding_log); the store grants 0 or Need..Want. 0
-	// with a Return: a return alone.
+	// with a Return: a return alone. 0 without one: a look, which takes
+	// nothing and changes no count (so another caller can never be
+	// refused because of it) and answers the Remaining budget, and the
+	// RetryAfter of Need permits (0 when they remain); it reports nothing
+	// (Used, Own and OwnBefore are 0).
 	Want int64
 	// Need is the fewest permits worth granting (0 means 1): when fewer are
 	// available the store grants none and takes nothing, so a request for n
