@@ -60,7 +60,6 @@ func TestCheckAPIBadRequests(t *testing.T) {
 		{`[]`, "body"},
 		{`{"tenant_id":"hot","resource":"default","key":"k","bogus":1}`, "bogus"},
 		{`{"resource":"default","key":"k"}`, "tenant_id"},
-		{`{"tenant_id":"hot","resource":"default","key":"k","tokens_requested":0}`, "tokens_requested"},
 		{`{"tenant_id":"hot","resource":"default","key":"k","tokens_requested":-4}`, "tokens_requested"},
 		{`{"tenant_id":"hot","resource":"default","key":"k","tokens_requested":"3"}`, "tokens_requested"},
 		{`{"tenant_id":"nobody","resource":"default","key":"k"}`, "tenant_id"},

@@ -107,6 +107,23 @@ func newBucketTable(maxKeys int) *bucketTable {
 	return t
 }
 
+// held is the unexpired permits this pod holds leased for key.
+func (t *bucketTable) held(key []byte, now int64) int64 {
+	sh := &t.shards[xxhash.Sum64(key)%bucketShards]
+	sh.mu.RLock()
+	b := sh.m[string(key)]
+	sh.mu.RUnlock()
+	if b == nil {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if now >= b.expires {
+		return 0
+	}
+	return b.permits
+}
+
 // get returns the bucket of key, creating it when missing. It allocates only
 // to create one.
 func (t *bucketTable) get(key []byte, now int64) *bucket {

@@ -56,13 +56,3 @@ func (l *Limiter) withLimits(base []spec, req *Request, mult float64) []spec {
 	}
 	return out
 }
-
-// givePeekBack gives back the permits a Peek request was granted, at once,
-// and counts them in best's remaining budget: the answer is what the
-// budget would be after the request, the budget itself unchanged.
-func (l *Limiter) givePeekBack(uses []use, specs []spec, tokens int64, best *Decision) {
-	l.giveBack(uses, specs, tokens, true)
-	if best.Scope != ScopeNone {
-		best.Remaining = min(best.Remaining+tokens, best.Limit)
-	}
-}

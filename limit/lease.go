@@ -26,12 +26,7 @@ type use struct {
 // return when a later limit rejects), or a zero use.
 func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, rid []byte, now int64) (Decision, use) {
 	if tokens > s.most {
-		// More than the limit can ever grant at once: no store call.
-		retry := s.window
-		if retry <= 0 {
-			retry = -1
-		}
-		return s.decision(false, 0, retry, 0), use{}
+		return s.overMost(), use{}
 	}
 	if s.useRID {
 		return l.direct(ctx, s, nil, tokens, rid), use{}
@@ -63,6 +58,16 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		b.mu.Unlock()
 		return l.refill(ctx, s, b, f, tokens, want, ret)
 	}
+}
+
+// overMost refuses more tokens than s can ever grant at once, without a
+// store call.
+func (s *spec) overMost() Decision {
+	retry := s.window
+	if retry <= 0 {
+		retry = -1
+	}
+	return s.decision(false, 0, retry, 0)
 }
 
 // decideLocally decides from b alone when it can: from its leased permits
@@ -403,8 +408,8 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 // the deadline return to the store (see callStore).
 func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b *bucket, ownAt int64) (store.LeaseResult, error) {
 	start := l.now().UnixNano()
-	br := l.breakerFor(req.Key)
-	ok, probe := br.allow(start)
+	br := l.breakers.For(req.Key)
+	ok, probe := br.Allow(start)
 	if !ok {
 		storeCallsSkipped.Inc()
 		return store.LeaseResult{}, ErrStoreUnavailable
@@ -419,17 +424,18 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b
 		} else {
 			storeCallsError.Inc()
 		}
-		br.failure(probe, l.now().UnixNano())
-		if l.nodes != nil {
-			l.nodeFailed(l.nodes.NodeOf(req.Key))
-		}
+		br.Failure(probe, l.now().UnixNano())
+		l.breakers.Failed(req.Key)
 		return store.LeaseResult{}, err // the store's errors name the store and the key
 	}
 	storeCallsOK.Inc()
-	br.success(probe)
+	br.Success(probe)
 	if took := l.now().UnixNano() - start; took > 0 {
 		old := l.rtt.Load()
 		l.rtt.Store(old + (took-old)/8) // a lost update among racing calls is harmless
 	}
 	return res, nil
 }
+
+// ErrStoreUnavailable is returned while the store's breaker is open.
+var ErrStoreUnavailable = errors.New("limit: store unavailable")

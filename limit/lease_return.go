@@ -14,12 +14,6 @@ import (
 // the store, in the background: the refusing limit's store call came first,
 // so this is not on the local fast path.
 func (l *Limiter) returnUses(uses []use, specs []spec, tokens int64) {
-	l.giveBack(uses, specs, tokens, false)
-}
-
-// giveBack is returnUses; wait returns the store's permits before it
-// returns (a peek: the caller's next decision must see them).
-func (l *Limiter) giveBack(uses []use, specs []spec, tokens int64, wait bool) {
 	if len(uses) == 0 { // the first limit refused: nothing used (and no clock read)
 		return
 	}
@@ -31,7 +25,7 @@ func (l *Limiter) giveBack(uses []use, specs []spec, tokens int64, wait bool) {
 		}
 		if u.usedRef != 0 {
 			req := &store.LeaseRequest{Key: []byte(b.key), Params: specs[i].params}
-			if l.shared && !wait {
+			if l.shared {
 				go l.returnPermits(req, tokens, u.usedRef)
 			} else {
 				l.returnPermits(req, tokens, u.usedRef)

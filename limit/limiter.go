@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sentinel-gateway/sentinel/limit/breaker"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
@@ -35,10 +36,7 @@ type Limiter struct {
 	now      func() time.Time
 
 	table *bucketTable
-	// breakers holds one store breaker per store node (nodes maps a key to
-	// its node; nil: one node, breakers[0]), so that a failed node of a
-	// cluster sends only its keys to the failure policy.
-	breakers [store.MaxNodes]storeBreaker
+	breakers *breaker.Set // one per store node
 	nodes    store.NodeMap
 	rtt      atomic.Int64 // moving average of a store call, nanos
 
@@ -86,11 +84,7 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 		done:     make(chan struct{}),
 	}
 	l.nodes, _ = st.(store.NodeMap)
-	for i := range l.breakers {
-		l.breakers[i] = storeBreaker{failures: int64(cfg.BreakerFailures), cooldown: cfg.BreakerCooldown}
-		l.breakers[i].onChange = func(to int32) { l.breakerChanged(i, to) }
-		l.nodeMetrics(i)
-	}
+	l.breakers = breaker.NewSet(int64(cfg.BreakerFailures), cfg.BreakerCooldown, l.nodes)
 	_, local := st.(*store.MemoryStore)
 	l.shared = !local
 	live.Store(l, struct{}{})
@@ -105,6 +99,7 @@ func (l *Limiter) Close() {
 		close(l.stop)
 		<-l.done
 		l.fallback.Close()
+		l.breakers.Close()
 		live.Delete(l)
 	})
 }
@@ -142,7 +137,7 @@ type LimiterStatus struct {
 // Status reports the store breaker and the local state.
 func (l *Limiter) Status() LimiterStatus {
 	return LimiterStatus{
-		Breaker:        breakerStateName(l.breakerState()),
+		Breaker:        breaker.StateName(l.breakers.State()),
 		OnStoreFailure: l.cfg.OnStoreFailure,
 		LocalFastPath:  l.cfg.FastPath(),
 		LocalBuckets:   l.table.len(),
@@ -152,68 +147,36 @@ func (l *Limiter) Status() LimiterStatus {
 
 // StoreHealthy reports whether decisions go to the store (every node's
 // breaker is closed).
-func (l *Limiter) StoreHealthy() bool { return l.breakerState() == breakerClosed }
+func (l *Limiter) StoreHealthy() bool { return l.breakers.State() == breaker.Closed }
 
 // Allow decides one request. It returns within the store deadline and
 // allocates nothing when every limit is served from a local lease.
 func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 	start := l.now()
-	now := start.UnixNano()
-	tokens := max(req.Tokens, 1)
 	mult, strict := l.adjustment()
 	var specArr [4]spec
-	n := l.specs(&specArr, req, mult)
-	specs := specArr[:n]
-	var useArr [4]use
-	uses := useArr[:]
+	specs := specArr[:l.specs(&specArr, req, mult)]
 	if len(req.Limits) > 0 {
 		specs = l.withLimits(specs, req, mult)
-		n = len(specs)
-		uses = make([]use, n)
+	}
+	if req.Peek {
+		d := l.peek(ctx, specs, max(req.Tokens, 1))
+		l.observe(start)
+		return d
 	}
 	counters := catalog.CountersFor(req.Tenant, req.Resource)
 	counters.Requests.Inc()
-
-	best := Decision{Allowed: true, Remaining: math.MaxInt64}
-	shadowed := false
-	for i := 0; i < n; i++ {
-		s := &specs[i]
-		d, u := l.one(ctx, s, tokens, strict, req.RequestID, now)
-		if d.Unavailable {
-			return l.refuse(d, uses[:i], specs[:i], tokens, counters, start)
-		}
-		if !d.Allowed {
-			if s.shadow || l.cfg.Shadow {
-				shadowed = true
-				counters.ShadowBlocked.Inc()
-				if d.Remaining <= best.Remaining {
-					best = d
-				}
-				continue
-			}
-			return l.refuse(d, uses[:i], specs[:i], tokens, counters, start)
-		}
-		uses[i] = u
-		if d.Remaining < best.Remaining {
-			best = d
-		}
+	d := l.decide(ctx, specs, req, strict, start.UnixNano(), counters)
+	if d.Allowed {
+		counters.Allowed.Inc()
+	} else {
+		counters.Blocked.Inc()
 	}
-	if n == 0 {
-		best.Remaining = 0
-	}
-	if req.Peek {
-		l.givePeekBack(uses[:n], specs, tokens, &best)
-	}
-	best.Allowed, best.Shadowed = true, shadowed
-	if shadowed {
-		best.RetryAfter = 0
-	}
-	counters.Allowed.Inc()
 	l.observe(start)
-	return best
+	return d
 }
 
-// adjustment is the adaptive layer's limit multiplier (1 in Normal mode) and
+// adjustment is the adaptive multiplier of the limits, in (0, 1], and
 // whether every decision must ask the store.
 func (l *Limiter) adjustment() (mult float64, strict bool) {
 	mult, strict = 1.0, !l.cfg.FastPath()
@@ -227,13 +190,50 @@ func (l *Limiter) adjustment() (mult float64, strict bool) {
 	return mult, strict
 }
 
-// refuse ends a decision that a limit refused (d): the permits the limits
-// before it took go back, and the refusal is counted.
-func (l *Limiter) refuse(d Decision, uses []use, specs []spec, tokens int64, counters *catalog.Counters, start time.Time) Decision {
-	l.returnUses(uses, specs, tokens)
-	counters.Blocked.Inc()
-	l.observe(start)
-	return d
+// decide decides specs in order, each taking the request's tokens; the
+// first refusal (not in shadow mode) answers, and the permits the earlier
+// limits gave return.
+func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict bool, now int64, counters *catalog.Counters) Decision {
+	tokens := max(req.Tokens, 1)
+	var useArr [4]use
+	uses := useArr[:]
+	if len(specs) > len(useArr) {
+		uses = make([]use, len(specs))
+	}
+	var applied appliedList
+	best := Decision{Allowed: true, Remaining: math.MaxInt64}
+	shadowed := false
+	for i := range specs {
+		s := &specs[i]
+		d, u := l.one(ctx, s, tokens, strict, req.RequestID, now)
+		if !d.Unavailable {
+			applied.note(&d)
+		}
+		switch {
+		case d.Unavailable || !d.Allowed && !s.shadow && !l.cfg.Shadow:
+			l.returnUses(uses[:i], specs[:i], tokens)
+			return applied.with(d)
+		case !d.Allowed:
+			shadowed = true
+			counters.ShadowBlocked.Inc()
+			if d.Remaining <= best.Remaining {
+				best = d
+			}
+			continue
+		}
+		uses[i] = u
+		if d.Remaining < best.Remaining {
+			best = d
+		}
+	}
+	if len(specs) == 0 {
+		best.Remaining = 0
+	}
+	best.Allowed, best.Shadowed = true, shadowed
+	if shadowed {
+		best.RetryAfter = 0
+	}
+	return applied.with(best)
 }
 
 func (l *Limiter) observe(start time.Time) {

@@ -28,8 +28,11 @@ type Request struct {
 	// Limits are limits the caller names (see Limit), decided after the
 	// derived ones; every limit must pass. nil for the request path.
 	Limits []Limit
-	// Peek decides whether Tokens more would pass without taking them:
-	// the permits a limit grants are given back before Allow returns.
+	// Peek answers whether Tokens more would pass each limit, and its
+	// remaining budget, without taking anything: the store looks (see
+	// store.LeaseRequest.Want), so no other request, on any pod, can be
+	// refused because of a peek. The answer lists every limit (Applied);
+	// a store that cannot answer makes it Unavailable.
 	Peek bool
 }
 
@@ -85,8 +88,47 @@ type Decision struct {
 	// Reset is until the budget is whole again.
 	Reset time.Duration
 	// Window is the limit's window (for a token bucket: capacity / refill
-	// rate), for the RateLimit-Policy header.
+	// rate; for a quota: its current period's length), for the
+	// RateLimit-Policy header.
 	Window time.Duration
+	// Applied lists the limits that applied (the first MaxApplied), in the
+	// order they were decided: each that passed, and the one that refused.
+	Applied  [MaxApplied]Applied
+	NApplied int
+}
+
+// MaxApplied bounds Decision.Applied: a fixed array keeps a decision free
+// of allocations (only caller-named limits can make more).
+const MaxApplied = 8
+
+// Applied is one limit of a decision, named by its Scope, or by its Name
+// for a Limit; its fields mean what Decision's do.
+type Applied struct {
+	Scope            Scope
+	Name             string
+	Limit, Remaining int64
+	Window, Reset    time.Duration
+}
+
+// AppliedLimits returns the limits that applied to d.
+func (d *Decision) AppliedLimits() []Applied { return d.Applied[:d.NApplied] }
+
+// appliedList gathers a decision's Applied while its limits are decided.
+type appliedList struct {
+	a [MaxApplied]Applied
+	n int
+}
+
+func (list *appliedList) note(d *Decision) {
+	if list.n < MaxApplied {
+		list.a[list.n] = Applied{d.Scope, d.Name, d.Limit, d.Remaining, d.Window, d.Reset}
+		list.n++
+	}
+}
+
+func (list *appliedList) with(d Decision) Decision {
+	d.Applied, d.NApplied = list.a, list.n
+	return d
 }
 
 // Adjuster scales the effective limits under load. *adaptive.Controller

@@ -1,0 +1,60 @@
+package limit
+
+import (
+	"bytes"
+	"context"
+	"math"
+
+	"github.com/sentinel-gateway/sentinel/limit/store"
+)
+
+// peek answers a Peek request from a look of each limit's store, which
+// counts nothing: permits taken and given back would be held for a round
+// trip, and refuse another pod's request at the edge of the budget
+// meanwhile. It answers the first refusing limit (not in shadow mode), else
+// the one with the least remaining; a store that cannot answer makes it
+// Unavailable (the failure policy decides requests, not what a budget is).
+func (l *Limiter) peek(ctx context.Context, specs []spec, tokens int64) Decision {
+	var applied appliedList
+	best := Decision{Allowed: true, Remaining: math.MaxInt64}
+	shadowed := false
+	for i := range specs {
+		d := l.look(ctx, &specs[i], tokens)
+		if d.Unavailable {
+			return applied.with(d)
+		}
+		applied.note(&d)
+		if !d.Allowed && (specs[i].shadow || l.cfg.Shadow) {
+			d.Allowed, d.RetryAfter, shadowed = true, 0, true
+		}
+		if best.Allowed && (!d.Allowed || d.Remaining < best.Remaining) {
+			best = d
+		}
+	}
+	if len(specs) == 0 {
+		best.Remaining = 0
+	}
+	best.Shadowed = shadowed && best.Allowed
+	return applied.with(best)
+}
+
+// look answers one limit: its remaining budget is the store's plus the
+// permits this pod holds leased (counted as taken in the store; other
+// pods' leases stay unknown). The key is cloned: a store call may outlive
+// the spec.
+func (l *Limiter) look(ctx context.Context, s *spec, tokens int64) Decision {
+	if tokens > s.most {
+		return s.overMost()
+	}
+	res, err := l.lease(ctx, s, &store.LeaseRequest{Key: bytes.Clone(s.key()), Need: tokens}, nil, 0)
+	if err != nil {
+		d := s.decision(false, 0, l.cfg.BreakerCooldown, 0)
+		d.Unavailable = true
+		return d
+	}
+	held := l.table.held(s.key(), l.now().UnixNano())
+	if held >= tokens || res.Remaining >= tokens {
+		res.RetryAfter = 0
+	}
+	return s.decision(res.RetryAfter == 0, res.Remaining+held, res.RetryAfter, int64(res.Reset))
+}
