@@ -171,6 +171,33 @@ func TestCheckAnswer(t *testing.T) {
 	assert.Equal(t, "tenant_id", field)
 }
 
+// TestCheckPeek: tokens_requested 0 answers every limit that applies and
+// takes nothing.
+func TestCheckPeek(t *testing.T) {
+	c := startAdmin(t, Config{Listen: "127.0.0.1:0"})
+	check := func(body string) string {
+		resp := call(t, c, "POST", "/v1/ratelimit/check", body)
+		require.Equal(t, fasthttp.StatusOK, resp.StatusCode(), "%s", resp.Body())
+		return string(resp.Body())
+	}
+	peek := `{"tenant_id":"acme","resource":"default","key":"u1","tokens_requested":0}`
+	// PREMIUM (×3) of limits.tenant 3: 9; limits.api_key and ip are off.
+	want := `{"allowed":true,"remaining":9,"retry_after_ms":0,"limit":9,"reset_ms":0,` +
+		`"limits":[{"name":"tenant","limit":9,"remaining":9,"reset_ms":0,"window_ms":1000}]}` + "\n"
+	assert.Equal(t, want, check(peek))
+	assert.Equal(t, want, check(peek), "a peek takes nothing")
+	assert.Contains(t, check(`{"tenant_id":"acme","resource":"default","key":"u1","tokens_requested":9}`), `"allowed":true`)
+	var d struct {
+		Allowed      bool  `json:"allowed"`
+		Remaining    int64 `json:"remaining"`
+		RetryAfterMS int64 `json:"retry_after_ms"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(check(peek)), &d))
+	assert.Equal(t, false, d.Allowed, "not one more")
+	assert.Equal(t, int64(0), d.Remaining)
+	assert.Positive(t, d.RetryAfterMS)
+}
+
 // TestState shows the limiter's status and, when wired, the adaptive state.
 func TestState(t *testing.T) {
 	c := startAdmin(t, Config{Listen: "127.0.0.1:0"})

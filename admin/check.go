@@ -39,7 +39,7 @@ func (s *Server) check(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.SetStatusCode(status)
 	var scratch [192]byte
-	ctx.Response.SetBody(append(appendCheckResult(scratch[:0], &d), '\n'))
+	ctx.Response.SetBody(append(appendCheckResult(scratch[:0], &d, sc.req.Peek), '\n'))
 }
 
 // checkBatch serves POST /v1/ratelimit/check/batch: up to MaxBatchChecks
@@ -64,7 +64,7 @@ func (s *Server) checkBatch(ctx *fasthttp.RequestCtx) {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		buf = appendCheckResult(buf, &d)
+		buf = appendCheckResult(buf, &d, reqs[i].Peek)
 	}
 	buf = append(buf, "]}\n"...)
 	ctx.Response.Header.SetContentType("application/json")
@@ -97,6 +97,7 @@ func (s *Server) request(prefix string, c *checkRequest, dst *limit.Request, buf
 		Plan:     plan,
 		Resource: c.Resource,
 		Tokens:   c.tokens(),
+		Peek:     c.tokens() == 0,
 	}
 	if c.Key != "" {
 		n := len(buf)
@@ -114,8 +115,9 @@ func (s *Server) request(prefix string, c *checkRequest, dst *limit.Request, buf
 // appendCheckResult appends the JSON answer of one decision:
 // {"allowed":true,"remaining":4,"retry_after_ms":0,"limit":5,"reset_ms":1000}.
 // retry_after_ms is -1 when the budget never comes back (token bucket with
-// refill 0). shadowed and unavailable appear only when true.
-func appendCheckResult(dst []byte, d *limit.Decision) []byte {
+// refill 0). shadowed and unavailable appear only when true; a peek
+// (tokens_requested 0) lists its limits.
+func appendCheckResult(dst []byte, d *limit.Decision, peek bool) []byte {
 	dst = append(dst, `{"allowed":`...)
 	dst = strconv.AppendBool(dst, d.Allowed)
 	dst = append(dst, `,"remaining":`...)
@@ -132,5 +134,33 @@ func appendCheckResult(dst []byte, d *limit.Decision) []byte {
 	if d.Unavailable {
 		dst = append(dst, `,"unavailable":true,"error":"rate-limit store unavailable"`...)
 	}
+	if peek {
+		dst = appendLimits(dst, d)
+	}
 	return append(dst, '}')
+}
+
+// appendLimits appends a peek's limits, every one that applies, in the
+// order they are decided: ,"limits":[{"name":"api_key","limit":5,
+// "remaining":4,"reset_ms":1000,"window_ms":1000},...]. window_ms is 0 for
+// a token bucket that never refills.
+func appendLimits(dst []byte, d *limit.Decision) []byte {
+	dst = append(dst, `,"limits":[`...)
+	for i, a := range d.AppliedLimits() {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"name":`...)
+		dst = strconv.AppendQuote(dst, reply.LimitName(&a))
+		dst = append(dst, `,"limit":`...)
+		dst = strconv.AppendInt(dst, a.Limit, 10)
+		dst = append(dst, `,"remaining":`...)
+		dst = strconv.AppendInt(dst, max(a.Remaining, 0), 10)
+		dst = append(dst, `,"reset_ms":`...)
+		dst = strconv.AppendInt(dst, reply.CeilMillis(a.Reset), 10)
+		dst = append(dst, `,"window_ms":`...)
+		dst = strconv.AppendInt(dst, reply.CeilMillis(a.Window), 10)
+		dst = append(dst, '}')
+	}
+	return append(dst, ']')
 }

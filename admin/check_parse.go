@@ -246,8 +246,8 @@ func (r *checkRequest) validate(prefix string) *catalog.ValidationError {
 	if fe := checkName(prefix+"request_id", r.RequestID, false, maxKeyLen); fe != nil {
 		return fe
 	}
-	if n := r.tokens(); n < 1 || n > MaxTokensRequested {
-		return badField(prefix+"tokens_requested", "must be between 1 and "+strconv.Itoa(MaxTokensRequested)+", got "+strconv.FormatInt(n, 10))
+	if n := r.tokens(); n < 0 || n > MaxTokensRequested {
+		return badField(prefix+"tokens_requested", "must be between 0 (a peek) and "+strconv.Itoa(MaxTokensRequested)+", got "+strconv.FormatInt(n, 10))
 	}
 	return nil
 }
