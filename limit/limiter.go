@@ -10,6 +10,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/limit/breaker"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/latency"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -237,7 +238,7 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 }
 
 func (l *Limiter) observe(start time.Time) {
-	decisionLatency.Update(float64(l.now().Sub(start)) / 1e6)
+	latency.Decision.Update(float64(l.now().Sub(start)) / 1e6)
 }
 
 // MaxTokens is the most tokens one request like req can ever be granted: the

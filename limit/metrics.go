@@ -13,7 +13,6 @@ import (
 // sentinel_limit_*; see docs/metrics.md.
 var (
 	storeErrors       = metrics.NewCounter(`rate_limit_errors_total`)
-	decisionLatency   = latencySet.NewPrometheusHistogramExt(`rate_limit_latency_ms`, latencyBucketsMS)
 	storeCallsOK      = metrics.NewCounter(`sentinel_limit_store_calls_total{result="ok"}`)
 	storeCallsError   = metrics.NewCounter(`sentinel_limit_store_calls_total{result="error"}`)
 	storeCallsTimeout = metrics.NewCounter(`sentinel_limit_store_calls_total{result="timeout"}`)
@@ -40,10 +39,6 @@ var (
 	recoveryTrims = metrics.NewCounter(`sentinel_limit_recovery_trimmed_permits_total`)
 	_             = metrics.NewGauge(`sentinel_limit_local_buckets`, func() float64 { return float64(totalBuckets()) })
 )
-
-// latencyBucketsMS are the upper bounds of rate_limit_latency_ms: a local
-// decision takes well under 0.01 ms, a store call about 0.1 to 1 ms.
-var latencyBucketsMS = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100}
 
 // live holds the Limiters of the process for the gauges (tests build many).
 var live sync.Map // *Limiter → struct{}

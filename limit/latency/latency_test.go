@@ -1,4 +1,4 @@
-package limit
+package latency
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 
 func TestDecisionSecondsTwin(t *testing.T) {
 	s := metrics.NewSet()
-	h := s.NewPrometheusHistogramExt(`rate_limit_latency_ms`, latencyBucketsMS)
+	h := s.NewPrometheusHistogramExt(`rate_limit_latency_ms`, bucketsMS)
 	for _, ms := range []float64{0.003, 0.04, 0.04, 0.7, 3, 400} {
 		h.Update(ms)
 	}
@@ -41,7 +41,7 @@ func TestDecisionSecondsTwin(t *testing.T) {
 }
 
 func TestDecisionLatencyWrittenInBothUnits(t *testing.T) {
-	decisionLatency.Update(0.2)
+	Decision.Update(0.2)
 	var b bytes.Buffer
 	metrics.WritePrometheus(&b, false)
 	out := b.String()
