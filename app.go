@@ -118,6 +118,11 @@ func (a *app) buildLimits(cfg *Config) (err error) {
 		return err
 	}
 	a.catalog.SetRouteResources(routeResources(cfg.Proxy.Routes))
+	ps, err := catalog.CompilePolicies(cfg.Policies, cfg.Limits.PolicyDefaults())
+	if err != nil {
+		return err
+	}
+	a.catalog.SetPolicies(ps)
 	// Without Redis the sync keeps the same rules semantics in the process.
 	a.sync = catalog.NewSync(a.redis, a.catalog, catalog.SyncOptions{
 		KeyPrefix: cfg.Redis.KeyPrefix, Logf: logx.Printf(slog.LevelWarn),

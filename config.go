@@ -45,6 +45,7 @@ type Config struct {
 	Tenants   []catalog.Tenant  `mapstructure:"tenants"`
 	Limits    limit.Config      `mapstructure:"limits"`
 	Rules     []catalog.Rule    `mapstructure:"rules"`
+	Policies  []catalog.Policy  `mapstructure:"policies"`
 	Adaptive  adaptive.Config   `mapstructure:"adaptive"`
 	GRPC      rls.Config        `mapstructure:"grpc"`
 	Log       logx.Config       `mapstructure:"log"`
@@ -262,10 +263,21 @@ func (c *Config) setDefaultsAndValidate() error {
 		c.Plans.Validate(),
 		c.Limits.Validate(),
 		c.validateCatalog(),
+		c.validatePolicies(),
 		c.Adaptive.Validate(),
 		c.GRPC.Validate(),
 		c.Log.Validate(),
 	)
+}
+
+// validatePolicies checks the policies by compiling them (only when the
+// limits section they take their defaults from is valid).
+func (c *Config) validatePolicies() error {
+	if c.Limits.Validate() != nil {
+		return nil
+	}
+	_, err := catalog.CompilePolicies(c.Policies, c.Limits.PolicyDefaults())
+	return err
 }
 
 // validateCatalog checks tenants and rules by building the catalog they make,

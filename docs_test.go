@@ -26,7 +26,7 @@ func readDoc(t *testing.T, path string) string {
 
 func TestConfigurationDocListsEveryKey(t *testing.T) {
 	doc := readDoc(t, "docs/configuration.md")
-	containers := map[string]bool{"plans": false, "tenants": true, "routes": true, "rules": true, "upstreams": true}
+	containers := map[string]bool{"plans": false, "tenants": true, "routes": true, "rules": true, "upstreams": true, "policies": true}
 	var keys []string
 	keyWalk{MapName: ".NAME", ListItem: "[]", Visit: func(k configKey) bool {
 		if !k.Section {

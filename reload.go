@@ -13,6 +13,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -30,7 +31,7 @@ var (
 // reload applies without a restart; in the adaptive section, every key but
 // adaptive.RestartKeys. Every other changed key is reported as needing a
 // restart.
-var reloadable = []string{"limits.", "tenants", "rules", "log.level", "routes", "upstreams", grpcFilesKey, "grpc.descriptor_override"}
+var reloadable = []string{"limits.", "tenants", "rules", "policies", "log.level", "routes", "upstreams", grpcFilesKey, "grpc.descriptor_override"}
 
 // markLoaded records a configuration that serves: the next generation.
 func markLoaded(now time.Time) {
@@ -105,7 +106,7 @@ func (a *app) apply(next *Config, applied []string) error {
 			return err
 		}
 	}
-	if has("limits.") || has("tenants") || has("rules") {
+	if has("limits.") || has("tenants") || has("rules") || has("policies") {
 		if err := a.applyLimits(next); err != nil {
 			if r != nil {
 				r.abort()
@@ -129,6 +130,10 @@ func (a *app) applyLimits(next *Config) error {
 	// A new limiter starts without the old one's local buckets and cached
 	// refusals, so that a changed limit or rule applies to the next
 	// request; the store keeps the counts.
+	ps, err := catalog.CompilePolicies(next.Policies, next.Limits.PolicyDefaults())
+	if err != nil {
+		return err
+	}
 	l, err := a.newLimiter(next.Limits)
 	if err != nil {
 		return err
@@ -138,11 +143,12 @@ func (a *app) applyLimits(next *Config) error {
 		l.Close()
 		return err
 	}
+	a.catalog.SetPolicies(ps)
 	a.limiter.swap(l)
 	if ms, ok := a.store.(*store.MemoryStore); ok {
 		ms.SetMaxKeys(next.Limits.MaxKeys)
 	}
-	a.cfg.Limits, a.cfg.Tenants, a.cfg.Rules = next.Limits, next.Tenants, next.Rules
+	a.cfg.Limits, a.cfg.Tenants, a.cfg.Rules, a.cfg.Policies = next.Limits, next.Tenants, next.Rules, next.Policies
 	a.onStoreFailure.Store(&next.Limits.OnStoreFailure)
 	return nil
 }

@@ -59,9 +59,17 @@ type Config struct {
 	Tenant int64 `mapstructure:"tenant"`
 	// APIKey is the limit per API key per window. 0: off.
 	APIKey int64 `mapstructure:"api_key"`
-	// IP is the limit per client IP per window, applied to every request.
-	// 0: off.
+	// IP is the limit per client IP per window, applied to the requests
+	// IPScope says. 0: off.
 	IP int64 `mapstructure:"ip"`
+	// IPScope is which requests the IP limit applies to: all (default:
+	// every request, as a client IP is the one identity every request
+	// has) or anonymous (only requests without a known API key, whose
+	// budgets are their key's and tenant's).
+	IPScope string `mapstructure:"ip_scope"`
+	// QuotaTimeZone is the time zone of the calendar quotas' periods (a
+	// name of the IANA database such as Europe/Paris). Default UTC.
+	QuotaTimeZone string `mapstructure:"quota_time_zone"`
 	// LocalFastPath lets a pod lease several permits at once and approve
 	// from them locally. false: every decision asks the store (lease size 1).
 	// Default true.
@@ -112,6 +120,8 @@ type Config struct {
 func (c *Config) SetDefaults() {
 	confutil.SetDefault(&c.Algorithm, store.SlidingWindow.String())
 	confutil.SetDefault(&c.Window, time.Second)
+	confutil.SetDefault(&c.IPScope, IPScopeAll)
+	confutil.SetDefault(&c.QuotaTimeZone, "UTC")
 	if c.LocalFastPath == nil {
 		t := true
 		c.LocalFastPath = &t
@@ -155,6 +165,23 @@ func (c *Config) IDWindow() time.Duration {
 	return c.RequestIDWindow
 }
 
+// Values of limits.ip_scope.
+const (
+	IPScopeAll       = "all"
+	IPScopeAnonymous = "anonymous"
+)
+
+// PolicyDefaults are what the section gives the policies: the default
+// algorithm and window, and the quotas' time zone (UTC when it does not
+// load: Validate refuses it).
+func (c *Config) PolicyDefaults() catalog.PolicyDefaults {
+	zone, err := time.LoadLocation(c.QuotaTimeZone)
+	if err != nil || c.QuotaTimeZone == "" {
+		zone = time.UTC
+	}
+	return catalog.PolicyDefaults{Algorithm: c.Algorithm, Window: c.Window, Zone: zone}
+}
+
 // FastPath reports whether local leases are on (local_fast_path).
 func (c *Config) FastPath() bool { return c.LocalFastPath == nil || *c.LocalFastPath }
 
@@ -167,6 +194,12 @@ func (c *Config) Validate() error {
 	}
 	if _, err := ParseFailurePolicy(c.OnStoreFailure); err != nil {
 		errs = append(errs, &catalog.ValidationError{Field: "limits.on_store_failure", Msg: err.Error()})
+	}
+	if c.IPScope != IPScopeAll && c.IPScope != IPScopeAnonymous {
+		errs = append(errs, &catalog.ValidationError{Field: "limits.ip_scope", Msg: fmt.Sprintf("%q is not one of all, anonymous", c.IPScope)})
+	}
+	if _, err := time.LoadLocation(c.QuotaTimeZone); err != nil {
+		errs = append(errs, &catalog.ValidationError{Field: "limits.quota_time_zone", Msg: fmt.Sprintf("%q is not a time zone such as UTC or Europe/Paris", c.QuotaTimeZone)})
 	}
 	checks := []struct {
 		key string

@@ -267,7 +267,7 @@ func (l *Limiter) MaxTokens(req *Request) (int64, Scope) {
 	if l.cfg.APIKey > 0 && len(req.APIKey) > 0 {
 		bound(l.baseParams(l.cfg.APIKey), ScopeAPIKey)
 	}
-	if l.cfg.IP > 0 && len(req.IP) > 0 {
+	if l.ipApplies(req) {
 		bound(l.baseParams(l.cfg.IP), ScopeIP)
 	}
 	for i := range req.Limits {

@@ -79,13 +79,19 @@ func (l *Limiter) specs(specs *[4]spec, req *Request, mult float64) int {
 		l.finish(s, req)
 		n++
 	}
-	if l.cfg.IP > 0 && len(req.IP) > 0 {
+	if l.ipApplies(req) {
 		s := l.baseSpec(&specs[n], ScopeIP, scale(l.cfg.IP, mult))
 		s.setKey(store.AppendKey(s.buf[:0], "", "ip", req.IP))
 		l.finish(s, req)
 		n++
 	}
 	return n
+}
+
+// ipApplies reports whether limits.ip applies to req (limits.ip_scope).
+func (l *Limiter) ipApplies(req *Request) bool {
+	return l.cfg.IP > 0 && len(req.IP) > 0 &&
+		(l.cfg.IPScope != IPScopeAnonymous || req.Tenant == "" && len(req.APIKey) == 0)
 }
 
 // baseSpec makes s a limit of the base configuration (tenant, API key, IP)

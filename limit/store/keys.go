@@ -82,3 +82,8 @@ const (
 	suffixTokenBucket    = ":tb"
 	suffixQuota          = ":q:" // then the period and its start
 )
+
+// AppendKeyPart appends one part of a key with the bytes that would end it
+// or collide escaped (as AppendKey escapes its parts), for callers that
+// build a part of their own from several values.
+func AppendKeyPart(dst, p []byte) []byte { return appendKeyPart(dst, p) }

@@ -1,0 +1,276 @@
+package catalog
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/store"
+)
+
+// Policy is one entry of the `policies` section: which requests it applies
+// to (Match), what identifies a budget (Key), and the limits that all must
+// pass for each budget.
+type Policy struct {
+	// Name identifies the policy: in its store keys, in metrics and in the
+	// RateLimit-Policy header. Unique; letters, digits, '-', '_', '.'.
+	Name  string      `mapstructure:"name" json:"name"`
+	Match PolicyMatch `mapstructure:"match" json:"match"`
+	// Key lists the attributes whose values make one budget (see
+	// ParseKeyAttr). A request without one of them is not counted.
+	Key    []string      `mapstructure:"key" json:"key"`
+	Limits []PolicyLimit `mapstructure:"limits" json:"limits"`
+	// PlanMultiplier multiplies the limits by the plan's multiplier. nil:
+	// true when Key includes tenant or api_key, else false.
+	PlanMultiplier *bool `mapstructure:"plan_multiplier" json:"plan_multiplier,omitempty"`
+	// Shadow counts but never refuses.
+	Shadow    bool            `mapstructure:"shadow" json:"shadow,omitempty"`
+	Unlimited PolicyUnlimited `mapstructure:"unlimited" json:"unlimited"`
+}
+
+// PolicyMatch selects the requests of a policy; every field present must
+// match, and an empty match selects every request.
+type PolicyMatch struct {
+	Resources []string `mapstructure:"resources" json:"resources,omitempty"`
+	Methods   []string `mapstructure:"methods" json:"methods,omitempty"`
+	// Hosts match the Host header without its port, ignoring case.
+	Hosts []string `mapstructure:"hosts" json:"hosts,omitempty"`
+	// Headers must be present with the value ("*": with any value). Names
+	// ignore case.
+	Headers map[string]string `mapstructure:"headers" json:"headers,omitempty"`
+	// Anonymous true: only requests without a known API key; false: only
+	// requests with one; nil: both.
+	Anonymous *bool `mapstructure:"anonymous" json:"anonymous,omitempty"`
+}
+
+// PolicyLimit is one limit of a policy: a window (sliding_window,
+// sliding_log), a token bucket, or a calendar quota (Period).
+type PolicyLimit struct {
+	// Algorithm defaults to limits.algorithm; with Period it is quota.
+	Algorithm  string            `mapstructure:"algorithm" json:"algorithm,omitempty"`
+	Limit      int64             `mapstructure:"limit" json:"limit,omitempty"`
+	Window     confutil.Duration `mapstructure:"window" json:"window,omitempty"`
+	Period     string            `mapstructure:"period" json:"period,omitempty"`
+	Capacity   int64             `mapstructure:"capacity" json:"capacity,omitempty"`
+	RefillRate float64           `mapstructure:"refill_rate" json:"refill_rate,omitempty"`
+}
+
+// PolicyUnlimited exempts requests from a policy: they are never counted
+// and never refused by it.
+type PolicyUnlimited struct {
+	// Values are key values: the whole key (its attributes' values joined
+	// by ':') or the value of any one attribute.
+	Values []string `mapstructure:"values" json:"values,omitempty"`
+	// CIDRs exempt client IPs.
+	CIDRs []string `mapstructure:"cidrs" json:"cidrs,omitempty"`
+}
+
+// quotaAlgorithm is the algorithm name of a limit with a period.
+const quotaAlgorithm = "quota"
+
+// PolicyDefaults are what the limits section gives the policies.
+type PolicyDefaults struct {
+	Algorithm string         // limits.algorithm
+	Window    time.Duration  // limits.window
+	Zone      *time.Location // limits.quota_time_zone (nil: UTC)
+}
+
+// Validate checks a policy; field is its YAML key (policies[0]). The error
+// joins one line per bad key, each naming the policy.
+func (p *Policy) Validate(field string, def PolicyDefaults) error {
+	var errs []error
+	bad := func(k, msg string) {
+		if p.Name != "" {
+			msg = fmt.Sprintf("policy %q: %s", p.Name, msg)
+		}
+		errs = append(errs, &ValidationError{Field: subKey(field, k), Msg: msg})
+	}
+	if err := checkName(subKey(field, "name"), p.Name); err != nil {
+		errs = append(errs, err)
+	}
+	if len(p.Key) == 0 {
+		bad("key", "required: one or more of ip, ip/N, api_key, tenant, plan, resource, method, path, header:NAME, query:NAME")
+	}
+	for i, k := range p.Key {
+		if _, err := ParseKeyAttr(k); err != nil {
+			bad(fmt.Sprintf("key[%d]", i), err.Error())
+		}
+	}
+	p.validateMatch(bad)
+	if len(p.Limits) == 0 {
+		bad("limits", "required: one or more limits ({limit: 10, window: 1s}, {limit: 2000, period: day})")
+	}
+	labels := map[string]int{}
+	for i := range p.Limits {
+		k := fmt.Sprintf("limits[%d]", i)
+		if lerrs := p.Limits[i].validate(def); len(lerrs) > 0 {
+			for _, e := range lerrs {
+				bad(k+"."+e.Field, e.Msg)
+			}
+			continue
+		}
+		lab := p.Limits[i].Label(def)
+		if j, dup := labels[lab]; dup {
+			bad(k, fmt.Sprintf("a second limit of %s (limits[%d]): one limit per window or period", lab, j))
+		}
+		labels[lab] = i
+	}
+	for i, c := range p.Unlimited.CIDRs {
+		if _, err := netip.ParsePrefix(c); err != nil {
+			bad(fmt.Sprintf("unlimited.cidrs[%d]", i), fmt.Sprintf("%q is not a CIDR such as 10.0.0.0/8", c))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Policy) validateMatch(bad func(k, msg string)) {
+	for i, r := range p.Match.Resources {
+		if err := checkName("", r); err != nil {
+			bad(fmt.Sprintf("match.resources[%d]", i), err.(*ValidationError).Msg)
+		}
+	}
+	for i, m := range p.Match.Methods {
+		if m == "" || strings.ToUpper(m) != m || strings.ContainsAny(m, " \t") {
+			bad(fmt.Sprintf("match.methods[%d]", i), fmt.Sprintf("%q must be an upper-case method such as POST", m))
+		}
+	}
+	for i, h := range p.Match.Hosts {
+		if h == "" || strings.ContainsAny(h, " /:") {
+			bad(fmt.Sprintf("match.hosts[%d]", i), fmt.Sprintf("%q must be a host name without port", h))
+		}
+	}
+	for name := range p.Match.Headers {
+		if name == "" || strings.ContainsAny(name, " :") {
+			bad("match.headers", fmt.Sprintf("%q is not a header name", name))
+		}
+	}
+}
+
+// withAlgorithm is l's algorithm with the defaults applied.
+func (l *PolicyLimit) withAlgorithm(def PolicyDefaults) string {
+	switch {
+	case l.Period != "":
+		return quotaAlgorithm
+	case l.Algorithm != "":
+		return l.Algorithm
+	}
+	return def.Algorithm
+}
+
+// validate returns what is wrong with l, each error naming its key
+// within the limit (limit, window, period, ...).
+func (l *PolicyLimit) validate(def PolicyDefaults) []*ValidationError {
+	if l.Period != "" {
+		var errs []*ValidationError
+		bad := func(k, msg string) { errs = append(errs, &ValidationError{Field: k, Msg: msg}) }
+		if l.Algorithm != "" && l.Algorithm != quotaAlgorithm {
+			bad("algorithm", fmt.Sprintf("a period makes a calendar quota: algorithm %q does not apply", l.Algorithm))
+		}
+		if _, err := store.ParsePeriod(l.Period); err != nil {
+			bad("period", err.Error())
+		}
+		if l.Window != 0 || l.Capacity != 0 || l.RefillRate != 0 {
+			bad("period", "a quota has limit and period only (no window, capacity or refill_rate)")
+		}
+		if l.Limit < 1 || l.Limit > store.MaxLimit {
+			bad("limit", fmt.Sprintf("%d is out of range 1..%d", l.Limit, int64(store.MaxLimit)))
+		}
+		return errs
+	}
+	r := Rule{Algorithm: l.withAlgorithm(def), Limit: l.Limit, Window: l.Window, Capacity: l.Capacity, RefillRate: l.RefillRate}
+	r.SetDefaults(def.Algorithm, def.Window)
+	r.Tenant, r.Resource = "policy", "policy" // names are the policy's to check
+	var errs []*ValidationError
+	if err := r.Validate(""); err != nil {
+		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+			var ve *ValidationError
+			if errors.As(e, &ve) {
+				errs = append(errs, ve)
+			}
+		}
+	}
+	return errs
+}
+
+// Params returns the store parameters of a valid limit.
+func (l *PolicyLimit) Params(def PolicyDefaults) store.Params {
+	if l.Period != "" {
+		per, _ := store.ParsePeriod(l.Period)
+		return store.Params{Algorithm: store.Quota, Limit: l.Limit, Period: per, Zone: def.Zone}
+	}
+	r := Rule{Algorithm: l.withAlgorithm(def), Limit: l.Limit, Window: l.Window, Capacity: l.Capacity, RefillRate: l.RefillRate}
+	r.SetDefaults(def.Algorithm, def.Window)
+	return r.storeParams()
+}
+
+// Label names a valid limit within its policy: its window ("1s"), its
+// period ("day"), or "bucket" for a token bucket. It is the limit's
+// metric label and part of its store key.
+func (l *PolicyLimit) Label(def PolicyDefaults) string {
+	p := l.Params(def)
+	switch {
+	case p.Algorithm == store.Quota:
+		return p.Period.String()
+	case p.Algorithm == store.TokenBucket:
+		return "bucket"
+	}
+	return p.Window.String()
+}
+
+// AttrKind is the kind of a key attribute.
+type AttrKind uint8
+
+// Key attributes.
+const (
+	AttrIP AttrKind = iota + 1
+	AttrIPPrefix
+	AttrAPIKey
+	AttrTenant
+	AttrPlan
+	AttrResource
+	AttrMethod
+	AttrPath
+	AttrHeader
+	AttrQuery
+)
+
+// KeyAttr is one parsed key attribute: its kind, the header or query
+// parameter name, and the prefix length of ip/N.
+type KeyAttr struct {
+	Kind AttrKind
+	Name []byte
+	Bits int
+}
+
+var simpleAttrs = map[string]AttrKind{"ip": AttrIP, "api_key": AttrAPIKey, "tenant": AttrTenant, "plan": AttrPlan,
+	"resource": AttrResource, "method": AttrMethod, "path": AttrPath}
+
+// ParseKeyAttr parses one key attribute: ip, ip/N (N 1..32: the IPv4
+// prefix; 33..128: the IPv6 prefix; an address of the other family is
+// used whole), api_key, tenant, plan, resource, method, path, header:NAME,
+// query:NAME.
+func ParseKeyAttr(s string) (KeyAttr, error) {
+	if k, ok := simpleAttrs[s]; ok {
+		return KeyAttr{Kind: k}, nil
+	}
+	if bits, ok := strings.CutPrefix(s, "ip/"); ok {
+		n, err := strconv.Atoi(bits)
+		if err != nil || n < 1 || n > 128 {
+			return KeyAttr{}, fmt.Errorf("%q: the prefix of ip/N is 1..32 (IPv4) or 33..128 (IPv6)", s)
+		}
+		return KeyAttr{Kind: AttrIPPrefix, Bits: n}, nil
+	}
+	for prefix, kind := range map[string]AttrKind{"header:": AttrHeader, "query:": AttrQuery} {
+		if name, ok := strings.CutPrefix(s, prefix); ok {
+			if name == "" || strings.ContainsAny(name, " :") {
+				return KeyAttr{}, fmt.Errorf("%q needs a name after %s", s, prefix)
+			}
+			return KeyAttr{Kind: kind, Name: []byte(name)}, nil
+		}
+	}
+	return KeyAttr{}, fmt.Errorf("%q is not one of ip, ip/N, api_key, tenant, plan, resource, method, path, header:NAME, query:NAME", s)
+}

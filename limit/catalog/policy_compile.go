@@ -1,0 +1,342 @@
+package catalog
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/sentinel-gateway/sentinel/limit/store"
+)
+
+// Attrs reads a request's headers and query parameters for the policies
+// that match or key on them. The request path implements it over the
+// request it serves; both methods are called on the request path, so they
+// must not allocate, and the slices they return are read only during the
+// call that asked for them. nil (absent) and empty values are the same.
+type Attrs interface {
+	Header(name []byte) []byte
+	Query(name []byte) []byte
+}
+
+// Subject is what the policies read of one request. Its slices are read
+// only while a policy method runs.
+type Subject struct {
+	IP, APIKey             []byte
+	Tenant, Plan, Resource string
+	Method, Host, Path     []byte
+	Attrs                  Attrs // nil: no headers, no query
+}
+
+// Anonymous reports whether the request has no known API key.
+func (s *Subject) Anonymous() bool { return s.Tenant == "" && len(s.APIKey) == 0 }
+
+// addr parses the client IP (the zero Addr when there is none).
+func (s *Subject) addr() netip.Addr {
+	if len(s.IP) == 0 {
+		return netip.Addr{}
+	}
+	// Read as a string for this call only: no copy.
+	a, _ := netip.ParseAddr(unsafe.String(unsafe.SliceData(s.IP), len(s.IP)))
+	return a
+}
+
+// MaxValueLen is the longest attribute value kept as it is in a store key;
+// a longer one is replaced by its hash, so that a client cannot make keys
+// of any size.
+const MaxValueLen = 128
+
+// CompiledPolicy is a validated policy, compiled once so that the request
+// path parses and allocates nothing. It is read-only.
+type CompiledPolicy struct {
+	Name string
+	// Params are the store parameters of each limit, Labels their names.
+	Params []store.Params
+	Labels []string
+	Attrs  []KeyAttr
+	// PlanMultiplier: the limits are multiplied by the plan's multiplier.
+	PlanMultiplier bool
+	Shadow         bool
+
+	resources map[string]struct{} // nil: any
+	methods   [][]byte
+	hosts     [][]byte
+	headers   []headerMatch
+	anonymous int8 // 1: anonymous requests only; -1: known API keys only
+	values    map[string]struct{}
+	cidrs     []netip.Prefix
+}
+
+type headerMatch struct {
+	name, value []byte // value nil: any value
+}
+
+// PolicySet is the compiled `policies` section. It is read-only.
+type PolicySet struct {
+	all         []*CompiledPolicy
+	byResource  map[string][]*CompiledPolicy // policies that match these resources
+	anyResource []*CompiledPolicy            // policies that match any resource
+}
+
+// Len returns the number of policies.
+func (ps *PolicySet) Len() int {
+	if ps == nil {
+		return 0
+	}
+	return len(ps.all)
+}
+
+// All returns the policies in configuration order.
+func (ps *PolicySet) All() []*CompiledPolicy {
+	if ps == nil {
+		return nil
+	}
+	return ps.all
+}
+
+// For returns the policies that may match a request on resource: those
+// that name it, then those for any resource. It allocates nothing.
+func (ps *PolicySet) For(resource string) (named, any []*CompiledPolicy) {
+	if ps == nil {
+		return nil, nil
+	}
+	return ps.byResource[resource], ps.anyResource
+}
+
+// CompilePolicies validates and compiles the `policies` section. Errors
+// name the YAML key (policies[0].limits[1].period), one line per bad key.
+func CompilePolicies(policies []Policy, def PolicyDefaults) (*PolicySet, error) {
+	ps := &PolicySet{byResource: map[string][]*CompiledPolicy{}}
+	var errs []error
+	names := map[string]int{}
+	for i := range policies {
+		p := &policies[i]
+		field := fmt.Sprintf("policies[%d]", i)
+		if err := p.Validate(field, def); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if j, dup := names[p.Name]; dup {
+			errs = append(errs, &ValidationError{Field: field + ".name", Msg: fmt.Sprintf("policy %q is also policies[%d]", p.Name, j)})
+			continue
+		}
+		names[p.Name] = i
+		cp := compile(p, def)
+		ps.all = append(ps.all, cp)
+		if cp.resources == nil {
+			ps.anyResource = append(ps.anyResource, cp)
+		}
+		for r := range cp.resources {
+			ps.byResource[r] = append(ps.byResource[r], cp)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return ps, nil
+}
+
+// compile builds a valid policy's compiled form.
+func compile(p *Policy, def PolicyDefaults) *CompiledPolicy {
+	cp := &CompiledPolicy{Name: p.Name, Shadow: p.Shadow}
+	for _, k := range p.Key {
+		a, _ := ParseKeyAttr(k)
+		cp.Attrs = append(cp.Attrs, a)
+		cp.PlanMultiplier = cp.PlanMultiplier || a.Kind == AttrTenant || a.Kind == AttrAPIKey
+	}
+	if p.PlanMultiplier != nil {
+		cp.PlanMultiplier = *p.PlanMultiplier
+	}
+	for i := range p.Limits {
+		cp.Params = append(cp.Params, p.Limits[i].Params(def))
+		cp.Labels = append(cp.Labels, p.Limits[i].Label(def))
+	}
+	m := &p.Match
+	if len(m.Resources) > 0 {
+		cp.resources = make(map[string]struct{}, len(m.Resources))
+		for _, r := range m.Resources {
+			cp.resources[r] = struct{}{}
+		}
+	}
+	for _, v := range m.Methods {
+		cp.methods = append(cp.methods, []byte(v))
+	}
+	for _, h := range m.Hosts {
+		cp.hosts = append(cp.hosts, []byte(strings.ToLower(h)))
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.Headers)) {
+		hm := headerMatch{name: []byte(name)}
+		if v := m.Headers[name]; v != "*" {
+			hm.value = []byte(v)
+		}
+		cp.headers = append(cp.headers, hm)
+	}
+	if m.Anonymous != nil {
+		cp.anonymous = -1
+		if *m.Anonymous {
+			cp.anonymous = 1
+		}
+	}
+	if len(p.Unlimited.Values) > 0 {
+		cp.values = make(map[string]struct{}, len(p.Unlimited.Values))
+		for _, v := range p.Unlimited.Values {
+			cp.values[v] = struct{}{}
+		}
+	}
+	for _, c := range p.Unlimited.CIDRs {
+		pr, _ := netip.ParsePrefix(c)
+		cp.cidrs = append(cp.cidrs, pr.Masked())
+	}
+	return cp
+}
+
+// Matches reports whether the policy applies to s (its resource aside,
+// which PolicySet.For selects). It allocates nothing.
+func (p *CompiledPolicy) Matches(s *Subject) bool {
+	if p.anonymous != 0 && s.Anonymous() != (p.anonymous > 0) {
+		return false
+	}
+	if len(p.methods) > 0 && !slices.ContainsFunc(p.methods, func(m []byte) bool { return bytes.Equal(m, s.Method) }) {
+		return false
+	}
+	if len(p.hosts) > 0 {
+		h := hostOnly(s.Host)
+		if !slices.ContainsFunc(p.hosts, func(m []byte) bool { return bytes.EqualFold(m, h) }) {
+			return false
+		}
+	}
+	for i := range p.headers {
+		hm := &p.headers[i]
+		var v []byte
+		if s.Attrs != nil {
+			v = s.Attrs.Header(hm.name)
+		}
+		if len(v) == 0 || (hm.value != nil && !bytes.Equal(v, hm.value)) {
+			return false
+		}
+	}
+	return true
+}
+
+// hostOnly is a Host header without its port.
+func hostOnly(h []byte) []byte {
+	if len(h) > 0 && h[0] == '[' {
+		if i := bytes.IndexByte(h, ']'); i > 0 {
+			return h[1:i]
+		}
+		return h
+	}
+	if i := bytes.LastIndexByte(h, ':'); i >= 0 {
+		return h[:i]
+	}
+	return h
+}
+
+// AppendIdentity appends the escaped values of the policy's key attributes
+// for s, joined by ':', to dst. ok is false when the request is not
+// counted by the policy: an attribute has no value, or the request is
+// exempt (unlimited). A value longer than MaxValueLen is replaced by a
+// hash that no escaped value can equal. It allocates only when dst is too
+// small.
+func (p *CompiledPolicy) AppendIdentity(dst []byte, s *Subject) (out []byte, ok bool) {
+	if len(p.cidrs) > 0 {
+		if a := s.addr(); a.IsValid() && slices.ContainsFunc(p.cidrs, func(c netip.Prefix) bool { return c.Contains(a.Unmap()) }) {
+			return dst, false
+		}
+	}
+	var joined [2 * MaxValueLen]byte // the raw whole key, for the unlimited values
+	raw, whole := joined[:0], len(p.Attrs) > 1 && p.values != nil
+	start := len(dst)
+	for i := range p.Attrs {
+		var ipBuf [48]byte
+		v := p.Attrs[i].value(s, ipBuf[:0])
+		if len(v) == 0 {
+			return dst[:start], false
+		}
+		if p.values != nil {
+			if _, exempt := p.values[string(v)]; exempt {
+				return dst[:start], false
+			}
+		}
+		if whole = whole && len(raw)+1+len(v) <= cap(raw); whole {
+			if i > 0 {
+				raw = append(raw, ':')
+			}
+			raw = append(raw, v...)
+		}
+		if i > 0 {
+			dst = append(dst, ':')
+		}
+		if len(v) > MaxValueLen {
+			// '%' in a value is escaped as %25: "%H" never starts one.
+			dst = append(dst, '%', 'H')
+			dst = strconv.AppendUint(dst, xxhash.Sum64(v), 16)
+			continue
+		}
+		dst = store.AppendKeyPart(dst, v)
+	}
+	if whole {
+		if _, exempt := p.values[string(raw)]; exempt {
+			return dst[:start], false
+		}
+	}
+	return dst, true
+}
+
+// value is the attribute's value for s; buf is room for a formatted IP
+// prefix.
+func (a *KeyAttr) value(s *Subject, buf []byte) []byte {
+	switch a.Kind {
+	case AttrIP:
+		return s.IP
+	case AttrIPPrefix:
+		return appendPrefix(buf, s, a.Bits)
+	case AttrAPIKey:
+		return s.APIKey
+	case AttrTenant:
+		return unsafe.Slice(unsafe.StringData(s.Tenant), len(s.Tenant))
+	case AttrPlan:
+		return unsafe.Slice(unsafe.StringData(s.Plan), len(s.Plan))
+	case AttrResource:
+		return unsafe.Slice(unsafe.StringData(s.Resource), len(s.Resource))
+	case AttrMethod:
+		return s.Method
+	case AttrPath:
+		return s.Path
+	case AttrHeader:
+		if s.Attrs != nil {
+			return s.Attrs.Header(a.Name)
+		}
+	case AttrQuery:
+		if s.Attrs != nil {
+			return s.Attrs.Query(a.Name)
+		}
+	}
+	return nil
+}
+
+// appendPrefix appends the client IP's prefix of bits (an IPv4 prefix for
+// bits <= 32, an IPv6 one above) and returns it; an address of the other
+// family is appended whole.
+func appendPrefix(buf []byte, s *Subject, bits int) []byte {
+	a := s.addr().Unmap()
+	if !a.IsValid() {
+		return nil
+	}
+	if a.Is4() == (bits <= 32) {
+		pr, err := a.Prefix(bits)
+		if err == nil {
+			buf = pr.Addr().AppendTo(buf)
+			buf = append(buf, '/')
+			return strconv.AppendInt(buf, int64(bits), 10)
+		}
+	}
+	return a.AppendTo(buf)
+}
