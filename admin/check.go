@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/valyala/fasthttp"
@@ -99,17 +100,28 @@ func (s *Server) request(prefix string, c *checkRequest, dst *limit.Request, buf
 		Tokens:   c.tokens(),
 		Peek:     c.tokens() == 0,
 	}
-	if c.Key != "" {
-		n := len(buf)
-		buf = append(buf, c.Key...)
-		dst.APIKey = buf[n:len(buf):len(buf)]
+	buf, dst.APIKey = appendField(buf, c.Key)
+	buf, dst.Method = appendField(buf, c.Method)
+	buf, dst.Host = appendField(buf, c.Host)
+	buf, dst.Path = appendField(buf, c.Path)
+	if len(c.Headers)+len(c.Query) > 0 {
+		dst.Attrs = &checkAttrs{headers: c.Headers, query: c.Query}
 	}
-	if c.RequestID != "" && s.deps.TrustRequestID {
-		n := len(buf)
-		buf = append(buf, c.RequestID...)
-		dst.RequestID = buf[n:len(buf):len(buf)]
+	if s.deps.TrustRequestID {
+		buf, dst.RequestID = appendField(buf, c.RequestID)
 	}
 	return buf, nil
+}
+
+// appendField appends v to buf and returns both; the field is nil when v
+// is empty.
+func appendField(buf []byte, v string) ([]byte, []byte) {
+	if v == "" {
+		return buf, nil
+	}
+	n := len(buf)
+	buf = append(buf, v...)
+	return buf, buf[n:len(buf):len(buf)]
 }
 
 // appendCheckResult appends the JSON answer of one decision:
@@ -164,3 +176,21 @@ func appendLimits(dst []byte, d *limit.Decision) []byte {
 	}
 	return append(dst, ']')
 }
+
+// checkAttrs are a check's headers and query parameters for the policies.
+// Header names ignore case, as HTTP's do.
+type checkAttrs struct{ headers, query map[string]string }
+
+func (a *checkAttrs) Header(name []byte) []byte {
+	if v, ok := a.headers[string(name)]; ok {
+		return []byte(v)
+	}
+	for k, v := range a.headers {
+		if strings.EqualFold(k, string(name)) {
+			return []byte(v)
+		}
+	}
+	return nil
+}
+
+func (a *checkAttrs) Query(name []byte) []byte { return []byte(a.query[string(name)]) }

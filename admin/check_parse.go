@@ -24,7 +24,10 @@ const (
 	// MaxBatchChecks is the largest number of checks in one batch.
 	MaxBatchChecks = 100
 	maxNameLen     = 128 // tenant_id, resource
-	maxKeyLen      = 256 // key, request_id
+	maxKeyLen      = 256 // key, request_id, host
+	maxPathLen     = 2048
+	maxAttrs       = 64   // headers, query
+	maxAttrLen     = 1024 // a header or query value
 )
 
 // checkRequest is the body of POST /v1/ratelimit/check.
@@ -40,6 +43,14 @@ type checkRequest struct {
 	Key             string `json:"key"`
 	TokensRequested *int64 `json:"tokens_requested"`
 	RequestID       string `json:"request_id"`
+	// Method, Host, Path, Headers and Query describe the request for the
+	// policies that match or key on them; absent: those policies do not
+	// apply (or do not count the check).
+	Method  string            `json:"method"`
+	Host    string            `json:"host"`
+	Path    string            `json:"path"`
+	Headers map[string]string `json:"headers"`
+	Query   map[string]string `json:"query"`
 }
 
 // tokens is tokens_requested with its default of 1.
@@ -111,6 +122,12 @@ func parseCheckFast(body []byte) (r checkRequest, ok bool) {
 			dst = &r.Key
 		case "request_id":
 			dst = &r.RequestID
+		case "method":
+			dst = &r.Method
+		case "host":
+			dst = &r.Host
+		case "path":
+			dst = &r.Path
 		case "tokens_requested":
 			n, ok := p.int()
 			if !ok {
@@ -246,8 +263,40 @@ func (r *checkRequest) validate(prefix string) *catalog.ValidationError {
 	if fe := checkName(prefix+"request_id", r.RequestID, false, maxKeyLen); fe != nil {
 		return fe
 	}
+	if fe := r.validateRequest(prefix); fe != nil {
+		return fe
+	}
 	if n := r.tokens(); n < 0 || n > MaxTokensRequested {
 		return badField(prefix+"tokens_requested", "must be between 0 (a peek) and "+strconv.Itoa(MaxTokensRequested)+", got "+strconv.FormatInt(n, 10))
+	}
+	return nil
+}
+
+// validateRequest checks the fields that describe the request.
+func (r *checkRequest) validateRequest(prefix string) *catalog.ValidationError {
+	for _, f := range [...]struct {
+		name, v string
+		max     int
+	}{{"method", r.Method, 16}, {"host", r.Host, maxKeyLen}, {"path", r.Path, maxPathLen}} {
+		if fe := checkName(prefix+f.name, f.v, false, f.max); fe != nil {
+			return fe
+		}
+	}
+	for _, m := range [...]struct {
+		name string
+		m    map[string]string
+	}{{"headers", r.Headers}, {"query", r.Query}} {
+		if len(m.m) > maxAttrs {
+			return badField(prefix+m.name, strconv.Itoa(len(m.m))+" entries; at most "+strconv.Itoa(maxAttrs)+" allowed")
+		}
+		for k, v := range m.m {
+			if fe := checkName(prefix+m.name+"."+k, k, true, maxNameLen); fe != nil {
+				return fe
+			}
+			if fe := checkName(prefix+m.name+"."+k, v, false, maxAttrLen); fe != nil {
+				return fe
+			}
+		}
 	}
 	return nil
 }

@@ -106,10 +106,9 @@ func TestMaxTokensMatchesSpecs(t *testing.T) {
 				c.Tenant, c.APIKey, c.IP = base[0], base[1], base[2]
 			}), memStore(t), Options{Catalog: cat})
 			for _, req := range reqs {
-				var specs [4]spec
-				n := l.specs(&specs, &req, 1)
+				specs := l.specs(nil, &req, 1)
 				want, wantScope := int64(store.MaxLimit), ScopeNone
-				for i := range n {
+				for i := range specs {
 					if specs[i].most < want {
 						want, wantScope = specs[i].most, specs[i].scope
 					}

@@ -40,13 +40,7 @@ func (l *Limiter) withLimits(base []spec, req *Request, mult float64) []spec {
 		lim := &req.Limits[i]
 		out = append(out, spec{})
 		s := &out[len(out)-1]
-		s.scope, s.shadow, s.params, s.name = ScopeLimit, lim.Shadow, lim.Params, lim.Name
-		if s.params.Algorithm == store.TokenBucket {
-			s.params.Capacity = scale(s.params.Capacity, mult)
-			s.params.RefillRate *= mult
-		} else {
-			s.params.Limit = scale(s.params.Limit, mult)
-		}
+		s.scope, s.shadow, s.params, s.name = ScopeLimit, lim.Shadow, scaleParams(lim.Params, mult), lim.Name
 		scope := lim.Scope
 		if scope == "" {
 			scope = defaultLimitScope

@@ -151,12 +151,13 @@ func (l *Limiter) Status() LimiterStatus {
 func (l *Limiter) StoreHealthy() bool { return l.breakers.State() == breaker.Closed }
 
 // Allow decides one request. It returns within the store deadline and
-// allocates nothing when every limit is served from a local lease.
+// allocates nothing when every limit is served from a local lease (and at
+// most maxLocalSpecs limits apply).
 func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 	start := l.now()
 	mult, strict := l.adjustment()
-	var specArr [4]spec
-	specs := specArr[:l.specs(&specArr, req, mult)]
+	var specArr [maxLocalSpecs]spec
+	specs := l.specs(specArr[:0], req, mult)
 	if len(req.Limits) > 0 {
 		specs = l.withLimits(specs, req, mult)
 	}
@@ -196,7 +197,7 @@ func (l *Limiter) adjustment() (mult float64, strict bool) {
 // limits gave return.
 func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict bool, now int64, counters *catalog.Counters) Decision {
 	tokens := max(req.Tokens, 1)
-	var useArr [4]use
+	var useArr [maxLocalSpecs]use
 	uses := useArr[:]
 	if len(specs) > len(useArr) {
 		uses = make([]use, len(specs))
@@ -270,6 +271,7 @@ func (l *Limiter) MaxTokens(req *Request) (int64, Scope) {
 	if l.ipApplies(req) {
 		bound(l.baseParams(l.cfg.IP), ScopeIP)
 	}
+	l.policyBound(req, bound)
 	for i := range req.Limits {
 		bound(req.Limits[i].Params, ScopeLimit)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
 )
@@ -33,5 +35,57 @@ func TestLimiterFastPathAllocatesNothing(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Fatalf("the local fast path allocates %.1f times per decision", n)
+	}
+}
+
+// ptrHeaders is Attrs behind a pointer, as the request path passes it: an
+// interface holding a pointer does not allocate.
+type ptrHeaders struct{ user, env []byte }
+
+func (h *ptrHeaders) Header(n []byte) []byte {
+	switch string(n) {
+	case "X-User-Id":
+		return h.user
+	case "X-Env":
+		return h.env
+	}
+	return nil
+}
+
+func (h *ptrHeaders) Query([]byte) []byte { return nil }
+
+// TestPolicyFastPathAllocatesNothing decides the base limits, a rule and
+// three policies (one keyed by a header, one with a calendar quota, one by
+// an IPv4 prefix with unlimited values and CIDRs) from local leases.
+func TestPolicyFastPathAllocatesNothing(t *testing.T) {
+	cfg := testLimitsConfig(func(c *Config) {
+		c.IP, c.APIKey, c.Tenant = 1<<39, 1<<39, 1<<39
+		c.Window = time.Hour
+		c.LeaseTTL = time.Minute
+		c.MaxLease = 1 << 19
+	})
+	big := int64(1 << 39)
+	cat := withPolicies(t, testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: big, Window: confutil.Duration(time.Hour)}), cfg,
+		catalog.Policy{Name: "per-user", Match: catalog.PolicyMatch{Methods: []string{"POST"}, Headers: map[string]string{"X-Env": "prod"}},
+			Key: []string{"header:X-User-Id"}, Limits: []catalog.PolicyLimit{{Limit: big, Window: confutil.Duration(time.Hour)}}},
+		catalog.Policy{Name: "tenant-day", Key: []string{"tenant", "resource"}, Limits: []catalog.PolicyLimit{{Limit: big, Period: "day"}}},
+		catalog.Policy{Name: "subnet", Key: []string{"ip/24"}, Limits: []catalog.PolicyLimit{{Limit: big, Window: confutil.Duration(time.Hour)}},
+			Unlimited: catalog.PolicyUnlimited{Values: []string{"10.9.9.0/24"}, CIDRs: []string{"10.20.0.0/16"}}},
+	)
+	l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: cat, Adjuster: fixedAdjuster{1, false}})
+	req := &Request{IP: []byte("10.0.0.1"), APIKey: []byte("k1"), Tenant: "acme", Plan: "PREMIUM", Resource: "r",
+		Method: []byte("POST"), Attrs: &ptrHeaders{user: []byte("user-1"), env: []byte("prod")}}
+	ctx := context.Background()
+	for range 10 {
+		l.Allow(ctx, req)
+	}
+	specs := l.specs(nil, req, 1)
+	require.Len(t, specs, 7, "four derived limits and three policies")
+	if n := testing.AllocsPerRun(1000, func() {
+		if !l.Allow(ctx, req).Allowed {
+			t.Fatal("rejected")
+		}
+	}); n != 0 {
+		t.Fatalf("a decision with policies allocates %.1f times", n)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 )
 
@@ -92,4 +94,30 @@ func BenchmarkAllowRedis10kKeys(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(st.calls.Load())/float64(b.N), "store-calls/op")
+}
+
+// BenchmarkAllowPolicies is BenchmarkAllowLocal with 0 to 4 policies keyed
+// by a header, each decided from a local lease: the difference between
+// two steps is what one more policy costs.
+func BenchmarkAllowPolicies(b *testing.B) {
+	for _, n := range []int{0, 1, 2, 4} {
+		b.Run("policies="+strconv.Itoa(n), func(b *testing.B) {
+			cfg := testLimitsConfig(func(c *Config) {
+				c.IP, c.Tenant, c.Window, c.LeaseTTL, c.MaxLease = 1<<39, 1<<39, time.Hour, time.Minute, 1<<19
+			})
+			var policies []catalog.Policy
+			for i := range n {
+				policies = append(policies, catalog.Policy{Name: "p" + strconv.Itoa(i), Key: []string{"header:X-User-Id"},
+					Limits: []catalog.PolicyLimit{{Limit: 1 << 39, Window: confutil.Duration(time.Hour)}}})
+			}
+			cat := withPolicies(b, testCatalog(b), cfg, policies...)
+			l := newTestLimiter(b, cfg, memStore(b), Options{Catalog: cat})
+			req := &Request{IP: []byte("10.0.0.1"), Tenant: "acme", Plan: "PREMIUM", Resource: "r",
+				Method: []byte("POST"), Attrs: &ptrHeaders{user: []byte("user-1")}}
+			b.ReportAllocs()
+			for b.Loop() {
+				l.Allow(context.Background(), req)
+			}
+		})
+	}
 }

@@ -19,6 +19,14 @@ type Request struct {
 	Plan   string
 	// Resource is the route's resource name (rules are per tenant and resource).
 	Resource string
+	// Method, Host (the Host header, port included or not) and Path are
+	// what policies match and key on; nil: the policies that need them
+	// do not apply.
+	Method, Host, Path []byte
+	// Attrs reads the request's headers and query parameters for the
+	// policies (nil: none). A pointer type in it keeps Allow free of
+	// allocations.
+	Attrs Attrs
 	// RequestID lets sliding_log skip a request it already counted. Callers
 	// set it only when the ID can be trusted (check API callers, an
 	// X-Request-Id set by a trusted proxy).
@@ -36,6 +44,11 @@ type Request struct {
 	Peek bool
 }
 
+// Attrs reads a request's headers and query parameters (see
+// catalog.Attrs): the request path implements it over the request it
+// serves, the check API over its JSON fields.
+type Attrs = catalog.Attrs
+
 // Scope names the limit a decision is about.
 type Scope uint8
 
@@ -46,6 +59,7 @@ const (
 	ScopeTenant              // limits.tenant × plan
 	ScopeRule                // a rule for (tenant, resource)
 	ScopeLimit               // a Limit of the request (Decision.Name names it)
+	ScopePolicy              // a policy (Decision.Name names it)
 )
 
 // String returns the scope's name, as used in JSON bodies and metric labels.
@@ -61,6 +75,8 @@ func (s Scope) String() string {
 		return "rule"
 	case ScopeLimit:
 		return "limit"
+	case ScopePolicy:
+		return "policy"
 	}
 	return "none"
 }
@@ -78,7 +94,8 @@ type Decision struct {
 	// is closed: the request is rejected with 503, not 429.
 	Unavailable bool
 	Scope       Scope
-	// Name is the Limit's Name when Scope is ScopeLimit.
+	// Name is the Limit's Name when Scope is ScopeLimit, the policy's
+	// when it is ScopePolicy.
 	Name      string
 	Limit     int64
 	Remaining int64

@@ -46,46 +46,70 @@ func (s *spec) key() []byte {
 	return s.buf[:s.keyLen]
 }
 
-// specs fills the limits that apply to req and returns how many: the rule
-// first (usually the tightest), then tenant, API key and IP.
-func (l *Limiter) specs(specs *[4]spec, req *Request, mult float64) int {
-	n := 0
+// maxLocalSpecs is how many limits one decision keeps on the stack; a
+// request that more limits apply to (policies, named Limits) is decided
+// the same way from a slice that the append allocates.
+const maxLocalSpecs = 8
+
+// nextSpec extends specs by one zero spec and returns it.
+func nextSpec(specs []spec) ([]spec, *spec) {
+	if len(specs) < cap(specs) {
+		specs = specs[:len(specs)+1]
+		s := &specs[len(specs)-1]
+		*s = spec{}
+		return specs, s
+	}
+	specs = append(specs, spec{})
+	return specs, &specs[len(specs)-1]
+}
+
+// specs appends the limits that apply to req: the rule first (usually the
+// tightest), then tenant, API key and IP, then the policies.
+func (l *Limiter) specs(specs []spec, req *Request, mult float64) []spec {
 	if l.catalog != nil {
 		if r, anon := l.catalog.Lookup(req.Tenant, req.Resource, len(req.IP) > 0); r != nil {
-			s := &specs[n]
+			var s *spec
+			specs, s = nextSpec(specs)
 			s.scope = ScopeRule
-			s.params = r.Params
+			s.params = scaleParams(r.Params, mult)
 			s.shadow = r.Shadow
-			if s.params.Algorithm == store.TokenBucket {
-				s.params.Capacity = scale(s.params.Capacity, mult)
-				s.params.RefillRate *= mult
-			} else {
-				s.params.Limit = scale(s.params.Limit, mult)
-			}
 			s.setKey(appendRuleKey(s.buf[:0], req, anon))
 			l.finish(s, req)
-			n++
 		}
 	}
 	if l.cfg.Tenant > 0 && req.Tenant != "" {
-		s := l.baseSpec(&specs[n], ScopeTenant, scale(l.tenantLimit(req.Plan), mult))
+		var s *spec
+		specs, s = nextSpec(specs)
+		l.baseSpec(s, ScopeTenant, scale(l.tenantLimit(req.Plan), mult))
 		s.setKey(store.AppendKeyStrings(s.buf[:0], "", "tenant", req.Tenant))
 		l.finish(s, req)
-		n++
 	}
 	if l.cfg.APIKey > 0 && len(req.APIKey) > 0 {
-		s := l.baseSpec(&specs[n], ScopeAPIKey, scale(l.cfg.APIKey, mult))
+		var s *spec
+		specs, s = nextSpec(specs)
+		l.baseSpec(s, ScopeAPIKey, scale(l.cfg.APIKey, mult))
 		s.setKey(store.AppendKey(s.buf[:0], "", "key", req.APIKey))
 		l.finish(s, req)
-		n++
 	}
 	if l.ipApplies(req) {
-		s := l.baseSpec(&specs[n], ScopeIP, scale(l.cfg.IP, mult))
+		var s *spec
+		specs, s = nextSpec(specs)
+		l.baseSpec(s, ScopeIP, scale(l.cfg.IP, mult))
 		s.setKey(store.AppendKey(s.buf[:0], "", "ip", req.IP))
 		l.finish(s, req)
-		n++
 	}
-	return n
+	return l.policySpecs(specs, req, mult)
+}
+
+// scaleParams applies the adaptive multiplier to p's budget.
+func scaleParams(p store.Params, mult float64) store.Params {
+	if p.Algorithm == store.TokenBucket {
+		p.Capacity = scale(p.Capacity, mult)
+		p.RefillRate *= mult
+	} else {
+		p.Limit = scale(p.Limit, mult)
+	}
+	return p
 }
 
 // ipApplies reports whether limits.ip applies to req (limits.ip_scope).

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/proxy/hop"
 	"github.com/sentinel-gateway/sentinel/proxy/reqid"
@@ -76,6 +78,7 @@ type exchange struct {
 	peerBuf  [64]byte
 	idBuf    [reqid.MaxLen]byte
 	limitReq limit.Request // the limiter's request
+	attrs    requestAttrs  // limitReq's headers and query
 	body     upload.Reader // a streamed request body being forwarded
 	bodyBuf  []byte        // the buffered head of a request body (server.request_buffer)
 	scratch  []byte        // the X-Forwarded-For value and answer bodies
@@ -114,3 +117,17 @@ func (x *exchange) resource() string {
 	}
 	return x.route.Resource
 }
+
+// requestAttrs reads the headers and query parameters of a request for the
+// limiter's policies (limit.Attrs). The exchange holds it, so the pointer
+// the limiter gets does not allocate; fasthttp parses the query once per
+// request into its reused arguments.
+type requestAttrs struct{ r *fasthttp.Request }
+
+// Header returns the first value of the header name (any case).
+func (a *requestAttrs) Header(name []byte) []byte { return a.r.Header.PeekBytes(name) }
+
+// Query returns the first value of the query parameter name.
+func (a *requestAttrs) Query(name []byte) []byte { return a.r.URI().QueryArgs().PeekBytes(name) }
+
+var _ limit.Attrs = (*requestAttrs)(nil)

@@ -95,7 +95,7 @@ func fill(t *testing.T, v reflect.Value, path string) {
 			fill(t, settable(v.Field(i)), path+"."+v.Type().Field(i).Name)
 		}
 	case reflect.Interface:
-		for _, c := range []any{errors.New("the previous client's"), strings.NewReader("the previous client's")} {
+		for _, c := range []any{errors.New("the previous client's"), strings.NewReader("the previous client's"), &requestAttrs{}} {
 			if reflect.TypeOf(c).Implements(v.Type()) {
 				v.Set(reflect.ValueOf(c))
 				return

@@ -84,7 +84,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, x *exchange) {
 		}
 		return
 	}
-	why := s.admit(x)
+	why := s.admit(ctx, x)
 	switch {
 	case why != nil:
 		s.reject(ctx, x, why)
@@ -144,13 +144,15 @@ func (s *Server) gates(ctx *fasthttp.RequestCtx, x *exchange, pol adaptive.Polic
 // admit asks the limiter and writes its decision in x. The decision's
 // headers go on the answer; a store that cannot decide (on_store_failure:
 // closed) is a reason.
-func (s *Server) admit(x *exchange) *reason {
+func (s *Server) admit(ctx *fasthttp.RequestCtx, x *exchange) *reason {
 	if s.limiter == nil {
 		x.decision = limit.Decision{Allowed: true}
 		return nil
 	}
 	lr := &x.limitReq
-	*lr = limit.Request{IP: x.ipText, Resource: x.resource(), Tokens: 1}
+	x.attrs.r = &ctx.Request
+	*lr = limit.Request{IP: x.ipText, Resource: x.resource(), Tokens: 1,
+		Method: ctx.Method(), Host: ctx.Host(), Path: ctx.Path(), Attrs: &x.attrs}
 	if !x.anonymous {
 		lr.APIKey, lr.Tenant, lr.Plan = x.apiKey, x.tenant, x.plan
 	}

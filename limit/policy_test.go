@@ -1,0 +1,103 @@
+package limit
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/store"
+)
+
+// testClock is a clock the test moves.
+type testClock struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+func (c *testClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at
+}
+
+func (c *testClock) add(d time.Duration) { c.set(c.now().Add(d)) }
+
+func (c *testClock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at = t
+}
+
+// headers is Attrs over a map of canonical header names.
+type headers map[string]string
+
+func (h headers) Header(n []byte) []byte { return []byte(h[string(n)]) }
+func (h headers) Query([]byte) []byte    { return nil }
+
+// withPolicies sets policies on a test catalog, under the defaults of cfg.
+func withPolicies(t testing.TB, cat *catalog.Catalog, cfg Config, policies ...catalog.Policy) *catalog.Catalog {
+	t.Helper()
+	ps, err := catalog.CompilePolicies(policies, cfg.PolicyDefaults())
+	require.NoError(t, err)
+	cat.SetPolicies(ps)
+	return cat
+}
+
+// bidsPolicy is the documentation's example: per X-User-Id on POST bids,
+// perSecond a second and perDay a day.
+func bidsPolicy(perSecond, perDay int64) catalog.Policy {
+	return catalog.Policy{
+		Name:  "bids-per-user",
+		Match: catalog.PolicyMatch{Resources: []string{"bids"}, Methods: []string{"POST"}},
+		Key:   []string{"header:X-User-Id"},
+		Limits: []catalog.PolicyLimit{
+			{Limit: perSecond, Window: confutil.Duration(time.Second)},
+			{Limit: perDay, Period: "day"},
+		},
+		Unlimited: catalog.PolicyUnlimited{Values: []string{"monitoring-bot"}},
+	}
+}
+
+func TestPolicyTwoLimitsAllOrNothing(t *testing.T) {
+	clock := &testClock{at: time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)}
+	mem := store.NewMemoryStore(store.MemoryOptions{Now: clock.now})
+	t.Cleanup(mem.Close)
+	cfg := testLimitsConfig(nil)
+	cat := withPolicies(t, testCatalog(t), cfg, bidsPolicy(10, 25))
+	l := newTestLimiter(t, cfg, mem, Options{Catalog: cat, Now: clock.now})
+	ctx := context.Background()
+	bid := func(user string) Decision {
+		return l.Allow(ctx, &Request{IP: []byte("192.0.2.1"), Resource: "bids", Method: []byte("POST"), Attrs: headers{"X-User-Id": user}})
+	}
+	for i := range 10 {
+		require.True(t, bid("u1").Allowed, "request %d", i)
+	}
+	d := bid("u1")
+	require.False(t, d.Allowed, "the 11th in a second")
+	assert.Equal(t, ScopePolicy, d.Scope)
+	assert.Equal(t, "bids-per-user", d.Name)
+	assert.Equal(t, time.Second, d.Window)
+	assert.True(t, bid("u2").Allowed, "another user has a budget of its own")
+	assert.True(t, bid("monitoring-bot").Allowed, "unlimited")
+	assert.True(t, l.Allow(ctx, &Request{Resource: "bids", Method: []byte("POST")}).Allowed, "without the header: not counted")
+	assert.True(t, l.Allow(ctx, &Request{Resource: "bids", Method: []byte("GET"), Attrs: headers{"X-User-Id": "u1"}}).Allowed, "GET does not match")
+
+	passed := 10
+	for s := 1; s < 10; s++ {
+		clock.add(time.Second)
+		for bid("u1").Allowed {
+			passed++
+		}
+	}
+	assert.Equal(t, 25, passed, "the day's quota")
+	d = bid("u1")
+	assert.Equal(t, int64(25), d.Limit, "refused by the quota")
+	clock.set(time.Date(2026, 3, 3, 0, 0, 1, 0, time.UTC))
+	assert.True(t, bid("u1").Allowed, "a new day")
+}
