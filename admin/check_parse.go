@@ -112,38 +112,18 @@ func parseCheckFast(body []byte) (r checkRequest, ok bool) {
 		if !ok || !p.skip(':') {
 			return r, false
 		}
-		var dst *string
-		switch key {
-		case "tenant_id":
-			dst = &r.TenantID
-		case "resource":
-			dst = &r.Resource
-		case "key":
-			dst = &r.Key
-		case "request_id":
-			dst = &r.RequestID
-		case "method":
-			dst = &r.Method
-		case "host":
-			dst = &r.Host
-		case "path":
-			dst = &r.Path
-		case "tokens_requested":
+		if dst := r.stringField(key); dst != nil {
+			if *dst, ok = p.str(); !ok {
+				return r, false
+			}
+		} else if key != "tokens_requested" {
+			return r, false
+		} else {
 			n, ok := p.int()
 			if !ok {
 				return r, false
 			}
-			if r.TokensRequested == nil {
-				r.TokensRequested = new(int64)
-			}
-			*r.TokensRequested = n
-		default:
-			return r, false
-		}
-		if dst != nil {
-			if *dst, ok = p.str(); !ok {
-				return r, false
-			}
+			r.TokensRequested = &n
 		}
 		if p.skip('}') {
 			return r, p.end()
@@ -152,6 +132,20 @@ func parseCheckFast(body []byte) (r checkRequest, ok bool) {
 			return r, false
 		}
 	}
+}
+
+// stringField is the string field of r named key in JSON, or nil.
+func (r *checkRequest) stringField(key string) *string {
+	for _, f := range [...]struct {
+		name string
+		v    *string
+	}{{"tenant_id", &r.TenantID}, {"resource", &r.Resource}, {"key", &r.Key}, {"request_id", &r.RequestID},
+		{"method", &r.Method}, {"host", &r.Host}, {"path", &r.Path}} {
+		if f.name == key {
+			return f.v
+		}
+	}
+	return nil
 }
 
 // jsonScanner reads the tokens of a flat JSON object from s; each method

@@ -115,7 +115,7 @@ type Decision struct {
 }
 
 // MaxApplied bounds Decision.Applied: a fixed array keeps a decision free
-// of allocations (only caller-named limits can make more).
+// of allocations (a request that more limits apply to lists the first).
 const MaxApplied = 8
 
 // Applied is one limit of a decision, named by its Scope, or by its Name

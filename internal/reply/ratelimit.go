@@ -95,10 +95,10 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// LimitName is the name of a limit in answers: a Limit's Name, or the
-// scope of a derived limit (ip, api_key, tenant, rule).
+// LimitName is the name of a limit in answers: a Limit's or a policy's
+// Name, or the scope of a derived limit (ip, api_key, tenant, rule).
 func LimitName(a *limit.Applied) string {
-	if a.Scope == limit.ScopeLimit && a.Name != "" {
+	if (a.Scope == limit.ScopeLimit || a.Scope == limit.ScopePolicy) && a.Name != "" {
 		return a.Name
 	}
 	return a.Scope.String()

@@ -50,13 +50,17 @@ type PolicyMatch struct {
 // PolicyLimit is one limit of a policy: a window (sliding_window,
 // sliding_log), a token bucket, or a calendar quota (Period).
 type PolicyLimit struct {
+	// Limit is the permits per Window, or per Period.
+	Limit int64 `mapstructure:"limit" json:"limit,omitempty"`
+	// Window is a sliding limit's window (default limits.window).
+	Window confutil.Duration `mapstructure:"window" json:"window,omitempty"`
+	// Period makes the limit a calendar quota: hour, day, week, month, year.
+	Period string `mapstructure:"period" json:"period,omitempty"`
 	// Algorithm defaults to limits.algorithm; with Period it is quota.
-	Algorithm  string            `mapstructure:"algorithm" json:"algorithm,omitempty"`
-	Limit      int64             `mapstructure:"limit" json:"limit,omitempty"`
-	Window     confutil.Duration `mapstructure:"window" json:"window,omitempty"`
-	Period     string            `mapstructure:"period" json:"period,omitempty"`
-	Capacity   int64             `mapstructure:"capacity" json:"capacity,omitempty"`
-	RefillRate float64           `mapstructure:"refill_rate" json:"refill_rate,omitempty"`
+	Algorithm string `mapstructure:"algorithm" json:"algorithm,omitempty"`
+	// Capacity and RefillRate (permits per second) make a token bucket.
+	Capacity   int64   `mapstructure:"capacity" json:"capacity,omitempty"`
+	RefillRate float64 `mapstructure:"refill_rate" json:"refill_rate,omitempty"`
 }
 
 // PolicyUnlimited exempts requests from a policy: they are never counted
