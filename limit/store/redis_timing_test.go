@@ -42,9 +42,11 @@ func BenchmarkRedisSlidingLogGrant(b *testing.B) {
 
 // BenchmarkRedisHotKeyGrant compares the Redis CPU time of one grant on a
 // hot key (redis-µs/op, from INFO commandstats: the script's run, without
-// the round trip) of sliding_window, whose script reads and prunes its
-// sub-window counters (about 40 on a hot key), and quota, whose script
-// reads and writes one counter: why a quota is an algorithm of its own.
+// the round trip) of each algorithm: sliding_window, whose script reads its
+// sub-window counters (about 40 on a hot key) and prunes the dead ones,
+// sliding_log, token_bucket, and quota, whose script reads and writes one
+// counter. "bare" is the floor: a script that returns at once, given
+// sliding_window's keys and arguments (the cost of EVALSHA itself).
 func BenchmarkRedisHotKeyGrant(b *testing.B) {
 	if testing.Short() {
 		b.Skip("needs redis-server")
@@ -55,16 +57,27 @@ func BenchmarkRedisHotKeyGrant(b *testing.B) {
 	b.Cleanup(client.Close)
 	s := NewRedisStore(client, RedisStoreOptions{KeyPrefix: "bench"})
 	ctx := context.Background()
-	for name, p := range map[string]Params{
-		"sliding_window": {Algorithm: SlidingWindow, Limit: MaxLimit, Window: 200 * time.Millisecond}, // 40 sub-windows of 5ms
-		"quota":          {Algorithm: Quota, Limit: MaxLimit, Period: Day},
+	window := Params{Algorithm: SlidingWindow, Limit: MaxLimit, Window: 200 * time.Millisecond} // 40 sub-windows of 5ms
+	for _, c := range []struct {
+		name string
+		p    Params
+	}{
+		{"bare", window},
+		{"sliding_window", window},
+		{"sliding_log", Params{Algorithm: SlidingLog, Limit: MaxLimit, Window: 200 * time.Millisecond}},
+		{"token_bucket", Params{Algorithm: TokenBucket, Capacity: MaxLimit, RefillRate: MaxLimit}},
+		{"quota", Params{Algorithm: Quota, Limit: MaxLimit, Period: Day}},
 	} {
-		b.Run(name, func(b *testing.B) {
-			key := AppendKeyStrings(nil, "", "bench", name)
-			req := &LeaseRequest{Key: key, Params: p, Want: 1, LeaseTTL: 10 * time.Millisecond}
+		b.Run(c.name, func(b *testing.B) {
+			key := AppendKeyStrings(nil, "", "bench", c.name)
+			req := &LeaseRequest{Key: key, Params: c.p, Want: 1, LeaseTTL: 10 * time.Millisecond}
+			lease := func() error { _, err := s.Lease(ctx, req); return err }
+			if c.name == "bare" {
+				lease = func() error { return bareLease(ctx, client, s.prefix, req) }
+			}
 			calls0, usec0 := scriptStats(b, client)
 			for b.Loop() {
-				if _, err := s.Lease(ctx, req); err != nil {
+				if err := lease(); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -72,6 +85,18 @@ func BenchmarkRedisHotKeyGrant(b *testing.B) {
 			b.ReportMetric(float64(usec-usec0)/float64(max(calls-calls0, 1)), "redis-µs/op")
 		})
 	}
+}
+
+// bareScript returns at once: what EVALSHA costs Redis before a script does
+// anything.
+var bareScript = rueidis.NewLuaScript("return {1, 0, 0, 0, 0, 0, 0, 0, 0}")
+
+// bareLease runs bareScript with the keys and arguments of req's script.
+func bareLease(ctx context.Context, client rueidis.Client, prefix string, req *LeaseRequest) error {
+	c := getRedisCall()
+	defer putRedisCall(c)
+	c.build(prefix, req, 0, time.Now())
+	return bareScript.Exec(ctx, client, c.keys, c.args).Error()
 }
 
 // scriptStats reads the calls and microseconds of EVALSHA from INFO
