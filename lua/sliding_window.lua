@@ -1,9 +1,11 @@
 -- sliding_window: a ring of sub-window counters (a LeapArray kept in Redis)
 -- that counts leased permits until their lease expires plus one window.
 --
--- KEYS[1]  hash. Field "t": the newest Redis time seen (ms). Every other
---          field E (ms, a multiple of the granularity) counts the permits
---          granted whose leases expire before E; they count while E + window > now.
+-- KEYS[1]  hash. Field "t": the newest Redis time seen (ms); "n", "lo" and
+--          "hi": the sum of the counters and their oldest and newest E
+--          (when n > 0), kept with them. Every other field E (ms, a multiple
+--          of the granularity) counts the permits granted whose leases
+--          expire before E; they count while E + window > now.
 -- ARGV[1]  limit: permits per window (0..10^12)
 -- ARGV[2]  window in ms (>= 1)
 -- ARGV[3]  want: permits asked for (>= need)
@@ -71,33 +73,85 @@ local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(now_us / 1000)
 
+-- The sum and the bounds of the counters are kept in the hash, so that a
+-- call reads four fields instead of every counter (a hot key holds about
+-- 40; reading and parsing them cost Redis more than the rest of the
+-- script: BenchmarkRedisHotKeyGrant). The counters are read only to drop
+-- the dead ones (when the oldest has left the window: once per sub-window),
+-- to find a bound a return or a move removed, to list them when refusing,
+-- and when the sum is missing (a new key, or one an older script wrote).
+local st = redis.call('HMGET', key, 't', 'n', 'lo', 'hi')
+local last = tonumber(st[1])
+if last and last > now then now = last end
+local horizon = now - window -- a counter at E is live while E > horizon
+local n, lo, hi = tonumber(st[2]), tonumber(st[3]), tonumber(st[4])
+if n and n <= 0 then n, lo, hi = 0, nil, nil end
+local meta = {t = true, n = true, lo = true, hi = true}
+-- lost_lo and lost_hi: a return or a move emptied the counter at that
+-- bound; a later count at or beyond it is the bound again, else a scan
+-- finds it.
+local lost_lo, lost_hi = false, false
+
+-- scan reads every counter: it drops the dead ones, sets n, lo and hi from
+-- the live ones and, given a list, lists them as {E, count}.
+local function scan(list)
+  local raw = redis.call('HGETALL', key)
+  local dead = {}
+  n, lo, hi, lost_lo, lost_hi = 0, nil, nil, false, false
+  for i = 1, #raw, 2 do
+    local f = raw[i]
+    if not meta[f] then
+      local e, c = tonumber(f), tonumber(raw[i + 1])
+      if e and c and e > horizon then
+        n = n + c
+        if not lo or e < lo then lo = e end
+        if not hi or e > hi then hi = e end
+        if list then list[#list + 1] = {e, c} end
+      else
+        dead[#dead + 1] = f
+      end
+    end
+  end
+  if #dead > 0 then redis.call('HDEL', key, unpack(dead)) end
+end
+if not n or (n > 0 and not (lo and hi and lo > horizon)) then scan() end
+
+local function count(e, c)
+  redis.call('HINCRBY', key, e, c)
+  if n <= 0 then
+    lo, hi, lost_lo, lost_hi = e, e, false, false
+  else
+    if e < lo or (lost_lo and e == lo) then lo, lost_lo = e, false end
+    if e > hi or (lost_hi and e == hi) then hi, lost_hi = e, false end
+  end
+  n = n + c
+end
+
 if ret > 0 or moved > 0 then
   local cur = tonumber(redis.call('HGET', key, ARGV[8]))
   if cur then
     local from = tonumber(ARGV[8])
-    local last = tonumber(redis.call('HGET', key, 't'))
-    if last and last > now then now = last end
     local to = (math.floor(now / g) + 1) * g
     local r = math.min(ret, cur)
     local m = 0
     if to < from then m = math.min(moved, cur - r) end
     if r + m >= cur then
       redis.call('HDEL', key, ARGV[8])
+      if from == lo then lost_lo = true end
+      if from == hi then lost_hi = true end
     elseif r + m > 0 then
       redis.call('HINCRBY', key, ARGV[8], -(r + m))
     end
-    if m > 0 then redis.call('HINCRBY', key, string.format('%d', to), m) end
+    n = n - (r + m)
+    if n <= 0 then n, lost_lo, lost_hi = 0, false, false end
+    if m > 0 then count(to, m) end
   end
 end
 
-local function spend(n, ago)
-  if n <= 0 then return end
-  local last = tonumber(redis.call('HGET', key, 't'))
-  if last and last > now then now = last end
+local function spend(c, ago)
+  if c <= 0 then return end
   local at = (math.floor((now - ago) / g) + 1) * g
-  if at + window > now then
-    redis.call('HINCRBY', key, string.format('%d', at), n)
-  end
+  if at > horizon then count(at, c) end
 end
 if not (deadline > 0 and now_us > deadline) then
   spend(spent, spent_ago)
@@ -106,31 +160,9 @@ if not (deadline > 0 and now_us > deadline) then
   end
 end
 
-local raw = redis.call('HGETALL', key)
-for i = 1, #raw, 2 do
-  if raw[i] == 't' then
-    local last = tonumber(raw[i + 1])
-    if last and last > now then now = last end
-  end
-end
-
-local live, dead, used = {}, {}, 0
-for i = 1, #raw, 2 do
-  local f = raw[i]
-  if f ~= 't' then
-    local e, n = tonumber(f), tonumber(raw[i + 1])
-    if e and n and e + window > now then
-      live[#live + 1] = {e, n}
-      used = used + n
-    else
-      dead[#dead + 1] = f
-    end
-  end
-end
-if #dead > 0 then redis.call('HDEL', key, unpack(dead)) end
-
 local status = 0
 if deadline > 0 and now_us > deadline then status = 2 end
+local used = n
 local granted = limit - used
 if granted > want then granted = want end
 if granted < need or status ~= 0 then granted = 0 end
@@ -138,47 +170,45 @@ local ref, used_ref = 0, 0
 if granted > 0 then
   used_ref = (math.floor((now + use_within) / g) + 1) * g
   ref = (math.floor((now + lease) / g) + 1) * g
-  redis.call('HINCRBY', key, string.format('%d', used_ref), need)
-  live[#live + 1] = {used_ref, need}
-  if granted > need then
-    redis.call('HINCRBY', key, string.format('%d', ref), granted - need)
-    live[#live + 1] = {ref, granted - need}
-  end
+  count(used_ref, need)
+  if granted > need then count(ref, granted - need) end
   used = used + granted
 end
-redis.call('HSET', key, 't', string.format('%d', now))
 
 local retry = 0
-if granted == 0 then
-  if limit <= 0 then
-    retry = window
-  elseif need > limit then
-    retry = -1
-  else
-    -- Sorted only here: a hot key holds about 40 fields, and sorting them
-    -- on every call cost Redis more than the rest of the script.
-    table.sort(live, function(a, b) return a[1] < b[1] end)
-    local want_free, freed = used - limit + need, 0
-    for _, b in ipairs(live) do
-      freed = freed + b[2]
-      if freed >= want_free then
-        retry = b[1] + window - now
-        break
-      end
+if granted == 0 and limit > 0 and need <= limit then
+  -- Listed and sorted only here: sorting a hot key's counters on every
+  -- call cost Redis more than the rest of the script.
+  local live = {}
+  scan(live)
+  table.sort(live, function(a, b) return a[1] < b[1] end)
+  local want_free, freed = used - limit + need, 0
+  for _, b in ipairs(live) do
+    freed = freed + b[2]
+    if freed >= want_free then
+      retry = b[1] + window - now
+      break
     end
   end
+elseif granted == 0 and limit <= 0 then
+  retry = window
+elseif granted == 0 then
+  retry = -1
 end
-local reset, free = 0, -1
-for _, b in ipairs(live) do
-  local left = b[1] + window - now
-  if left > reset then reset = left end
-  if free < 0 or left < free then free = left end
+if lost_lo or lost_hi then scan() end
+
+local reset, free = 0, 0
+if n > 0 then
+  reset = hi + window - now
+  free = lo + window - now
+  redis.call('HSET', key, 't', now, 'n', n, 'lo', lo, 'hi', hi)
+else
+  redis.call('HSET', key, 't', now, 'n', 0, 'lo', 0, 'hi', 0)
 end
-if free < 0 then free = 0 end
 local remaining = limit - used
 if remaining < 0 then remaining = 0 end
 
 local keep = reset
 if keep < window then keep = window end
-redis.call('PEXPIRE', key, string.format('%d', keep + 1000))
+redis.call('PEXPIRE', key, keep + 1000)
 return {granted, remaining, retry, reset, status, ref, now_us, used_ref, free}
