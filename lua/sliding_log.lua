@@ -112,6 +112,10 @@ if spent > 0 and not late and now - spent_ago + window > now then
   redis.call('ZADD', log, unpack(batch))
 end
 local status, repeated, id_score = 0, false, nil
+-- ids_written: this call recorded an ID. Only then can the newest ID, and
+-- so the expiry of the IDs' key, change: a call without one leaves that key
+-- alone (most calls carry no ID; BenchmarkRedisHotKeyGrant measures it).
+local ids_written = false
 if rid ~= '' then
   -- An ID is forgotten once forget <= now: score <= now * 16 + 15.
   redis.call('ZREMRANGEBYSCORE', ids, '-inf', now * 16 + 15)
@@ -145,9 +149,13 @@ if granted > 0 then
   -- spared count): re-recording it would spare its next repeats again.
   if rid ~= '' and not repeated and id_retries > 0 and id_window > 0 then
     redis.call('ZADD', ids, (now + id_window) * 16, rid)
+    ids_written = true
   end
 end
-if status == 1 then redis.call('ZADD', ids, id_score + 1, rid) end
+if status == 1 then
+  redis.call('ZADD', ids, id_score + 1, rid)
+  ids_written = true
+end
 if status == 0 and repeated then status = 3 end
 redis.call('HSET', meta, 't', string.format('%d', now))
 
@@ -180,8 +188,8 @@ end
 local keep = reset
 if keep < window then keep = window end
 redis.call('PEXPIRE', meta, string.format('%d', keep + 1000))
-local latest = redis.call('ZRANGE', ids, -1, -1, 'WITHSCORES')
-if #latest > 0 then
+if ids_written then
+  local latest = redis.call('ZRANGE', ids, -1, -1, 'WITHSCORES')
   redis.call('PEXPIRE', ids, string.format('%d', math.floor(tonumber(latest[2]) / 16) - now + 1000))
 end
 local remaining = limit - used
