@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# make bench-compare: Sentinel against nginx on this machine, side by side.
+# make bench-compare: Sentinel against nginx and HAProxy on this machine, side
+# by side.
 #
 # One upstream (the demo backend's fixed 64-byte answer), one nginx
-# (bench/nginx.conf), two bare fasthttp proxies (bench/bareproxy: the floor of
+# (bench/nginx.conf), one HAProxy (bench/haproxy.cfg; its rows are skipped,
+# saying so, when the haproxy package cannot be installed), two bare fasthttp proxies (bench/bareproxy: the floor of
 # Sentinel's HTTP stack, with a connection per request in flight and with one
 # pipelined connection; the first also at one client connection, the floor
 # of the -c1 rows), one bare fasthttp server that answers 429 itself (the
 # floor of the refusal path) and one redis-server run for the whole benchmark; a fresh
 # Sentinel (bench/sentinel.yaml plus the environment of its row) starts for
 # each run. Every configuration runs once per round, rounds interleaved
-# (ROUNDS=3), each run a WARMUP then DURATION seconds of wrk. Per run it keeps
-# req/s, p50, p99, the answers of status >= 400 and the CPU time of each
+# (ROUNDS=3), each run a WARMUP then DURATION seconds of wrk (the references,
+# which run for the whole benchmark, warm up in the first round only). Per
+# run it keeps req/s, p50, p99, the answers of status >= 400 and the CPU time of each
 # process (/proc/PID/stat before and after); the table gives the median over
-# rounds, with the ratio to the nginx baseline taken within each round, and,
+# rounds, with the ratios to the row's references taken within each round
+# (nginx, HAProxy, and the floor: the bare proxy for proxy rows, the bare 429
+# server for refusal and check API rows), and,
 # for Sentinel, its limit-store calls per request and the share of them not
 # answered (timed out, failed, or skipped by the open store breaker: those
 # decisions were the local share's, limits.on_store_failure).
-# Everything listens on 127.0.0.1 and stops by itself. About 4.5 minutes (DURATION=5: 5).
+# Everything listens on 127.0.0.1 and stops by itself. About 4.5 minutes.
 # ONLY='nginx|sentinel' runs only the rows so named (quick comparisons).
 # BASE=<git revision> also builds Sentinel at that revision and runs each
 # Sentinel row with it too ("name@base" rows, in the same rounds): a change
@@ -24,7 +29,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
-DURATION=${DURATION:-4}   # seconds measured per run (17 rows × 3 rounds: about 4.5 minutes)
+DURATION=${DURATION:-4}   # seconds measured per run (19 rows × 3 rounds: about 4.5 minutes)
 WARMUP=${WARMUP:-1}       # seconds of load before each measurement
 THREADS=${THREADS:-2}
 CONNS=${CONNS:-64}
@@ -37,6 +42,8 @@ need wrk wrk
 need nginx nginx-light
 need redis-server redis-server
 need redis-cli redis-tools
+haproxy=yes
+want haproxy haproxy || { haproxy=; echo "bench-compare: haproxy is missing and the haproxy package could not be installed: skipping the HAProxy rows" >&2; }
 mkdir -p bin
 go build -o bin/sentinel .
 if [ -n "$BASE" ]; then
@@ -51,25 +58,27 @@ go build -o bin/bareproxy ./bench/bareproxy
 
 REDIS="SENTINEL_REDIS_ADDRS=$HOST:$REDIS_PORT"
 REFUSE="SENTINEL_LIMITS_TENANT=99 SENTINEL_LIMITS_API_KEY=0 SENTINEL_LIMITS_IP=0"
-# name | label | baseline | target | wrk script | threads | conns | Sentinel environment
+# name | label | references: nginx, floor, HAProxy (- none) | target | wrk script | threads | conns | Sentinel environment
 runs=(
-  "nginx|nginx 1.22, proxy|nginx|nginx:$NGINX_PROXY_PORT|proxy.lua|$THREADS|$CONNS|"
-  "bare|bare fasthttp proxy (no limits, headers or metrics)|nginx|bare|proxy.lua|$THREADS|$CONNS|"
-  "sentinel|Sentinel, proxy, default (memory store, adaptive on)|nginx|proxy|proxy.lua|$THREADS|$CONNS|"
-  "bare-pipe|bare fasthttp proxy, pipelined (1 connection)|nginx|bare-pipe|proxy.lua|$THREADS|$CONNS|"
-  "pipeline|Sentinel, proxy, default + upstream pipeline: 1|nginx|proxy|proxy.lua|$THREADS|$CONNS|SENTINEL_UPSTREAMS_API_PIPELINE=1"
-  "no-adaptive|Sentinel, proxy, adaptive.enabled false|nginx|proxy|proxy.lua|$THREADS|$CONNS|SENTINEL_ADAPTIVE_ENABLED=false"
-  "redis|Sentinel, proxy, Redis store (leases), adaptive on|nginx|proxy|proxy.lua|$THREADS|$CONNS|$REDIS"
-  "nginx-refuse|nginx 1.22, limit_req 100 r/s (nearly all refused)|nginx-refuse|nginx:$NGINX_LIMIT_PORT|proxy.lua|$THREADS|$CONNS|"
-  "bare-refuse|bare fasthttp server answering every request 429 itself|nginx-refuse|bare-refuse|proxy.lua|$THREADS|$CONNS|"
-  "refuse|Sentinel, tenant limit 99/s (nearly all refused), memory|nginx-refuse|proxy|proxy.lua|$THREADS|$CONNS|$REFUSE"
-  "refuse-redis|Sentinel, tenant limit 99/s (nearly all refused), Redis|nginx-refuse|proxy|proxy.lua|$THREADS|$CONNS|$REFUSE $REDIS"
-  "check-hot|Sentinel check API, one hot key, Redis|nginx|admin|check_hot.lua|$THREADS|$CONNS|$REDIS"
-  "check-10k|Sentinel check API, 10k keys, Redis|nginx|admin|check_10k.lua|$THREADS|$CONNS|$REDIS"
-  "check-10k-wait|Sentinel check API, 10k keys, Redis, store_timeout 50ms|nginx|admin|check_10k.lua|$THREADS|$CONNS|$REDIS SENTINEL_LIMITS_STORE_TIMEOUT=50ms"
-  "nginx-c1|nginx 1.22, proxy, 1 connection|nginx-c1|nginx:$NGINX_PROXY_PORT|proxy.lua|1|1|"
-  "bare-c1|bare fasthttp proxy, 1 connection|nginx-c1|bare|proxy.lua|1|1|"
-  "sentinel-c1|Sentinel, proxy, default, 1 connection|nginx-c1|proxy|proxy.lua|1|1|"
+  "nginx|nginx 1.22, proxy|nginx|bare|haproxy|nginx:$NGINX_PROXY_PORT|proxy.lua|$THREADS|$CONNS|"
+  "haproxy|HAProxy 2.6, proxy|nginx|bare|haproxy|haproxy:$HAPROXY_PROXY_PORT|proxy.lua|$THREADS|$CONNS|"
+  "bare|bare fasthttp proxy (no limits, headers or metrics)|nginx|bare|haproxy|bare|proxy.lua|$THREADS|$CONNS|"
+  "sentinel|Sentinel, proxy, default (memory store, adaptive on)|nginx|bare|haproxy|proxy|proxy.lua|$THREADS|$CONNS|"
+  "bare-pipe|bare fasthttp proxy, pipelined (1 connection)|nginx|bare-pipe|haproxy|bare-pipe|proxy.lua|$THREADS|$CONNS|"
+  "pipeline|Sentinel, proxy, default + upstream pipeline: 1|nginx|bare-pipe|haproxy|proxy|proxy.lua|$THREADS|$CONNS|SENTINEL_UPSTREAMS_API_PIPELINE=1"
+  "no-adaptive|Sentinel, proxy, adaptive.enabled false|nginx|bare|haproxy|proxy|proxy.lua|$THREADS|$CONNS|SENTINEL_ADAPTIVE_ENABLED=false"
+  "redis|Sentinel, proxy, Redis store (leases), adaptive on|nginx|bare|haproxy|proxy|proxy.lua|$THREADS|$CONNS|$REDIS"
+  "nginx-refuse|nginx 1.22, limit_req 100 r/s (nearly all refused)|nginx-refuse|bare-refuse|haproxy-refuse|nginx:$NGINX_LIMIT_PORT|proxy.lua|$THREADS|$CONNS|"
+  "haproxy-refuse|HAProxy 2.6, stick table 100 r/s (nearly all refused)|nginx-refuse|bare-refuse|haproxy-refuse|haproxy:$HAPROXY_LIMIT_PORT|proxy.lua|$THREADS|$CONNS|"
+  "bare-refuse|bare fasthttp server answering every request 429 itself|nginx-refuse|bare-refuse|haproxy-refuse|bare-refuse|proxy.lua|$THREADS|$CONNS|"
+  "refuse|Sentinel, tenant limit 99/s (nearly all refused), memory|nginx-refuse|bare-refuse|haproxy-refuse|proxy|proxy.lua|$THREADS|$CONNS|$REFUSE"
+  "refuse-redis|Sentinel, tenant limit 99/s (nearly all refused), Redis|nginx-refuse|bare-refuse|haproxy-refuse|proxy|proxy.lua|$THREADS|$CONNS|$REFUSE $REDIS"
+  "check-hot|Sentinel check API, one hot key, Redis|nginx|bare-refuse|haproxy|admin|check_hot.lua|$THREADS|$CONNS|$REDIS"
+  "check-10k|Sentinel check API, 10k keys, Redis|nginx|bare-refuse|haproxy|admin|check_10k.lua|$THREADS|$CONNS|$REDIS"
+  "check-10k-wait|Sentinel check API, 10k keys, Redis, store_timeout 50ms|nginx|bare-refuse|haproxy|admin|check_10k.lua|$THREADS|$CONNS|$REDIS SENTINEL_LIMITS_STORE_TIMEOUT=50ms"
+  "nginx-c1|nginx 1.22, proxy, 1 connection|nginx-c1|bare-c1|-|nginx:$NGINX_PROXY_PORT|proxy.lua|1|1|"
+  "bare-c1|bare fasthttp proxy, 1 connection|nginx-c1|bare-c1|-|bare|proxy.lua|1|1|"
+  "sentinel-c1|Sentinel, proxy, default, 1 connection|nginx-c1|bare-c1|-|proxy|proxy.lua|1|1|"
 )
 
 start_backend
@@ -80,6 +89,13 @@ sed -e "s|@TMP@|$tmp|g" -e "s|@BACKEND@|$HOST:$BACKEND_PORT|g" \
 timeout "$BENCH_MAX" nginx -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/error.log" &
 nginx_pid=$!; pids+=("$nginx_pid")
 wait_for "http://$HOST:$NGINX_PROXY_PORT/"
+if [ -n "$haproxy" ]; then
+  sed -e "s|@TMP@|$tmp|g" -e "s|@BACKEND@|$HOST:$BACKEND_PORT|g" \
+      -e "s|@PROXY@|$HOST:$HAPROXY_PROXY_PORT|g" -e "s|@LIMIT@|$HOST:$HAPROXY_LIMIT_PORT|g" bench/haproxy.cfg >"$tmp/haproxy.cfg"
+  timeout "$BENCH_MAX" haproxy -db -f "$tmp/haproxy.cfg" >"$tmp/haproxy.log" 2>&1 &
+  haproxy_pid=$!; pids+=("$haproxy_pid")
+  wait_for "http://$HOST:$HAPROXY_PROXY_PORT/"
+fi
 timeout "$BENCH_MAX" bin/bareproxy -listen "$HOST:$BARE_PORT" -upstream "$HOST:$BACKEND_PORT" >"$tmp/bare.log" 2>&1 &
 bare_pid=$!; pids+=("$bare_pid")
 wait_for "http://$HOST:$BARE_PORT/"
@@ -92,7 +108,7 @@ for _ in $(seq 100); do curl -s -o /dev/null "http://$HOST:$BARE_REFUSE_PORT/" &
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 results=bin/bench-compare.tsv
-printf 'round\tname\tlabel\tbaseline\trequests\tduration_us\tp50_us\tp99_us\tnon2xx\tsockerr\tgateway_ms\tbackend_ms\tredis_ms\twrk_ms\tmodes\tstore_calls\tstore_unanswered\n' >"$results"
+printf 'round\tname\tlabel\tbaseline\tfloor\thaproxy\trequests\tduration_us\tp50_us\tp99_us\tnon2xx\tsockerr\tgateway_ms\tbackend_ms\tredis_ms\twrk_ms\tmodes\tstore_calls\tstore_unanswered\n' >"$results"
 ms() { echo $(( ($1) * 1000 / CLK_TCK )); }
 # store_calls prints the gateway's limit-store calls so far: answered, and
 # not (timed out, failed, or skipped while the store breaker was open: those
@@ -103,12 +119,13 @@ store_calls() {
 }
 
 run_one() {
-  local round=$1 name label baseline target script threads conns envs url gw
-  IFS='|' read -r name label baseline target script threads conns envs <<<"$2"
+  local round=$1 name label baseline floor hap target script threads conns envs url gw
+  IFS='|' read -r name label baseline floor hap target script threads conns envs <<<"$2"
   redis-cli -p "$REDIS_PORT" flushall >/dev/null
   sentinel_log=$tmp/sentinel-$name-$round.log
   case $target in
     nginx:*) url="http://$HOST:${target#nginx:}/"; gw=$nginx_pid ;;
+    haproxy:*) url="http://$HOST:${target#haproxy:}/"; gw=$haproxy_pid ;;
     bare) url="http://$HOST:$BARE_PORT/"; gw=$bare_pid ;;
     bare-pipe) url="http://$HOST:$BARE_PIPE_PORT/"; gw=$bare_pipe_pid ;;
     bare-refuse) url="http://$HOST:$BARE_REFUSE_PORT/"; gw=$bare_refuse_pid ;;
@@ -117,7 +134,7 @@ run_one() {
     *@base) SENTINEL_BIN=bin/sentinel-base ;;&
     proxy* | admin*) read -ra e <<<"$envs"; start_sentinel "${e[@]}"; gw=$sentinel_pid; SENTINEL_BIN= ;;
   esac
-  wrk -t"$threads" -c"$conns" -d"${WARMUP}s" -s "bench/$script" "$url" >/dev/null
+  case $round:$target in 1:* | *:proxy* | *:admin*) wrk -t"$threads" -c"$conns" -d"${WARMUP}s" -s "bench/$script" "$url" >/dev/null ;; esac
   local g0 b0 r0 w0 g1 b1 r1 w1 out
   local s0=(0 0) s1=(0 0)
   case $target in proxy* | admin*) read -ra s0 <<<"$(store_calls)" ;; esac
@@ -130,7 +147,7 @@ run_one() {
   eval "$(sed -e 's/^BENCH //' <<<"$line")"
   # The adaptive modes the gateway entered (its log: "adaptive: mode normal → moderate ...").
   [ -f "$sentinel_log" ] && modes=$( { grep -o 'adaptive: mode [a-z]* → [a-z]*' "$sentinel_log" || true; } | awk '{print $5}' | sort -u | paste -sd, -)
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$label" "$baseline" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$label" "$baseline" "$floor" "$hap" \
     "$requests" "$duration_us" "$p50_us" "$p99_us" "$non2xx" "$sockerr" \
     "$(ms "g1 - g0")" "$(ms "b1 - b0")" "$(ms "r1 - r0")" "$(ms "w1 - w0")" "${modes:--}" \
     "$((s1[0] + s1[1] - s0[0] - s0[1]))" "$((s1[1] - s0[1]))" >>"$results"
@@ -138,6 +155,9 @@ run_one() {
     $((requests * 1000000 / duration_us)) "$(awk "BEGIN{print $p99_us/1000}")" "$non2xx" "${modes:--}" >&2
 }
 
+if [ -z "$haproxy" ]; then
+  kept=(); for r in "${runs[@]}"; do [[ ${r%%|*} == haproxy* ]] || kept+=("$r"); done; runs=("${kept[@]}")
+fi
 if [ -n "$ONLY" ]; then
   kept=(); for r in "${runs[@]}"; do [[ ${r%%|*} =~ ^($ONLY)$ ]] && kept+=("$r"); done; runs=("${kept[@]}")
 fi
@@ -145,8 +165,8 @@ if [ -n "$BASE" ]; then
   kept=()
   for r in "${runs[@]}"; do
     kept+=("$r")
-    IFS='|' read -r name label baseline target rest <<<"$r"
-    case $target in proxy | admin) kept+=("$name@base|$label, at $BASE|$baseline|$target@base|$rest") ;; esac
+    IFS='|' read -r name label baseline floor hap target rest <<<"$r"
+    case $target in proxy | admin) kept+=("$name@base|$label, at $BASE|$baseline|$floor|$hap|$target@base|$rest") ;; esac
   done
   runs=("${kept[@]}")
 fi
@@ -157,10 +177,12 @@ for round in $(seq "$ROUNDS"); do
 done
 
 {
-  echo "## bench-compare: Sentinel $(git describe --tags --always --dirty 2>/dev/null) vs $(nginx -v 2>&1 | cut -d' ' -f3)"
+  refs=$(nginx -v 2>&1 | cut -d' ' -f3)
+  [ -z "$haproxy" ] || refs="$refs and HAProxy $(haproxy -v | head -1 | cut -d' ' -f3)"
+  echo "## bench-compare: Sentinel $(git describe --tags --always --dirty 2>/dev/null) vs $refs"
   echo
   echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr), $(go version | cut -d' ' -f3)."
-  echo "wrk -t$THREADS -c$CONNS (rows marked 1 connection: -t1 -c1), ${DURATION} s after ${WARMUP} s of warm-up, $ROUNDS interleaved rounds, medians;"
+  echo "wrk -t$THREADS -c$CONNS (rows marked 1 connection: -t1 -c1), ${DURATION} s after ${WARMUP} s of warm-up (the references: in round 1 only), $ROUNDS interleaved rounds, medians;"
   echo "upstream: demo-backend -fixed-body 64. Load average at the start: $load_start; at the end: $(cut -d' ' -f1-3 /proc/loadavg)."
   echo
   bin/bench-table <"$results"

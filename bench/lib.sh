@@ -10,6 +10,8 @@ ADMIN_PORT=29290
 REDIS_PORT=29379
 NGINX_PROXY_PORT=29180
 NGINX_LIMIT_PORT=29181
+HAPROXY_PROXY_PORT=29182
+HAPROXY_LIMIT_PORT=29183
 PPROF_PORT=29260
 BARE_PORT=29380
 BARE_REFUSE_PORT=29381
@@ -26,13 +28,20 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-# need installs the Debian package $2 when the command $1 is missing.
+# need installs the Debian package $2 when the command $1 is missing, and
+# stops the script when that does not provide it.
 need() {
+  want "$1" "$2" || { echo "$1 is missing and $2 did not provide it" >&2; exit 1; }
+}
+
+# want is need for an optional command: it returns 1 when $1 is still
+# missing after trying to install $2, and the caller skips what needs it.
+want() {
   command -v "$1" >/dev/null && return
   echo "installing $2 (for $1)" >&2
   export DEBIAN_FRONTEND=noninteractive
-  if [ "$(id -u)" = 0 ]; then apt-get install -y -q "$2" >/dev/null; else sudo apt-get install -y -q "$2" >/dev/null; fi
-  command -v "$1" >/dev/null || { echo "$1 is missing and $2 did not provide it" >&2; exit 1; }
+  if [ "$(id -u)" = 0 ]; then apt-get install -y -q "$2" >/dev/null; else sudo apt-get install -y -q "$2" >/dev/null; fi || true
+  command -v "$1" >/dev/null
 }
 
 # wait_for URL: up to 10 s for URL to answer 2xx.

@@ -1,9 +1,11 @@
 // Command bench-table turns the runs that bench/compare.sh records (a TSV
 // file with a header line, on stdin) into one markdown table on stdout: per
 // configuration, in the order of first appearance, the median over rounds of
-// each figure, and the ratios to the configuration's baseline, taken within
-// each round (the baseline ran minutes apart at most) and then the median;
-// the req/s ratio also gives its lowest and highest round.
+// each figure, and the ratios to the configuration's references (its nginx
+// baseline, its HAProxy row and its floor, the bare fasthttp server of the
+// same path), taken within each round (the reference ran minutes apart at
+// most) and then the median; the req/s ratio to nginx also gives its lowest
+// and highest round.
 package main
 
 import (
@@ -31,12 +33,15 @@ func main() {
 type run struct {
 	round                 int
 	name, label, baseline string
-	requests              float64
-	seconds               float64
-	p50us, p99us          float64
-	non2xx, sockErr       float64
-	cpuMS                 [4]float64 // gateway, backend, redis, wrk
-	modes                 string     // adaptive modes entered during the run, comma-separated; "" or "-": none
+	// floor and haproxy name the row's other references (optional
+	// columns; "" or "-": none).
+	floor, haproxy  string
+	requests        float64
+	seconds         float64
+	p50us, p99us    float64
+	non2xx, sockErr float64
+	cpuMS           [4]float64 // gateway, backend, redis, wrk
+	modes           string     // adaptive modes entered during the run, comma-separated; "" or "-": none
 	// The gateway's limit-store calls during the run, and those not
 	// answered (timed out, failed, or skipped by the open store breaker);
 	// optional columns, 0 when absent.
@@ -86,18 +91,32 @@ func parse(r io.Reader) ([]run, error) {
 		r := run{round: int(nums[0]), name: f[idx["name"]], label: f[idx["label"]], baseline: f[idx["baseline"]],
 			requests: nums[1], seconds: nums[2] / 1e6, p50us: nums[3], p99us: nums[4], non2xx: nums[5], sockErr: nums[6],
 			cpuMS: [4]float64{nums[7], nums[8], nums[9], nums[10]}, modes: f[idx["modes"]]}
-		for c, dst := range map[string]*float64{"store_calls": &r.storeCalls, "store_unanswered": &r.storeUnanswered} {
-			if i, ok := idx[c]; ok {
-				v, err := strconv.ParseFloat(f[i], 64)
-				if err != nil {
-					return nil, fmt.Errorf("line %d: %s: %w", line, c, err)
-				}
-				*dst = v
-			}
+		if err := parseOptional(&r, f, idx); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
 		}
 		runs = append(runs, r)
 	}
 	return runs, sc.Err()
+}
+
+// parseOptional sets the fields of r that have optional columns: the store
+// calls and the floor and HAProxy references.
+func parseOptional(r *run, f []string, idx map[string]int) error {
+	for c, dst := range map[string]*float64{"store_calls": &r.storeCalls, "store_unanswered": &r.storeUnanswered} {
+		if i, ok := idx[c]; ok {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c, err)
+			}
+			*dst = v
+		}
+	}
+	for c, dst := range map[string]*string{"floor": &r.floor, "haproxy": &r.haproxy} {
+		if i, ok := idx[c]; ok && f[i] != "-" {
+			*dst = f[i]
+		}
+	}
+	return nil
 }
 
 func write(w io.Writer, runs []run) error {
@@ -112,8 +131,8 @@ func write(w io.Writer, runs []run) error {
 		}
 		byKey[fmt.Sprint(r.name, "/", r.round)] = r
 	}
-	fmt.Fprintln(w, "| configuration | req/s | 2xx/s | p50 ms | p99 ms | status ≥ 400 or socket error | adaptive modes entered | store calls per request, unanswered | CPU µs/request: gateway | backend | redis | wrk | vs baseline: req/s (rounds' range) | 2xx/s | p99 |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| configuration | req/s | 2xx/s | p50 ms | p99 ms | status ≥ 400 or socket error | adaptive modes entered | store calls per request, unanswered | CPU µs/request: gateway | backend | redis | wrk | vs nginx: req/s (rounds' range) | 2xx/s | p99 | vs HAProxy: req/s | p99 | vs floor: req/s | p99 |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, name := range names {
 		writeRow(w, runsNamed(runs, name), byKey)
 	}
@@ -132,25 +151,39 @@ func runsNamed(runs []run, name string) []run {
 }
 
 // writeRow writes the row of one configuration from its rounds rs (medians
-// over the rounds); byKey finds each round's baseline.
+// over the rounds); byKey finds each round's references.
 func writeRow(w io.Writer, rs []run, byKey map[string]run) {
 	m := func(f func(run) float64) float64 { return median(mapRuns(rs, f)) }
 	cpu := func(i int) float64 { return m(func(r run) float64 { return r.cpuMS[i] * 1000 / r.requests }) }
-	rpsRatio, okRatio, p99Ratio := baselineRatios(rs, byKey)
-	isBaseline := rs[0].baseline == rs[0].name
 	fmt.Fprintf(w, "| %s | %s | %s | %.2f | %.2f | %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %s | %s | %s |\n", rs[0].label,
 		thousands(m(run.rps)), thousands(m(run.ok2xx)),
 		m(func(r run) float64 { return r.p50us / 1000 }), m(func(r run) float64 { return r.p99us / 1000 }),
 		share(m(func(r run) float64 { return (r.non2xx + r.sockErr) / r.requests })), modes(rs), storeCell(m),
-		cpu(0), cpu(1), cpu(2), cpu(3), vsRange(isBaseline, rpsRatio), vs(isBaseline, okRatio), vs(isBaseline, p99Ratio))
+		cpu(0), cpu(1), cpu(2), cpu(3), refCells(rs, byKey, func(r run) string { return r.baseline }, "baseline", true),
+		refCells(rs, byKey, func(r run) string { return r.haproxy }, "baseline", false),
+		refCells(rs, byKey, func(r run) string { return r.floor }, "floor", false))
 }
 
-// baselineRatios are each round's req/s, 2xx/s and p99 over its baseline
-// round's; a round without a baseline has none, and a baseline that served
-// less than one 2xx per second gives no 2xx ratio.
-func baselineRatios(rs []run, byKey map[string]run) (rps, ok, p99 []float64) {
+// refCells are the cells of the ratios to one reference, named by ref in
+// each run: req/s (with the rounds' range), 2xx/s when withOK, and p99;
+// self in the reference's own row.
+func refCells(rs []run, byKey map[string]run, ref func(run) string, self string, withOK bool) string {
+	name := ref(rs[0])
+	rpsRatio, okRatio, p99Ratio := ratios(rs, byKey, ref)
+	isRef := name == rs[0].name
+	cells := []string{vsRange(isRef, self, rpsRatio)}
+	if withOK {
+		cells = append(cells, vs(isRef, self, okRatio))
+	}
+	return strings.Join(append(cells, vs(isRef, self, p99Ratio)), " | ")
+}
+
+// ratios are each round's req/s, 2xx/s and p99 over its reference round's
+// (ref names it); a round without its reference has none, and a reference
+// that served less than one 2xx per second gives no 2xx ratio.
+func ratios(rs []run, byKey map[string]run, ref func(run) string) (rps, ok, p99 []float64) {
 	for _, r := range rs {
-		if b, found := byKey[fmt.Sprint(r.baseline, "/", r.round)]; found {
+		if b, found := byKey[fmt.Sprint(ref(r), "/", r.round)]; found && ref(r) != "" {
 			rps = append(rps, r.rps()/b.rps())
 			p99 = append(p99, r.p99us/b.p99us)
 			if b.ok2xx() >= 1 {
@@ -161,12 +194,12 @@ func baselineRatios(rs []run, byKey map[string]run) (rps, ok, p99 []float64) {
 	return rps, ok, p99
 }
 
-// vs is the median of the ratios xs to the baseline, "baseline" in the
-// baseline's own row, "–" when there is none.
-func vs(isBaseline bool, xs []float64) string {
+// vs is the median of the ratios xs to a reference, self in the
+// reference's own row, "–" when there is none.
+func vs(isRef bool, self string, xs []float64) string {
 	switch {
-	case isBaseline:
-		return "baseline"
+	case isRef:
+		return self
 	case len(xs) == 0:
 		return "–"
 	}
@@ -175,9 +208,9 @@ func vs(isBaseline bool, xs []float64) string {
 
 // vsRange is vs with the spread of the ratios over the rounds: on a shared
 // machine it is often wider than a change being measured.
-func vsRange(isBaseline bool, xs []float64) string {
-	v := vs(isBaseline, xs)
-	if len(xs) < 2 || v == "baseline" {
+func vsRange(isRef bool, self string, xs []float64) string {
+	v := vs(isRef, self, xs)
+	if len(xs) < 2 || isRef {
 		return v
 	}
 	lo, hi := fmt.Sprintf("%.2f", slices.Min(xs)), fmt.Sprintf("%.2f", slices.Max(xs))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -23,11 +24,11 @@ func TestTableRatiosAreTakenPerRound(t *testing.T) {
 	out := render(t, in)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 4)
-	assert.Equal(t, "| nginx, proxy | 50 | 50 | 0.10 | 1.00 | 0 | – | – | 1000.0 | 200.0 | 0.0 | 400.0 | baseline | baseline | baseline |", lines[2])
+	assert.Equal(t, "| nginx, proxy | 50 | 50 | 0.10 | 1.00 | 0 | – | – | 1000.0 | 200.0 | 0.0 | 400.0 | baseline | baseline | baseline | – | – | – | – |", lines[2])
 	// gateway: median req/s 25, 2xx/s 45, 25, 20: 25; 2xx ratios 0.45, 0.5,
 	// 0.5; p99 3 ms; status >= 400 in 5 of 50 in round 1 (10%), 0 in the
 	// others: median 0; CPU 50 ms over 25 requests = 2000 µs.
-	assert.Equal(t, "| gateway | 25 | 25 | 0.20 | 3.00 | 0 | moderate 1/3, critical 2/3 | – | 2000.0 | 400.0 | 0.0 | 800.0 | 0.50× | 0.50× | 3.00× |", lines[3])
+	assert.Equal(t, "| gateway | 25 | 25 | 0.20 | 3.00 | 0 | moderate 1/3, critical 2/3 | – | 2000.0 | 400.0 | 0.0 | 800.0 | 0.50× | 0.50× | 3.00× | – | – | – | – |", lines[3])
 }
 
 // The req/s ratio shows the rounds' range when they differ.
@@ -65,6 +66,29 @@ func TestTableStoreCalls(t *testing.T) {
 	_, err := parse(strings.NewReader(h + "1\tgw\tgw\tx\t1\t1\t1\t1\t0\t0\t1\t1\t1\t1\t-\tsome\t0\n"))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "line 2: store_calls")
+}
+
+// The optional floor and haproxy columns name two more references of a row,
+// each ratio taken within its round; "-" is none.
+func TestTableFloorAndHAProxy(t *testing.T) {
+	h := strings.Replace(header, "baseline\t", "baseline\tfloor\thaproxy\t", 1)
+	row := func(round, name, floor, hap string, requests, p99 int) string {
+		return fmt.Sprintf("%s\t%s\t%s\tnginx\t%s\t%s\t%d\t1000000\t100\t%d\t0\t0\t50\t10\t0\t20\t-\n", round, name, name, floor, hap, requests, p99)
+	}
+	in := h +
+		row("1", "nginx", "bare", "haproxy", 100, 1000) + row("1", "haproxy", "bare", "haproxy", 80, 2000) +
+		row("1", "bare", "bare", "haproxy", 50, 1000) + row("1", "gw", "bare", "haproxy", 40, 4000) +
+		row("2", "nginx", "bare", "haproxy", 100, 1000) + row("2", "haproxy", "bare", "haproxy", 100, 2000) +
+		row("2", "bare", "bare", "haproxy", 40, 1000) + row("2", "gw", "bare", "haproxy", 40, 4000) +
+		row("1", "c1", "-", "-", 10, 1000)
+	out := render(t, in)
+	assert.Contains(t, out, "| vs nginx: req/s (rounds' range) | 2xx/s | p99 | vs HAProxy: req/s | p99 | vs floor: req/s | p99 |")
+	assert.Contains(t, out, "| nginx | 100 | 100 | 0.10 | 1.00 | 0 | – | – | 500.0 | 100.0 | 0.0 | 200.0 | baseline | baseline | baseline | 1.12× (1.00–1.25) | 0.50× | 2.25× (2.00–2.50) | 1.00× |")
+	assert.Contains(t, out, "| haproxy | 90 | 90 | 0.10 | 2.00 | 0 | – | – | 562.5 | 112.5 | 0.0 | 225.0 | 0.90× (0.80–1.00) | 0.90× | 2.00× | baseline | baseline | 2.05× (1.60–2.50) | 2.00× |")
+	// gw: 40/50 and 40/40 of the floor, 40/80 and 40/100 of HAProxy.
+	assert.Contains(t, out, "| 0.40× | 0.40× | 4.00× | 0.45× (0.40–0.50) | 2.00× | 0.90× (0.80–1.00) | 4.00× |")
+	assert.Contains(t, out, "| bare | 45 | 45 | 0.10 | 1.00 | 0 | – | – | 1125.0 | 225.0 | 0.0 | 450.0 | 0.45× (0.40–0.50) | 0.45× | 1.00× | 0.51× (0.40–0.62) | 0.50× | floor | floor |")
+	assert.Contains(t, out, "| c1 | 10 | 10 | 0.10 | 1.00 | 0 | – | – | 5000.0 | 1000.0 | 0.0 | 2000.0 | 0.10× | 0.10× | 1.00× | – | – | – | – |\n")
 }
 
 func TestParseNamesWhatIsWrong(t *testing.T) {
