@@ -38,22 +38,6 @@ func TestLimiterFastPathAllocatesNothing(t *testing.T) {
 	}
 }
 
-// ptrHeaders is Attrs behind a pointer, as the request path passes it: an
-// interface holding a pointer does not allocate.
-type ptrHeaders struct{ user, env []byte }
-
-func (h *ptrHeaders) Header(n []byte) []byte {
-	switch string(n) {
-	case "X-User-Id":
-		return h.user
-	case "X-Env":
-		return h.env
-	}
-	return nil
-}
-
-func (h *ptrHeaders) Query([]byte) []byte { return nil }
-
 // TestPolicyFastPathAllocatesNothing decides the base limits, a rule and
 // three policies (one keyed by a header, one with a calendar quota, one by
 // an IPv4 prefix with unlimited values and CIDRs) from local leases.
