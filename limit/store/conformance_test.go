@@ -118,6 +118,10 @@ var confCases = []confCase{
 	{"SlidingLogLook", confLook(SlidingLog)},
 	{"TokenBucketLook", confLook(TokenBucket)},
 	{"QuotaLook", confLook(Quota)},
+	{"SlidingWindowReset", confReset(SlidingWindow)},
+	{"SlidingLogReset", confReset(SlidingLog)},
+	{"TokenBucketReset", confReset(TokenBucket)},
+	{"QuotaReset", confReset(Quota)},
 	{"EdgeValues", confEdgeValues},
 	{"OutOfBounds", confOutOfBounds},
 }
@@ -876,5 +880,24 @@ func confLook(alg Algorithm) func(*testing.T, *confEnv, string) {
 		assert.Equal(t, int64(0), r.Remaining)
 		assert.Positive(t, r.RetryAfter)
 		assert.Equal(t, int64(0), e.lease(t, key, p, 1, 0, "").Granted)
+	}
+}
+
+// confReset: a reset makes a spent budget whole again, under any algorithm
+// the key was written with, and leaves other keys as they were.
+func confReset(alg Algorithm) func(*testing.T, *confEnv, string) {
+	return func(t *testing.T, e *confEnv, key string) {
+		p := confParams(alg, 2, time.Minute)
+		if alg == Quota {
+			p = quotaParams(2, e.hourEndingIn(t, 30*time.Minute))
+		}
+		other := strings.Replace(key, "{", "{other:", 1)
+		require.Equal(t, int64(2), e.lease(t, key, p, 2, time.Second, "").Granted)
+		require.Equal(t, int64(2), e.lease(t, other, p, 2, time.Second, "").Granted)
+		require.Equal(t, int64(0), e.lease(t, key, p, 1, 0, "").Granted)
+		require.NoError(t, e.store.Reset(context.Background(), []byte(key), p))
+		r := e.lease(t, key, p, 2, 0, "")
+		assert.Equal(t, int64(2), r.Granted, "the budget is whole again")
+		assert.Equal(t, int64(0), e.lease(t, other, p, 1, 0, "").Granted, "another key keeps its counts")
 	}
 }

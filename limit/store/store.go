@@ -175,8 +175,13 @@ type LeaseResult struct {
 // and a call that fails because of the deadline must not leave permits
 // granted that nobody can use (RedisStore sends the deadline with the call,
 // in Redis' clock, and the script grants nothing after it).
+//
+// Reset drops every count of a key, so that its budget is whole again; p
+// is the limit's params (a quota counts per period, and p says the period
+// and its zone; the other algorithms' keys do not depend on it).
 type Store interface {
 	Lease(ctx context.Context, req *LeaseRequest) (LeaseResult, error)
+	Reset(ctx context.Context, key []byte, p Params) error
 	Ping(ctx context.Context) error
 	Close()
 }
