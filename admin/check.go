@@ -158,7 +158,7 @@ func appendCheckResult(dst []byte, d *limit.Decision, peek bool) []byte {
 // a token bucket that never refills.
 func appendLimits(dst []byte, d *limit.Decision) []byte {
 	dst = append(dst, `,"limits":[`...)
-	for i, a := range d.AppliedLimits() {
+	for i, a := range d.Applied[:d.NApplied] {
 		if i > 0 {
 			dst = append(dst, ',')
 		}

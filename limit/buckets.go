@@ -107,21 +107,17 @@ func newBucketTable(maxKeys int) *bucketTable {
 	return t
 }
 
-// held is the unexpired permits this pod holds leased for key.
-func (t *bucketTable) held(key []byte, now int64) int64 {
+// find returns key's bucket (nil: none); remove takes it out of the table.
+func (t *bucketTable) find(key []byte, remove bool) *bucket {
 	sh := &t.shards[xxhash.Sum64(key)%bucketShards]
-	sh.mu.RLock()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	b := sh.m[string(key)]
-	sh.mu.RUnlock()
-	if b == nil {
-		return 0
+	if b != nil && remove {
+		delete(sh.m, string(key))
+		t.count.Add(-1)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if now >= b.expires {
-		return 0
-	}
-	return b.permits
+	return b
 }
 
 // get returns the bucket of key, creating it when missing. It allocates only

@@ -36,7 +36,7 @@ type Limiter struct {
 	catalog  *catalog.Catalog
 	now      func() time.Time
 
-	table *bucketTable
+	table    *bucketTable
 	breakers *breaker.Set // one per store node
 	nodes    store.NodeMap
 	rtt      atomic.Int64 // moving average of a store call, nanos
@@ -202,19 +202,18 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 	if len(specs) > len(useArr) {
 		uses = make([]use, len(specs))
 	}
-	var applied appliedList
+	var applied Decision
 	best := Decision{Allowed: true, Remaining: math.MaxInt64}
 	shadowed := false
 	for i := range specs {
 		s := &specs[i]
 		d, u := l.one(ctx, s, tokens, strict, req.RequestID, now)
-		if !d.Unavailable {
-			applied.note(&d)
-		}
+		applied.note(&d)
 		switch {
 		case d.Unavailable || !d.Allowed && !s.shadow && !l.cfg.Shadow:
 			l.returnUses(uses[:i], specs[:i], tokens)
-			return applied.with(d)
+			d.Applied, d.NApplied = applied.Applied, applied.NApplied
+			return d
 		case !d.Allowed:
 			shadowed = true
 			counters.ShadowBlocked.Inc()
@@ -235,7 +234,8 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 	if shadowed {
 		best.RetryAfter = 0
 	}
-	return applied.with(best)
+	best.Applied, best.NApplied = applied.Applied, applied.NApplied
+	return best
 }
 
 func (l *Limiter) observe(start time.Time) {

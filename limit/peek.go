@@ -15,13 +15,14 @@ import (
 // the one with the least remaining; a store that cannot answer makes it
 // Unavailable (the failure policy decides requests, not what a budget is).
 func (l *Limiter) peek(ctx context.Context, specs []spec, tokens int64) Decision {
-	var applied appliedList
+	var applied Decision
 	best := Decision{Allowed: true, Remaining: math.MaxInt64}
 	shadowed := false
 	for i := range specs {
 		d := l.look(ctx, &specs[i], tokens)
 		if d.Unavailable {
-			return applied.with(d)
+			d.Applied, d.NApplied = applied.Applied, applied.NApplied
+			return d
 		}
 		applied.note(&d)
 		if !d.Allowed && (specs[i].shadow || l.cfg.Shadow) {
@@ -35,7 +36,8 @@ func (l *Limiter) peek(ctx context.Context, specs []spec, tokens int64) Decision
 		best.Remaining = 0
 	}
 	best.Shadowed = shadowed && best.Allowed
-	return applied.with(best)
+	best.Applied, best.NApplied = applied.Applied, applied.NApplied
+	return best
 }
 
 // look answers one limit: its remaining budget is the store's plus the
@@ -48,11 +50,16 @@ func (l *Limiter) look(ctx context.Context, s *spec, tokens int64) Decision {
 	}
 	res, err := l.lease(ctx, s, &store.LeaseRequest{Key: bytes.Clone(s.key()), Need: tokens}, nil, 0)
 	if err != nil {
-		d := s.decision(false, 0, l.cfg.BreakerCooldown, 0)
-		d.Unavailable = true
-		return d
+		return Decision{Unavailable: true, Scope: s.scope, Name: s.name, Limit: s.limit, RetryAfter: l.cfg.BreakerCooldown}
 	}
-	held := l.table.held(s.key(), l.now().UnixNano())
+	var held int64
+	if b := l.table.find(s.key(), false); b != nil {
+		b.mu.Lock()
+		if l.now().UnixNano() < b.expires {
+			held = b.permits
+		}
+		b.mu.Unlock()
+	}
 	if held >= tokens || res.Remaining >= tokens {
 		res.RetryAfter = 0
 	}

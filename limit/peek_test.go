@@ -54,7 +54,7 @@ func TestPeekLooksAtEveryLimit(t *testing.T) {
 					{Scope: ScopeAPIKey, Limit: 4, Remaining: 2, Window: time.Second, Reset: d.Applied[0].Reset},
 					{Scope: ScopeIP, Limit: 10, Remaining: 8, Window: time.Second, Reset: d.Applied[1].Reset},
 					{Scope: ScopeLimit, Name: "daily", Limit: 6, Remaining: 4, Window: time.Minute, Reset: d.Applied[2].Reset},
-				}, d.AppliedLimits())
+				}, d.Applied[:d.NApplied])
 			}
 			assert.Equal(t, taken, st.wanted.Load(), "a peek asks for no permits")
 

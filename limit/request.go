@@ -62,21 +62,12 @@ const (
 	ScopePolicy              // a policy (Decision.Name names it)
 )
 
+var scopeNames = [...]string{"none", "ip", "api_key", "tenant", "rule", "limit", "policy"}
+
 // String returns the scope's name, as used in JSON bodies and metric labels.
 func (s Scope) String() string {
-	switch s {
-	case ScopeIP:
-		return "ip"
-	case ScopeAPIKey:
-		return "api_key"
-	case ScopeTenant:
-		return "tenant"
-	case ScopeRule:
-		return "rule"
-	case ScopeLimit:
-		return "limit"
-	case ScopePolicy:
-		return "policy"
+	if int(s) < len(scopeNames) {
+		return scopeNames[s]
 	}
 	return "none"
 }
@@ -127,25 +118,13 @@ type Applied struct {
 	Window, Reset    time.Duration
 }
 
-// AppliedLimits returns the limits that applied to d.
-func (d *Decision) AppliedLimits() []Applied { return d.Applied[:d.NApplied] }
-
-// appliedList gathers a decision's Applied while its limits are decided.
-type appliedList struct {
-	a [MaxApplied]Applied
-	n int
-}
-
-func (list *appliedList) note(d *Decision) {
-	if list.n < MaxApplied {
-		list.a[list.n] = Applied{d.Scope, d.Name, d.Limit, d.Remaining, d.Window, d.Reset}
-		list.n++
+// note lists x, one limit of d's request, in d.Applied while there is
+// room (an Unavailable x decided nothing).
+func (d *Decision) note(x *Decision) {
+	if d.NApplied < MaxApplied && !x.Unavailable {
+		d.Applied[d.NApplied] = Applied{x.Scope, x.Name, x.Limit, x.Remaining, x.Window, x.Reset}
+		d.NApplied++
 	}
-}
-
-func (list *appliedList) with(d Decision) Decision {
-	d.Applied, d.NApplied = list.a, list.n
-	return d
 }
 
 // Adjuster scales the effective limits under load. *adaptive.Controller
