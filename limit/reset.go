@@ -1,0 +1,30 @@
+package limit
+
+import (
+	"context"
+
+	"github.com/sentinel-gateway/sentinel/limit/store"
+)
+
+// Reset makes key's budget whole again: the store drops its counts (p
+// names a quota's period), then this pod forgets what it holds for the key
+// (the other pods do when they hear of the reset).
+func (l *Limiter) Reset(ctx context.Context, key []byte, p store.Params) error {
+	if err := l.store.Reset(ctx, key, p); err != nil {
+		return err
+	}
+	l.Forget(key)
+	return nil
+}
+
+// Forget drops what this pod holds for key, counted against a budget the
+// store no longer holds: leased permits, a cached refusal, reports due and
+// the local share's counts. A request on the bucket already finishes there.
+func (l *Limiter) Forget(key []byte) {
+	if b := l.table.find(key, true); b != nil {
+		b.mu.Lock()
+		b.permits, b.deniedUntil, b.gen = 0, 0, b.gen+1
+		b.mu.Unlock()
+	}
+	_ = l.fallback.Reset(context.Background(), key, store.Params{})
+}
