@@ -20,6 +20,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/logx"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/resets"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 	"github.com/sentinel-gateway/sentinel/proxy"
 	"github.com/sentinel-gateway/sentinel/rls"
@@ -34,6 +35,7 @@ type app struct {
 	storeName string
 	catalog   *catalog.Catalog
 	sync      *catalog.Sync // in-process only without Redis
+	resets    *resets.Bus   // counter resets to and from every pod
 	adaptive  *adaptive.Controller
 	limiter   *liveLimiter
 	upstreams *upstream.Set
@@ -127,6 +129,13 @@ func (a *app) buildLimits(cfg *Config) (err error) {
 	a.sync = catalog.NewSync(a.redis, a.catalog, catalog.SyncOptions{
 		KeyPrefix: cfg.Redis.KeyPrefix, Logf: logx.Printf(slog.LevelWarn),
 	})
+	// The limiter is built after the bus; a reset heard before it finds
+	// nothing to drop.
+	a.resets = resets.New(a.redis, cfg.Redis.KeyPrefix, func(key string) {
+		if a.limiter != nil {
+			a.limiter.Forget(key)
+		}
+	})
 	if a.pending() {
 		a.sync.Await()
 	}
@@ -217,6 +226,7 @@ func (a *app) serve(ctx context.Context, ln, adminLn net.Listener) error {
 		a.grpcAddr = grpcLn.Addr()
 	}
 	ctx, a.cancel = context.WithCancel(ctx)
+	a.resets.Start()
 	if err := a.sync.Start(ctx); err != nil {
 		ln.Close()
 		adminLn.Close()
@@ -263,6 +273,9 @@ func (a *app) close() {
 	}
 	if a.sync != nil {
 		a.sync.Stop()
+	}
+	if a.resets != nil {
+		a.resets.Stop()
 	}
 	if a.limiter != nil {
 		a.limiter.Close()
@@ -312,6 +325,7 @@ func (a *app) adminDeps() admin.Deps {
 		Limiter:  a.limiter,
 		Catalog:  a.catalog,
 		Writer:   a.sync,
+		Resets:   a.resets,
 		Adaptive: a.adaptive,
 		Ready:    a.ready,
 		Reload:   a.reload,

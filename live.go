@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // liveLimiter is the limiter the proxy, the admin API and the gRPC service
@@ -51,6 +52,20 @@ func (ll *liveLimiter) MaxTokens(req *limit.Request) (int64, limit.Scope) {
 
 // Status reports the current limiter's status.
 func (ll *liveLimiter) Status() limit.LimiterStatus { return ll.cur.Load().Status() }
+
+// Reset resets a counter through the current limiter (DELETE /v1/counters).
+func (ll *liveLimiter) Reset(ctx context.Context, key []byte, p store.Params) error {
+	return ll.cur.Load().Reset(ctx, key, p)
+}
+
+// Forget drops what the current limiter holds for a counter another pod
+// reset. A limiter retiring after a reload keeps its buckets: its requests
+// have finished within retireAfter.
+func (ll *liveLimiter) Forget(key string) {
+	if l := ll.cur.Load(); l != nil {
+		l.Forget([]byte(key))
+	}
+}
 
 // StoreHealthy reports whether the current limiter's store breaker is closed.
 func (ll *liveLimiter) StoreHealthy() bool { return ll.cur.Load().StoreHealthy() }

@@ -89,6 +89,7 @@ func (a *app) attach(ctx context.Context, client rueidis.Client) {
 	a.conn.connected.Store(true)
 	slog.Info("redis answers: the store decides the limits from now on", "redis", a.storeName)
 	a.adaptive.AttachRedis(client)
+	a.resets.Attach(client)
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		err := a.sync.Attach(ctx, client)
 		if err == nil {

@@ -106,7 +106,8 @@ func (fakeLimiter) Allow(context.Context, *limit.Request) limit.Decision { retur
 func (fakeLimiter) MaxTokens(*limit.Request) (int64, limit.Scope) {
 	return store.MaxLimit, limit.ScopeNone
 }
-func (fakeLimiter) Status() limit.LimiterStatus { return limit.LimiterStatus{} }
+func (fakeLimiter) Status() limit.LimiterStatus                       { return limit.LimiterStatus{} }
+func (fakeLimiter) Reset(context.Context, []byte, store.Params) error { return nil }
 
 // TestRouterAnswers: unknown paths, wrong methods and missing tokens get
 // the JSON problem body naming the field; the token is not asked on the

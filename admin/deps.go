@@ -6,6 +6,8 @@ import (
 	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/resets"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // The interfaces below are what the admin listener calls; each is implemented
@@ -19,10 +21,14 @@ import (
 // returns. MaxTokens is the most tokens a request like req can ever be
 // granted and the scope of that limit (a check asking more answers 400); it
 // must not call the store. Status is read once per GET /v1/state.
+//
+// Reset makes the budget of a store key whole again in the store and on
+// this pod (DELETE /v1/counters); it must return when ctx ends.
 type Limiter interface {
 	Allow(ctx context.Context, req *limit.Request) limit.Decision
 	MaxTokens(req *limit.Request) (int64, limit.Scope)
 	Status() limit.LimiterStatus
+	Reset(ctx context.Context, key []byte, p store.Params) error
 }
 
 // Catalog is what the admin API reads: the current rules and tenants.
@@ -46,6 +52,13 @@ type CatalogWriter interface {
 	DeleteRule(ctx context.Context, tenant, resource string) error
 	PutTenant(ctx context.Context, t catalog.Tenant) error
 	DeleteTenant(ctx context.Context, id string) error
+}
+
+// Resets tells every pod that a counter was reset, so that each drops what
+// it holds for the store key (DELETE /v1/counters). *resets.Bus implements
+// it. Publish must return when ctx ends.
+type Resets interface {
+	Publish(ctx context.Context, key string) error
 }
 
 // Adaptive is the adaptive layer as GET /v1/state shows it.
@@ -76,6 +89,9 @@ type Deps struct {
 	Catalog Catalog
 	// Writer changes rules and tenants.
 	Writer CatalogWriter
+	// Resets carries counter resets to every pod (nil: DELETE /v1/counters
+	// resets the store and this pod only).
+	Resets Resets
 	// Adaptive is shown by GET /v1/state under "adaptive" (nil: omitted).
 	Adaptive Adaptive
 	// Ready decides GET /readyz (nil: always ready).
@@ -97,5 +113,6 @@ var (
 	_ Limiter       = (*limit.Limiter)(nil)
 	_ Catalog       = (*catalog.Catalog)(nil)
 	_ CatalogWriter = (*catalog.Sync)(nil)
+	_ Resets        = (*resets.Bus)(nil)
 	_ Adaptive      = (*adaptive.Controller)(nil)
 )

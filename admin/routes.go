@@ -26,6 +26,7 @@ const (
 	routeTenants
 	routeTenant
 	routeReload
+	routeCounters
 	routeCount
 )
 
@@ -43,6 +44,7 @@ var routeNames = [routeCount]string{
 	routeTenants:    "tenants",
 	routeTenant:     "tenant",
 	routeReload:     "reload",
+	routeCounters:   "counters",
 }
 
 // routeMethods lists the methods each endpoint accepts, as the Allow header
@@ -59,6 +61,7 @@ var routeMethods = [routeCount]string{
 	routeTenants:    "GET",
 	routeTenant:     "GET, PUT, DELETE",
 	routeReload:     "POST",
+	routeCounters:   "DELETE",
 }
 
 const (
@@ -83,6 +86,8 @@ func routeOf(path []byte) route {
 		return routeCheckBatch
 	case "/v1/reload":
 		return routeReload
+	case "/v1/counters":
+		return routeCounters
 	case "/v1/rules", "/v1/rules/":
 		return routeRules
 	case "/v1/tenants", "/v1/tenants/":
@@ -142,6 +147,8 @@ func (s *Server) serveRoute(ctx *fasthttp.RequestCtx, r route) {
 		s.tenant(ctx)
 	case routeReload:
 		s.reload(ctx)
+	case routeCounters:
+		s.resetCounter(ctx)
 	}
 }
 
@@ -150,6 +157,8 @@ func methodAllowed(r route, method []byte) bool {
 	switch r {
 	case routeCheck, routeCheckBatch, routeReload:
 		return string(method) == fasthttp.MethodPost
+	case routeCounters:
+		return string(method) == fasthttp.MethodDelete
 	case routeRule, routeTenant:
 		switch string(method) {
 		case fasthttp.MethodGet, fasthttp.MethodPut, fasthttp.MethodDelete:

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/limit/redistest"
+)
+
+// TestCounterResetAcrossPods: three gateways on one redis-server spend an
+// API key's budget and another's; DELETE /v1/counters on one of them lets
+// every pod admit the first key again within a second, while the other key
+// stays refused everywhere.
+func TestCounterResetAcrossPods(t *testing.T) {
+	srv := redistest.Start(t)
+	up := startUpstream(t)
+	cfg := testConfig(up.url, fmt.Sprintf("redis: {addrs: [%q]}\nlimits: {ip: 0, api_key: 6, tenant: 1000, window: 1m, store_timeout: 2s}\n", srv.Addr))
+	pods := []*gateway{startGateway(t, cfg), startGateway(t, cfg), startGateway(t, cfg)}
+	spend := func(key string) {
+		for _, g := range pods {
+			for i := 0; do(t, "GET", g.url+"/x", "", "X-API-Key", key).status == http.StatusOK; i++ {
+				require.Less(t, i, 10, "the budget of %s ends", key)
+			}
+		}
+	}
+	spend("hot-key")
+	spend("gold-key")
+	before := scrape(t, pods[0].admin, "sentinel_limit_resets_total", "scope", "api_key")
+
+	a := do(t, "DELETE", pods[0].admin+"/v1/counters?scope=api_key&key=hot-key", "")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	reset := time.Now()
+	for i, g := range pods {
+		took := eventually(t, time.Second, fmt.Sprintf("pod %d admits the key", i), func() bool {
+			return do(t, "GET", g.url+"/x", "", "X-API-Key", "hot-key").status == http.StatusOK
+		})
+		t.Logf("pod %d admits again %v after the reset's answer", i, took.Round(time.Millisecond))
+		assert.Equal(t, http.StatusTooManyRequests, do(t, "GET", g.url+"/x", "", "X-API-Key", "gold-key").status, "pod %d: another key keeps its counts", i)
+	}
+	assert.Less(t, time.Since(reset), 3*time.Second)
+	assert.Equal(t, before+1, scrape(t, pods[0].admin, "sentinel_limit_resets_total", "scope", "api_key"))
+}
+
+// TestCounterResetReachesEveryPod: a token bucket that never refills is
+// refused from each pod's cache for a second; a reset through one pod
+// drops that cache on every pod at once (the reset's message), so each
+// admits well within the second.
+func TestCounterResetReachesEveryPod(t *testing.T) {
+	srv := redistest.Start(t)
+	up := startUpstream(t)
+	cfg := testConfig(up.url, fmt.Sprintf("redis: {addrs: [%q]}\nlimits: {ip: 0, tenant: 1000, store_timeout: 2s}\n", srv.Addr))
+	pods := []*gateway{startGateway(t, cfg), startGateway(t, cfg), startGateway(t, cfg)}
+	a := do(t, "PUT", pods[0].admin+"/v1/rules/gold/default", `{"algorithm":"token_bucket","capacity":3,"refill_rate":0}`)
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	for i, g := range pods {
+		eventually(t, time.Second, fmt.Sprintf("the rule on pod %d", i), func() bool {
+			return do(t, "GET", g.admin+"/v1/rules/gold/default", "").status == http.StatusOK
+		})
+	}
+	for _, g := range pods {
+		for i := 0; do(t, "GET", g.url+"/x", "", "X-API-Key", "gold-key").status == http.StatusOK; i++ {
+			require.Less(t, i, 5, "the bucket empties")
+		}
+	}
+	a = do(t, "DELETE", pods[1].admin+"/v1/counters?scope=rule&key=gold/default", "")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	for i, g := range pods {
+		took := eventually(t, time.Second, fmt.Sprintf("pod %d admits", i), func() bool {
+			return do(t, "GET", g.url+"/x", "", "X-API-Key", "gold-key").status == http.StatusOK
+		})
+		t.Logf("pod %d admits %v after the reset's answer", i, took.Round(time.Millisecond))
+		assert.Less(t, took, 500*time.Millisecond, "pod %d dropped its cached refusal", i)
+	}
+}
