@@ -101,3 +101,57 @@ func TestPolicyTwoLimitsAllOrNothing(t *testing.T) {
 	clock.set(time.Date(2026, 3, 3, 0, 0, 1, 0, time.UTC))
 	assert.True(t, bid("u1").Allowed, "a new day")
 }
+
+// TestIPScopeAnonymous: limits.ip_scope anonymous leaves requests with a
+// known API key to their key and tenant limits.
+func TestIPScopeAnonymous(t *testing.T) {
+	for _, scope := range []string{IPScopeAll, IPScopeAnonymous} {
+		cfg := testLimitsConfig(func(c *Config) { c.IP, c.IPScope = 2, scope })
+		l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: testCatalog(t)})
+		ctx := context.Background()
+		known := &Request{IP: []byte("192.0.2.1"), APIKey: []byte("k1"), Tenant: "acme", Plan: "PREMIUM"}
+		passed := 0
+		for range 5 {
+			if l.Allow(ctx, known).Allowed {
+				passed++
+			}
+		}
+		anon := &Request{IP: []byte("192.0.2.2")}
+		anonPassed := 0
+		for range 5 {
+			if l.Allow(ctx, anon).Allowed {
+				anonPassed++
+			}
+		}
+		assert.Equal(t, 2, anonPassed, "%s: an anonymous client is held by its IP", scope)
+		if scope == IPScopeAll {
+			assert.Equal(t, 2, passed, "all: the IP limit holds a known client too")
+		} else {
+			assert.Equal(t, 5, passed, "anonymous: a known client is not held by its IP")
+		}
+	}
+}
+
+// TestPolicyMatchAnonymousAndPrefix: a policy for anonymous clients per
+// /24, with an exempt range: the clients of one /24 share a budget.
+func TestPolicyMatchAnonymousAndPrefix(t *testing.T) {
+	yes := true
+	cfg := testLimitsConfig(nil)
+	cat := withPolicies(t, testCatalog(t), cfg, catalog.Policy{
+		Name: "anon-subnet", Match: catalog.PolicyMatch{Anonymous: &yes}, Key: []string{"ip/24"},
+		Limits:    []catalog.PolicyLimit{{Limit: 3}},
+		Unlimited: catalog.PolicyUnlimited{CIDRs: []string{"198.51.100.0/24"}},
+	})
+	l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: cat})
+	ctx := context.Background()
+	ip := func(s string) *Request { return &Request{IP: []byte(s)} }
+	for i, s := range []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"} {
+		require.True(t, l.Allow(ctx, ip(s)).Allowed, "request %d", i)
+	}
+	assert.False(t, l.Allow(ctx, ip("192.0.2.200")).Allowed, "the /24's fourth")
+	assert.True(t, l.Allow(ctx, ip("192.0.3.1")).Allowed, "another /24")
+	assert.True(t, l.Allow(ctx, &Request{IP: []byte("192.0.2.9"), APIKey: []byte("k1"), Tenant: "acme"}).Allowed, "a known key is not anonymous")
+	for range 10 {
+		require.True(t, l.Allow(ctx, ip("198.51.100.7")).Allowed, "unlimited range")
+	}
+}
