@@ -209,6 +209,7 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 		s := &specs[i]
 		d, u := l.one(ctx, s, tokens, strict, req.RequestID, now)
 		applied.note(&d)
+		s.count(d.Allowed, s.shadow || l.cfg.Shadow)
 		switch {
 		case d.Unavailable || !d.Allowed && !s.shadow && !l.cfg.Shadow:
 			l.returnUses(uses[:i], specs[:i], tokens)

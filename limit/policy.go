@@ -48,7 +48,7 @@ func (l *Limiter) policySpec(specs []spec, p *catalog.CompiledPolicy, subj *cata
 	for i := range p.Params {
 		var s *spec
 		specs, s = nextSpec(specs)
-		s.scope, s.name, s.shadow = ScopePolicy, p.Name, p.Shadow
+		s.scope, s.name, s.shadow, s.counters = ScopePolicy, p.Name, p.Shadow, p.Counters[i]
 		s.params = scaleParams(planParams(p.Params[i], plan), mult)
 		// {pol:<name>:<limit label>:<identity>}: the identity is escaped
 		// already, so it goes in as it is.
@@ -99,5 +99,19 @@ func (l *Limiter) policyBound(req *Request, bound func(p store.Params, sc Scope)
 				bound(planParams(p.Params[i], plan), ScopePolicy)
 			}
 		}
+	}
+}
+
+// count counts a policy limit's decision: allowed, or refused (in shadow
+// mode or not). Other limits are counted per tenant and resource only.
+func (s *spec) count(allowed, shadow bool) {
+	switch c := s.counters; {
+	case c == nil:
+	case allowed:
+		c.Allowed.Inc()
+	case shadow:
+		c.ShadowBlocked.Inc()
+	default:
+		c.Blocked.Inc()
 	}
 }

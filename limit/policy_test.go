@@ -155,3 +155,18 @@ func TestPolicyMatchAnonymousAndPrefix(t *testing.T) {
 		require.True(t, l.Allow(ctx, ip("198.51.100.7")).Allowed, "unlimited range")
 	}
 }
+
+func TestPolicyMetrics(t *testing.T) {
+	cfg := testLimitsConfig(nil)
+	p := bidsPolicy(1, 100)
+	p.Name = "metrics-test"
+	cat := withPolicies(t, testCatalog(t), cfg, p)
+	l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: cat})
+	req := &Request{Resource: "bids", Method: []byte("POST"), Attrs: headers{"X-User-Id": "u1"}}
+	l.Allow(context.Background(), req)
+	l.Allow(context.Background(), req)
+	c := cat.Policies().All()[0].Counters
+	assert.Equal(t, uint64(2), c[0].Allowed.Get()+c[0].Blocked.Get(), "1s: two decisions")
+	assert.Equal(t, uint64(1), c[0].Blocked.Get(), "1s: the second refused")
+	assert.Equal(t, uint64(1), c[1].Allowed.Get(), "day: only the first reached it")
+}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -20,7 +21,9 @@ type spec struct {
 	window time.Duration // for RateLimit-Policy
 	ttl    time.Duration // lease lifetime
 	shadow bool
-	useRID bool // sliding_log with a trusted request ID: always ask the store
+	// counters count a policy limit's decisions (nil for other limits).
+	counters *catalog.PolicyCounters
+	useRID   bool // sliding_log with a trusted request ID: always ask the store
 	// The key is buf[:keyLen], or big when it did not fit. The spec never
 	// holds a slice of its own buf, so that it can stay on the stack.
 	keyLen int

@@ -60,7 +60,10 @@ type CompiledPolicy struct {
 	// Params are the store parameters of each limit, Labels their names.
 	Params []store.Params
 	Labels []string
-	Attrs  []KeyAttr
+	// Counters count each limit's decisions
+	// (sentinel_limit_policy_decisions_total).
+	Counters []*PolicyCounters
+	Attrs    []KeyAttr
 	// PlanMultiplier: the limits are multiplied by the plan's multiplier.
 	PlanMultiplier bool
 	Shadow         bool
@@ -129,6 +132,9 @@ func CompilePolicies(policies []Policy, def PolicyDefaults) (*PolicySet, error) 
 		}
 		names[p.Name] = i
 		cp := compile(p, def)
+		for _, label := range cp.Labels {
+			cp.Counters = append(cp.Counters, policyCounters(cp.Name, label, i))
+		}
 		ps.all = append(ps.all, cp)
 		if cp.resources == nil {
 			ps.anyResource = append(ps.anyResource, cp)
