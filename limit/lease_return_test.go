@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
@@ -26,12 +28,22 @@ func TestNeverRefusedUnderTheLimit(t *testing.T) {
 	const limit, window, run = 300, time.Second, 2500 * time.Millisecond
 	for _, alg := range []string{"sliding_window", "sliding_log", "token_bucket"} {
 		t.Run(alg, func(t *testing.T) { // one algorithm at a time: the machine is shared
-			neverRefused(t, srv, alg, limit, window, run)
+			neverRefused(t, srv, alg, limit, window, run, nil)
 		})
 	}
+	// A policy keyed by a header, and a calendar quota (offered 70% of its
+	// period's budget within the run).
+	t.Run("policy", func(t *testing.T) {
+		neverRefused(t, srv, "sliding_window", limit, window, run, &catalog.PolicyLimit{Limit: limit, Window: confutil.Duration(window)})
+	})
+	t.Run("quota", func(t *testing.T) {
+		neverRefused(t, srv, "sliding_window", limit, run, run, &catalog.PolicyLimit{Limit: limit, Period: "year"})
+	})
 }
 
-func neverRefused(t *testing.T, srv *redistest.Server, alg string, limit int64, window, run time.Duration) {
+// neverRefused runs the test under the tenant limit, or, with pl, under a
+// policy of that one limit keyed by X-User-Id.
+func neverRefused(t *testing.T, srv *redistest.Server, alg string, limit int64, window, run time.Duration, pl *catalog.PolicyLimit) {
 	{
 		for _, pods := range []int{1, 3} {
 			for _, clients := range []int{1, 20} {
@@ -41,12 +53,18 @@ func neverRefused(t *testing.T, srv *redistest.Server, alg string, limit int64, 
 						c.Algorithm, c.Tenant, c.Window = alg, limit, window
 						c.StoreTimeout = 5 * time.Millisecond // the default: calls time out on a busy machine
 					})
+					var cat *catalog.Catalog
+					if pl != nil {
+						cfg.Tenant = 0
+						cat = withPolicies(t, testCatalog(t), cfg, catalog.Policy{Name: "users", Key: []string{"header:X-User-Id"}, Limits: []catalog.PolicyLimit{*pl}})
+					}
 					var limiters []*Limiter
 					for range pods {
 						st := newRedisStore(t, srv.Addr)
-						limiters = append(limiters, newTestLimiter(t, cfg, st, Options{LivePods: func() int { return pods }}))
+						limiters = append(limiters, newTestLimiter(t, cfg, st, Options{LivePods: func() int { return pods }, Catalog: cat}))
 					}
 					tenant := fmt.Sprintf("t-%s-%d-%d", alg, pods, clients)
+					user := headers{"X-User-Id": tenant}
 					period := time.Duration(clients) * window / time.Duration(limit*7/10)
 					var refused, allowed atomic.Int64
 					var first sync.Once
@@ -58,7 +76,10 @@ func neverRefused(t *testing.T, srv *redistest.Server, alg string, limit int64, 
 						go func() {
 							defer wg.Done()
 							for i := 0; time.Since(start) < run; i++ {
-								d := limiters[(c+i)%pods].Allow(context.Background(), &Request{Tenant: tenant, Plan: "FREE"})
+								d := limiters[(c+i)%pods].Allow(context.Background(), &Request{Tenant: tenant, Plan: "FREE", Attrs: user})
+								if pl != nil && d.Scope != ScopePolicy {
+									refused.Add(1) // not decided by the policy
+								}
 								if d.Allowed {
 									allowed.Add(1)
 								} else {

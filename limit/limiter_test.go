@@ -249,6 +249,20 @@ func TestLimiterMultiPodAccuracyCluster(t *testing.T) {
 	multiPod(t, c.Addrs, 3*time.Second, false)
 }
 
+// TestLimiterMultiPodAccuracyPolicy is TestLimiterMultiPodAccuracy under a
+// policy keyed by a header instead of the tenant limit, on one Redis and
+// on a cluster.
+func TestLimiterMultiPodAccuracyPolicy(t *testing.T) {
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t)
+		multiPodUnder(t, []string{srv.Addr}, 3*time.Second, false, true)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t)
+		multiPodUnder(t, c.Addrs, 3*time.Second, false, true)
+	})
+}
+
 // TestLimiterMultiPodAccuracySlowPod: one pod's store calls outlast the
 // store deadline now and then (as on a loaded machine under -race) while its
 // breaker stays closed and the other pods get their answers. The local
@@ -280,6 +294,12 @@ func (s slowNow) Lease(ctx context.Context, req *store.LeaseRequest) (store.Leas
 }
 
 func multiPod(t *testing.T, addrs []string, duration time.Duration, slowPod bool) {
+	multiPodUnder(t, addrs, duration, slowPod, false)
+}
+
+// multiPodUnder runs multiPod under the tenant limit, or under a policy of
+// the same limit keyed by X-User-Id.
+func multiPodUnder(t *testing.T, addrs []string, duration time.Duration, slowPod, policy bool) {
 	const limit, window = 50, 500 * time.Millisecond
 	cfg := testLimitsConfig(func(c *Config) {
 		c.Tenant = limit
@@ -289,6 +309,14 @@ func multiPod(t *testing.T, addrs []string, duration time.Duration, slowPod bool
 			c.BreakerFailures = 1000 // the slow pod's breaker stays closed
 		}
 	})
+	cat := testCatalog(t)
+	req := &Request{Tenant: "free", Plan: "FREE"}
+	if policy {
+		cfg.Tenant = 0
+		withPolicies(t, cat, cfg, catalog.Policy{Name: "users", Key: []string{"header:X-User-Id"},
+			Limits: []catalog.PolicyLimit{{Limit: limit, Window: confutil.Duration(window)}}})
+		req.Attrs = headers{"X-User-Id": "u1"}
+	}
 	var stores []*countingStore
 	var pods []*Limiter
 	for i := range 3 {
@@ -301,7 +329,7 @@ func multiPod(t *testing.T, addrs []string, duration time.Duration, slowPod bool
 		}
 		s := &countingStore{Store: rs}
 		stores = append(stores, s)
-		pods = append(pods, newTestLimiter(t, cfg, s, Options{LivePods: func() int { return 3 }, Catalog: testCatalog(t)}))
+		pods = append(pods, newTestLimiter(t, cfg, s, Options{LivePods: func() int { return 3 }, Catalog: cat}))
 	}
 	var mu sync.Mutex
 	var approvals []spans.Span
@@ -320,7 +348,7 @@ func multiPod(t *testing.T, addrs []string, duration time.Duration, slowPod bool
 			defer tick.Stop()
 			for i := 0; time.Since(start) < duration; i++ {
 				from := time.Now()
-				if d := pods[(w+i)%3].Allow(context.Background(), &Request{Tenant: "free", Plan: "FREE"}); d.Allowed {
+				if d := pods[(w+i)%3].Allow(context.Background(), req); d.Allowed {
 					at := spans.Span{From: from, To: time.Now()}
 					if d.Limit != limit {
 						localApprovals.Add(1)
