@@ -12,8 +12,8 @@ import (
 // RateLimitHeaderNames are the rate-limit headers as the docs spell them,
 // in the order AppendRateLimitValue numbers them: the IETF draft's
 // RateLimit-Policy and RateLimit fields (draft-ietf-httpapi-ratelimit-headers:
-// policy "sentinel" with quota q and window w in seconds; remaining r and
-// seconds to reset t), then X-RateLimit-Limit, -Remaining and -Retry-After-Ms.
+// policy "sentinel", or the deciding policy's name, with quota q and window
+// w in seconds; remaining r and seconds to reset t), then X-RateLimit-Limit, -Remaining and -Retry-After-Ms.
 var RateLimitHeaderNames = [...]string{
 	"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Retry-After-Ms",
 }
@@ -34,12 +34,14 @@ var keyRetryAfter = fasthttp.AppendNormalizedHeaderKey(nil, fasthttp.HeaderRetry
 func AppendRateLimitValue(b []byte, i int, d *limit.Decision) []byte {
 	switch i {
 	case 0:
-		b = append(b, `"sentinel";q=`...)
+		b = appendPolicyName(b, d)
+		b = append(b, `;q=`...)
 		b = strconv.AppendInt(b, d.Limit, 10)
 		b = append(b, ";w="...)
 		return strconv.AppendInt(b, ceilSeconds(d.Window), 10)
 	case 1:
-		b = append(b, `"sentinel";r=`...)
+		b = appendPolicyName(b, d)
+		b = append(b, `;r=`...)
 		b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
 		b = append(b, ";t="...)
 		return strconv.AppendInt(b, ceilSeconds(d.Reset), 10)
@@ -51,10 +53,22 @@ func AppendRateLimitValue(b []byte, i int, d *limit.Decision) []byte {
 	return strconv.AppendInt(b, RetryAfterMillis(d.RetryAfter), 10)
 }
 
+// appendPolicyName appends the item name of the RateLimit fields: the
+// policy that decided (its names need no escaping in a structured-field
+// string), or "sentinel" for the other limits.
+func appendPolicyName(b []byte, d *limit.Decision) []byte {
+	if d.Scope != limit.ScopePolicy || d.Name == "" {
+		return append(b, `"sentinel"`...)
+	}
+	b = append(b, '"')
+	b = append(b, d.Name...)
+	return append(b, '"')
+}
+
 // SetRateLimitHeaders sets the rate-limit headers of a decision, on proxied
 // answers and on check API answers. It allocates nothing.
 func SetRateLimitHeaders(h *fasthttp.ResponseHeader, d *limit.Decision) {
-	var buf [64]byte
+	var buf [128]byte // room for a policy's name
 	for i, k := range rateLimitKeys {
 		h.SetCanonical(k, AppendRateLimitValue(buf[:0], i, d))
 	}
