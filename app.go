@@ -20,6 +20,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/logx"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/resets"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 	"github.com/sentinel-gateway/sentinel/proxy"
@@ -85,7 +86,7 @@ func build(cfg *Config) (_ *app, err error) {
 		return nil, err
 	}
 	a.onStoreFailure.Store(&cfg.Limits.OnStoreFailure)
-	l, err := a.newLimiter(cfg.Limits)
+	l, err := a.newLimiter(cfg.Limits, cfg.Policies)
 	if err != nil {
 		return nil, err
 	}
@@ -120,11 +121,6 @@ func (a *app) buildLimits(cfg *Config) (err error) {
 		return err
 	}
 	a.catalog.SetRouteResources(routeResources(cfg.Proxy.Routes))
-	ps, err := catalog.CompilePolicies(cfg.Policies, cfg.Limits.PolicyDefaults())
-	if err != nil {
-		return err
-	}
-	a.catalog.SetPolicies(ps)
 	// Without Redis the sync keeps the same rules semantics in the process.
 	a.sync = catalog.NewSync(a.redis, a.catalog, catalog.SyncOptions{
 		KeyPrefix: cfg.Redis.KeyPrefix, Logf: logx.Printf(slog.LevelWarn),
@@ -190,9 +186,13 @@ func accessLogger(cfg logx.Config) *slog.Logger {
 }
 
 // newLimiter builds a limiter of the limits section over the app's store.
-func (a *app) newLimiter(cfg limit.Config) (*limit.Limiter, error) {
+func (a *app) newLimiter(cfg limit.Config, policies []policy.Config) (*limit.Limiter, error) {
+	ps, err := policy.Compile(policies, cfg.PolicyDefaults())
+	if err != nil {
+		return nil, err
+	}
 	return limit.NewLimiter(cfg, a.store, limit.Options{
-		Adjuster: a.adaptive, LivePods: a.adaptive.LivePods, Catalog: a.catalog,
+		Adjuster: a.adaptive, LivePods: a.adaptive.LivePods, Catalog: a.catalog, Policies: ps,
 	})
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/logx"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 	"github.com/sentinel-gateway/sentinel/proxy"
 	"github.com/sentinel-gateway/sentinel/rls"
@@ -45,7 +46,7 @@ type Config struct {
 	Tenants   []catalog.Tenant  `mapstructure:"tenants"`
 	Limits    limit.Config      `mapstructure:"limits"`
 	Rules     []catalog.Rule    `mapstructure:"rules"`
-	Policies  []catalog.Policy  `mapstructure:"policies"`
+	Policies  []policy.Config   `mapstructure:"policies"`
 	Adaptive  adaptive.Config   `mapstructure:"adaptive"`
 	GRPC      rls.Config        `mapstructure:"grpc"`
 	Log       logx.Config       `mapstructure:"log"`
@@ -276,7 +277,7 @@ func (c *Config) validatePolicies() error {
 	if c.Limits.Validate() != nil {
 		return nil
 	}
-	_, err := catalog.CompilePolicies(c.Policies, c.Limits.PolicyDefaults())
+	_, err := policy.Compile(c.Policies, c.Limits.PolicyDefaults())
 	return err
 }
 

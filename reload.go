@@ -13,7 +13,6 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -125,16 +124,12 @@ func (a *app) apply(next *Config, applied []string) error {
 }
 
 // applyLimits switches to a new limiter and catalog base for next's limits,
-// tenants and rules.
+// policies, tenants and rules.
 func (a *app) applyLimits(next *Config) error {
 	// A new limiter starts without the old one's local buckets and cached
 	// refusals, so that a changed limit or rule applies to the next
 	// request; the store keeps the counts.
-	ps, err := catalog.CompilePolicies(next.Policies, next.Limits.PolicyDefaults())
-	if err != nil {
-		return err
-	}
-	l, err := a.newLimiter(next.Limits)
+	l, err := a.newLimiter(next.Limits, next.Policies)
 	if err != nil {
 		return err
 	}
@@ -143,7 +138,6 @@ func (a *app) applyLimits(next *Config) error {
 		l.Close()
 		return err
 	}
-	a.catalog.SetPolicies(ps)
 	a.limiter.swap(l)
 	if ms, ok := a.store.(*store.MemoryStore); ok {
 		ms.SetMaxKeys(next.Limits.MaxKeys)

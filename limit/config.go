@@ -7,6 +7,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -174,12 +175,12 @@ const (
 // PolicyDefaults are what the section gives the policies: the default
 // algorithm and window, and the quotas' time zone (UTC when it does not
 // load: Validate refuses it).
-func (c *Config) PolicyDefaults() catalog.PolicyDefaults {
+func (c *Config) PolicyDefaults() policy.Defaults {
 	zone, err := time.LoadLocation(c.QuotaTimeZone)
 	if err != nil || c.QuotaTimeZone == "" {
 		zone = time.UTC
 	}
-	return catalog.PolicyDefaults{Algorithm: c.Algorithm, Window: c.Window, Zone: zone}
+	return policy.Defaults{Algorithm: c.Algorithm, Window: c.Window, Zone: zone}
 }
 
 // FastPath reports whether local leases are on (local_fast_path).

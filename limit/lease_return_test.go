@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
@@ -34,16 +34,16 @@ func TestNeverRefusedUnderTheLimit(t *testing.T) {
 	// A policy keyed by a header, and a calendar quota (offered 70% of its
 	// period's budget within the run).
 	t.Run("policy", func(t *testing.T) {
-		neverRefused(t, srv, "sliding_window", limit, window, run, &catalog.PolicyLimit{Limit: limit, Window: confutil.Duration(window)})
+		neverRefused(t, srv, "sliding_window", limit, window, run, &policy.Limit{Limit: limit, Window: confutil.Duration(window)})
 	})
 	t.Run("quota", func(t *testing.T) {
-		neverRefused(t, srv, "sliding_window", limit, run, run, &catalog.PolicyLimit{Limit: limit, Period: "year"})
+		neverRefused(t, srv, "sliding_window", limit, run, run, &policy.Limit{Limit: limit, Period: "year"})
 	})
 }
 
 // neverRefused runs the test under the tenant limit, or, with pl, under a
 // policy of that one limit keyed by X-User-Id.
-func neverRefused(t *testing.T, srv *redistest.Server, alg string, limit int64, window, run time.Duration, pl *catalog.PolicyLimit) {
+func neverRefused(t *testing.T, srv *redistest.Server, alg string, limit int64, window, run time.Duration, pl *policy.Limit) {
 	{
 		for _, pods := range []int{1, 3} {
 			for _, clients := range []int{1, 20} {
@@ -53,15 +53,15 @@ func neverRefused(t *testing.T, srv *redistest.Server, alg string, limit int64, 
 						c.Algorithm, c.Tenant, c.Window = alg, limit, window
 						c.StoreTimeout = 5 * time.Millisecond // the default: calls time out on a busy machine
 					})
-					var cat *catalog.Catalog
+					var ps *policy.Set
 					if pl != nil {
 						cfg.Tenant = 0
-						cat = withPolicies(t, testCatalog(t), cfg, catalog.Policy{Name: "users", Key: []string{"header:X-User-Id"}, Limits: []catalog.PolicyLimit{*pl}})
+						ps = withPolicies(t, cfg, policy.Config{Name: "users", Key: []string{"header:X-User-Id"}, Limits: []policy.Limit{*pl}})
 					}
 					var limiters []*Limiter
 					for range pods {
 						st := newRedisStore(t, srv.Addr)
-						limiters = append(limiters, newTestLimiter(t, cfg, st, Options{LivePods: func() int { return pods }, Catalog: cat}))
+						limiters = append(limiters, newTestLimiter(t, cfg, st, Options{LivePods: func() int { return pods }, Policies: ps}))
 					}
 					tenant := fmt.Sprintf("t-%s-%d-%d", alg, pods, clients)
 					user := headers{"X-User-Id": tenant}

@@ -11,6 +11,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit/breaker"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/latency"
+	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -34,6 +35,7 @@ type Limiter struct {
 	adj      Adjuster
 	livePods func() int
 	catalog  *catalog.Catalog
+	policies *policy.Set
 	now      func() time.Time
 
 	table    *bucketTable
@@ -79,6 +81,7 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 		adj:      opts.Adjuster,
 		livePods: opts.LivePods,
 		catalog:  opts.Catalog,
+		policies: opts.Policies,
 		now:      opts.Now,
 		table:    newBucketTable(cfg.MaxKeys),
 		stop:     make(chan struct{}),
@@ -209,7 +212,7 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 		s := &specs[i]
 		d, u := l.one(ctx, s, tokens, strict, req.RequestID, now)
 		applied.note(&d)
-		s.count(d.Allowed, s.shadow || l.cfg.Shadow)
+		s.counters.Count(d.Allowed, s.shadow || l.cfg.Shadow) // a policy limit's own counters
 		switch {
 		case d.Unavailable || !d.Allowed && !s.shadow && !l.cfg.Shadow:
 			l.returnUses(uses[:i], specs[:i], tokens)

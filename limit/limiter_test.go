@@ -17,6 +17,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/internal/spans"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
@@ -299,7 +300,7 @@ func multiPod(t *testing.T, addrs []string, duration time.Duration, slowPod bool
 
 // multiPodUnder runs multiPod under the tenant limit, or under a policy of
 // the same limit keyed by X-User-Id.
-func multiPodUnder(t *testing.T, addrs []string, duration time.Duration, slowPod, policy bool) {
+func multiPodUnder(t *testing.T, addrs []string, duration time.Duration, slowPod, underPolicy bool) {
 	const limit, window = 50, 500 * time.Millisecond
 	cfg := testLimitsConfig(func(c *Config) {
 		c.Tenant = limit
@@ -310,11 +311,12 @@ func multiPodUnder(t *testing.T, addrs []string, duration time.Duration, slowPod
 		}
 	})
 	cat := testCatalog(t)
+	var ps *policy.Set
 	req := &Request{Tenant: "free", Plan: "FREE"}
-	if policy {
+	if underPolicy {
 		cfg.Tenant = 0
-		withPolicies(t, cat, cfg, catalog.Policy{Name: "users", Key: []string{"header:X-User-Id"},
-			Limits: []catalog.PolicyLimit{{Limit: limit, Window: confutil.Duration(window)}}})
+		ps = withPolicies(t, cfg, policy.Config{Name: "users", Key: []string{"header:X-User-Id"},
+			Limits: []policy.Limit{{Limit: limit, Window: confutil.Duration(window)}}})
 		req.Attrs = headers{"X-User-Id": "u1"}
 	}
 	var stores []*countingStore
@@ -329,7 +331,7 @@ func multiPodUnder(t *testing.T, addrs []string, duration time.Duration, slowPod
 		}
 		s := &countingStore{Store: rs}
 		stores = append(stores, s)
-		pods = append(pods, newTestLimiter(t, cfg, s, Options{LivePods: func() int { return 3 }, Catalog: cat}))
+		pods = append(pods, newTestLimiter(t, cfg, s, Options{LivePods: func() int { return 3 }, Catalog: cat, Policies: ps}))
 	}
 	var mu sync.Mutex
 	var approvals []spans.Span

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 )
 
@@ -105,13 +105,13 @@ func BenchmarkAllowPolicies(b *testing.B) {
 			cfg := testLimitsConfig(func(c *Config) {
 				c.IP, c.Tenant, c.Window, c.LeaseTTL, c.MaxLease = 1<<39, 1<<39, time.Hour, time.Minute, 1<<19
 			})
-			var policies []catalog.Policy
+			var policies []policy.Config
 			for i := range n {
-				policies = append(policies, catalog.Policy{Name: "p" + strconv.Itoa(i), Key: []string{"header:X-User-Id"},
-					Limits: []catalog.PolicyLimit{{Limit: 1 << 39, Window: confutil.Duration(time.Hour)}}})
+				policies = append(policies, policy.Config{Name: "p" + strconv.Itoa(i), Key: []string{"header:X-User-Id"},
+					Limits: []policy.Limit{{Limit: 1 << 39, Window: confutil.Duration(time.Hour)}}})
 			}
-			cat := withPolicies(b, testCatalog(b), cfg, policies...)
-			l := newTestLimiter(b, cfg, memStore(b), Options{Catalog: cat})
+			ps := withPolicies(b, cfg, policies...)
+			l := newTestLimiter(b, cfg, memStore(b), Options{Catalog: testCatalog(b), Policies: ps})
 			req := &Request{IP: []byte("10.0.0.1"), Tenant: "acme", Plan: "PREMIUM", Resource: "r",
 				Method: []byte("POST"), Attrs: &ptrHeaders{user: []byte("user-1")}}
 			b.ReportAllocs()

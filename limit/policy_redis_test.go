@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
@@ -32,15 +32,15 @@ func TestPolicyQuotaThreePods(t *testing.T) {
 func quotaThreePods(t *testing.T, addrs []string) {
 	const quota = 200
 	cfg := testLimitsConfig(func(c *Config) { c.StoreTimeout = 100 * time.Millisecond })
-	cat := withPolicies(t, testCatalog(t), cfg, catalog.Policy{Name: "yearly", Key: []string{"header:X-User-Id"},
-		Limits: []catalog.PolicyLimit{{Limit: 1000, Window: confutil.Duration(time.Second)}, {Limit: quota, Period: "year"}}})
+	ps := withPolicies(t, cfg, policy.Config{Name: "yearly", Key: []string{"header:X-User-Id"},
+		Limits: []policy.Limit{{Limit: 1000, Window: confutil.Duration(time.Second)}, {Limit: quota, Period: "year"}}})
 	var pods []*Limiter
 	for range 3 {
 		cl, err := store.NewRedisClient(store.RedisConfig{Addrs: addrs})
 		require.NoError(t, err)
 		t.Cleanup(cl.Close)
 		pods = append(pods, newTestLimiter(t, cfg, &countingStore{Store: store.NewRedisStore(cl, store.RedisStoreOptions{KeyPrefix: "q"})},
-			Options{LivePods: func() int { return 3 }, Catalog: cat}))
+			Options{LivePods: func() int { return 3 }, Catalog: testCatalog(t), Policies: ps}))
 	}
 	req := &Request{Attrs: headers{"X-User-Id": "u1"}}
 	var allowed, quotaRefusals atomic.Int64
@@ -96,12 +96,12 @@ func policiesOn(t *testing.T, addrs []string) {
 	bids := bidsPolicy(10, 25)
 	bids.Limits[0].Window = confutil.Duration(200 * time.Millisecond)
 	no := false
-	cat := withPolicies(t, testCatalog(t), cfg, bids,
-		catalog.Policy{Name: "every-attr", Match: catalog.PolicyMatch{Hosts: []string{"api.example.com"}, Headers: map[string]string{"X-Env": "*"}, Anonymous: &no},
+	ps := withPolicies(t, cfg, bids,
+		policy.Config{Name: "every-attr", Match: policy.Match{Hosts: []string{"api.example.com"}, Headers: map[string]string{"X-Env": "*"}, Anonymous: &no},
 			Key:    []string{"ip", "ip/24", "ip/64", "api_key", "tenant", "plan", "resource", "method", "path", "header:X-User-Id", "query:page"},
-			Limits: []catalog.PolicyLimit{{Limit: 1, Window: confutil.Duration(time.Hour)}}, PlanMultiplier: &no,
-			Unlimited: catalog.PolicyUnlimited{CIDRs: []string{"10.20.0.0/16"}}})
-	l := newTestLimiter(t, cfg, &countingStore{Store: st}, Options{Catalog: cat})
+			Limits: []policy.Limit{{Limit: 1, Window: confutil.Duration(time.Hour)}}, PlanMultiplier: &no,
+			Unlimited: policy.Unlimited{CIDRs: []string{"10.20.0.0/16"}}})
+	l := newTestLimiter(t, cfg, &countingStore{Store: st}, Options{Catalog: testCatalog(t), Policies: ps})
 	ctx := context.Background()
 
 	bid := &Request{IP: []byte("192.0.2.1"), Resource: "bids", Method: []byte("POST"), Attrs: headers{"X-User-Id": "u1"}}

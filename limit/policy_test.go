@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -40,27 +40,26 @@ type headers map[string]string
 func (h headers) Header(n []byte) []byte { return []byte(h[string(n)]) }
 func (h headers) Query([]byte) []byte    { return nil }
 
-// withPolicies sets policies on a test catalog, under the defaults of cfg.
-func withPolicies(t testing.TB, cat *catalog.Catalog, cfg Config, policies ...catalog.Policy) *catalog.Catalog {
+// withPolicies compiles policies under the defaults of cfg.
+func withPolicies(t testing.TB, cfg Config, policies ...policy.Config) *policy.Set {
 	t.Helper()
-	ps, err := catalog.CompilePolicies(policies, cfg.PolicyDefaults())
+	ps, err := policy.Compile(policies, cfg.PolicyDefaults())
 	require.NoError(t, err)
-	cat.SetPolicies(ps)
-	return cat
+	return ps
 }
 
 // bidsPolicy is the documentation's example: per X-User-Id on POST bids,
 // perSecond a second and perDay a day.
-func bidsPolicy(perSecond, perDay int64) catalog.Policy {
-	return catalog.Policy{
+func bidsPolicy(perSecond, perDay int64) policy.Config {
+	return policy.Config{
 		Name:  "bids-per-user",
-		Match: catalog.PolicyMatch{Resources: []string{"bids"}, Methods: []string{"POST"}},
+		Match: policy.Match{Resources: []string{"bids"}, Methods: []string{"POST"}},
 		Key:   []string{"header:X-User-Id"},
-		Limits: []catalog.PolicyLimit{
+		Limits: []policy.Limit{
 			{Limit: perSecond, Window: confutil.Duration(time.Second)},
 			{Limit: perDay, Period: "day"},
 		},
-		Unlimited: catalog.PolicyUnlimited{Values: []string{"monitoring-bot"}},
+		Unlimited: policy.Unlimited{Values: []string{"monitoring-bot"}},
 	}
 }
 
@@ -69,8 +68,8 @@ func TestPolicyTwoLimitsAllOrNothing(t *testing.T) {
 	mem := store.NewMemoryStore(store.MemoryOptions{Now: clock.now})
 	t.Cleanup(mem.Close)
 	cfg := testLimitsConfig(nil)
-	cat := withPolicies(t, testCatalog(t), cfg, bidsPolicy(10, 25))
-	l := newTestLimiter(t, cfg, mem, Options{Catalog: cat, Now: clock.now})
+	ps := withPolicies(t, cfg, bidsPolicy(10, 25))
+	l := newTestLimiter(t, cfg, mem, Options{Catalog: testCatalog(t), Policies: ps, Now: clock.now})
 	ctx := context.Background()
 	bid := func(user string) Decision {
 		return l.Allow(ctx, &Request{IP: []byte("192.0.2.1"), Resource: "bids", Method: []byte("POST"), Attrs: headers{"X-User-Id": user}})
@@ -137,12 +136,12 @@ func TestIPScopeAnonymous(t *testing.T) {
 func TestPolicyMatchAnonymousAndPrefix(t *testing.T) {
 	yes := true
 	cfg := testLimitsConfig(nil)
-	cat := withPolicies(t, testCatalog(t), cfg, catalog.Policy{
-		Name: "anon-subnet", Match: catalog.PolicyMatch{Anonymous: &yes}, Key: []string{"ip/24"},
-		Limits:    []catalog.PolicyLimit{{Limit: 3}},
-		Unlimited: catalog.PolicyUnlimited{CIDRs: []string{"198.51.100.0/24"}},
+	ps := withPolicies(t, cfg, policy.Config{
+		Name: "anon-subnet", Match: policy.Match{Anonymous: &yes}, Key: []string{"ip/24"},
+		Limits:    []policy.Limit{{Limit: 3}},
+		Unlimited: policy.Unlimited{CIDRs: []string{"198.51.100.0/24"}},
 	})
-	l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: cat})
+	l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: testCatalog(t), Policies: ps})
 	ctx := context.Background()
 	ip := func(s string) *Request { return &Request{IP: []byte(s)} }
 	for i, s := range []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"} {
@@ -160,12 +159,12 @@ func TestPolicyMetrics(t *testing.T) {
 	cfg := testLimitsConfig(nil)
 	p := bidsPolicy(1, 100)
 	p.Name = "metrics-test"
-	cat := withPolicies(t, testCatalog(t), cfg, p)
-	l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: cat})
+	ps := withPolicies(t, cfg, p)
+	l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: testCatalog(t), Policies: ps})
 	req := &Request{Resource: "bids", Method: []byte("POST"), Attrs: headers{"X-User-Id": "u1"}}
 	l.Allow(context.Background(), req)
 	l.Allow(context.Background(), req)
-	c := cat.Policies().All()[0].Counters
+	c := ps.All()[0].Counters
 	assert.Equal(t, uint64(2), c[0].Allowed.Get()+c[0].Blocked.Get(), "1s: two decisions")
 	assert.Equal(t, uint64(1), c[0].Blocked.Get(), "1s: the second refused")
 	assert.Equal(t, uint64(1), c[1].Allowed.Get(), "day: only the first reached it")

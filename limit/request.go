@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/policy"
 )
 
 // Request is one decision as the request path asks it. The limiter does not
@@ -45,9 +46,9 @@ type Request struct {
 }
 
 // Attrs reads a request's headers and query parameters (see
-// catalog.Attrs): the request path implements it over the request it
+// policy.Attrs): the request path implements it over the request it
 // serves, the check API over its JSON fields.
-type Attrs = catalog.Attrs
+type Attrs = policy.Attrs
 
 // Scope names the limit a decision is about.
 type Scope uint8
@@ -145,6 +146,8 @@ type Options struct {
 	// Catalog holds the tenants' plans and the rules (nil: no rules; plan
 	// multipliers default to 1).
 	Catalog *catalog.Catalog
+	// Policies are the compiled `policies` section (nil: none).
+	Policies *policy.Set
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 }

@@ -21,13 +21,9 @@ import (
 // replaces the catalog's contents on every pod; without Redis it changes the
 // process only.
 type Catalog struct {
-	mu   sync.Mutex // serializes writers; guards the fields below
-	snap atomic.Pointer[catalogSnapshot]
-	// policies is the compiled `policies` section (nil: none). It is set
-	// from the configuration file alone, apart from the snapshot that the
-	// rules API and the sync replace.
-	policies atomic.Pointer[PolicySet]
-	routes   []string // resources of the proxy's routes (metric labels)
+	mu     sync.Mutex // serializes writers; guards the fields below
+	snap   atomic.Pointer[catalogSnapshot]
+	routes []string // resources of the proxy's routes (metric labels)
 
 	labelsAt   time.Time     // when the names were last published (see labelsSoon)
 	labelCost  time.Duration // what that publication took
@@ -266,24 +262,6 @@ func (c *Catalog) LookupAPIKey(key []byte) (*Tenant, bool) {
 // nothing; the rule is read-only.
 func (c *Catalog) findRule(tenant, resource string) *CompiledRule {
 	return c.snap.Load().rule(ruleName{tenant, resource})
-}
-
-// SetPolicies makes ps the policies that apply from the next decision on
-// (nil: none).
-func (c *Catalog) SetPolicies(ps *PolicySet) {
-	c.policies.Store(ps)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.publishLabels(c.snap.Load())
-}
-
-// Policies returns the policies (nil: none; a nil Catalog has none). It
-// allocates nothing.
-func (c *Catalog) Policies() *PolicySet {
-	if c == nil {
-		return nil
-	}
-	return c.policies.Load()
 }
 
 // PlanMultiplier returns the limit multiplier of a plan (1 for an unknown plan).

@@ -184,3 +184,10 @@ func checkName(field, s string) error {
 	}
 	return nil
 }
+
+// CheckName checks a name as tenant IDs and resource names are checked
+// (1..64 letters, digits, '-', '_', '.'); the error names field.
+func CheckName(field, s string) error { return checkName(field, s) }
+
+// Params returns the store parameters of a valid rule.
+func (r *Rule) Params() store.Params { return r.storeParams() }

@@ -1,8 +1,9 @@
-package catalog
+package policy
 
 import (
 	"errors"
 	"fmt"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -12,29 +13,29 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
-// Policy is one entry of the `policies` section: which requests it applies
+// Config is one entry of the `policies` section: which requests it applies
 // to (Match), what identifies a budget (Key), and the limits that all must
 // pass for each budget.
-type Policy struct {
+type Config struct {
 	// Name identifies the policy: in its store keys, in metrics and in the
 	// RateLimit-Policy header. Unique; letters, digits, '-', '_', '.'.
-	Name  string      `mapstructure:"name" json:"name"`
-	Match PolicyMatch `mapstructure:"match" json:"match"`
+	Name  string `mapstructure:"name" json:"name"`
+	Match Match  `mapstructure:"match" json:"match"`
 	// Key lists the attributes whose values make one budget (see
 	// ParseKeyAttr). A request without one of them is not counted.
-	Key    []string      `mapstructure:"key" json:"key"`
-	Limits []PolicyLimit `mapstructure:"limits" json:"limits"`
+	Key    []string `mapstructure:"key" json:"key"`
+	Limits []Limit  `mapstructure:"limits" json:"limits"`
 	// PlanMultiplier multiplies the limits by the plan's multiplier. nil:
 	// true when Key includes tenant or api_key, else false.
 	PlanMultiplier *bool `mapstructure:"plan_multiplier" json:"plan_multiplier,omitempty"`
 	// Shadow counts but never refuses.
-	Shadow    bool            `mapstructure:"shadow" json:"shadow,omitempty"`
-	Unlimited PolicyUnlimited `mapstructure:"unlimited" json:"unlimited"`
+	Shadow    bool      `mapstructure:"shadow" json:"shadow,omitempty"`
+	Unlimited Unlimited `mapstructure:"unlimited" json:"unlimited"`
 }
 
-// PolicyMatch selects the requests of a policy; every field present must
+// Match selects the requests of a policy; every field present must
 // match, and an empty match selects every request.
-type PolicyMatch struct {
+type Match struct {
 	Resources []string `mapstructure:"resources" json:"resources,omitempty"`
 	Methods   []string `mapstructure:"methods" json:"methods,omitempty"`
 	// Hosts match the Host header without its port, ignoring case.
@@ -47,9 +48,9 @@ type PolicyMatch struct {
 	Anonymous *bool `mapstructure:"anonymous" json:"anonymous,omitempty"`
 }
 
-// PolicyLimit is one limit of a policy: a window (sliding_window,
+// Limit is one limit of a policy: a window (sliding_window,
 // sliding_log), a token bucket, or a calendar quota (Period).
-type PolicyLimit struct {
+type Limit struct {
 	// Limit is the permits per Window, or per Period.
 	Limit int64 `mapstructure:"limit" json:"limit,omitempty"`
 	// Window is a sliding limit's window (default limits.window).
@@ -63,9 +64,9 @@ type PolicyLimit struct {
 	RefillRate float64 `mapstructure:"refill_rate" json:"refill_rate,omitempty"`
 }
 
-// PolicyUnlimited exempts requests from a policy: they are never counted
+// Unlimited exempts requests from a policy: they are never counted
 // and never refused by it.
-type PolicyUnlimited struct {
+type Unlimited struct {
 	// Values are key values: the whole key (its attributes' values joined
 	// by ':') or the value of any one attribute.
 	Values []string `mapstructure:"values" json:"values,omitempty"`
@@ -76,8 +77,8 @@ type PolicyUnlimited struct {
 // quotaAlgorithm is the algorithm name of a limit with a period.
 const quotaAlgorithm = "quota"
 
-// PolicyDefaults are what the limits section gives the policies.
-type PolicyDefaults struct {
+// Defaults are what the limits section gives the policies.
+type Defaults struct {
 	Algorithm string         // limits.algorithm
 	Window    time.Duration  // limits.window
 	Zone      *time.Location // limits.quota_time_zone (nil: UTC)
@@ -85,15 +86,15 @@ type PolicyDefaults struct {
 
 // Validate checks a policy; field is its YAML key (policies[0]). The error
 // joins one line per bad key, each naming the policy.
-func (p *Policy) Validate(field string, def PolicyDefaults) error {
+func (p *Config) Validate(field string, def Defaults) error {
 	var errs []error
 	bad := func(k, msg string) {
 		if p.Name != "" {
 			msg = fmt.Sprintf("policy %q: %s", p.Name, msg)
 		}
-		errs = append(errs, &ValidationError{Field: subKey(field, k), Msg: msg})
+		errs = append(errs, &catalog.ValidationError{Field: field + "." + k, Msg: msg})
 	}
-	if err := checkName(subKey(field, "name"), p.Name); err != nil {
+	if err := catalog.CheckName(field+".name", p.Name); err != nil {
 		errs = append(errs, err)
 	}
 	if len(p.Key) == 0 {
@@ -131,10 +132,10 @@ func (p *Policy) Validate(field string, def PolicyDefaults) error {
 	return errors.Join(errs...)
 }
 
-func (p *Policy) validateMatch(bad func(k, msg string)) {
+func (p *Config) validateMatch(bad func(k, msg string)) {
 	for i, r := range p.Match.Resources {
-		if err := checkName("", r); err != nil {
-			bad(fmt.Sprintf("match.resources[%d]", i), err.(*ValidationError).Msg)
+		if err := catalog.CheckName("", r); err != nil {
+			bad(fmt.Sprintf("match.resources[%d]", i), err.(*catalog.ValidationError).Msg)
 		}
 	}
 	for i, m := range p.Match.Methods {
@@ -155,7 +156,7 @@ func (p *Policy) validateMatch(bad func(k, msg string)) {
 }
 
 // withAlgorithm is l's algorithm with the defaults applied.
-func (l *PolicyLimit) withAlgorithm(def PolicyDefaults) string {
+func (l *Limit) withAlgorithm(def Defaults) string {
 	switch {
 	case l.Period != "":
 		return quotaAlgorithm
@@ -167,10 +168,10 @@ func (l *PolicyLimit) withAlgorithm(def PolicyDefaults) string {
 
 // validate returns what is wrong with l, each error naming its key
 // within the limit (limit, window, period, ...).
-func (l *PolicyLimit) validate(def PolicyDefaults) []*ValidationError {
+func (l *Limit) validate(def Defaults) []*catalog.ValidationError {
 	if l.Period != "" {
-		var errs []*ValidationError
-		bad := func(k, msg string) { errs = append(errs, &ValidationError{Field: k, Msg: msg}) }
+		var errs []*catalog.ValidationError
+		bad := func(k, msg string) { errs = append(errs, &catalog.ValidationError{Field: k, Msg: msg}) }
 		if l.Algorithm != "" && l.Algorithm != quotaAlgorithm {
 			bad("algorithm", fmt.Sprintf("a period makes a calendar quota: algorithm %q does not apply", l.Algorithm))
 		}
@@ -185,13 +186,13 @@ func (l *PolicyLimit) validate(def PolicyDefaults) []*ValidationError {
 		}
 		return errs
 	}
-	r := Rule{Algorithm: l.withAlgorithm(def), Limit: l.Limit, Window: l.Window, Capacity: l.Capacity, RefillRate: l.RefillRate}
+	r := catalog.Rule{Algorithm: l.withAlgorithm(def), Limit: l.Limit, Window: l.Window, Capacity: l.Capacity, RefillRate: l.RefillRate}
 	r.SetDefaults(def.Algorithm, def.Window)
 	r.Tenant, r.Resource = "policy", "policy" // names are the policy's to check
-	var errs []*ValidationError
+	var errs []*catalog.ValidationError
 	if err := r.Validate(""); err != nil {
 		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-			var ve *ValidationError
+			var ve *catalog.ValidationError
 			if errors.As(e, &ve) {
 				errs = append(errs, ve)
 			}
@@ -201,20 +202,20 @@ func (l *PolicyLimit) validate(def PolicyDefaults) []*ValidationError {
 }
 
 // Params returns the store parameters of a valid limit.
-func (l *PolicyLimit) Params(def PolicyDefaults) store.Params {
+func (l *Limit) Params(def Defaults) store.Params {
 	if l.Period != "" {
 		per, _ := store.ParsePeriod(l.Period)
 		return store.Params{Algorithm: store.Quota, Limit: l.Limit, Period: per, Zone: def.Zone}
 	}
-	r := Rule{Algorithm: l.withAlgorithm(def), Limit: l.Limit, Window: l.Window, Capacity: l.Capacity, RefillRate: l.RefillRate}
+	r := catalog.Rule{Algorithm: l.withAlgorithm(def), Limit: l.Limit, Window: l.Window, Capacity: l.Capacity, RefillRate: l.RefillRate}
 	r.SetDefaults(def.Algorithm, def.Window)
-	return r.storeParams()
+	return r.Params()
 }
 
 // Label names a valid limit within its policy: its window ("1s"), its
 // period ("day"), or "bucket" for a token bucket. It is the limit's
 // metric label and part of its store key.
-func (l *PolicyLimit) Label(def PolicyDefaults) string {
+func (l *Limit) Label(def Defaults) string {
 	p := l.Params(def)
 	switch {
 	case p.Algorithm == store.Quota:

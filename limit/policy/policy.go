@@ -1,10 +1,12 @@
-package catalog
+package policy
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"maps"
+	"math"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -53,16 +55,16 @@ func (s *Subject) addr() netip.Addr {
 // of any size.
 const MaxValueLen = 128
 
-// CompiledPolicy is a validated policy, compiled once so that the request
+// Compiled is a validated policy, compiled once so that the request
 // path parses and allocates nothing. It is read-only.
-type CompiledPolicy struct {
+type Compiled struct {
 	Name string
 	// Params are the store parameters of each limit, Labels their names.
 	Params []store.Params
 	Labels []string
 	// Counters count each limit's decisions
 	// (sentinel_limit_policy_decisions_total).
-	Counters []*PolicyCounters
+	Counters []*Counters
 	Attrs    []KeyAttr
 	// PlanMultiplier: the limits are multiplied by the plan's multiplier.
 	PlanMultiplier bool
@@ -81,15 +83,15 @@ type headerMatch struct {
 	name, value []byte // value nil: any value
 }
 
-// PolicySet is the compiled `policies` section. It is read-only.
-type PolicySet struct {
-	all         []*CompiledPolicy
-	byResource  map[string][]*CompiledPolicy // policies that match these resources
-	anyResource []*CompiledPolicy            // policies that match any resource
+// Set is the compiled `policies` section. It is read-only.
+type Set struct {
+	all         []*Compiled
+	byResource  map[string][]*Compiled // policies that match these resources
+	anyResource []*Compiled            // policies that match any resource
 }
 
 // Len returns the number of policies.
-func (ps *PolicySet) Len() int {
+func (ps *Set) Len() int {
 	if ps == nil {
 		return 0
 	}
@@ -97,7 +99,7 @@ func (ps *PolicySet) Len() int {
 }
 
 // All returns the policies in configuration order.
-func (ps *PolicySet) All() []*CompiledPolicy {
+func (ps *Set) All() []*Compiled {
 	if ps == nil {
 		return nil
 	}
@@ -106,17 +108,17 @@ func (ps *PolicySet) All() []*CompiledPolicy {
 
 // For returns the policies that may match a request on resource: those
 // that name it, then those for any resource. It allocates nothing.
-func (ps *PolicySet) For(resource string) (named, any []*CompiledPolicy) {
+func (ps *Set) For(resource string) (named, any []*Compiled) {
 	if ps == nil {
 		return nil, nil
 	}
 	return ps.byResource[resource], ps.anyResource
 }
 
-// CompilePolicies validates and compiles the `policies` section. Errors
+// Compile validates and compiles the `policies` section. Errors
 // name the YAML key (policies[0].limits[1].period), one line per bad key.
-func CompilePolicies(policies []Policy, def PolicyDefaults) (*PolicySet, error) {
-	ps := &PolicySet{byResource: map[string][]*CompiledPolicy{}}
+func Compile(policies []Config, def Defaults) (*Set, error) {
+	ps := &Set{byResource: map[string][]*Compiled{}}
 	var errs []error
 	names := map[string]int{}
 	for i := range policies {
@@ -127,7 +129,7 @@ func CompilePolicies(policies []Policy, def PolicyDefaults) (*PolicySet, error) 
 			continue
 		}
 		if j, dup := names[p.Name]; dup {
-			errs = append(errs, &ValidationError{Field: field + ".name", Msg: fmt.Sprintf("policy %q is also policies[%d]", p.Name, j)})
+			errs = append(errs, &catalog.ValidationError{Field: field + ".name", Msg: fmt.Sprintf("policy %q is also policies[%d]", p.Name, j)})
 			continue
 		}
 		names[p.Name] = i
@@ -150,8 +152,8 @@ func CompilePolicies(policies []Policy, def PolicyDefaults) (*PolicySet, error) 
 }
 
 // compile builds a valid policy's compiled form.
-func compile(p *Policy, def PolicyDefaults) *CompiledPolicy {
-	cp := &CompiledPolicy{Name: p.Name, Shadow: p.Shadow}
+func compile(p *Config, def Defaults) *Compiled {
+	cp := &Compiled{Name: p.Name, Shadow: p.Shadow}
 	for _, k := range p.Key {
 		a, _ := ParseKeyAttr(k)
 		cp.Attrs = append(cp.Attrs, a)
@@ -204,8 +206,8 @@ func compile(p *Policy, def PolicyDefaults) *CompiledPolicy {
 }
 
 // Matches reports whether the policy applies to s (its resource aside,
-// which PolicySet.For selects). It allocates nothing.
-func (p *CompiledPolicy) Matches(s *Subject) bool {
+// which Set.For selects). It allocates nothing.
+func (p *Compiled) Matches(s *Subject) bool {
 	if p.anonymous != 0 && s.Anonymous() != (p.anonymous > 0) {
 		return false
 	}
@@ -231,6 +233,35 @@ func (p *CompiledPolicy) Matches(s *Subject) bool {
 	return true
 }
 
+// Counts reports whether the policy applies to s and counts it (its key
+// attributes present, not exempt). It allocates nothing.
+func (p *Compiled) Counts(s *Subject) bool {
+	var buf [2 * MaxValueLen]byte
+	if !p.Matches(s) {
+		return false
+	}
+	_, ok := p.AppendIdentity(buf[:0], s)
+	return ok
+}
+
+// LimitParams returns the store parameters of limit i multiplied by a
+// plan's multiplier, as limits.tenant is: rounded down, at least 1, at
+// most MaxLimit.
+func (p *Compiled) LimitParams(i int, plan float64) store.Params {
+	lp := p.Params[i]
+	if plan == 1 {
+		return lp
+	}
+	mul := func(n int64) int64 { return max(1, int64(math.Floor(min(float64(n)*plan, store.MaxLimit)))) }
+	if lp.Algorithm == store.TokenBucket {
+		lp.Capacity = mul(lp.Capacity)
+		lp.RefillRate *= plan
+	} else {
+		lp.Limit = mul(lp.Limit)
+	}
+	return lp
+}
+
 // hostOnly is a Host header without its port.
 func hostOnly(h []byte) []byte {
 	if len(h) > 0 && h[0] == '[' {
@@ -251,7 +282,7 @@ func hostOnly(h []byte) []byte {
 // exempt (unlimited). A value longer than MaxValueLen is replaced by a
 // hash that no escaped value can equal. It allocates only when dst is too
 // small.
-func (p *CompiledPolicy) AppendIdentity(dst []byte, s *Subject) (out []byte, ok bool) {
+func (p *Compiled) AppendIdentity(dst []byte, s *Subject) (out []byte, ok bool) {
 	if len(p.cidrs) > 0 {
 		if a := s.addr(); a.IsValid() && slices.ContainsFunc(p.cidrs, func(c netip.Prefix) bool { return c.Contains(a.Unmap()) }) {
 			return dst, false

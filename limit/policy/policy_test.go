@@ -1,4 +1,4 @@
-package catalog
+package policy
 
 import (
 	"strings"
@@ -18,23 +18,23 @@ type mapAttrs struct{ headers, query map[string]string }
 func (m mapAttrs) Header(n []byte) []byte { return []byte(m.headers[string(n)]) }
 func (m mapAttrs) Query(n []byte) []byte  { return []byte(m.query[string(n)]) }
 
-var testDefaults = PolicyDefaults{Algorithm: "sliding_window", Window: time.Second, Zone: time.UTC}
+var testDefaults = Defaults{Algorithm: "sliding_window", Window: time.Second, Zone: time.UTC}
 
-func bidsPolicy() Policy {
-	return Policy{
+func bidsPolicy() Config {
+	return Config{
 		Name:  "bids-per-user",
-		Match: PolicyMatch{Resources: []string{"bids"}, Methods: []string{"POST"}, Hosts: []string{"api.example.com"}, Headers: map[string]string{"X-Env": "prod"}},
+		Match: Match{Resources: []string{"bids"}, Methods: []string{"POST"}, Hosts: []string{"api.example.com"}, Headers: map[string]string{"X-Env": "prod"}},
 		Key:   []string{"header:X-User-Id"},
-		Limits: []PolicyLimit{
+		Limits: []Limit{
 			{Limit: 10, Window: confutil.Duration(time.Second)},
 			{Limit: 2000, Period: "day"},
 		},
-		Unlimited: PolicyUnlimited{Values: []string{"monitoring-bot"}, CIDRs: []string{"10.20.0.0/16"}},
+		Unlimited: Unlimited{Values: []string{"monitoring-bot"}, CIDRs: []string{"10.20.0.0/16"}},
 	}
 }
 
 func TestCompilePolicies(t *testing.T) {
-	ps, err := CompilePolicies([]Policy{bidsPolicy()}, testDefaults)
+	ps, err := Compile([]Config{bidsPolicy()}, testDefaults)
 	require.NoError(t, err)
 	named, other := ps.For("bids")
 	require.Len(t, named, 1)
@@ -79,11 +79,11 @@ func TestCompilePolicies(t *testing.T) {
 
 func TestPolicyKeyAttributes(t *testing.T) {
 	no := false
-	ps, err := CompilePolicies([]Policy{{
+	ps, err := Compile([]Config{{
 		Name:   "all",
-		Match:  PolicyMatch{Anonymous: &no},
+		Match:  Match{Anonymous: &no},
 		Key:    []string{"ip/24", "ip/64", "api_key", "tenant", "plan", "resource", "method", "path", "query:page"},
-		Limits: []PolicyLimit{{Limit: 5}},
+		Limits: []Limit{{Limit: 5}},
 	}}, testDefaults)
 	require.NoError(t, err)
 	p := ps.All()[0]
@@ -102,13 +102,13 @@ func TestPolicyKeyAttributes(t *testing.T) {
 }
 
 func TestPolicyValidationNamesTheKey(t *testing.T) {
-	_, err := CompilePolicies([]Policy{
-		{Name: "a", Key: []string{"cookie"}, Limits: []PolicyLimit{{Limit: 1}}},
-		{Name: "b", Key: []string{"ip"}, Limits: []PolicyLimit{{Limit: 1}, {Limit: 2}}},
-		{Name: "c", Key: []string{"ip"}, Limits: []PolicyLimit{{Limit: 1, Period: "day", Algorithm: "token_bucket"}}},
+	_, err := Compile([]Config{
+		{Name: "a", Key: []string{"cookie"}, Limits: []Limit{{Limit: 1}}},
+		{Name: "b", Key: []string{"ip"}, Limits: []Limit{{Limit: 1}, {Limit: 2}}},
+		{Name: "c", Key: []string{"ip"}, Limits: []Limit{{Limit: 1, Period: "day", Algorithm: "token_bucket"}}},
 		{Name: "d", Key: []string{"ip"}},
-		{Name: "e", Key: []string{"ip"}, Limits: []PolicyLimit{{Limit: 1}}, Unlimited: PolicyUnlimited{CIDRs: []string{"10/8"}}},
-		{Name: "f", Key: []string{"ip/129"}, Limits: []PolicyLimit{{Limit: 0}}},
+		{Name: "e", Key: []string{"ip"}, Limits: []Limit{{Limit: 1}}, Unlimited: Unlimited{CIDRs: []string{"10/8"}}},
+		{Name: "f", Key: []string{"ip/129"}, Limits: []Limit{{Limit: 0}}},
 	}, testDefaults)
 	require.Error(t, err)
 	for _, want := range []string{
