@@ -60,7 +60,7 @@ type app struct {
 	// onStoreFailure is limits.on_store_failure as /readyz reads it, set
 	// at start and by every reload that changes the limits (readiness
 	// probes do not wait for a reload's lock).
-	onStoreFailure atomic.Pointer[string]
+	onStoreFailure atomic.Pointer[limit.FailurePolicy]
 }
 
 // build wires the parts; nothing listens or runs in the background yet. On
@@ -352,10 +352,10 @@ func (a *app) ready(ctx context.Context) (bool, string) {
 	switch {
 	case err == nil:
 		return true, "store " + a.storeName + " answers"
-	case onFailure == limit.FailClosed.String():
+	case onFailure == limit.FailClosed:
 		return false, fmt.Sprintf("store %s does not answer (%v) and limits.on_store_failure is closed", a.storeName, err)
 	default:
-		return true, fmt.Sprintf("store %s does not answer (%v); deciding per limits.on_store_failure: %s",
+		return true, fmt.Sprintf("store %s does not answer (%v); deciding per limits.on_store_failure: %v",
 			a.storeName, err, onFailure)
 	}
 }

@@ -49,7 +49,7 @@ func TestRootConfigIsValid(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, cfg.Redis.Addrs, "the root config runs on the in-memory store")
 	assert.Equal(t, 3.0, cfg.Plans["PREMIUM"])
-	assert.Equal(t, "PREMIUM", cfg.Tenants[0].Plan)
+	assert.Equal(t, catalog.Plan(catalog.PlanPremium), cfg.Tenants[0].Plan)
 	assert.Equal(t, int64(10<<20), int64(cfg.Proxy.Server.MaxRequestBody))
 }
 

@@ -48,7 +48,7 @@ func (r *redisConn) close() { metrics.UnregisterSet(r.set, true) }
 // startWithout sets the pod up to start without its Redis.
 func (a *app) startWithout(err error) {
 	slog.Warn("starting without redis: deciding per limits.on_store_failure and connecting in the background",
-		"error", err, "on_store_failure", a.cfg.Limits.OnStoreFailure, "expected_pods", a.cfg.Limits.ExpectedPods)
+		"error", err, "on_store_failure", a.cfg.Limits.OnStoreFailure.String(), "expected_pods", a.cfg.Limits.ExpectedPods)
 	a.conn.store = store.NewLateStore()
 	a.store = a.conn.store
 }
@@ -117,11 +117,11 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // readyUnconnected is readiness before Redis ever answered: ready unless the
 // failure policy refuses every request.
-func (a *app) readyUnconnected(onFailure string) (bool, string) {
+func (a *app) readyUnconnected(onFailure limit.FailurePolicy) (bool, string) {
 	reason := "store " + a.storeName + ": not connected since start"
-	if onFailure == limit.FailClosed.String() {
+	if onFailure == limit.FailClosed {
 		return false, reason + " and limits.on_store_failure is closed"
 	}
-	return true, reason + "; deciding per limits.on_store_failure: " + onFailure +
+	return true, reason + "; deciding per limits.on_store_failure: " + onFailure.String() +
 		" (local shares divide each limit by limits.expected_pods: " + strconv.Itoa(a.cfg.Limits.ExpectedPods) + ")"
 }

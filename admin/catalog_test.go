@@ -41,6 +41,31 @@ func TestRuleRoundTrip(t *testing.T) {
 	}
 }
 
+// TestEnumFieldsNameTheField: the algorithm and the plan decode from their
+// names; a bad name is answered in the configuration's words, with the
+// field, and a missing one as before.
+func TestEnumFieldsNameTheField(t *testing.T) {
+	c := startAdmin(t, Config{Listen: "127.0.0.1:0"})
+	for _, tc := range []struct{ path, body, field, msg string }{
+		{"/v1/rules/acme/bids", `{"algorithm":"leaky","limit":5,"window":"1s"}`, "algorithm",
+			`algorithm: "leaky" is not one of sliding_window, sliding_log, token_bucket`},
+		{"/v1/rules/acme/bids", `{"limit":5,"window":"1s"}`, "algorithm",
+			`algorithm: "" is not one of sliding_window, sliding_log, token_bucket`},
+		{"/v1/rules/acme/bids", `{"algorithm":5,"limit":5,"window":"1s"}`, "algorithm", `algorithm: want a string, got number`},
+		{"/v1/tenants/newco", `{"plan":"free","api_keys":["k"]}`, "plan", `plan: "free" is not one of FREE, STANDARD, PREMIUM`},
+		{"/v1/tenants/newco", `{"api_keys":["k"]}`, "plan", `plan: "" is not one of FREE, STANDARD, PREMIUM`},
+	} {
+		resp := call(t, c, "PUT", tc.path, tc.body)
+		require.Equal(t, fasthttp.StatusBadRequest, resp.StatusCode(), tc.body)
+		msg, field := problem(t, resp)
+		assert.Equal(t, tc.field, field, tc.body)
+		assert.Equal(t, tc.msg, msg, tc.body)
+	}
+	resp := call(t, c, "PUT", "/v1/tenants/newco", `{"plan":"STANDARD","api_keys":["k"]}`)
+	require.Equal(t, fasthttp.StatusOK, resp.StatusCode(), "%s", resp.Body())
+	assert.JSONEq(t, `{"id":"newco","plan":"STANDARD","api_keys":["k"]}`, string(resp.Body()))
+}
+
 // TestDeleteConfigEntryNamesTheField: deleting a rule or tenant of the
 // configuration file answers 409 naming the file's key that holds it.
 func TestDeleteConfigEntryNamesTheField(t *testing.T) {

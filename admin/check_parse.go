@@ -348,8 +348,15 @@ func jsonFieldError(err error) *catalog.ValidationError {
 			return badField("body", "want a JSON object, got "+typ.Value)
 		}
 		want := jsonTypeName(typ.Type.Kind().String())
-		if typ.Type == reflect.TypeFor[confutil.Duration]() {
+		switch {
+		case typ.Type == reflect.TypeFor[confutil.Duration]():
 			want = "a duration such as 10s or 1m"
+		case typ.Value != "":
+			// An enum (an algorithm, a plan) says in its parser's words
+			// what the configuration would say of the same value.
+			if err := confutil.TextError(typ.Type, typ.Value); err != nil {
+				return badField(typ.Field, err.Error())
+			}
 		}
 		return badField(typ.Field, "want "+want+", got "+typ.Value)
 	}

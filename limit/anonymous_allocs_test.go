@@ -9,12 +9,13 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // TestAnonymousRuleAllocatesNothing: the per-IP rule of anonymous clients is
 // served from local leases without allocating too.
 func TestAnonymousRuleAllocatesNothing(t *testing.T) {
-	cat := testCatalog(t, catalog.Rule{Tenant: catalog.AnonymousTenant, Resource: "r", Algorithm: "sliding_window", Limit: 1 << 39, Window: confutil.Duration(time.Hour)})
+	cat := testCatalog(t, catalog.Rule{Tenant: catalog.AnonymousTenant, Resource: "r", Algorithm: store.SlidingWindow, Limit: 1 << 39, Window: confutil.Duration(time.Hour)})
 	cfg := testLimitsConfig(func(c *Config) {
 		c.Window, c.LeaseTTL, c.MaxLease = time.Hour, time.Minute, 1<<19
 	})

@@ -9,12 +9,13 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // TestAnonymousRuleLimitsEachIP: the rule of AnonymousTenant applies to each
 // client IP without a tenant, and never to a tenant's requests.
 func TestAnonymousRuleLimitsEachIP(t *testing.T) {
-	cat := testCatalog(t, catalog.Rule{Tenant: catalog.AnonymousTenant, Resource: "r", Algorithm: "sliding_window", Limit: 2, Window: confutil.Duration(time.Minute)})
+	cat := testCatalog(t, catalog.Rule{Tenant: catalog.AnonymousTenant, Resource: "r", Algorithm: store.SlidingWindow, Limit: 2, Window: confutil.Duration(time.Minute)})
 	l := newTestLimiter(t, testLimitsConfig(nil), memStore(t), Options{Catalog: cat})
 	ctx := context.Background()
 	for _, ip := range []string{"10.0.0.1", "10.0.0.2"} {

@@ -41,20 +41,20 @@ func TestBounds(t *testing.T) {
 		return r.Validate("rules[0]")
 	}
 	for key, r := range map[string]catalog.Rule{
-		"rules[0].refill_rate": {Algorithm: "token_bucket", Capacity: 5, RefillRate: 1e-300},
-		"rules[0].capacity":    {Algorithm: "token_bucket", Capacity: store.MaxLimit + 1, RefillRate: 1},
-		"rules[0].limit":       {Algorithm: "sliding_window", Limit: math.MaxInt64, Window: confutil.Duration(time.Second)},
-		"rules[0].window":      {Algorithm: "sliding_log", Limit: 1, Window: confutil.Duration(25 * time.Hour)},
+		"rules[0].refill_rate": {Algorithm: store.TokenBucket, Capacity: 5, RefillRate: 1e-300},
+		"rules[0].capacity":    {Algorithm: store.TokenBucket, Capacity: store.MaxLimit + 1, RefillRate: 1},
+		"rules[0].limit":       {Algorithm: store.SlidingWindow, Limit: math.MaxInt64, Window: confutil.Duration(time.Second)},
+		"rules[0].window":      {Algorithm: store.SlidingLog, Limit: 1, Window: confutil.Duration(25 * time.Hour)},
 	} {
 		var ve *catalog.ValidationError
 		require.ErrorAs(t, rule(r), &ve, key)
 		assert.Equal(t, key, ve.Field)
 	}
 	for _, r := range []catalog.Rule{
-		{Algorithm: "token_bucket", Capacity: 1, RefillRate: store.MinRefillRate},
-		{Algorithm: "token_bucket", Capacity: store.MaxLimit, RefillRate: store.MaxLimit},
-		{Algorithm: "token_bucket", Capacity: store.MaxLimit, RefillRate: 0},
-		{Algorithm: "sliding_window", Limit: store.MaxLimit, Window: confutil.Duration(store.MaxWindow)},
+		{Algorithm: store.TokenBucket, Capacity: 1, RefillRate: store.MinRefillRate},
+		{Algorithm: store.TokenBucket, Capacity: store.MaxLimit, RefillRate: store.MaxLimit},
+		{Algorithm: store.TokenBucket, Capacity: store.MaxLimit, RefillRate: 0},
+		{Algorithm: store.SlidingWindow, Limit: store.MaxLimit, Window: confutil.Duration(store.MaxWindow)},
 	} {
 		assert.NoError(t, rule(r), "%+v", r)
 	}
@@ -64,7 +64,7 @@ func TestBounds(t *testing.T) {
 // capacity that applies; sliding_log takes at most MaxLogTokens at once, and
 // a request for more is refused without a store call.
 func TestLimiterMaxTokens(t *testing.T) {
-	cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "log", Algorithm: "sliding_log", Limit: 5000, Window: confutil.Duration(time.Second)})
+	cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "log", Algorithm: store.SlidingLog, Limit: 5000, Window: confutil.Duration(time.Second)})
 	st := memStore(t)
 	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.IP = 50; c.Tenant = 10000 }), st, Options{Catalog: cat})
 	most, scope := l.MaxTokens(&Request{IP: []byte("a"), Tenant: "acme", Plan: "PREMIUM", Resource: "x"})
@@ -85,10 +85,10 @@ func TestLimiterMaxTokens(t *testing.T) {
 // adaptive reduction).
 func TestMaxTokensMatchesSpecs(t *testing.T) {
 	cat := testCatalog(t,
-		catalog.Rule{Tenant: "acme", Resource: "log", Algorithm: "sliding_log", Limit: 5000, Window: confutil.Duration(time.Second)},
-		catalog.Rule{Tenant: "acme", Resource: "tb", Algorithm: "token_bucket", Capacity: 7, RefillRate: 1},
-		catalog.Rule{Tenant: "free", Resource: "sw", Algorithm: "sliding_window", Limit: 40, Window: confutil.Duration(time.Second)},
-		catalog.Rule{Tenant: catalog.AnonymousTenant, Resource: "sw", Algorithm: "sliding_window", Limit: 3, Window: confutil.Duration(time.Second)},
+		catalog.Rule{Tenant: "acme", Resource: "log", Algorithm: store.SlidingLog, Limit: 5000, Window: confutil.Duration(time.Second)},
+		catalog.Rule{Tenant: "acme", Resource: "tb", Algorithm: store.TokenBucket, Capacity: 7, RefillRate: 1},
+		catalog.Rule{Tenant: "free", Resource: "sw", Algorithm: store.SlidingWindow, Limit: 40, Window: confutil.Duration(time.Second)},
+		catalog.Rule{Tenant: catalog.AnonymousTenant, Resource: "sw", Algorithm: store.SlidingWindow, Limit: 3, Window: confutil.Duration(time.Second)},
 	)
 	reqs := []Request{
 		{IP: []byte("a"), Tenant: "acme", Plan: "PREMIUM", Resource: "x"},
@@ -99,7 +99,7 @@ func TestMaxTokensMatchesSpecs(t *testing.T) {
 		{IP: []byte("c")},
 		{},
 	}
-	for _, alg := range []string{"sliding_window", "token_bucket", "sliding_log"} {
+	for _, alg := range []store.Algorithm{store.SlidingWindow, store.TokenBucket, store.SlidingLog} {
 		for _, base := range [][3]int64{{10000, 50, 50}, {30, 0, 100}, {0, 0, 0}, {5, 9000, 2}} {
 			l := newTestLimiter(t, testLimitsConfig(func(c *Config) {
 				c.Algorithm = alg

@@ -106,7 +106,7 @@ func TestSweepKeepsUnreportedOwn(t *testing.T) {
 		c.Window = time.Second // the sweep drops buckets idle for 10 s
 		c.BreakerFailures = 1
 	})
-	rule := catalog.Rule{Tenant: "free", Resource: "r", Algorithm: "sliding_window", Limit: limit, Window: confutil.Duration(window)}
+	rule := catalog.Rule{Tenant: "free", Resource: "r", Algorithm: store.SlidingWindow, Limit: limit, Window: confutil.Duration(window)}
 	l := newTestLimiter(t, cfg, st, Options{Now: now, Catalog: testCatalog(t, rule)})
 	req := &Request{Tenant: "free", Plan: "FREE", Resource: "r"}
 

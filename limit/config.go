@@ -12,8 +12,8 @@ import (
 )
 
 // FailurePolicy is what the limiter does while the store's breaker is open
-// (limits.on_store_failure). The configuration spells it as text; the
-// limiter parses it once, when it is built.
+// (limits.on_store_failure). It decodes from its configuration name, so a
+// loaded configuration holds a valid policy.
 type FailurePolicy uint8
 
 // Failure policies.
@@ -47,12 +47,21 @@ func ParseFailurePolicy(name string) (FailurePolicy, error) {
 	return 0, fmt.Errorf("%q is not one of local, open, closed", name)
 }
 
+// MarshalText returns the configuration name.
+func (p FailurePolicy) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText parses a configuration name; empty text leaves the default
+// (local), as an absent key does.
+func (p *FailurePolicy) UnmarshalText(text []byte) error {
+	return confutil.UnmarshalName(p, text, ParseFailurePolicy)
+}
+
 // Config is the `limits` section: which limits apply to every request and how
 // the limiter reaches the store.
 type Config struct {
 	// Algorithm is the default algorithm: sliding_window (default),
 	// sliding_log or token_bucket. Rules may override it.
-	Algorithm string `mapstructure:"algorithm"`
+	Algorithm store.Algorithm `mapstructure:"algorithm"`
 	// Window is the window of the sliding algorithms. Default 1s.
 	Window time.Duration `mapstructure:"window"`
 	// Tenant is the base limit per tenant per window, multiplied by the
@@ -84,7 +93,7 @@ type Config struct {
 	// fine (see docs/configuration.md).
 	StoreTimeout time.Duration `mapstructure:"store_timeout"`
 	// OnStoreFailure is local (default), open or closed.
-	OnStoreFailure string `mapstructure:"on_store_failure"`
+	OnStoreFailure FailurePolicy `mapstructure:"on_store_failure"`
 	// ExpectedPods is the number of pods the local share assumes while the
 	// pod has never seen the cluster's heartbeats (Redis unreachable since
 	// start): each limit is divided by it, so that a pod started during an
@@ -119,7 +128,7 @@ type Config struct {
 
 // SetDefaults fills the zero values.
 func (c *Config) SetDefaults() {
-	confutil.SetDefault(&c.Algorithm, store.SlidingWindow.String())
+	confutil.SetDefault(&c.Algorithm, store.SlidingWindow)
 	confutil.SetDefault(&c.Window, time.Second)
 	confutil.SetDefault(&c.IPScope, IPScopeAll)
 	confutil.SetDefault(&c.QuotaTimeZone, "UTC")
@@ -128,7 +137,6 @@ func (c *Config) SetDefaults() {
 		c.LocalFastPath = &t
 	}
 	confutil.SetDefault(&c.StoreTimeout, 50*time.Millisecond)
-	confutil.SetDefault(&c.OnStoreFailure, FailLocal.String())
 	confutil.SetDefault(&c.ExpectedPods, 3)
 	confutil.SetDefault(&c.LeaseTTL, 250*time.Millisecond)
 	confutil.SetDefault(&c.MaxLease, 1024)
@@ -190,10 +198,11 @@ func (c *Config) FastPath() bool { return c.LocalFastPath == nil || *c.LocalFast
 // line per bad key.
 func (c *Config) Validate() error {
 	var errs []error
-	if _, err := store.ParseAlgorithm(c.Algorithm); err != nil {
+	// Values set in Go were not decoded: the enums' parsers check them.
+	if _, err := store.ParseAlgorithm(c.Algorithm.String()); err != nil {
 		errs = append(errs, &catalog.ValidationError{Field: "limits.algorithm", Msg: err.Error()})
 	}
-	if _, err := ParseFailurePolicy(c.OnStoreFailure); err != nil {
+	if _, err := ParseFailurePolicy(c.OnStoreFailure.String()); err != nil {
 		errs = append(errs, &catalog.ValidationError{Field: "limits.on_store_failure", Msg: err.Error()})
 	}
 	if c.IPScope != IPScopeAll && c.IPScope != IPScopeAnonymous {

@@ -26,24 +26,24 @@ import (
 func TestNeverRefusedUnderTheLimit(t *testing.T) {
 	srv := redistest.Start(t)
 	const limit, window, run = 300, time.Second, 2500 * time.Millisecond
-	for _, alg := range []string{"sliding_window", "sliding_log", "token_bucket"} {
-		t.Run(alg, func(t *testing.T) { // one algorithm at a time: the machine is shared
+	for _, alg := range []store.Algorithm{store.SlidingWindow, store.SlidingLog, store.TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) { // one algorithm at a time: the machine is shared
 			neverRefused(t, srv, alg, limit, window, run, nil)
 		})
 	}
 	// A policy keyed by a header, and a calendar quota (offered 70% of its
 	// period's budget within the run).
 	t.Run("policy", func(t *testing.T) {
-		neverRefused(t, srv, "sliding_window", limit, window, run, &policy.Limit{Limit: limit, Window: confutil.Duration(window)})
+		neverRefused(t, srv, store.SlidingWindow, limit, window, run, &policy.Limit{Limit: limit, Window: confutil.Duration(window)})
 	})
 	t.Run("quota", func(t *testing.T) {
-		neverRefused(t, srv, "sliding_window", limit, run, run, &policy.Limit{Limit: limit, Period: "year"})
+		neverRefused(t, srv, store.SlidingWindow, limit, run, run, &policy.Limit{Limit: limit, Period: "year"})
 	})
 }
 
 // neverRefused runs the test under the tenant limit, or, with pl, under a
 // policy of that one limit keyed by X-User-Id.
-func neverRefused(t *testing.T, srv *redistest.Server, alg string, limit int64, window, run time.Duration, pl *policy.Limit) {
+func neverRefused(t *testing.T, srv *redistest.Server, alg store.Algorithm, limit int64, window, run time.Duration, pl *policy.Limit) {
 	{
 		for _, pods := range []int{1, 3} {
 			for _, clients := range []int{1, 20} {
@@ -156,14 +156,14 @@ func TestLimiterTimedOutLeaseSpendsNoBudget(t *testing.T) {
 // can use them at once.
 func TestLimiterReturnsUnusedPermits(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, alg := range []string{"sliding_window", "sliding_log", "token_bucket"} {
-		t.Run(alg, func(t *testing.T) {
+	for _, alg := range []store.Algorithm{store.SlidingWindow, store.SlidingLog, store.TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
 			cfg := testLimitsConfig(func(c *Config) {
 				c.Algorithm, c.IP, c.Window, c.LeaseTTL, c.MaxLease = alg, 20, time.Hour, 50*time.Millisecond, 20
 			})
 			a := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
 			b := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
-			ip := []byte("ret-" + alg)
+			ip := []byte("ret-" + alg.String())
 			used := int64(0)
 			for used < 3 || a.heldPermits(ip) == 0 {
 				require.True(t, a.Allow(context.Background(), &Request{IP: ip}).Allowed)
@@ -218,13 +218,13 @@ func TestLimiterLateAnswerGivesPermitsBack(t *testing.T) {
 // worth through.
 func TestLocalShareCountsStorePermits(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, alg := range []string{"sliding_window", "token_bucket"} {
-		t.Run(alg, func(t *testing.T) {
+	for _, alg := range []store.Algorithm{store.SlidingWindow, store.TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
 			cfg := testLimitsConfig(func(c *Config) {
 				c.Algorithm, c.IP, c.Window, c.StoreTimeout, c.MaxLease = alg, 10, time.Hour, 50*time.Millisecond, 4
 			})
 			l := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
-			ip := []byte("local-share-" + alg)
+			ip := []byte("local-share-" + alg.String())
 			got, _ := allowN(l, &Request{IP: ip}, 10)
 			require.Equal(t, 10, got)
 			srv.Pause()
@@ -267,14 +267,14 @@ func TestLimiterReportsUsedLeases(t *testing.T) {
 // on top of it (up to twice the limit in one window).
 func TestStoreLearnsWhatTheLocalShareLetThrough(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, alg := range []string{"sliding_window", "sliding_log", "token_bucket"} {
-		t.Run(alg, func(t *testing.T) {
+	for _, alg := range []store.Algorithm{store.SlidingWindow, store.SlidingLog, store.TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
 			cfg := testLimitsConfig(func(c *Config) {
 				c.Algorithm, c.IP, c.Window, c.StoreTimeout = alg, 10, time.Hour, 50*time.Millisecond
 				c.BreakerCooldown = 100 * time.Millisecond
 			})
 			pod := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
-			ip := []byte("spent-" + alg)
+			ip := []byte("spent-" + alg.String())
 			local := fallbackLocal.Get()
 			srv.Pause()
 			got, _ := allowN(pod, &Request{IP: ip}, 10)

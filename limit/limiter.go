@@ -24,8 +24,8 @@ import (
 // window; the lease size shrinks to 1 as the budget nears its end.
 type Limiter struct {
 	cfg      Config
-	alg      store.Algorithm // limits.algorithm, parsed once
-	policy   FailurePolicy   // limits.on_store_failure, parsed once
+	alg      store.Algorithm // limits.algorithm
+	policy   FailurePolicy   // limits.on_store_failure
 	store    store.Store
 	fallback *store.MemoryStore // the local policy's per-pod limits
 	// shared: the store is another process's (Redis): it can fail (the
@@ -56,13 +56,11 @@ const (
 	maxCachedNeverDenial = time.Second
 )
 
-// NewLimiter returns a Limiter over store. cfg must have its defaults set.
+// NewLimiter returns a Limiter over store. cfg is provisioned: its defaults
+// set and validated, as loading the configuration does once.
 func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 	if st == nil {
 		return nil, errors.New("limit: NewLimiter needs a store")
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -70,12 +68,10 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 	if opts.LivePods == nil {
 		opts.LivePods = func() int { return 1 }
 	}
-	alg, _ := store.ParseAlgorithm(cfg.Algorithm)       // validated above
-	policy, _ := ParseFailurePolicy(cfg.OnStoreFailure) // validated above
 	l := &Limiter{
 		cfg:      cfg,
-		alg:      alg,
-		policy:   policy,
+		alg:      cfg.Algorithm,
+		policy:   cfg.OnStoreFailure,
 		store:    st,
 		fallback: store.NewMemoryStore(store.MemoryOptions{MaxKeys: cfg.MaxKeys, Now: opts.Now}),
 		adj:      opts.Adjuster,
@@ -142,7 +138,7 @@ type LimiterStatus struct {
 func (l *Limiter) Status() LimiterStatus {
 	return LimiterStatus{
 		Breaker:        breaker.StateName(l.breakers.State()),
-		OnStoreFailure: l.cfg.OnStoreFailure,
+		OnStoreFailure: l.policy.String(),
 		LocalFastPath:  l.cfg.FastPath(),
 		LocalBuckets:   l.table.len(),
 		LivePods:       max(1, l.livePods()),

@@ -12,12 +12,13 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/policy"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // TestLimiterFastPathAllocatesNothing decides from local leases: IP, API key,
 // tenant and a rule, all served without a store call.
 func TestLimiterFastPathAllocatesNothing(t *testing.T) {
-	cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 1 << 39, Window: confutil.Duration(time.Hour)})
+	cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "r", Algorithm: store.SlidingWindow, Limit: 1 << 39, Window: confutil.Duration(time.Hour)})
 	cfg := testLimitsConfig(func(c *Config) {
 		c.IP, c.APIKey, c.Tenant = 1<<39, 1<<39, 1<<39
 		c.Window = time.Hour
@@ -50,7 +51,7 @@ func TestPolicyFastPathAllocatesNothing(t *testing.T) {
 		c.MaxLease = 1 << 19
 	})
 	big := int64(1 << 39)
-	cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: big, Window: confutil.Duration(time.Hour)})
+	cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "r", Algorithm: store.SlidingWindow, Limit: big, Window: confutil.Duration(time.Hour)})
 	ps := withPolicies(t, cfg,
 		policy.Config{Name: "per-user", Match: policy.Match{Methods: []string{"POST"}, Headers: map[string]string{"X-Env": "prod"}},
 			Key: []string{"header:X-User-Id"}, Limits: []policy.Limit{{Limit: big, Window: confutil.Duration(time.Hour)}}},

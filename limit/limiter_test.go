@@ -95,7 +95,7 @@ func TestLimiterEachScope(t *testing.T) {
 		{"api key", func(c *Config) { c.APIKey = 4 }, Request{APIKey: []byte("k1"), Tenant: "acme", Plan: "PREMIUM"}, 4, ScopeAPIKey},
 		{"tenant × plan", func(c *Config) { c.Tenant = 5 }, Request{Tenant: "acme", Plan: "PREMIUM"}, 15, ScopeTenant},
 		{"tenant free", func(c *Config) { c.Tenant = 5 }, Request{Tenant: "free", Plan: "FREE"}, 5, ScopeTenant},
-		{"token bucket default", func(c *Config) { c.IP = 6; c.Algorithm = "token_bucket"; c.Window = time.Hour },
+		{"token bucket default", func(c *Config) { c.IP = 6; c.Algorithm = store.TokenBucket; c.Window = time.Hour },
 			Request{IP: []byte("10.0.0.2")}, 6, ScopeIP},
 	}
 	for _, tc := range cases {
@@ -112,7 +112,7 @@ func TestLimiterEachScope(t *testing.T) {
 }
 
 func TestLimiterRule(t *testing.T) {
-	cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "bids", Algorithm: "token_bucket", Capacity: 3, RefillRate: 0})
+	cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "bids", Algorithm: store.TokenBucket, Capacity: 3, RefillRate: 0})
 	l := newTestLimiter(t, testLimitsConfig(func(c *Config) { c.Tenant = 100 }), memStore(t), Options{Catalog: cat})
 	req := &Request{Tenant: "acme", Plan: "PREMIUM", Resource: "bids"}
 	got, last := allowN(l, req, 5)
@@ -131,7 +131,7 @@ func TestLimiterRefundsWhenALaterLimitRejects(t *testing.T) {
 	// counted them as used at once (without the fast path every permit is).
 	for _, fast := range []bool{true, false} {
 		t.Run(fmt.Sprintf("local_fast_path=%v", fast), func(t *testing.T) {
-			cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 10, Window: confutil.Duration(time.Hour)})
+			cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "r", Algorithm: store.SlidingWindow, Limit: 10, Window: confutil.Duration(time.Hour)})
 			cfg := testLimitsConfig(func(c *Config) { c.IP = 2; c.LeaseTTL = time.Minute; c.LocalFastPath = &fast })
 			st := store.NewMemoryStore(store.MemoryOptions{}) // in-process: refunds to it are made before Allow returns
 			t.Cleanup(st.Close)
@@ -398,7 +398,7 @@ func TestLimiterStoreFailure(t *testing.T) {
 			cfg := testLimitsConfig(func(c *Config) {
 				c.IP = 10
 				c.Window = time.Hour
-				c.OnStoreFailure = policy
+				c.OnStoreFailure = fp
 				c.StoreTimeout = 50 * time.Millisecond
 				c.BreakerFailures = 2
 				c.BreakerCooldown = 100 * time.Millisecond
@@ -502,10 +502,10 @@ func TestLimiterUnderTheLimitIsNeverRefused(t *testing.T) {
 // a sliding_window key grows to max_lease.
 func TestSlidingLogLeasesStaySmall(t *testing.T) {
 	for _, tc := range []struct {
-		alg  string
+		alg  store.Algorithm
 		most int64
-	}{{"sliding_log", maxLogLease}, {"sliding_window", 1024}} {
-		t.Run(tc.alg, func(t *testing.T) {
+	}{{store.SlidingLog, maxLogLease}, {store.SlidingWindow, 1024}} {
+		t.Run(tc.alg.String(), func(t *testing.T) {
 			st := memStore(t)
 			cfg := testLimitsConfig(func(c *Config) {
 				c.Algorithm, c.IP, c.Window, c.LeaseTTL, c.MaxLease = tc.alg, 1_000_000, time.Hour, time.Minute, 1024

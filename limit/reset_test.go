@@ -26,8 +26,8 @@ func resetKey(scope string, parts ...string) []byte {
 // pod admit again at once, and another key keeps its counts.
 func TestResetAcrossPods(t *testing.T) {
 	srv := redistest.Start(t)
-	cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "bids", Algorithm: "token_bucket", Capacity: 6, RefillRate: 0},
-		catalog.Rule{Tenant: catalog.AnonymousTenant, Resource: "r", Algorithm: "sliding_window", Limit: 3, Window: confutil.Duration(time.Hour)})
+	cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "bids", Algorithm: store.TokenBucket, Capacity: 6, RefillRate: 0},
+		catalog.Rule{Tenant: catalog.AnonymousTenant, Resource: "r", Algorithm: store.SlidingWindow, Limit: 3, Window: confutil.Duration(time.Hour)})
 	cfg := testLimitsConfig(func(c *Config) { c.IP, c.APIKey, c.Tenant, c.Window = 6, 6, 6, time.Hour })
 	var pods []*Limiter
 	for range 3 {

@@ -34,7 +34,7 @@ func (s *Server) identify(ctx *fasthttp.RequestCtx, x *exchange) (reqID []byte) 
 func (s *Server) tenantOf(apiKey []byte) (tenant, plan string, anonymous bool) {
 	if len(apiKey) > 0 && s.tenants != nil {
 		if t, ok := s.tenants.LookupAPIKey(apiKey); ok && t != nil {
-			return t.ID, t.Plan, false
+			return t.ID, string(t.Plan), false
 		}
 	}
 	return "", catalog.PlanFree, true

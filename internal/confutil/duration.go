@@ -1,9 +1,11 @@
 package confutil
 
 import (
+	"encoding"
 	"encoding/json"
 	"reflect"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -43,6 +45,42 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	return &json.UnmarshalTypeError{Value: describeJSON(b), Type: reflect.TypeFor[Duration]()}
+}
+
+// UnmarshalJSONText reads a JSON string into u with u.UnmarshalText, for
+// a type that JSON spells as a name (an enum); null leaves u alone, as for
+// the other types. Its errors are *json.UnmarshalTypeError, the one error
+// that encoding/json completes with the field's name (it passes
+// UnmarshalText's own errors on without it): a value that is not a string
+// is the error a string field gets, and a string that UnmarshalText refuses
+// names u's type, so that an API can ask UnmarshalText's words again
+// (TextError).
+func UnmarshalJSONText(b []byte, u encoding.TextUnmarshaler) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil || string(b) == "null" {
+		return err
+	}
+	if u.UnmarshalText([]byte(s)) != nil {
+		return &json.UnmarshalTypeError{Value: describeJSON(b), Type: reflect.TypeOf(u).Elem()}
+	}
+	return nil
+}
+
+// TextError returns what UnmarshalText of a value of type t says about the
+// JSON string of a *json.UnmarshalTypeError from UnmarshalJSONText (its
+// Value, `string "..."`), or nil when t does not decode from text or the
+// value is not a string.
+func TextError(t reflect.Type, value string) error {
+	u, ok := reflect.New(t).Interface().(encoding.TextUnmarshaler)
+	quoted, isString := strings.CutPrefix(value, "string ")
+	if !ok || !isString {
+		return nil
+	}
+	s, err := strconv.Unquote(quoted)
+	if err != nil {
+		return nil
+	}
+	return u.UnmarshalText([]byte(s))
 }
 
 // describeJSON names a bad JSON value for an error: string "fast", number 5.

@@ -288,7 +288,7 @@ func (c *Catalog) TenantPlan(id string) (string, bool) {
 	if t == nil {
 		return "", false
 	}
-	return t.Plan, true
+	return string(t.Plan), true
 }
 
 // Tenants returns a copy of every tenant, sorted by ID.

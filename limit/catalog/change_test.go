@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // TestCatalogChangeMatchesRebuild: a catalog changed one entry at a time
@@ -27,7 +28,7 @@ func TestCatalogChangeMatchesRebuild(t *testing.T) {
 		var ch catalogChange
 		switch op := rng.IntN(10); {
 		case op < 5:
-			r := Rule{Tenant: "acme", Resource: fmt.Sprintf("r%d", rng.IntN(400)), Algorithm: "sliding_window",
+			r := Rule{Tenant: "acme", Resource: fmt.Sprintf("r%d", rng.IntN(400)), Algorithm: store.SlidingWindow,
 				Limit: int64(i + 1), Window: confutil.Duration(time.Minute)}
 			ch, rules[ruleName{r.Tenant, r.Resource}] = rulePut(r), r
 		case op < 7:

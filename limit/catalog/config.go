@@ -62,10 +62,33 @@ func (p Plans) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Plan is a tenant's plan: one of PlanNames. It decodes from its name (in
+// the configuration, the tenants API and the tenants kept in Redis), so a
+// decoded tenant holds a valid plan.
+type Plan string
+
+// ParsePlan returns the plan of a name; names are upper case.
+func ParsePlan(name string) (Plan, error) {
+	if !slices.Contains(PlanNames, name) {
+		return "", fmt.Errorf("%q is not one of %s", name, strings.Join(PlanNames, ", "))
+	}
+	return Plan(name), nil
+}
+
+// UnmarshalText parses a plan name; empty text is no plan, which
+// Tenant.Validate refuses as it refuses a missing one.
+func (p *Plan) UnmarshalText(text []byte) error {
+	return confutil.UnmarshalName(p, text, ParsePlan)
+}
+
+// UnmarshalJSON reads a JSON string as UnmarshalText does; a bad value is
+// a *json.UnmarshalTypeError that names the field.
+func (p *Plan) UnmarshalJSON(b []byte) error { return confutil.UnmarshalJSONText(b, p) }
+
 // Tenant is a customer: its plan and the API keys that identify it.
 type Tenant struct {
 	ID      string   `mapstructure:"id" json:"id"`
-	Plan    string   `mapstructure:"plan" json:"plan"`
+	Plan    Plan     `mapstructure:"plan" json:"plan"`
 	APIKeys []string `mapstructure:"api_keys" json:"api_keys"`
 }
 
@@ -73,9 +96,10 @@ type Tenant struct {
 // (tenants[0]); errors name field.key. The error joins one line per bad key.
 func (t *Tenant) Validate(field string) error {
 	errs := []error{checkName(subKey(field, "id"), t.ID)}
-	if !slices.Contains(PlanNames, t.Plan) {
-		errs = append(errs, &ValidationError{Field: subKey(field, "plan"),
-			Msg: fmt.Sprintf("%q is not one of %s", t.Plan, strings.Join(PlanNames, ", "))})
+	// A tenant built in Go (the API's writers, tests) was not decoded:
+	// its plan is checked by the same parser.
+	if _, err := ParsePlan(string(t.Plan)); err != nil {
+		errs = append(errs, &ValidationError{Field: subKey(field, "plan"), Msg: err.Error()})
 	}
 	for i, k := range t.APIKeys {
 		if k == "" || len(k) > 256 || strings.TrimSpace(k) != k {
@@ -102,9 +126,11 @@ func subKey(field, k string) string {
 // read by the rules API, and stored in Redis (as JSON: window is text such as
 // "10s").
 type Rule struct {
-	Tenant    string `mapstructure:"tenant" json:"tenant"`
-	Resource  string `mapstructure:"resource" json:"resource"`
-	Algorithm string `mapstructure:"algorithm" json:"algorithm"`
+	Tenant   string `mapstructure:"tenant" json:"tenant"`
+	Resource string `mapstructure:"resource" json:"resource"`
+	// Algorithm is required in the API; in the configuration it defaults
+	// to limits.algorithm.
+	Algorithm store.Algorithm `mapstructure:"algorithm" json:"algorithm"`
 	// Limit and Window apply to sliding_window and sliding_log.
 	Limit  int64             `mapstructure:"limit" json:"limit,omitempty"`
 	Window confutil.Duration `mapstructure:"window" json:"window,omitempty"`
@@ -117,9 +143,9 @@ type Rule struct {
 
 // SetDefaults fills the algorithm and window from the limits section
 // (limits.algorithm and limits.window).
-func (r *Rule) SetDefaults(algorithm string, window time.Duration) {
+func (r *Rule) SetDefaults(algorithm store.Algorithm, window time.Duration) {
 	confutil.SetDefault(&r.Algorithm, algorithm)
-	if r.Algorithm != store.TokenBucket.String() {
+	if r.Algorithm != store.TokenBucket {
 		confutil.SetDefault(&r.Window, confutil.Duration(window))
 	}
 }
@@ -135,7 +161,9 @@ func (r *Rule) Validate(field string) error {
 	}
 	errs = append(errs, checkName(key("resource"), r.Resource))
 	bad := func(k, msg string) { errs = append(errs, &ValidationError{Field: key(k), Msg: msg}) }
-	switch alg, err := store.ParseAlgorithm(r.Algorithm); {
+	// A rule built in Go, or sent without an algorithm, was not decoded
+	// from a name: its algorithm is checked by the same parser.
+	switch alg, err := store.ParseAlgorithm(r.Algorithm.String()); {
 	case err != nil:
 		bad("algorithm", err.Error())
 	case alg == store.TokenBucket:
@@ -166,8 +194,7 @@ func (r *Rule) Validate(field string) error {
 
 // storeParams returns the store parameters of a valid rule.
 func (r *Rule) storeParams() store.Params {
-	alg, _ := store.ParseAlgorithm(r.Algorithm)
-	return store.Params{Algorithm: alg, Limit: r.Limit, Window: r.Window.D(), Capacity: r.Capacity, RefillRate: r.RefillRate}
+	return store.Params{Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window.D(), Capacity: r.Capacity, RefillRate: r.RefillRate}
 }
 
 // checkName accepts tenant IDs and resource names: 1..64 characters of

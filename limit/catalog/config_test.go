@@ -9,10 +9,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 func TestRuleValidateNamesEveryBadKey(t *testing.T) {
-	r := Rule{Tenant: "a b", Resource: "", Algorithm: "sliding_window", Limit: 0, Capacity: 3}
+	r := Rule{Tenant: "a b", Resource: "", Algorithm: store.SlidingWindow, Limit: 0, Capacity: 3}
 	err := r.Validate("rules[2]")
 	require.Error(t, err)
 	for _, want := range []string{"rules[2].tenant:", "rules[2].resource:", "rules[2].limit: 0 is out of range",
@@ -43,7 +44,7 @@ func TestPlansDefaultAndValidate(t *testing.T) {
 func TestCatalogErrorsNameEveryBadEntry(t *testing.T) {
 	_, err := NewCatalog(nil,
 		[]Tenant{{ID: "a", Plan: "GOLD"}, {ID: "b", Plan: PlanFree, APIKeys: []string{" k"}}},
-		[]Rule{{Tenant: "a", Resource: "r", Algorithm: "token_bucket"}})
+		[]Rule{{Tenant: "a", Resource: "r", Algorithm: store.TokenBucket}})
 	require.Error(t, err)
 	for _, want := range []string{"tenants[0].plan", "tenants[1].api_keys[0]", "rules[0].capacity"} {
 		assert.Contains(t, err.Error(), want)
@@ -54,7 +55,7 @@ func TestCatalogErrorsNameEveryBadEntry(t *testing.T) {
 // the window as text; rules stored with window_ms by earlier versions are
 // still read.
 func TestRuleJSON(t *testing.T) {
-	r := Rule{Tenant: "acme", Resource: "bids", Algorithm: "sliding_window", Limit: 5, Window: confutil.Duration(10 * time.Second)}
+	r := Rule{Tenant: "acme", Resource: "bids", Algorithm: store.SlidingWindow, Limit: 5, Window: confutil.Duration(10 * time.Second)}
 	b, err := json.Marshal(r)
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"tenant":"acme","resource":"bids","algorithm":"sliding_window","limit":5,"window":"10s"}`, string(b))
@@ -66,7 +67,7 @@ func TestRuleJSON(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, r, got)
 
-	tb := Rule{Tenant: "acme", Resource: "bids", Algorithm: "token_bucket", Capacity: 3, RefillRate: 1}
+	tb := Rule{Tenant: "acme", Resource: "bids", Algorithm: store.TokenBucket, Capacity: 3, RefillRate: 1}
 	b, _ = json.Marshal(tb)
 	assert.NotContains(t, string(b), "window", "a token bucket has no window")
 }

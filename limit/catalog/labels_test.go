@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 func labelSetCount() int {
@@ -31,7 +32,7 @@ func TestLabelsOnlyForKnownNames(t *testing.T) {
 	defer cat.Close()
 	writer := NewSync(nil, cat, SyncOptions{}) // what production writes with, Redis or not
 	ctx := context.Background()
-	require.NoError(t, writer.PutRule(ctx, Rule{Tenant: "acme", Resource: "lbl-bids", Algorithm: "sliding_window", Limit: 5, Window: confutil.Duration(time.Second)}))
+	require.NoError(t, writer.PutRule(ctx, Rule{Tenant: "acme", Resource: "lbl-bids", Algorithm: store.SlidingWindow, Limit: 5, Window: confutil.Duration(time.Second)}))
 	cat.SetRouteResources([]string{"lbl-route"})
 	before := labelSetCount()
 	var base uint64

@@ -60,7 +60,7 @@ func storedNames(t *testing.T, addr string) (rules, tenants []string) {
 }
 
 var (
-	newcoRule = Rule{Tenant: "newco", Resource: "bids", Algorithm: "sliding_window", Limit: 3, Window: confutil.Duration(time.Minute)}
+	newcoRule = Rule{Tenant: "newco", Resource: "bids", Algorithm: store.SlidingWindow, Limit: 3, Window: confutil.Duration(time.Minute)}
 	newco     = Tenant{ID: "newco", Plan: "STANDARD", APIKeys: []string{"nk"}}
 )
 
@@ -109,7 +109,7 @@ func TestCatalogSyncDeletedEntryStaysDeleted(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, a.PutTenant(ctx, newco))
 	require.NoError(t, a.PutRule(ctx, newcoRule))
-	kept := Rule{Tenant: "newco", Resource: "kept", Algorithm: "token_bucket", Capacity: 2, RefillRate: 1}
+	kept := Rule{Tenant: "newco", Resource: "kept", Algorithm: store.TokenBucket, Capacity: 2, RefillRate: 1}
 	require.NoError(t, a.PutRule(ctx, kept))
 	require.NoError(t, b.reload(ctx))
 	require.NoError(t, a.DeleteRule(ctx, "newco", "bids")) // b misses it
@@ -171,7 +171,7 @@ func TestCatalogSyncWriteIntoEmptyRedis(t *testing.T) {
 	require.NoError(t, a.PutRule(ctx, newcoRule))
 	srv.Restart()
 	require.Eventually(t, func() bool {
-		return a.PutRule(ctx, Rule{Tenant: "newco", Resource: "more", Algorithm: "token_bucket", Capacity: 1, RefillRate: 1}) == nil
+		return a.PutRule(ctx, Rule{Tenant: "newco", Resource: "more", Algorithm: store.TokenBucket, Capacity: 1, RefillRate: 1}) == nil
 	}, 5*time.Second, 20*time.Millisecond)
 	rules, tenants := storedNames(t, srv.Addr)
 	assert.ElementsMatch(t, []string{"newco:bids", "newco:more"}, rules)
@@ -193,12 +193,12 @@ func TestCatalogRulesNeedATenant(t *testing.T) {
 		"in-process": func(r Rule) error { return inProcess.PutRule(ctx, r) },
 	} {
 		for _, tenant := range []string{"nosuch", "anonymous"} {
-			err := put(Rule{Tenant: tenant, Resource: "default", Algorithm: "sliding_window", Limit: 1, Window: confutil.Duration(time.Second)})
+			err := put(Rule{Tenant: tenant, Resource: "default", Algorithm: store.SlidingWindow, Limit: 1, Window: confutil.Duration(time.Second)})
 			assert.ErrorIs(t, err, ErrUnknownTenant, "%s: %s", name, tenant)
 			assert.ErrorContains(t, err, `"`+tenant+`"`, name)
 		}
-		assert.NoError(t, put(Rule{Tenant: AnonymousTenant, Resource: "default", Algorithm: "sliding_window", Limit: 1, Window: confutil.Duration(time.Second)}), name)
+		assert.NoError(t, put(Rule{Tenant: AnonymousTenant, Resource: "default", Algorithm: store.SlidingWindow, Limit: 1, Window: confutil.Duration(time.Second)}), name)
 	}
 	var ve *ValidationError
-	assert.ErrorAs(t, s.PutRule(ctx, Rule{Tenant: "*x*", Resource: "default", Algorithm: "sliding_window", Limit: 1, Window: confutil.Duration(time.Second)}), &ve)
+	assert.ErrorAs(t, s.PutRule(ctx, Rule{Tenant: "*x*", Resource: "default", Algorithm: store.SlidingWindow, Limit: 1, Window: confutil.Duration(time.Second)}), &ve)
 }

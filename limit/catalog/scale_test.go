@@ -53,7 +53,7 @@ func catalogAtScale(t *testing.T, addrs []string, writes int) {
 	for p := range pods {
 		wg.Go(func() {
 			for i := p; i < writes; i += pods {
-				r := Rule{Tenant: "acme", Resource: fmt.Sprintf("scale-%d", i), Algorithm: "sliding_window",
+				r := Rule{Tenant: "acme", Resource: fmt.Sprintf("scale-%d", i), Algorithm: store.SlidingWindow,
 					Limit: int64(i + 1), Window: confutil.Duration(time.Minute)}
 				if err := syncs[p].PutRule(context.Background(), r); err != nil {
 					t.Errorf("pod %d, rule %d: %v", p, i, err)

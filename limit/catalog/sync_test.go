@@ -39,13 +39,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestCatalogSyncAcrossPods(t *testing.T) {
 	srv := redistest.Start(t)
-	base := Rule{Tenant: "acme", Resource: "bids", Algorithm: "sliding_window", Limit: 10, Window: confutil.Duration(time.Second)}
+	base := Rule{Tenant: "acme", Resource: "bids", Algorithm: store.SlidingWindow, Limit: 10, Window: confutil.Duration(time.Second)}
 	catA, syncA := startSync(t, srv.Addr, time.Minute, base)
 	catB, _ := startSync(t, srv.Addr, time.Minute, base)
 	ctx := context.Background()
 
 	// A write through A reaches B within a second (pub/sub).
-	over := Rule{Tenant: "acme", Resource: "bids", Algorithm: "token_bucket", Capacity: 3, RefillRate: 1}
+	over := Rule{Tenant: "acme", Resource: "bids", Algorithm: store.TokenBucket, Capacity: 3, RefillRate: 1}
 	require.NoError(t, syncA.PutRule(ctx, over))
 	r, _ := catA.Rule("acme", "bids")
 	assert.Equal(t, over, r)
@@ -97,13 +97,13 @@ func TestCatalogSyncRedisDown(t *testing.T) {
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	err := s.PutRule(ctx, Rule{Tenant: "acme", Resource: "r", Algorithm: "token_bucket", Capacity: 1, RefillRate: 1})
+	err := s.PutRule(ctx, Rule{Tenant: "acme", Resource: "r", Algorithm: store.TokenBucket, Capacity: 1, RefillRate: 1})
 	require.Error(t, err)
 	var ve *ValidationError
 	assert.NotErrorAs(t, err, &ve, "a store failure is not a validation error")
 	srv.Restart()
 	require.Eventually(t, func() bool {
-		return s.PutRule(context.Background(), Rule{Tenant: "acme", Resource: "r", Algorithm: "token_bucket", Capacity: 1, RefillRate: 1}) == nil
+		return s.PutRule(context.Background(), Rule{Tenant: "acme", Resource: "r", Algorithm: store.TokenBucket, Capacity: 1, RefillRate: 1}) == nil
 	}, 5*time.Second, 50*time.Millisecond)
 }
 
@@ -111,7 +111,7 @@ func TestCatalogInProcessWrites(t *testing.T) {
 	cat := testCatalog(t)
 	w := NewSync(nil, cat, SyncOptions{})
 	ctx := context.Background()
-	require.NoError(t, w.PutRule(ctx, Rule{Tenant: "acme", Resource: "r", Algorithm: "sliding_window", Limit: 2, Window: confutil.Duration(time.Second)}))
+	require.NoError(t, w.PutRule(ctx, Rule{Tenant: "acme", Resource: "r", Algorithm: store.SlidingWindow, Limit: 2, Window: confutil.Duration(time.Second)}))
 	assert.NotNil(t, cat.findRule("acme", "r"))
 	require.NoError(t, w.DeleteRule(ctx, "acme", "r"))
 	assert.Nil(t, cat.findRule("acme", "r"))
@@ -127,13 +127,13 @@ func TestCatalogInProcessWrites(t *testing.T) {
 }
 
 func TestCatalogSyncWithoutRedis(t *testing.T) {
-	base := Rule{Tenant: "acme", Resource: "bids", Algorithm: "sliding_window", Limit: 10, Window: confutil.Duration(time.Second)}
+	base := Rule{Tenant: "acme", Resource: "bids", Algorithm: store.SlidingWindow, Limit: 10, Window: confutil.Duration(time.Second)}
 	cat := testCatalog(t, base)
 	s := NewSync(nil, cat, SyncOptions{})
 	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop()
 	ctx := context.Background()
-	over := Rule{Tenant: "acme", Resource: "bids", Algorithm: "token_bucket", Capacity: 3, RefillRate: 1}
+	over := Rule{Tenant: "acme", Resource: "bids", Algorithm: store.TokenBucket, Capacity: 3, RefillRate: 1}
 	require.NoError(t, s.PutRule(ctx, over))
 	r, _ := cat.Rule("acme", "bids")
 	assert.Equal(t, over, r)

@@ -3,11 +3,12 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"net/netip"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/store"
@@ -79,9 +80,9 @@ const quotaAlgorithm = "quota"
 
 // Defaults are what the limits section gives the policies.
 type Defaults struct {
-	Algorithm string         // limits.algorithm
-	Window    time.Duration  // limits.window
-	Zone      *time.Location // limits.quota_time_zone (nil: UTC)
+	Algorithm store.Algorithm // limits.algorithm
+	Window    time.Duration   // limits.window
+	Zone      *time.Location  // limits.quota_time_zone (nil: UTC)
 }
 
 // Validate checks a policy; field is its YAML key (policies[0]). The error
@@ -155,15 +156,19 @@ func (p *Config) validateMatch(bad func(k, msg string)) {
 	}
 }
 
-// withAlgorithm is l's algorithm with the defaults applied.
-func (l *Limit) withAlgorithm(def Defaults) string {
-	switch {
-	case l.Period != "":
-		return quotaAlgorithm
-	case l.Algorithm != "":
-		return l.Algorithm
+// rule is l, a limit without a period, as a rule with the defaults
+// applied; a bad algorithm name is the error.
+func (l *Limit) rule(def Defaults) (catalog.Rule, *catalog.ValidationError) {
+	r := catalog.Rule{Limit: l.Limit, Window: l.Window, Capacity: l.Capacity, RefillRate: l.RefillRate}
+	if l.Algorithm != "" {
+		alg, err := store.ParseAlgorithm(l.Algorithm)
+		if err != nil {
+			return r, &catalog.ValidationError{Field: "algorithm", Msg: err.Error()}
+		}
+		r.Algorithm = alg
 	}
-	return def.Algorithm
+	r.SetDefaults(def.Algorithm, def.Window)
+	return r, nil
 }
 
 // validate returns what is wrong with l, each error naming its key
@@ -186,8 +191,10 @@ func (l *Limit) validate(def Defaults) []*catalog.ValidationError {
 		}
 		return errs
 	}
-	r := catalog.Rule{Algorithm: l.withAlgorithm(def), Limit: l.Limit, Window: l.Window, Capacity: l.Capacity, RefillRate: l.RefillRate}
-	r.SetDefaults(def.Algorithm, def.Window)
+	r, ve := l.rule(def)
+	if ve != nil {
+		return []*catalog.ValidationError{ve}
+	}
 	r.Tenant, r.Resource = "policy", "policy" // names are the policy's to check
 	var errs []*catalog.ValidationError
 	if err := r.Validate(""); err != nil {
@@ -207,8 +214,7 @@ func (l *Limit) Params(def Defaults) store.Params {
 		per, _ := store.ParsePeriod(l.Period)
 		return store.Params{Algorithm: store.Quota, Limit: l.Limit, Period: per, Zone: def.Zone}
 	}
-	r := catalog.Rule{Algorithm: l.withAlgorithm(def), Limit: l.Limit, Window: l.Window, Capacity: l.Capacity, RefillRate: l.RefillRate}
-	r.SetDefaults(def.Algorithm, def.Window)
+	r, _ := l.rule(def)
 	return r.Params()
 }
 

@@ -18,7 +18,7 @@ type mapAttrs struct{ headers, query map[string]string }
 func (m mapAttrs) Header(n []byte) []byte { return []byte(m.headers[string(n)]) }
 func (m mapAttrs) Query(n []byte) []byte  { return []byte(m.query[string(n)]) }
 
-var testDefaults = Defaults{Algorithm: "sliding_window", Window: time.Second, Zone: time.UTC}
+var testDefaults = Defaults{Algorithm: store.SlidingWindow, Window: time.Second, Zone: time.UTC}
 
 func bidsPolicy() Config {
 	return Config{

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 )
 
 // Both stores implement each algorithm the same way: the Lua scripts in lua/
@@ -242,9 +244,11 @@ func ParseAlgorithm(name string) (Algorithm, error) {
 	return a, nil
 }
 
-// String returns the configuration name of the algorithm.
+// String returns the configuration name of the algorithm ("" for none).
 func (a Algorithm) String() string {
 	switch a {
+	case 0:
+		return ""
 	case SlidingWindow:
 		return "sliding_window"
 	case SlidingLog:
@@ -256,3 +260,17 @@ func (a Algorithm) String() string {
 	}
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
+
+// MarshalText returns the configuration name, so that the rules API and the
+// rules kept in Redis spell an algorithm as the configuration does.
+func (a Algorithm) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+// UnmarshalText parses a configuration name; empty text is no algorithm,
+// as an absent key is.
+func (a *Algorithm) UnmarshalText(text []byte) error {
+	return confutil.UnmarshalName(a, text, ParseAlgorithm)
+}
+
+// UnmarshalJSON reads a JSON string as UnmarshalText does; a bad value is
+// a *json.UnmarshalTypeError that names the field.
+func (a *Algorithm) UnmarshalJSON(b []byte) error { return confutil.UnmarshalJSONText(b, a) }

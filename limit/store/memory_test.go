@@ -82,7 +82,7 @@ func TestMemoryStoreCloseIdempotent(t *testing.T) {
 	s.Close()
 	s.Close()
 	assert.NoError(t, s.Ping(context.Background()))
-	_, err := s.Lease(context.Background(), &LeaseRequest{Key: []byte("k"), Params: Params{Limit: 1, Window: time.Second}, Want: 1})
+	_, err := s.Lease(context.Background(), &LeaseRequest{Key: []byte("k"), Params: Params{Algorithm: SlidingWindow, Limit: 1, Window: time.Second}, Want: 1})
 	assert.NoError(t, err, "Lease works after Close")
 }
 
@@ -91,6 +91,6 @@ func TestMemoryStoreCanceledContext(t *testing.T) {
 	defer s.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := s.Lease(ctx, &LeaseRequest{Key: []byte("k"), Params: Params{Limit: 1, Window: time.Second}, Want: 1})
+	_, err := s.Lease(ctx, &LeaseRequest{Key: []byte("k"), Params: Params{Algorithm: SlidingWindow, Limit: 1, Window: time.Second}, Want: 1})
 	assert.ErrorIs(t, err, context.Canceled)
 }

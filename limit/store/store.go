@@ -7,13 +7,15 @@ import (
 )
 
 // Algorithm names a rate-limiting algorithm. Each one is a Lua script under lua/
-// and an equivalent implementation in the in-memory store.
+// and an equivalent implementation in the in-memory store. The zero value is
+// no algorithm: a configuration that leaves it out (a rule without one takes
+// limits.algorithm), and a lease request the stores refuse.
 type Algorithm uint8
 
 const (
 	// SlidingWindow is a ring of sub-window counters per key (a LeapArray, as
 	// Alibaba Sentinel calls it). It is the default.
-	SlidingWindow Algorithm = iota
+	SlidingWindow Algorithm = iota + 1
 	// SlidingLog is a sorted set of request IDs, exact to the millisecond.
 	SlidingLog
 	// TokenBucket is a bucket with a capacity and a refill rate.
