@@ -60,7 +60,7 @@ type ServerConfig struct {
 	// hyphenated name: "drop" removes it (the gateway does not read it
 	// and the backend does not get it), "reject" answers 400, "allow"
 	// forwards it. Default "drop".
-	HeadersWithUnderscores string `mapstructure:"headers_with_underscores"`
+	HeadersWithUnderscores Underscores `mapstructure:"headers_with_underscores"`
 	// ParseErrorLogRate is how many malformed-request lines a second are
 	// logged at most; the rest are counted and summed up in one line.
 	// Default 10.
@@ -71,12 +71,27 @@ type ServerConfig struct {
 	TLS tlsconf.Config `mapstructure:"tls"`
 }
 
+// Underscores is server.headers_with_underscores: what happens to a
+// request header whose name has an underscore. It decodes from its name.
+type Underscores string
+
 // Values of server.headers_with_underscores.
 const (
-	UnderscoresDrop   = "drop"
-	UnderscoresReject = "reject"
-	UnderscoresAllow  = "allow"
+	UnderscoresDrop   Underscores = "drop"
+	UnderscoresReject Underscores = "reject"
+	UnderscoresAllow  Underscores = "allow"
 )
+
+// ParseUnderscores returns the value of a name of
+// server.headers_with_underscores.
+func ParseUnderscores(name string) (Underscores, error) {
+	return confutil.OneOfWords(name, UnderscoresDrop, UnderscoresReject, UnderscoresAllow)
+}
+
+// UnmarshalText parses a name; empty text leaves the default.
+func (u *Underscores) UnmarshalText(text []byte) error {
+	return confutil.UnmarshalName(u, text, ParseUnderscores)
+}
 
 // IdentityConfig is the YAML section `identity`.
 type IdentityConfig struct {
@@ -92,14 +107,18 @@ type IdentityConfig struct {
 	// also the request ID header of requests from server.trusted_proxies;
 	// "none" nobody's. An untrusted ID is passed on but the limiter does
 	// not see it.
-	TrustRequestID string `mapstructure:"trust_request_id"`
+	TrustRequestID RequestIDTrust `mapstructure:"trust_request_id"`
 }
+
+// RequestIDTrust is identity.trust_request_id: whose request IDs may spare
+// a count. It decodes from its name.
+type RequestIDTrust string
 
 // Values of identity.trust_request_id.
 const (
-	TrustRequestIDNone    = "none"
-	TrustRequestIDCheck   = "check"
-	TrustRequestIDProxies = "proxies"
+	TrustRequestIDNone    RequestIDTrust = "none"
+	TrustRequestIDCheck   RequestIDTrust = "check"
+	TrustRequestIDProxies RequestIDTrust = "proxies"
 )
 
 // TrustsCheckRequestID reports whether the check API caller's request_id
@@ -112,6 +131,17 @@ func (c *IdentityConfig) TrustsCheckRequestID() bool {
 // from a trusted proxy may spare a count.
 func (c *IdentityConfig) TrustsProxyRequestID() bool {
 	return c.TrustRequestID == TrustRequestIDProxies
+}
+
+// ParseRequestIDTrust returns the value of a name of
+// identity.trust_request_id.
+func ParseRequestIDTrust(name string) (RequestIDTrust, error) {
+	return confutil.OneOfWords(name, TrustRequestIDNone, TrustRequestIDCheck, TrustRequestIDProxies)
+}
+
+// UnmarshalText parses a name; empty text leaves the default.
+func (t *RequestIDTrust) UnmarshalText(text []byte) error {
+	return confutil.UnmarshalName(t, text, ParseRequestIDTrust)
 }
 
 // Route is one entry of the YAML list `routes`.
@@ -247,10 +277,9 @@ func (c *ServerConfig) Validate() error {
 	if c.Concurrency <= 0 {
 		errs = append(errs, fmt.Errorf("server.concurrency: %d is not a positive number of connections", c.Concurrency))
 	}
-	switch c.HeadersWithUnderscores {
-	case UnderscoresDrop, UnderscoresReject, UnderscoresAllow:
-	default:
-		errs = append(errs, fmt.Errorf("server.headers_with_underscores: %q is not drop, reject or allow", c.HeadersWithUnderscores))
+	// A value set in Go was not decoded: the same parser checks it.
+	if _, err := ParseUnderscores(string(c.HeadersWithUnderscores)); err != nil {
+		errs = append(errs, fmt.Errorf("server.headers_with_underscores: %w", err))
 	}
 	if c.ParseErrorLogRate <= 0 {
 		errs = append(errs, fmt.Errorf("server.parse_error_log_rate: %d is not a positive number of lines a second", c.ParseErrorLogRate))
@@ -268,10 +297,10 @@ func (c *IdentityConfig) Validate() error {
 	if !isToken(c.RequestIDHeader) {
 		errs = append(errs, fmt.Errorf("identity.request_id_header: %q is not a header name", c.RequestIDHeader))
 	}
-	switch c.TrustRequestID {
-	case "", TrustRequestIDNone, TrustRequestIDCheck, TrustRequestIDProxies:
-	default:
-		errs = append(errs, fmt.Errorf("identity.trust_request_id: %q is not none, check or proxies", c.TrustRequestID))
+	if c.TrustRequestID != "" {
+		if _, err := ParseRequestIDTrust(string(c.TrustRequestID)); err != nil {
+			errs = append(errs, fmt.Errorf("identity.trust_request_id: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -13,14 +13,28 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 )
 
+// Balance is `upstreams.NAME.balance`: how a pool picks a target. It
+// decodes from its name.
+type Balance string
+
 // Balance modes accepted in `upstreams.NAME.balance`.
 const (
 	// BalanceRoundRobin sends requests to the usable targets in turn.
-	BalanceRoundRobin = "round_robin"
+	BalanceRoundRobin Balance = "round_robin"
 	// BalanceLeastPending sends each request to the usable target with the
 	// fewest requests in flight from this process.
-	BalanceLeastPending = "least_pending"
+	BalanceLeastPending Balance = "least_pending"
 )
+
+// ParseBalance returns the balance mode of a name.
+func ParseBalance(name string) (Balance, error) {
+	return confutil.OneOf(name, BalanceRoundRobin, BalanceLeastPending)
+}
+
+// UnmarshalText parses a name; empty text leaves the default.
+func (b *Balance) UnmarshalText(text []byte) error {
+	return confutil.UnmarshalName(b, text, ParseBalance)
+}
 
 // Config is the YAML section `upstreams`: pool name → pool. Pool names are
 // the names routes refer to and the `upstream` label of the metrics.
@@ -33,7 +47,7 @@ type PoolConfig struct {
 	// "https://host:port", without path, query or user info. At least one.
 	Targets []string `mapstructure:"targets"`
 	// Balance is "round_robin" (default) or "least_pending".
-	Balance string `mapstructure:"balance"`
+	Balance Balance `mapstructure:"balance"`
 	// HealthCheck configures active health checks; none without a path.
 	HealthCheck HealthCheckConfig `mapstructure:"health_check"`
 	// Timeout bounds one proxied request, from picking a target to the last
@@ -188,8 +202,9 @@ func validName(name string) bool {
 
 func (p *PoolConfig) validate(key string) error {
 	errs := []error{p.validateTargets(key)}
-	if p.Balance != BalanceRoundRobin && p.Balance != BalanceLeastPending {
-		errs = append(errs, fmt.Errorf("%s.balance: %q is not one of %s, %s", key, p.Balance, BalanceRoundRobin, BalanceLeastPending))
+	// A value set in Go was not decoded: the same parser checks it.
+	if _, err := ParseBalance(string(p.Balance)); err != nil {
+		errs = append(errs, fmt.Errorf("%s.balance: %w", key, err))
 	}
 	errs = append(errs,
 		confutil.Positive(key+".timeout", p.Timeout),

@@ -12,16 +12,18 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 )
 
 // Config is the YAML section `log`.
 type Config struct {
 	// Format is "text" (default: key=value lines) or "json" (one JSON
 	// object a line).
-	Format string `mapstructure:"format"`
+	Format Format `mapstructure:"format"`
 	// Level is the least severe level written: debug, info (default), warn
 	// or error. It can change on reload.
-	Level string `mapstructure:"level"`
+	Level Level `mapstructure:"level"`
 	// Access writes one line per proxied request (the access log). Default
 	// false.
 	Access bool `mapstructure:"access"`
@@ -31,11 +33,45 @@ type Config struct {
 	AccessRefusals int `mapstructure:"access_refusals_per_second"`
 }
 
-// Formats and levels accepted by Validate.
-var (
-	formats = []string{"text", "json"}
-	levels  = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+// Format is log.format: "text" or "json". It decodes from its name, in
+// any case.
+type Format string
+
+// Formats of log.format.
+const (
+	FormatText Format = "text"
+	FormatJSON Format = "json"
 )
+
+// ParseFormat returns the format of a name of log.format, in any case.
+func ParseFormat(name string) (Format, error) {
+	return confutil.OneOf(strings.ToLower(name), FormatText, FormatJSON)
+}
+
+// UnmarshalText parses a name; empty text leaves the default.
+func (f *Format) UnmarshalText(text []byte) error {
+	return confutil.UnmarshalName(f, text, ParseFormat)
+}
+
+// Level is log.level: "debug", "info", "warn" or "error". It decodes from
+// its name, in any case.
+type Level string
+
+var levels = map[Level]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+
+// ParseLevel returns the level of a name of log.level, in any case.
+func ParseLevel(name string) (Level, error) {
+	l := Level(strings.ToLower(name))
+	if _, ok := levels[l]; !ok {
+		return "", fmt.Errorf("%q is not one of debug, info, warn, error", l)
+	}
+	return l, nil
+}
+
+// UnmarshalText parses a name; empty text leaves the default.
+func (l *Level) UnmarshalText(text []byte) error {
+	return confutil.UnmarshalName(l, text, ParseLevel)
+}
 
 // DefaultAccessRefusals is the default of log.access_refusals_per_second.
 const DefaultAccessRefusals = 100
@@ -43,7 +79,7 @@ const DefaultAccessRefusals = 100
 // SetDefaults fills zero values with the defaults.
 func (c *Config) SetDefaults() {
 	if c.Format == "" {
-		c.Format = "text"
+		c.Format = FormatText
 	}
 	if c.Level == "" {
 		c.Level = "info"
@@ -56,13 +92,14 @@ func (c *Config) SetDefaults() {
 // Validate checks every key; the error joins one line per bad key.
 func (c *Config) Validate() error {
 	var errs []error
-	c.Format = strings.ToLower(c.Format)
-	c.Level = strings.ToLower(c.Level)
-	if c.Format != formats[0] && c.Format != formats[1] {
-		errs = append(errs, fmt.Errorf("log.format: %q is not one of text, json", c.Format))
+	// A value set in Go was not decoded: the same parsers check it (and
+	// write it in lower case).
+	var err error
+	if c.Format, err = ParseFormat(string(c.Format)); err != nil {
+		errs = append(errs, fmt.Errorf("log.format: %w", err))
 	}
-	if _, ok := levels[c.Level]; !ok {
-		errs = append(errs, fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Level))
+	if c.Level, err = ParseLevel(string(c.Level)); err != nil {
+		errs = append(errs, fmt.Errorf("log.level: %w", err))
 	}
 	if c.AccessRefusals < 0 {
 		errs = append(errs, fmt.Errorf("log.access_refusals_per_second: %d is negative", c.AccessRefusals))
@@ -78,7 +115,7 @@ func (c *Config) SlogLevel() slog.Level { return levels[c.Level] }
 func New(cfg Config, w io.Writer, level *slog.LevelVar) *slog.Logger {
 	level.Set(cfg.SlogLevel())
 	opts := &slog.HandlerOptions{Level: level}
-	if cfg.Format == "json" {
+	if cfg.Format == FormatJSON {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))

@@ -69,10 +69,7 @@ type Plan string
 
 // ParsePlan returns the plan of a name; names are upper case.
 func ParsePlan(name string) (Plan, error) {
-	if !slices.Contains(PlanNames, name) {
-		return "", fmt.Errorf("%q is not one of %s", name, strings.Join(PlanNames, ", "))
-	}
-	return Plan(name), nil
+	return confutil.OneOf[Plan](name, PlanFree, PlanStandard, PlanPremium)
 }
 
 // UnmarshalText parses a plan name; empty text is no plan, which
