@@ -8,7 +8,7 @@ import (
 )
 
 func TestRequestPathAllocatesNothing(t *testing.T) {
-	c, err := New(Config{}, Options{PodID: "p", Upstreams: []string{"api"}})
+	c, err := New(provisioned(Config{}), Options{PodID: "p", Upstreams: []string{"api"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestRequestPathAllocatesNothing(t *testing.T) {
 }
 
 func BenchmarkPolicy(b *testing.B) {
-	c, _ := New(Config{}, Options{PodID: "p"})
+	c, _ := New(provisioned(Config{}), Options{PodID: "p"})
 	b.Cleanup(c.Stop)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -42,7 +42,7 @@ func BenchmarkPolicy(b *testing.B) {
 }
 
 func BenchmarkAcquireRelease(b *testing.B) {
-	c, _ := New(Config{}, Options{PodID: "p", Upstreams: []string{"api"}})
+	c, _ := New(provisioned(Config{}), Options{PodID: "p", Upstreams: []string{"api"}})
 	b.Cleanup(c.Stop)
 	l := c.Concurrency("api")
 	b.ReportAllocs()

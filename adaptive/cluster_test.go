@@ -17,7 +17,7 @@ func newClusterController(t *testing.T, addr, pod string) *Controller {
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
-	c, err := New(Config{}, Options{Redis: client, PodID: pod, KeyPrefix: "test", Logf: t.Logf})
+	c, err := New(provisioned(Config{}), Options{Redis: client, PodID: pod, KeyPrefix: "test", Logf: t.Logf})
 	require.NoError(t, err)
 	return c
 }

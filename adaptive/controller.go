@@ -89,12 +89,9 @@ const minSignalSample = 20
 // maxTransitions bounds the transitions kept for the state view.
 const maxTransitions = 20
 
-// New builds a Controller; nothing runs until Start.
+// New builds a Controller of cfg, a provisioned section (Config.SetDefaults,
+// Config.Validate); nothing runs until Start.
 func New(cfg Config, opts Options) (*Controller, error) {
-	cfg.SetDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}

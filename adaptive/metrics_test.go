@@ -28,9 +28,9 @@ func exposed(sample string) int {
 // series, and a stopped one's series are gone.
 func TestMetricsPerController(t *testing.T) {
 	opts := Options{PodID: "p", Upstreams: []string{"metrics_test"}}
-	a, err := New(Config{}, opts)
+	a, err := New(provisioned(Config{}), opts)
 	require.NoError(t, err)
-	b, err := New(Config{}, opts)
+	b, err := New(provisioned(Config{}), opts)
 	require.NoError(t, err)
 	t.Cleanup(b.Stop)
 	a.local, b.local = 0.8125, 0.3125

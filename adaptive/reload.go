@@ -41,15 +41,11 @@ type Update struct {
 	limiters map[string]*ConcurrencyLimiter
 }
 
-// Stage validates cfg with the running values of RestartKeys and prepares
-// the limiters of upstreams. An invalid cfg changes nothing and is
-// returned as the error.
+// Stage prepares the limiters of upstreams for cfg, a provisioned section
+// (Config.SetDefaults, Config.Validate), with the running values of
+// RestartKeys. Nothing changes until Commit.
 func (c *Controller) Stage(cfg Config, upstreams []string) (*Update, error) {
 	cfg = cfg.KeepRestartKeys(c.cfg)
-	cfg.SetDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	u := &Update{c: c, cfg: &cfg, limiters: make(map[string]*ConcurrencyLimiter, len(upstreams))}
 	if !c.limited() {
 		return u, nil

@@ -10,7 +10,7 @@ import (
 
 func newTestController(t *testing.T, cfg Config, upstreams ...string) *Controller {
 	t.Helper()
-	c, err := New(cfg, Options{PodID: "p", Upstreams: upstreams})
+	c, err := New(provisioned(cfg), Options{PodID: "p", Upstreams: upstreams})
 	require.NoError(t, err)
 	t.Cleanup(c.Stop)
 	return c
@@ -41,7 +41,7 @@ func TestStageAppliesThresholdsLive(t *testing.T) {
 	}
 	require.Equal(t, Normal, c.Policy().Mode)
 
-	u, err := c.Stage(inflightOnly(0.5), nil)
+	u, err := c.Stage(provisioned(inflightOnly(0.5)), nil)
 	require.NoError(t, err)
 	c.sample(now.Add(100 * time.Millisecond))
 	assert.Equal(t, Normal, c.Policy().Mode, "nothing changes before Commit")
@@ -57,7 +57,7 @@ func TestStageKeepsRestartKeys(t *testing.T) {
 	off := false
 	next := Config{Enabled: &off, SampleInterval: time.Second, ClusterInterval: time.Second, PressureTTL: 5 * time.Second,
 		Concurrency: ConcurrencyConfig{Enabled: &off}, MinDwell: 7 * time.Second}
-	u, err := c.Stage(next, nil)
+	u, err := c.Stage(provisioned(next), nil)
 	require.NoError(t, err)
 	u.Commit()
 	got := c.tune.Load()
@@ -79,7 +79,7 @@ func TestStageLimitersFollowUpstreams(t *testing.T) {
 	require.True(t, ok)
 
 	next := Config{Concurrency: ConcurrencyConfig{Upstreams: map[string]ConcurrencyBounds{"bound": {MaxLimit: 50}}}}
-	u, err := c.Stage(next, []string{"keep", "bound", "new"})
+	u, err := c.Stage(provisioned(next), []string{"keep", "bound", "new"})
 	require.NoError(t, err)
 	assert.Same(t, keep, u.Concurrency("keep"))
 	assert.NotSame(t, bound, u.Concurrency("bound"))
@@ -98,11 +98,14 @@ func TestStageLimitersFollowUpstreams(t *testing.T) {
 	assert.Contains(t, c.State().Upstreams, "new")
 }
 
-// TestStageInvalidChangesNothing: an invalid section is refused whole.
+// TestStageInvalidChangesNothing: an invalid section is refused whole, by
+// the validation that runs before anything is staged.
 func TestStageInvalidChangesNothing(t *testing.T) {
 	c := newTestController(t, Config{}, "api")
 	l := c.Concurrency("api")
-	_, err := c.Stage(Config{Thresholds: Thresholds{Moderate: 0.9, Aggressive: 0.8, Critical: 0.95}}, []string{"other"})
+	bad := Config{Thresholds: Thresholds{Moderate: 0.9, Aggressive: 0.8, Critical: 0.95}}
+	bad.SetDefaults()
+	err := bad.Validate()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "adaptive.thresholds")
 	assert.Same(t, l, c.Concurrency("api"))
@@ -117,4 +120,14 @@ func TestLiveKeys(t *testing.T) {
 	} {
 		assert.Equal(t, live, Live(key), key)
 	}
+}
+
+// provisioned fills cfg's defaults and validates it, as loading the
+// configuration does before New or Stage sees the section.
+func provisioned(cfg Config) Config {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		panic(err)
+	}
+	return cfg
 }

@@ -44,10 +44,6 @@ func New(deps Deps) (*Server, error) {
 		return nil, errors.New("admin: New needs a catalog writer")
 	}
 	cfg := deps.Config
-	cfg.SetDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	s := &Server{deps: deps, cfg: cfg}
 	if cfg.Token != "" {
 		s.token = []byte(cfg.Token)

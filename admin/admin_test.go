@@ -62,9 +62,17 @@ func memServer(tb testing.TB, cfg Config, lcfg limit.Config) *Server {
 	lim, err := limit.NewLimiter(lcfg, mem, limit.Options{Catalog: cat})
 	require.NoError(tb, err)
 	tb.Cleanup(lim.Close)
+	cfg.SetDefaults() // as loading the configuration does
 	s, err := New(Deps{Config: cfg, Limiter: lim, Catalog: cat, Writer: catalog.NewSync(nil, cat, catalog.SyncOptions{})})
 	require.NoError(tb, err)
 	return s
+}
+
+// provisioned fills c's defaults, as loading the configuration does before
+// New sees the section.
+func provisioned(c Config) Config {
+	c.SetDefaults()
+	return c
 }
 
 // call sends one request; headers are name, value pairs.
@@ -91,9 +99,11 @@ func problem(t *testing.T, resp *fasthttp.Response) (msg, field string) {
 	return p.Error, p.Field
 }
 
-func TestNewRefusesAnExposedListenerWithoutToken(t *testing.T) {
+func TestConfigRefusesAnExposedListenerWithoutToken(t *testing.T) {
 	cat := testTenants(t)
-	_, err := New(Deps{Config: Config{Listen: "0.0.0.0:9090"}, Limiter: fakeLimiter{}, Catalog: cat, Writer: catalog.NewSync(nil, cat, catalog.SyncOptions{})})
+	exposed := Config{Listen: "0.0.0.0:9090"}
+	exposed.SetDefaults()
+	err := exposed.Validate()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "server.admin_token: required")
 	_, err = New(Deps{Catalog: cat, Writer: catalog.NewSync(nil, cat, catalog.SyncOptions{})})

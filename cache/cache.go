@@ -40,10 +40,10 @@ type Stats struct {
 
 var entryPool bytebufferpool.Pool
 
-// New builds a cache bounded by cfg.MaxBytes (after cfg's defaults; at least
-// 32MiB, fastcache's smallest size) and registers its metrics until Close.
+// New builds a cache bounded by cfg.MaxBytes (at least 32MiB, fastcache's
+// smallest size) of cfg, a provisioned section (Config.SetDefaults), and
+// registers its metrics until Close.
 func New(cfg Config) *Cache {
-	cfg.SetDefaults()
 	maxBytes := max(int(cfg.MaxBytes), minBytes)
 	set := metrics.NewSet()
 	c := &Cache{

@@ -75,10 +75,10 @@ func FuzzRequestHead(f *testing.F) {
 		forwarded = append(forwarded, string(req.Header.Host()))
 	}
 	s, err := New(Deps{
-		Config: Config{Routes: []Route{
+		Config: provisioned(Config{Routes: []Route{
 			{PathPrefix: "/api", Upstream: "api", Resource: "api", PathCaseInsensitive: true},
 			{PathPrefix: "/", Host: "other", Upstream: "api", Resource: "other"},
-		}},
+		}}),
 		Limiter: &fakeLimiter{allow: func(*limit.Request) limit.Decision { return limit.Decision{Allowed: true} }},
 		Tenants: testTenants(f),
 		Log:     discardLog(),

@@ -26,7 +26,7 @@ func (f doerFunc) DoAt(req *fasthttp.Request, resp *fasthttp.Response, _ time.Ti
 func newInProcessServer(tb testing.TB) *Server {
 	cat := testTenants(tb)
 	s, err := New(Deps{
-		Config:  Config{Routes: []Route{{PathPrefix: "/api", Upstream: "api", Resource: "api"}}},
+		Config:  provisioned(Config{Routes: []Route{{PathPrefix: "/api", Upstream: "api", Resource: "api"}}}),
 		Limiter: inProcessLimiter(tb, cat),
 		Tenants: cat,
 		Pools: func(string) Doer {

@@ -101,7 +101,7 @@ func benchProxy(b *testing.B, lim Limiter) {
 		b.Fatal(err)
 	}
 	s, err := New(Deps{
-		Config:    Config{Routes: []Route{{PathPrefix: "/", Upstream: "api", Resource: "api"}}},
+		Config:    provisioned(Config{Routes: []Route{{PathPrefix: "/", Upstream: "api", Resource: "api"}}}),
 		Limiter:   lim,
 		Tenants:   testTenants(b),
 		Upstreams: set,

@@ -65,11 +65,11 @@ type Server struct {
 // written), so only connections their clients have left idle are closed.
 const drainIdle = time.Second
 
-// New builds the proxy server from deps. Every route's upstream must resolve
-// to a pool.
+// New builds the proxy server from deps; deps.Config is a provisioned
+// section (Config.SetDefaults, Config.Validate). Every route's upstream
+// must resolve to a pool.
 func New(deps Deps) (*Server, error) {
 	cfg := deps.Config
-	cfg.SetDefaults()
 	trusted, err := compileTrusted(cfg.Server.TrustedProxies)
 	if err != nil {
 		return nil, err

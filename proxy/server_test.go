@@ -134,6 +134,7 @@ func startProxy(t testing.TB, target string, opts ...proxyOpt) *testProxy {
 	set.Start(context.Background())
 	t.Cleanup(set.Stop)
 	deps.Upstreams = set
+	deps.Config.SetDefaults()
 	srv, err := New(deps)
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -141,6 +142,20 @@ func startProxy(t testing.TB, target string, opts ...proxyOpt) *testProxy {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 	return &testProxy{url: "http://" + ln.Addr().String(), srv: srv, set: set}
+}
+
+// provisioned fills c's defaults, as loading the configuration does before
+// New or NewTable sees a section.
+func provisioned(c Config) Config {
+	c.SetDefaults()
+	return c
+}
+
+// provisionedAdaptive fills c's defaults, as loading the configuration does
+// before adaptive.New or Stage sees the section.
+func provisionedAdaptive(c adaptive.Config) adaptive.Config {
+	c.SetDefaults()
+	return c
 }
 
 func testTenants(t testing.TB) *catalog.Catalog {
@@ -444,7 +459,7 @@ func TestModePolicies(t *testing.T) {
 
 func TestConcurrencyShed(t *testing.T) {
 	be := startBackend(t)
-	ctrl, err := adaptive.New(adaptive.Config{Concurrency: adaptive.ConcurrencyConfig{InitialLimit: 1, MinLimit: 1, MaxLimit: 1, QueueTimeout: time.Millisecond}},
+	ctrl, err := adaptive.New(provisionedAdaptive(adaptive.Config{Concurrency: adaptive.ConcurrencyConfig{InitialLimit: 1, MinLimit: 1, MaxLimit: 1, QueueTimeout: time.Millisecond}}),
 		adaptive.Options{PodID: "t", Upstreams: []string{"api"}})
 	require.NoError(t, err)
 	defer ctrl.Stop()

@@ -19,17 +19,16 @@ type Bindings struct {
 	Pools func(name string) Doer
 }
 
-// NewTable compiles routes (their defaults filled) and binds each one to
-// its upstream's pool, the pool's timeout and the upstream's concurrency
-// limiter. A route that names no pool is an error, and nothing is built.
-// The table serves once SetTable publishes it.
+// NewTable compiles routes (of a provisioned section: Config.SetDefaults,
+// Config.Validate) and binds each one to its upstream's pool, the pool's
+// timeout and the upstream's concurrency limiter. A route that names no
+// pool is an error, and nothing is built. The table serves once SetTable
+// publishes it.
 func (s *Server) NewTable(routes []Route, b Bindings) (*Table, error) {
 	if b.Upstreams == nil && b.Pools == nil {
 		return nil, errors.New("proxy: a route table needs the upstream pools")
 	}
-	c := Config{Routes: append([]Route(nil), routes...)}
-	c.SetDefaults()
-	t := compileRoutes(c.Routes)
+	t := compileRoutes(routes)
 	for i, r := range t.all {
 		if err := r.bind(b); err != nil {
 			return nil, fmt.Errorf("routes[%d].upstream: %w", i, err)

@@ -24,7 +24,7 @@ func withUpstream(name, target string) proxyOpt {
 // swap builds and publishes a table of routes over b.
 func (p *testProxy) swap(t *testing.T, b Bindings, routes ...Route) {
 	t.Helper()
-	tab, err := p.srv.NewTable(routes, b)
+	tab, err := p.srv.NewTable(provisioned(Config{Routes: routes}).Routes, b)
 	require.NoError(t, err)
 	p.srv.SetTable(tab)
 }
@@ -60,16 +60,18 @@ func TestTableBindsStagedUpstreams(t *testing.T) {
 	a, c := startBackend(t), startBackend(t)
 	p := startProxy(t, a.url)
 	kept := p.set.Pool("api")
-	u, err := p.set.Stage(upstream.Config{
+	next := upstream.Config{
 		"api": {Targets: []string{a.url}, Timeout: 2 * time.Second},
 		"c":   {Targets: []string{c.url}, Timeout: 2 * time.Second},
-	})
+	}
+	next.SetDefaults()
+	u, err := p.set.Stage(next)
 	require.NoError(t, err)
 	require.Equal(t, []string{"api"}, u.Kept)
-	tab, err := p.srv.NewTable([]Route{
+	tab, err := p.srv.NewTable(provisioned(Config{Routes: []Route{
 		{PathPrefix: "/", Upstream: "api"},
 		{PathPrefix: "/c", Upstream: "c", Resource: "c"},
-	}, Bindings{Upstreams: u})
+	}}).Routes, Bindings{Upstreams: u})
 	require.NoError(t, err)
 	assert.Same(t, kept, tab.all[0].pool, "the unchanged upstream's pool is the running one")
 	assert.Equal(t, 2*time.Second, tab.all[1].bodyTimeout)
@@ -124,13 +126,13 @@ func TestSetTableUnregistersRemovedRoutes(t *testing.T) {
 // binds its limiters.
 func TestTableBindsStagedLimits(t *testing.T) {
 	a := startBackend(t)
-	ctl, err := adaptive.New(adaptive.Config{}, adaptive.Options{PodID: "t", Upstreams: []string{"api"}})
+	ctl, err := adaptive.New(provisionedAdaptive(adaptive.Config{}), adaptive.Options{PodID: "t", Upstreams: []string{"api"}})
 	require.NoError(t, err)
 	t.Cleanup(ctl.Stop)
 	p := startProxy(t, a.url, func(d *Deps, _ *upstream.Config) { d.Adaptive = ctl })
 	require.Same(t, ctl.Concurrency("api"), p.srv.table.Load().all[0].conc)
 
-	u, err := ctl.Stage(adaptive.Config{Concurrency: adaptive.ConcurrencyConfig{MaxLimit: 7, InitialLimit: 5}}, []string{"api"})
+	u, err := ctl.Stage(provisionedAdaptive(adaptive.Config{Concurrency: adaptive.ConcurrencyConfig{MaxLimit: 7, InitialLimit: 5}}), []string{"api"})
 	require.NoError(t, err)
 	u.Commit()
 	p.swap(t, Bindings{Upstreams: p.set, Limits: u}, Route{PathPrefix: "/", Upstream: "api"})

@@ -48,6 +48,7 @@ func testLimiter(tb testing.TB) (*limit.Limiter, *catalog.Catalog) {
 // connection to it.
 func start(tb testing.TB, cfg Config, lim Limiter, cat Catalog, dial ...grpc.DialOption) *grpc.ClientConn {
 	cfg.Listen = "127.0.0.1:0"
+	cfg.SetDefaults() // as loading the configuration does
 	s, err := New(Deps{Config: cfg, Limiter: lim, Catalog: cat})
 	require.NoError(tb, err)
 	ln, err := net.Listen("tcp", cfg.Listen)

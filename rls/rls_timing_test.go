@@ -58,7 +58,9 @@ func BenchmarkShouldRateLimitRedis(b *testing.B) {
 }
 
 func benchServer(b *testing.B, lim Limiter, cat Catalog) *grpc.ClientConn {
-	s, err := New(Deps{Config: Config{Listen: "127.0.0.1:0"}, Limiter: lim, Catalog: cat})
+	cfg := Config{Listen: "127.0.0.1:0"}
+	cfg.SetDefaults() // as loading the configuration does
+	s, err := New(Deps{Config: cfg, Limiter: lim, Catalog: cat})
 	require.NoError(b, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(b, err)

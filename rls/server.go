@@ -79,17 +79,14 @@ func (s *Server) FilesChanged(files *Files) bool {
 	return !s.svc.files.Load().same(files)
 }
 
-// New validates deps.Config, loads the TLS certificate when one is set and
-// builds the server; nothing listens yet.
+// New loads the TLS certificate when one is set and builds the server of
+// deps.Config, a provisioned section (Config.SetDefaults, Config.Validate);
+// nothing listens yet.
 func New(deps Deps) (*Server, error) {
 	if deps.Limiter == nil || deps.Catalog == nil {
 		return nil, errors.New("rls: New needs a limiter and a catalog")
 	}
 	cfg := deps.Config
-	cfg.SetDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	s := &Server{cfg: cfg, health: health.NewServer()}
 	if cfg.Token != "" {
 		s.token = []byte("Bearer " + cfg.Token)

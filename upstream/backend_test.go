@@ -135,10 +135,19 @@ func testPool(t testing.TB, edit func(*PoolConfig), targets ...string) (*Set, *P
 		edit(&pc)
 	}
 	name := poolName(t)
-	s, err := New(Config{name: pc})
+	s, err := New(provisioned(t, Config{name: pc}))
 	require.NoError(t, err)
 	t.Cleanup(s.Stop)
 	return s, s.Pool(name)
+}
+
+// provisioned fills cfg's defaults and validates it, as loading the
+// configuration does before New or Stage sees it.
+func provisioned(t testing.TB, cfg Config) Config {
+	t.Helper()
+	cfg.SetDefaults()
+	require.NoError(t, cfg.Validate())
+	return cfg
 }
 
 var poolSeq atomic.Int64

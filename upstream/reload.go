@@ -23,13 +23,11 @@ type Update struct {
 	Kept, Added, Replaced, Removed []string
 }
 
-// Stage validates cfg and builds the pools it adds or changes; nothing runs
-// for them yet. An invalid cfg changes nothing and is returned as the error.
+// Stage builds the pools that cfg, a provisioned section
+// (Config.SetDefaults, Config.Validate), adds or changes; nothing runs for
+// them yet, and nothing changes until Commit.
 func (s *Set) Stage(cfg Config) (*Update, error) {
-	c, err := prepare(cfg)
-	if err != nil {
-		return nil, err
-	}
+	c := clone(cfg)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u := &Update{s: s, members: make(map[string]*member, len(c)), names: sortedNames(c)}

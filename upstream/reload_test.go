@@ -25,7 +25,7 @@ func reloadConfig(targets ...string) PoolConfig {
 
 func startedSet(t *testing.T, cfg Config) *Set {
 	t.Helper()
-	s, err := New(cfg)
+	s, err := New(provisioned(t, cfg))
 	require.NoError(t, err)
 	s.retireGrace = 20 * time.Millisecond
 	s.Start(context.Background())
@@ -59,7 +59,7 @@ func TestStageKeepsUnchangedPool(t *testing.T) {
 	pc := next[change]
 	pc.Timeout = 3 * time.Second
 	next[change] = pc
-	u, err := s.Stage(next)
+	u, err := s.Stage(provisioned(t, next))
 	require.NoError(t, err)
 	assert.Equal(t, []string{keep}, u.Kept)
 	assert.Equal(t, []string{change}, u.Replaced)
@@ -99,7 +99,7 @@ func TestRetiredPoolFinishesInFlight(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool { return old.Pending() == 1 }, 5*time.Second, time.Millisecond)
 
-	u, err := s.Stage(Config{name: reloadConfig(newB.URL)})
+	u, err := s.Stage(provisioned(t, Config{name: reloadConfig(newB.URL)}))
 	require.NoError(t, err)
 	u.Commit()
 	addr, _, err := get(t, s.Pool(name), "/")
@@ -127,7 +127,7 @@ func TestStageRemovesAndRenamesSeries(t *testing.T) {
 	targetSeries := `sentinel_upstream_target_healthy{upstream="` + before + `",target="` + b.URL + `"}`
 	require.True(t, registered(targetSeries))
 
-	u, err := s.Stage(Config{after: reloadConfig(b.URL)})
+	u, err := s.Stage(provisioned(t, Config{after: reloadConfig(b.URL)}))
 	require.NoError(t, err)
 	assert.Equal(t, []string{after}, u.Added)
 	assert.Equal(t, []string{before}, u.Removed)
@@ -139,13 +139,16 @@ func TestStageRemovesAndRenamesSeries(t *testing.T) {
 		5*time.Second, 10*time.Millisecond, "the removed pool's series are unregistered")
 }
 
-// TestStageInvalidChangesNothing: a bad config is refused whole.
+// TestStageInvalidChangesNothing: a bad config is refused whole, by the
+// validation that runs before anything is staged.
 func TestStageInvalidChangesNothing(t *testing.T) {
 	b := startBackend(t)
 	name := poolName(t)
 	s := startedSet(t, Config{name: reloadConfig(b.URL)})
 	p := s.Pool(name)
-	_, err := s.Stage(Config{name: reloadConfig(b.URL), "extra": reloadConfig("htp://nowhere")})
+	bad := Config{name: reloadConfig(b.URL), "extra": reloadConfig("htp://nowhere")}
+	bad.SetDefaults()
+	err := bad.Validate()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "upstreams.extra.targets[0]")
 	assert.Same(t, p, s.Pool(name))
@@ -158,7 +161,7 @@ func TestAbortUnregistersStagedSeries(t *testing.T) {
 	b := startBackend(t)
 	name, extra := poolName(t), poolName(t)
 	s := startedSet(t, Config{name: reloadConfig(b.URL)})
-	u, err := s.Stage(Config{name: reloadConfig(b.URL), extra: reloadConfig(b.URL)})
+	u, err := s.Stage(provisioned(t, Config{name: reloadConfig(b.URL), extra: reloadConfig(b.URL)}))
 	require.NoError(t, err)
 	require.True(t, registered(latencyName(extra)))
 	u.Abort()
@@ -171,12 +174,12 @@ func TestAbortUnregistersStagedSeries(t *testing.T) {
 func TestStopClosesRetiringPools(t *testing.T) {
 	b := startBackend(t)
 	name := poolName(t)
-	s, err := New(Config{name: reloadConfig(b.URL)})
+	s, err := New(provisioned(t, Config{name: reloadConfig(b.URL)}))
 	require.NoError(t, err)
 	s.retireGrace = time.Hour
 	s.Start(context.Background())
 	old := s.Pool(name)
-	u, err := s.Stage(Config{name: reloadConfig(b.URL, startBackend(t).URL)})
+	u, err := s.Stage(provisioned(t, Config{name: reloadConfig(b.URL, startBackend(t).URL)}))
 	require.NoError(t, err)
 	u.Commit()
 	start := time.Now()

@@ -2,7 +2,6 @@ package upstream
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -43,14 +42,10 @@ type member struct {
 // body head, waiting for a concurrency slot of at most a second).
 const defaultRetireGrace = 2 * time.Second
 
-// New builds the pools of cfg. It fills cfg's defaults and validates it
-// (main has normally done both), so a Set is never built from a bad config.
-// Nothing runs in the background until Start.
+// New builds the pools of cfg, a provisioned section (Config.SetDefaults,
+// Config.Validate). Nothing runs in the background until Start.
 func New(cfg Config) (*Set, error) {
-	c, err := prepare(cfg)
-	if err != nil {
-		return nil, err
-	}
+	c := clone(cfg)
 	s := &Set{members: make(map[string]*member, len(c)), done: make(chan struct{}), retireGrace: defaultRetireGrace}
 	for _, name := range sortedNames(c) {
 		s.members[name] = &member{pool: newPool(name, c[name]), cfg: c[name]}
@@ -59,18 +54,14 @@ func New(cfg Config) (*Set, error) {
 	return s, nil
 }
 
-// prepare copies cfg, fills its defaults and validates it.
-func prepare(cfg Config) (Config, error) {
+// clone copies cfg, so that the caller's maps and lists stay its own.
+func clone(cfg Config) Config {
 	c := make(Config, len(cfg))
 	for name, p := range cfg {
 		p.Targets = slices.Clone(p.Targets)
 		c[name] = p
 	}
-	c.SetDefaults()
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("cannot build upstream pools: %w", err)
-	}
-	return c, nil
+	return c
 }
 
 // Pool returns the pool called name, or nil.

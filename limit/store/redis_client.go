@@ -94,7 +94,10 @@ func validPort(p string) bool {
 // process, shared by the store, the catalog and adaptive. It fails when no
 // node answers within DialTimeout, or when cluster is required and the nodes
 // are not a cluster. Client-side caching is off (Sentinel does not read
-// cached data).
+// cached data). Unlike the other constructors it provisions cfg itself
+// (SetDefaults, Validate; a no-op on a loaded section): tests and tools
+// across the packages dial with a partial section, and a zero dial
+// timeout would fail every call at once.
 func NewRedisClient(cfg RedisConfig) (rueidis.Client, error) {
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
