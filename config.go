@@ -281,13 +281,15 @@ func (c *Config) validatePolicies() error {
 	return err
 }
 
-// validateCatalog checks tenants and rules by building the catalog they make,
-// and that every rule names a tenant of the file (or catalog.AnonymousTenant):
+// validateCatalog checks tenants and rules as the catalog that build makes
+// of them will (catalog.Check: building one here would leave a second
+// catalog's metric labels behind), and that every rule names a tenant of
+// the file (or catalog.AnonymousTenant):
 // the rules API refuses a rule for a tenant it does not know (404), since it
 // could never apply, and a file that means the same must fail -check. A
 // tenant created through the API gets its rules through the API.
 func (c *Config) validateCatalog() error {
-	_, err := catalog.NewCatalog(c.Plans, c.Tenants, c.Rules)
+	err := catalog.Check(c.Tenants, c.Rules)
 	tenants := make(map[string]bool, len(c.Tenants))
 	for _, t := range c.Tenants {
 		tenants[t.ID] = true

@@ -108,16 +108,22 @@ type CompiledRule struct {
 	Params store.Params
 }
 
-// NewCatalog validates and indexes the configured plans (nil: DefaultPlans),
-// tenants and rules. Rules must have their defaults set (Rule.SetDefaults).
-// Errors name the YAML key (tenants[1].api_keys[0], rules[0].capacity), one
-// line per bad key.
+// Check reports what NewCatalog would refuse in the configured tenants and
+// rules (rules with their defaults set: Rule.SetDefaults), without building
+// a Catalog: one publishes its names as metric labels until Close, which a
+// check must not leave behind. Errors name the YAML key
+// (tenants[1].api_keys[0], rules[0].capacity), one line per bad key.
+func Check(tenants []Tenant, rules []Rule) error {
+	_, err := buildSnapshot(nil, tenants, rules, "tenants", "rules")
+	return err
+}
+
+// NewCatalog indexes the configured plans (nil: DefaultPlans; validated
+// with their section: Plans.Validate), tenants and rules (checked: Check).
+// Indexing finds the same errors as Check, named the same way.
 func NewCatalog(plans Plans, tenants []Tenant, rules []Rule) (*Catalog, error) {
 	if plans == nil {
 		plans = DefaultPlans()
-	}
-	if err := plans.Validate(); err != nil {
-		return nil, err
 	}
 	s, err := buildSnapshot(maps.Clone(plans), tenants, rules, "tenants", "rules")
 	if err != nil {

@@ -62,3 +62,27 @@ func TestLabelsOnlyForKnownNames(t *testing.T) {
 	require.Eventually(t, func() bool { return labelSet("acme", "lbl-bids") == nil && labelSet(labelAnonymous, "lbl-bids") == nil },
 		5*time.Second, 10*time.Millisecond, "freed with the last rule of its resource")
 }
+
+// TestCheckLeavesNoLabels: checking a configuration builds no catalog, so
+// none of its names stays known as a metric label; NewCatalog's stay until
+// Close.
+func TestCheckLeavesNoLabels(t *testing.T) {
+	knownCatalogs := func() int {
+		knownMu.Lock()
+		defer knownMu.Unlock()
+		return len(knownByCat)
+	}
+	tenants := []Tenant{{ID: "chk-tenant", Plan: PlanFree, APIKeys: []string{"chk-key"}}}
+	rules := []Rule{{Tenant: "chk-tenant", Resource: "chk-res", Algorithm: store.SlidingWindow, Limit: 1, Window: confutil.Duration(time.Second)}}
+	before := knownCatalogs()
+	require.NoError(t, Check(tenants, rules))
+	assert.Equal(t, before, knownCatalogs())
+	bad := append(tenants, Tenant{ID: "chk-tenant", Plan: PlanFree})
+	assert.EqualError(t, Check(bad, rules), `tenants[1].id: tenant "chk-tenant" is defined twice`)
+
+	cat, err := NewCatalog(nil, tenants, rules)
+	require.NoError(t, err)
+	assert.Equal(t, before+1, knownCatalogs())
+	cat.Close()
+	assert.Equal(t, before, knownCatalogs())
+}
