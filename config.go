@@ -43,10 +43,10 @@ type Config struct {
 	Cache     cache.Config      `mapstructure:"cache"`
 	Redis     store.RedisConfig `mapstructure:"redis"`
 	Plans     catalog.Plans     `mapstructure:"plans"`
-	Tenants   []catalog.Tenant  `mapstructure:"tenants"`
+	Tenants   catalog.Tenants   `mapstructure:"tenants"`
 	Limits    limit.Config      `mapstructure:"limits"`
-	Rules     []catalog.Rule    `mapstructure:"rules"`
-	Policies  []policy.Config   `mapstructure:"policies"`
+	Rules     catalog.Rules     `mapstructure:"rules"`
+	Policies  policy.Section    `mapstructure:"policies"`
 	Adaptive  adaptive.Config   `mapstructure:"adaptive"`
 	GRPC      rls.Config        `mapstructure:"grpc"`
 	Log       logx.Config       `mapstructure:"log"`

@@ -12,7 +12,6 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -26,11 +25,17 @@ var (
 	lastReloadAt     = metrics.NewGauge(`sentinel_config_last_reload_success_timestamp_seconds`, nil)
 )
 
-// reloadable are the config keys (and key prefixes, ending in ".") that a
-// reload applies without a restart; in the adaptive section, every key but
-// adaptive.RestartKeys. Every other changed key is reported as needing a
-// restart.
-var reloadable = []string{"limits.", "tenants", "rules", "policies", "log.level", "routes", "upstreams", grpcFilesKey, "grpc.descriptor_override"}
+// liveKeys is implemented by the section types some of whose keys a reload
+// applies without a restart; a section without it applies none. The
+// package that owns a section knows what it can change while running, so
+// the root asks it rather than keeping its own list.
+type liveKeys interface {
+	// LiveKey reports whether a change of key applies on a reload. key is
+	// relative to the section (limits.ip: "ip"; the section itself as one
+	// value, such as routes or upstreams: ""), or the whole key for a
+	// section squashed into the top of the file (proxy.Config).
+	LiveKey(key string) bool
+}
 
 // markLoaded records a configuration that serves: the next generation.
 func markLoaded(now time.Time) {
@@ -147,17 +152,46 @@ func (a *app) applyLimits(next *Config) error {
 	return nil
 }
 
+// isReloadable reports whether a reload applies a change of key: whether
+// a section of Config that owns the key says so. Two sections share
+// server (Proxy's and Admin's keys), so the key is live when one of its
+// owners says so.
 func isReloadable(key string) bool {
-	if k, ok := strings.CutPrefix(key, "adaptive."); ok {
-		return adaptive.Live(k)
-	}
-	for _, r := range reloadable {
-		if key == r || (strings.HasSuffix(r, ".") && strings.HasPrefix(key, r)) ||
-			strings.HasPrefix(key, r+"[") {
+	t := reflect.TypeFor[Config]()
+	for i := 0; i < t.NumField(); i++ {
+		tag, squash, ok := fieldKey(t.Field(i))
+		if !ok {
+			continue
+		}
+		rel := key
+		if !squash {
+			if rel, ok = sectionKey(key, tag); !ok {
+				continue
+			}
+		}
+		lk, ok := reflect.Zero(t.Field(i).Type).Interface().(liveKeys)
+		if ok && lk.LiveKey(rel) {
 			return true
 		}
 	}
 	return false
+}
+
+// sectionKey is key relative to the section named tag ("" for the section
+// itself, "[0].x" for an entry of a list), and false when key is not in it.
+func sectionKey(key, tag string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, tag)
+	switch {
+	case !ok:
+		return "", false
+	case rest == "":
+		return "", true
+	case rest[0] == '.':
+		return rest[1:], true
+	case rest[0] == '[':
+		return rest, true
+	}
+	return "", false
 }
 
 // diffKeys lists the keys whose values differ between a and b, sorted.

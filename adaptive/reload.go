@@ -12,6 +12,10 @@ import (
 // view of this one. Every other key of the section changes live (Stage).
 var RestartKeys = []string{"enabled", "sample_interval", "cluster_interval", "pressure_ttl", "concurrency.enabled"}
 
+// LiveKey reports whether a changed key of the section (its YAML path
+// after "adaptive.") applies on a reload: every key but RestartKeys.
+func (Config) LiveKey(key string) bool { return Live(key) }
+
 // Live reports whether a changed key of the adaptive section (its YAML
 // path after "adaptive.") applies on a reload.
 func Live(key string) bool {

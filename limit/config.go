@@ -126,6 +126,10 @@ type Config struct {
 	RequestIDWindow time.Duration `mapstructure:"request_id_window"`
 }
 
+// LiveKey reports that every key of the section applies on a reload: the
+// root builds a new limiter of the new section.
+func (Config) LiveKey(string) bool { return true }
+
 // SetDefaults fills the zero values.
 func (c *Config) SetDefaults() {
 	confutil.SetDefault(&c.Algorithm, store.SlidingWindow)

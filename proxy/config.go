@@ -21,6 +21,14 @@ type Config struct {
 	Routes   []Route        `mapstructure:"routes"`
 }
 
+// LiveKey reports whether a changed key applies on a reload; the sections
+// sit at the top of the file, so key is the whole YAML key. The routes
+// do (a new route table); the listener's and identity's keys are read
+// once at start.
+func (Config) LiveKey(key string) bool {
+	return key == "routes" || strings.HasPrefix(key, "routes[") || strings.HasPrefix(key, "routes.")
+}
+
 // ServerConfig is the proxy listener's part of the YAML section `server`;
 // the admin listener's keys of that section (admin_listen, admin_token, ...)
 // are admin.Config.

@@ -38,6 +38,14 @@ type Config struct {
 	DescriptorOverride bool `mapstructure:"descriptor_override"`
 }
 
+// LiveKey reports whether a changed key of the section (after "grpc.")
+// applies on a reload: the configuration files (read again) and whether
+// their descriptors may override a limit; the listener and the domains'
+// entry keys are set up once at start.
+func (Config) LiveKey(key string) bool {
+	return key == "config_files" || key == "descriptor_override"
+}
+
 // Domain names the descriptor entry keys of one domain. An empty name
 // keeps the default.
 type Domain struct {

@@ -40,6 +40,11 @@ func (b *Balance) UnmarshalText(text []byte) error {
 // the names routes refer to and the `upstream` label of the metrics.
 type Config map[string]PoolConfig
 
+// LiveKey reports that every key of the section applies on a reload
+// (Set.Stage): a pool whose keys did not change keeps running, another is
+// built anew.
+func (Config) LiveKey(string) bool { return true }
+
 // PoolConfig is one pool, `upstreams.NAME`. Zero values mean the defaults
 // given on each field.
 type PoolConfig struct {

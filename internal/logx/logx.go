@@ -73,6 +73,11 @@ func (l *Level) UnmarshalText(text []byte) error {
 	return confutil.UnmarshalName(l, text, ParseLevel)
 }
 
+// LiveKey reports whether a changed key of the section (after "log.")
+// applies on a reload: the level only, a slog.LevelVar the handler reads;
+// the format and the access log are set up once at start.
+func (Config) LiveKey(key string) bool { return key == "level" }
+
 // DefaultAccessRefusals is the default of log.access_refusals_per_second.
 const DefaultAccessRefusals = 100
 

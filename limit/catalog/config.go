@@ -107,6 +107,20 @@ func (t *Tenant) Validate(field string) error {
 	return errors.Join(errs...)
 }
 
+// Tenants is the `tenants` section: the file's tenants, under those the
+// tenants API writes.
+type Tenants []Tenant
+
+// LiveKey reports that the section applies on a reload (Sync.SetBase).
+func (Tenants) LiveKey(string) bool { return true }
+
+// Rules is the `rules` section: the file's rules, under those the rules
+// API writes.
+type Rules []Rule
+
+// LiveKey reports that the section applies on a reload (Sync.SetBase).
+func (Rules) LiveKey(string) bool { return true }
+
 // subKey is the key k inside field ("rules[0]" + "limit"), or k alone for
 // the API (field "").
 func subKey(field, k string) string {

@@ -14,6 +14,13 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
+// Section is the `policies` section.
+type Section []Config
+
+// LiveKey reports that the section applies on a reload: the root compiles
+// the new policies and the catalog swaps them in.
+func (Section) LiveKey(string) bool { return true }
+
 // Config is one entry of the `policies` section: which requests it applies
 // to (Match), what identifies a budget (Key), and the limits that all must
 // pass for each budget.
