@@ -46,7 +46,7 @@ func DefaultPlans() Plans { return Plans{PlanFree: 1, PlanStandard: 2, PlanPremi
 func (p Plans) Validate() error {
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(p)) {
-		if !slices.Contains(PlanNames, name) {
+		if _, err := ParsePlan(name); err != nil {
 			errs = append(errs, &ValidationError{Field: "plans." + name,
 				Msg: fmt.Sprintf("unknown plan; plans are %s", strings.Join(PlanNames, ", "))})
 		} else if m := p[name]; !(m > 0) || math.IsInf(m, 0) {
@@ -69,7 +69,8 @@ type Plan string
 
 // ParsePlan returns the plan of a name; names are upper case.
 func ParsePlan(name string) (Plan, error) {
-	return confutil.OneOf[Plan](name, PlanFree, PlanStandard, PlanPremium)
+	p, err := confutil.OneOf(name, PlanNames...)
+	return Plan(p), err
 }
 
 // UnmarshalText parses a plan name; empty text is no plan, which
