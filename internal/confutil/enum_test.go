@@ -11,7 +11,9 @@ import (
 
 type color string
 
-func parseColor(name string) (color, error) { return OneOf(name, color("red"), color("green"), color("blue")) }
+func parseColor(name string) (color, error) {
+	return OneOf(name, color("red"), color("green"), color("blue"))
+}
 
 func (c *color) UnmarshalText(text []byte) error { return UnmarshalName(c, text, parseColor) }
 
