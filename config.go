@@ -255,6 +255,7 @@ func (c *Config) setDefaultsAndValidate() error {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	limitsErr := c.Limits.Validate()
 	return errors.Join(
 		c.Proxy.Validate(names),
 		c.Admin.Validate(),
@@ -262,19 +263,19 @@ func (c *Config) setDefaultsAndValidate() error {
 		c.Cache.Validate(),
 		c.Redis.Validate(),
 		c.Plans.Validate(),
-		c.Limits.Validate(),
+		limitsErr,
 		c.validateCatalog(),
-		c.validatePolicies(),
+		c.validatePolicies(limitsErr == nil),
 		c.Adaptive.Validate(),
 		c.GRPC.Validate(),
 		c.Log.Validate(),
 	)
 }
 
-// validatePolicies checks the policies by compiling them (only when the
-// limits section they take their defaults from is valid).
-func (c *Config) validatePolicies() error {
-	if c.Limits.Validate() != nil {
+// validatePolicies checks the policies by compiling them, when the limits
+// section they take their defaults from is valid (limitsOK).
+func (c *Config) validatePolicies(limitsOK bool) error {
+	if !limitsOK {
 		return nil
 	}
 	_, err := policy.Compile(c.Policies, c.Limits.PolicyDefaults())
