@@ -77,3 +77,32 @@ func TestCounterResetReachesEveryPod(t *testing.T) {
 		assert.Less(t, took, 500*time.Millisecond, "pod %d dropped its cached refusal", i)
 	}
 }
+
+// TestRateLimitHeadersListEveryLimit: a proxied answer, a 429 and a check
+// API answer list every limit that applied in RateLimit-Policy (a rule
+// without a refill has no w) and give the most restrictive one's r and t,
+// t within its window, as X-RateLimit-* does.
+func TestRateLimitHeadersListEveryLimit(t *testing.T) {
+	up := startUpstream(t)
+	g := startGateway(t, testConfig(up.url, "limits: {ip: 50, tenant: 100, window: 10s}\n"+
+		"rules:\n  - {tenant: gold, resource: default, algorithm: token_bucket, capacity: 2, refill_rate: 0}\n"))
+	a := do(t, "GET", g.url+"/x", "", "X-API-Key", "gold-key")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	assert.Equal(t, `"rule";q=2, "tenant";q=300;w=10, "ip";q=50;w=10`, a.header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"rule";r=1`, a.header.Get("RateLimit"), "a bucket that never refills: no t")
+	assert.Equal(t, "1", a.header.Get("X-RateLimit-Remaining"))
+	require.Equal(t, http.StatusOK, do(t, "GET", g.url+"/x", "", "X-API-Key", "gold-key").status)
+	a = do(t, "GET", g.url+"/x", "", "X-API-Key", "gold-key")
+	require.Equal(t, http.StatusTooManyRequests, a.status)
+	assert.Equal(t, `"rule";q=2`, a.header.Get("RateLimit-Policy"), "the refusing limit is the first")
+	assert.Equal(t, `"rule";r=0`, a.header.Get("RateLimit"))
+
+	a = do(t, "GET", g.url+"/x", "", "X-API-Key", "hot-key")
+	require.Equal(t, http.StatusOK, a.status)
+	assert.Equal(t, `"tenant";q=100;w=10, "ip";q=50;w=10`, a.header.Get("RateLimit-Policy"))
+	assert.Regexp(t, `^"ip";r=4[0-9];t=([1-9]|10)$`, a.header.Get("RateLimit"), "the IP has spent the most")
+	a = do(t, "POST", g.admin+"/v1/ratelimit/check", `{"tenant_id":"hot","resource":"default","key":"k"}`)
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	assert.Equal(t, `"tenant";q=100;w=10`, a.header.Get("RateLimit-Policy"))
+	assert.Regexp(t, `^"tenant";r=9[0-9];t=([1-9]|10)$`, a.header.Get("RateLimit"))
+}

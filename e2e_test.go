@@ -33,7 +33,8 @@ func TestQuickStart(t *testing.T) {
 	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
 	assert.Equal(t, `{"path":"/hello"}`, string(a.body))
 	assert.NotEmpty(t, a.header.Get("X-Request-Id"))
-	assert.NotEmpty(t, a.header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"tenant";q=300;w=1, "ip";q=50;w=1`, a.header.Get("RateLimit-Policy"), "as the README shows it")
+	assert.Equal(t, `"ip";r=49;t=1`, a.header.Get("RateLimit"))
 	assert.NotEmpty(t, a.header.Get("X-RateLimit-Remaining"))
 
 	for i := range 5 {
@@ -42,6 +43,8 @@ func TestQuickStart(t *testing.T) {
 	}
 	a = do(t, "GET", g.url+"/hello", "", "X-API-Key", "demo-key-1")
 	require.Equal(t, http.StatusTooManyRequests, a.status, "%s", a.body)
+	assert.Equal(t, `"rule";q=5;w=10`, a.header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"rule";r=0;t=10`, a.header.Get("RateLimit"), "t never beyond the window")
 	assert.NotEmpty(t, a.header.Get("Retry-After"))
 	body := a.json(t)
 	assert.Contains(t, body, "error")

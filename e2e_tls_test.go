@@ -55,7 +55,7 @@ server:
 	assert.Equal(t, "first", cert.Subject.CommonName)
 	assert.Equal(t, "HTTP/1.1", resp.Proto, "ALPN offers http/1.1 only")
 	assert.GreaterOrEqual(t, resp.TLS.Version, uint16(tls.VersionTLS12))
-	assert.Equal(t, `"sentinel";q=10;w=60`, resp.Header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"tenant";q=10;w=60`, resp.Header.Get("RateLimit-Policy"))
 	assert.Equal(t, "9", resp.Header.Get("X-RateLimit-Remaining"))
 
 	resp, _, _ = get(first.Pool, adminURL+"/healthz")

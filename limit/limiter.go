@@ -168,11 +168,6 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 	counters := catalog.CountersFor(req.Tenant, req.Resource)
 	counters.Requests.Inc()
 	d := l.decide(ctx, specs, req, strict, start.UnixNano(), counters)
-	if d.Allowed {
-		counters.Allowed.Inc()
-	} else {
-		counters.Blocked.Inc()
-	}
 	l.observe(start)
 	return d
 }
@@ -193,7 +188,7 @@ func (l *Limiter) adjustment() (mult float64, strict bool) {
 
 // decide decides specs in order, each taking the request's tokens; the
 // first refusal (not in shadow mode) answers, and the permits the earlier
-// limits gave return.
+// limits gave return. It counts the answer in counters.
 func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict bool, now int64, counters *catalog.Counters) Decision {
 	tokens := max(req.Tokens, 1)
 	var useArr [maxLocalSpecs]use
@@ -212,6 +207,7 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 		switch {
 		case d.Unavailable || !d.Allowed && !s.shadow && !l.cfg.Shadow:
 			l.returnUses(uses[:i], specs[:i], tokens)
+			counters.Blocked.Inc()
 			d.Applied, d.NApplied = applied.Applied, applied.NApplied
 			return d
 		case !d.Allowed:
@@ -234,6 +230,7 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 	if shadowed {
 		best.RetryAfter = 0
 	}
+	counters.Allowed.Inc()
 	best.Applied, best.NApplied = applied.Applied, applied.NApplied
 	return best
 }

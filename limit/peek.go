@@ -20,11 +20,11 @@ func (l *Limiter) peek(ctx context.Context, specs []spec, tokens int64) Decision
 	shadowed := false
 	for i := range specs {
 		d := l.look(ctx, &specs[i], tokens)
-		if d.Unavailable {
-			d.Applied, d.NApplied = applied.Applied, applied.NApplied
-			return d
-		}
 		applied.note(&d)
+		if d.Unavailable {
+			best = d
+			break
+		}
 		if !d.Allowed && (specs[i].shadow || l.cfg.Shadow) {
 			d.Allowed, d.RetryAfter, shadowed = true, 0, true
 		}

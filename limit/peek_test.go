@@ -94,3 +94,14 @@ func TestPeekNeverRefusesAnotherPod(t *testing.T) {
 	assert.Equal(t, 50, allowed, "every request under the limit passes while others peek")
 	assert.False(t, worker.Allow(ctx, req).Allowed)
 }
+
+// TestQuotaWindowIsItsPeriod: a calendar quota's window, for the headers,
+// is the length of its current period.
+func TestQuotaWindowIsItsPeriod(t *testing.T) {
+	l := newTestLimiter(t, testLimitsConfig(nil), memStore(t), Options{})
+	d := l.Allow(context.Background(), &Request{Limits: []Limit{{Name: "daily", Key: []byte("u"), Params: store.Params{Algorithm: store.Quota, Limit: 5, Period: store.Day}}}})
+	require.True(t, d.Allowed)
+	assert.Equal(t, 24*time.Hour, d.Window)
+	assert.Equal(t, 24*time.Hour, d.Applied[0].Window)
+	assert.LessOrEqual(t, d.Reset, d.Window)
+}

@@ -17,9 +17,8 @@ func (l *Limiter) Reset(ctx context.Context, key []byte, p store.Params) error {
 	return nil
 }
 
-// Forget drops what this pod holds for key, counted against a budget the
-// store no longer holds: leased permits, a cached refusal, reports due and
-// the local share's counts. A request on the bucket already finishes there.
+// Forget drops what this pod holds for key (leased permits, a cached
+// refusal, reports due, the local share's counts): the store reset it.
 func (l *Limiter) Forget(key []byte) {
 	if b := l.table.find(key, true); b != nil {
 		b.mu.Lock()

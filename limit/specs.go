@@ -184,6 +184,10 @@ func (l *Limiter) finish(s *spec, req *Request) {
 		return
 	}
 	s.limit, s.window = p.Limit, p.Window
+	if p.Algorithm == store.Quota && p.Window == 0 { // the current period's length, for the headers
+		start, end := p.Period.Bounds(l.now(), p.Zone)
+		s.window = end.Sub(start)
+	}
 	// A lease's unused permits count in the store until it expires plus a
 	// window, so a long lifetime wastes budget: keep it to 1/30 of the
 	// window, but at least four store round trips, or leases would expire

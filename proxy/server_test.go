@@ -397,8 +397,8 @@ func TestRateLimitAnswers(t *testing.T) {
 	allowed.Store(true)
 	resp, _ := get(t, p.url+"/", "X-API-Key", "acme-key")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	assert.Equal(t, `"sentinel";q=10;w=10`, resp.Header.Get("RateLimit-Policy"))
-	assert.Equal(t, `"sentinel";r=4;t=3`, resp.Header.Get("RateLimit"))
+	assert.Equal(t, `"tenant";q=10;w=10`, resp.Header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"tenant";r=4;t=3`, resp.Header.Get("RateLimit"))
 	assert.Equal(t, "10", resp.Header.Get("X-RateLimit-Limit"))
 	assert.Equal(t, "4", resp.Header.Get("X-RateLimit-Remaining"))
 	assert.Equal(t, "0", resp.Header.Get("X-RateLimit-Retry-After-Ms"))
@@ -409,6 +409,7 @@ func TestRateLimitAnswers(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	assert.Equal(t, "2", resp.Header.Get("Retry-After"))
 	assert.Equal(t, "1500", resp.Header.Get("X-RateLimit-Retry-After-Ms"))
+	assert.Equal(t, `"tenant";r=0;t=2`, resp.Header.Get("RateLimit"), "a refusal's t is its retry-after")
 	var b map[string]any
 	require.NoError(t, json.Unmarshal(body, &b))
 	assert.Equal(t, "rate limit exceeded", b["error"])

@@ -104,9 +104,9 @@ func TestShouldRateLimitTenantFiveThenOverLimit(t *testing.T) {
 	assert.Positive(t, st.DurationUntilReset.AsDuration())
 	assert.LessOrEqual(t, st.DurationUntilReset.AsDuration(), 2*time.Second, "a window, plus the lease lifetime at most")
 	h := headerMap(resp)
-	assert.Equal(t, `"sentinel";q=5;w=1`, h["RateLimit-Policy"])
+	assert.Equal(t, `"tenant";q=5;w=1`, h["RateLimit-Policy"])
 	assert.Equal(t, "0", h["X-RateLimit-Remaining"])
-	assert.Contains(t, h["RateLimit"], `"sentinel";r=0;t=`)
+	assert.Contains(t, h["RateLimit"], `"tenant";r=0;t=`)
 	assert.Equal(t, overBefore+1, descOverLimit.Get())
 }
 
@@ -132,7 +132,7 @@ func TestShouldRateLimitOverallIsTheWorst(t *testing.T) {
 	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, resp.OverallCode)
 	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, resp.Statuses[0].Code)
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, resp.Statuses[1].Code)
-	assert.Equal(t, `"sentinel";q=2;w=1`, headerMap(resp)["RateLimit-Policy"], "headers of the worst descriptor")
+	assert.Equal(t, `"rule";q=2;w=1`, headerMap(resp)["RateLimit-Policy"], "headers of the worst descriptor")
 
 	// A descriptor's own hits_addend wins over the request's.
 	req.Descriptors = []*commonv3.RateLimitDescriptor{descriptor("remote_address", "10.0.0.2")}

@@ -11,9 +11,20 @@ import (
 
 // RateLimitHeaderNames are the rate-limit headers as the docs spell them,
 // in the order AppendRateLimitValue numbers them: the IETF draft's
-// RateLimit-Policy and RateLimit fields (draft-ietf-httpapi-ratelimit-headers:
-// policy "sentinel", or the deciding policy's name, with quota q and window
-// w in seconds; remaining r and seconds to reset t), then X-RateLimit-Limit, -Remaining and -Retry-After-Ms.
+// RateLimit-Policy and RateLimit fields (draft-ietf-httpapi-ratelimit-headers),
+// then X-RateLimit-Limit, -Remaining and -Retry-After-Ms.
+//
+// RateLimit-Policy is a structured-field list with one item per limit that
+// applied to the answer, its name a string (LimitName) with the quota q and
+// the window w in seconds: "tenant";q=300;w=1, "rule";q=20. A token bucket
+// that never refills has no window (the draft's w is a non-zero interval),
+// so its item has no w; a calendar quota's w is its current period's
+// length. RateLimit is the one item of the most restrictive of them (the
+// one the X-RateLimit-* fields describe): its remaining r and the seconds t
+// until more quota comes (a refusal's retry-after, else until the budget
+// is whole), never beyond its window; t is left out when no more ever comes.
+// No partition key (pk) is sent: the limits' keys (a client IP, an API key,
+// a tenant) are the client's own, and the names tell the limits apart.
 var RateLimitHeaderNames = [...]string{
 	"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Retry-After-Ms",
 }
@@ -34,17 +45,25 @@ var keyRetryAfter = fasthttp.AppendNormalizedHeaderKey(nil, fasthttp.HeaderRetry
 func AppendRateLimitValue(b []byte, i int, d *limit.Decision) []byte {
 	switch i {
 	case 0:
-		b = appendPolicyName(b, d)
-		b = append(b, `;q=`...)
-		b = strconv.AppendInt(b, d.Limit, 10)
-		b = append(b, ";w="...)
-		return strconv.AppendInt(b, ceilSeconds(d.Window), 10)
+		if d.NApplied == 0 { // a decision that lists no limits: its own
+			return appendPolicy(b, &limit.Applied{Scope: d.Scope, Name: d.Name, Limit: d.Limit, Window: d.Window})
+		}
+		for j := range d.Applied[:d.NApplied] {
+			if j > 0 {
+				b = append(b, ", "...)
+			}
+			b = appendPolicy(b, &d.Applied[j])
+		}
+		return b
 	case 1:
-		b = appendPolicyName(b, d)
-		b = append(b, `;r=`...)
+		b = appendSFString(b, LimitName(&limit.Applied{Scope: d.Scope, Name: d.Name}))
+		b = append(b, ";r="...)
 		b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
-		b = append(b, ";t="...)
-		return strconv.AppendInt(b, ceilSeconds(d.Reset), 10)
+		if t := resetSeconds(d); t >= 0 {
+			b = append(b, ";t="...)
+			b = strconv.AppendInt(b, t, 10)
+		}
+		return b
 	case 2:
 		return strconv.AppendInt(b, d.Limit, 10)
 	case 3:
@@ -53,22 +72,56 @@ func AppendRateLimitValue(b []byte, i int, d *limit.Decision) []byte {
 	return strconv.AppendInt(b, RetryAfterMillis(d.RetryAfter), 10)
 }
 
-// appendPolicyName appends the item name of the RateLimit fields: the
-// policy that decided (its names need no escaping in a structured-field
-// string), or "sentinel" for the other limits.
-func appendPolicyName(b []byte, d *limit.Decision) []byte {
-	if d.Scope != limit.ScopePolicy || d.Name == "" {
-		return append(b, `"sentinel"`...)
+// appendPolicy appends a's RateLimit-Policy item: "name";q=N[;w=S].
+func appendPolicy(b []byte, a *limit.Applied) []byte {
+	b = appendSFString(b, LimitName(a))
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, max(a.Limit, 0), 10)
+	if a.Window > 0 {
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, ceilSeconds(a.Window), 10)
 	}
+	return b
+}
+
+// resetSeconds is RateLimit's t for d: a refusal's retry-after, else the
+// time until the budget is whole, in whole seconds and at most the window;
+// -1 when more never comes (a refusal with no retry, or a token bucket that
+// never refills, which has no window).
+func resetSeconds(d *limit.Decision) int64 {
+	t := d.Reset
+	if !d.Allowed {
+		t = d.RetryAfter
+	}
+	if d.Window <= 0 || t < 0 {
+		return -1
+	}
+	return min(ceilSeconds(t), ceilSeconds(d.Window))
+}
+
+// appendSFString appends s as a structured-field string: printable ASCII,
+// '"' and '\' escaped; any other byte (a name from the configuration may
+// hold one) becomes '?'.
+func appendSFString(b []byte, s string) []byte {
 	b = append(b, '"')
-	b = append(b, d.Name...)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20 || c > 0x7e:
+			b = append(b, '?')
+		default:
+			b = append(b, c)
+		}
+	}
 	return append(b, '"')
 }
 
 // SetRateLimitHeaders sets the rate-limit headers of a decision, on proxied
-// answers and on check API answers. It allocates nothing.
+// answers and on check API answers. It allocates nothing while the policy
+// list fits its buffer (eight limits with names of 40 bytes).
 func SetRateLimitHeaders(h *fasthttp.ResponseHeader, d *limit.Decision) {
-	var buf [128]byte // room for a policy's name
+	var buf [512]byte
 	for i, k := range rateLimitKeys {
 		h.SetCanonical(k, AppendRateLimitValue(buf[:0], i, d))
 	}

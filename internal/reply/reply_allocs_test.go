@@ -16,6 +16,10 @@ import (
 func TestAnswersAllocateNothing(t *testing.T) {
 	var ctx fasthttp.RequestCtx
 	d := limit.Decision{Limit: 100, Remaining: 7, Window: time.Second, Reset: time.Second, RetryAfter: time.Second}
+	for i, name := range []string{"", "", "a-policy-with-a-forty-byte-long-name-abc", "daily"} {
+		d.Applied[i] = limit.Applied{Scope: limit.Scope(i + 1), Name: name, Limit: 100, Window: time.Duration(i) * time.Hour}
+	}
+	d.NApplied = 4
 	buf := make([]byte, 0, 256)
 	id := []byte("0123456789abcdef")
 	run := func() {

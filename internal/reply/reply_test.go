@@ -16,10 +16,10 @@ import (
 
 func TestSetRateLimitHeaders(t *testing.T) {
 	var h fasthttp.ResponseHeader
-	d := limit.Decision{Limit: 100, Remaining: -3, Window: 1500 * time.Millisecond, Reset: 200 * time.Millisecond, RetryAfter: 1001 * time.Microsecond}
+	d := limit.Decision{Scope: limit.ScopeTenant, Limit: 100, Remaining: -3, Window: 1500 * time.Millisecond, Reset: 200 * time.Millisecond, RetryAfter: 1001 * time.Microsecond}
 	SetRateLimitHeaders(&h, &d)
-	assert.Equal(t, `"sentinel";q=100;w=2`, string(h.Peek("RateLimit-Policy")))
-	assert.Equal(t, `"sentinel";r=0;t=1`, string(h.Peek("RateLimit")))
+	assert.Equal(t, `"tenant";q=100;w=2`, string(h.Peek("RateLimit-Policy")), "a decision that lists no limits: its own")
+	assert.Equal(t, `"tenant";r=0;t=1`, string(h.Peek("RateLimit")), "a refusal: its retry-after")
 	assert.Equal(t, "100", string(h.Peek("X-RateLimit-Limit")))
 	assert.Equal(t, "0", string(h.Peek("X-RateLimit-Remaining")))
 	assert.Equal(t, "2", string(h.Peek("X-RateLimit-Retry-After-Ms")))
@@ -27,6 +27,35 @@ func TestSetRateLimitHeaders(t *testing.T) {
 	d.RetryAfter = -1
 	SetRateLimitHeaders(&h, &d)
 	assert.Equal(t, "-1", string(h.Peek("X-RateLimit-Retry-After-Ms")), "never")
+	assert.Equal(t, `"tenant";r=0`, string(h.Peek("RateLimit")), "no t when more never comes")
+}
+
+// TestRateLimitListsEveryLimit: RateLimit-Policy has an item per limit that
+// applied, each with its name, q and w (none for a bucket that never
+// refills); RateLimit the most restrictive one's r and t, t at most its
+// window.
+func TestRateLimitListsEveryLimit(t *testing.T) {
+	d := limit.Decision{Allowed: true, Scope: limit.ScopeRule, Limit: 20, Remaining: 3, Window: 10 * time.Second, Reset: 25 * time.Second}
+	withApplied(&d,
+		limit.Applied{Scope: limit.ScopeRule, Limit: 20, Remaining: 3, Window: 10 * time.Second},
+		limit.Applied{Scope: limit.ScopeTenant, Limit: 300, Remaining: 250, Window: time.Second},
+		limit.Applied{Scope: limit.ScopePolicy, Name: `bi"ds\é`, Limit: 5},
+		limit.Applied{Scope: limit.ScopeLimit, Name: "daily", Limit: 1000, Window: 24 * time.Hour})
+	var h fasthttp.ResponseHeader
+	SetRateLimitHeaders(&h, &d)
+	assert.Equal(t, `"rule";q=20;w=10, "tenant";q=300;w=1, "bi\"ds\\??";q=5, "daily";q=1000;w=86400`, string(h.Peek("RateLimit-Policy")))
+	assert.Equal(t, `"rule";r=3;t=10`, string(h.Peek("RateLimit")), "t never beyond the window")
+	assert.Equal(t, "20", string(h.Peek("X-RateLimit-Limit")))
+	assert.Equal(t, "3", string(h.Peek("X-RateLimit-Remaining")))
+
+	d = limit.Decision{Allowed: true, Shadowed: true, Scope: limit.ScopeIP, Limit: 5, Remaining: 0, Window: time.Minute, Reset: 30 * time.Second}
+	SetRateLimitHeaders(&h, &d)
+	assert.Equal(t, `"ip";r=0;t=30`, string(h.Peek("RateLimit")), "a shadow answer shows the real remaining")
+}
+
+// withApplied lists as in d's applied limits.
+func withApplied(d *limit.Decision, as ...limit.Applied) {
+	d.NApplied = copy(d.Applied[:], as)
 }
 
 func TestSetRetryAfter(t *testing.T) {
