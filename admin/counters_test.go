@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"bytes"
+	"log/slog"
 	"testing"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -23,8 +25,12 @@ func TestResetCounter(t *testing.T) {
 	for check() {
 	}
 	before := metrics.GetOrCreateCounter(`sentinel_limit_resets_total{scope="tenant"}`).Get()
+	var log bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&log, nil)))
 	resp := call(t, c, "DELETE", "/v1/counters?scope=tenant&key=cheap", "", auth...)
 	require.Equal(t, fasthttp.StatusOK, resp.StatusCode(), "%s", resp.Body())
+	assert.Regexp(t, `msg="admin: counter reset" peer=\S+ scope=tenant key=cheap store_key=\{tenant:cheap\}`, log.String(), "the reset is audited")
 	assert.JSONEq(t, `{"scope":"tenant","key":"cheap"}`, string(resp.Body()))
 	assert.True(t, check(), "the tenant's budget is whole again")
 	assert.Equal(t, before+1, metrics.GetOrCreateCounter(`sentinel_limit_resets_total{scope="tenant"}`).Get())
