@@ -20,6 +20,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/logx"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/catalogsync"
 	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/resets"
 	"github.com/sentinel-gateway/sentinel/limit/store"
@@ -35,8 +36,8 @@ type app struct {
 	store     store.Store    // a *store.LateStore when Redis did not answer at start
 	storeName string
 	catalog   *catalog.Catalog
-	sync      *catalog.Sync // in-process only without Redis
-	resets    *resets.Bus   // counter resets to and from every pod
+	sync      *catalogsync.Sync // in-process only without Redis
+	resets    *resets.Bus       // counter resets to and from every pod
 	adaptive  *adaptive.Controller
 	limiter   *liveLimiter
 	upstreams *upstream.Set
@@ -122,7 +123,7 @@ func (a *app) buildLimits(cfg *Config) (err error) {
 	}
 	a.catalog.SetRouteResources(routeResources(cfg.Proxy.Routes))
 	// Without Redis the sync keeps the same rules semantics in the process.
-	a.sync = catalog.NewSync(a.redis, a.catalog, catalog.SyncOptions{
+	a.sync = catalogsync.New(a.redis, a.catalog, catalogsync.Options{
 		KeyPrefix: cfg.Redis.KeyPrefix, Logf: logx.Printf(slog.LevelWarn),
 	})
 	// The limiter is built after the bus; a reset heard before it finds

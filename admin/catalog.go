@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/catalogsync"
 )
 
 // writeTimeout bounds a rule or tenant write (a Redis round trip and a
@@ -125,7 +126,7 @@ func (s *Server) putTenant(ctx *fasthttp.RequestCtx, id string) {
 	s.change(ctx, fasthttp.StatusOK, t, func(c context.Context) error { return s.deps.Writer.PutTenant(c, t) })
 }
 
-// configEntryError is catalog.ErrConfigEntry for one entry: field is the
+// configEntryError is catalogsync.ErrConfigEntry for one entry: field is the
 // config.yaml key that holds it, where the operator must look to remove it.
 type configEntryError struct {
 	field, msg string
@@ -135,10 +136,10 @@ type configEntryError struct {
 func (e *configEntryError) Error() string { return e.msg }
 func (e *configEntryError) Unwrap() error { return e.err }
 
-// fromConfig names the config key and the entry of a catalog.ErrConfigEntry
+// fromConfig names the config key and the entry of a catalogsync.ErrConfigEntry
 // (other errors pass through).
 func fromConfig(err error, field, entry string) error {
-	if !errors.Is(err, catalog.ErrConfigEntry) {
+	if !errors.Is(err, catalogsync.ErrConfigEntry) {
 		return err
 	}
 	return &configEntryError{field: field, err: err,
@@ -173,7 +174,7 @@ func (s *Server) answerChange(ctx *fasthttp.RequestCtx, err error, status int, b
 		writeError(ctx, fasthttp.StatusBadRequest, ve.Field, ve.Msg)
 	case errors.Is(err, catalog.ErrEntryNotFound):
 		writeError(ctx, fasthttp.StatusNotFound, "", "no such entry")
-	case errors.Is(err, catalog.ErrConfigEntry):
+	case errors.Is(err, catalogsync.ErrConfigEntry):
 		var ce *configEntryError
 		if errors.As(err, &ce) {
 			writeError(ctx, fasthttp.StatusConflict, ce.field, ce.msg)

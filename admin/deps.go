@@ -6,6 +6,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/catalogsync"
 	"github.com/sentinel-gateway/sentinel/limit/resets"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
@@ -41,7 +42,7 @@ type Catalog interface {
 	TenantPlan(id string) (string, bool)
 }
 
-// CatalogWriter changes rules and tenants. *catalog.Sync implements it:
+// CatalogWriter changes rules and tenants. *catalogsync.Sync implements it:
 // with Redis it writes through to Redis and every pod applies the change
 // within a second; without Redis it changes the process's rules. Put and Delete return a
 // *catalog.ValidationError for a bad rule or tenant (the API answers 400 with
@@ -112,7 +113,7 @@ type Deps struct {
 var (
 	_ Limiter       = (*limit.Limiter)(nil)
 	_ Catalog       = (*catalog.Catalog)(nil)
-	_ CatalogWriter = (*catalog.Sync)(nil)
+	_ CatalogWriter = (*catalogsync.Sync)(nil)
 	_ Resets        = (*resets.Bus)(nil)
 	_ Adaptive      = (*adaptive.Controller)(nil)
 )

@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// catalogChange is one entry's new state: a rule (Tenant true: a tenant),
-// put (Rule or Tenant set) or deleted (Name or ID set, the value nil).
-type catalogChange struct {
+// Change is one entry's new state for Apply: a rule or a tenant, put or
+// deleted. Build it with RulePut, RuleDelete, TenantPut or TenantDelete.
+type Change struct {
 	isTenant bool
 	name     ruleName // the rule changed
 	id       string   // the tenant changed
@@ -18,14 +18,17 @@ type catalogChange struct {
 	tenant   *Tenant  // nil: delete the tenant
 }
 
-func rulePut(r Rule) catalogChange {
-	return catalogChange{name: ruleName{r.Tenant, r.Resource}, rule: &r}
+// RulePut puts r; RuleDelete deletes the rule for (tenant, resource).
+func RulePut(r Rule) Change {
+	return Change{name: ruleName{r.Tenant, r.Resource}, rule: &r}
 }
-func ruleDelete(n ruleName) catalogChange { return catalogChange{name: n} }
-func tenantPut(t Tenant) catalogChange {
-	return catalogChange{isTenant: true, id: t.ID, tenant: &t}
+func RuleDelete(tenant, resource string) Change { return Change{name: ruleName{tenant, resource}} }
+
+// TenantPut puts t (with its API keys); TenantDelete deletes the tenant id.
+func TenantPut(t Tenant) Change {
+	return Change{isTenant: true, id: t.ID, tenant: &t}
 }
-func tenantDelete(id string) catalogChange { return catalogChange{isTenant: true, id: id} }
+func TenantDelete(id string) Change { return Change{isTenant: true, id: id} }
 
 // labelDelay bounds the time between two publications of the catalog's names
 // to the metrics after changes. Each costs a pass over every entry, so a
@@ -35,10 +38,10 @@ func tenantDelete(id string) catalogChange { return catalogChange{isTenant: true
 // counted under "other" until its publication.
 const labelDelay = 100 * time.Millisecond
 
-// change applies changes as one new snapshot, all or nothing. Its cost is
+// Apply applies changes as one new snapshot, all or nothing. Its cost is
 // that of copying the overlay (see catalogSnapshot), not every entry: the
 // overlay is folded into new base maps once it holds overlayLimit entries.
-func (c *Catalog) change(changes []catalogChange) error {
+func (c *Catalog) Apply(changes []Change) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old := c.snap.Load()
@@ -70,7 +73,7 @@ func (c *Catalog) change(changes []catalogChange) error {
 // that a change costs O(√n) map writes, copies and folds included.
 func overlayLimit(n int) int { return 64 + 4*int(math.Sqrt(float64(n))) }
 
-func (s *catalogSnapshot) apply(ch *catalogChange) error {
+func (s *catalogSnapshot) apply(ch *Change) error {
 	switch {
 	case !ch.isTenant && ch.rule != nil:
 		r := *ch.rule

@@ -25,26 +25,26 @@ func TestCatalogChangeMatchesRebuild(t *testing.T) {
 	}
 	rules := map[ruleName]Rule{}
 	for i := range 3000 {
-		var ch catalogChange
+		var ch Change
 		switch op := rng.IntN(10); {
 		case op < 5:
 			r := Rule{Tenant: "acme", Resource: fmt.Sprintf("r%d", rng.IntN(400)), Algorithm: store.SlidingWindow,
 				Limit: int64(i + 1), Window: confutil.Duration(time.Minute)}
-			ch, rules[ruleName{r.Tenant, r.Resource}] = rulePut(r), r
+			ch, rules[ruleName{r.Tenant, r.Resource}] = RulePut(r), r
 		case op < 7:
 			n := ruleName{"acme", fmt.Sprintf("r%d", rng.IntN(400))}
-			ch = ruleDelete(n)
+			ch = RuleDelete(n.tenant, n.resource)
 			delete(rules, n)
 		case op < 9:
 			id := fmt.Sprintf("t%d", rng.IntN(50))
 			x := Tenant{ID: id, Plan: "FREE", APIKeys: []string{fmt.Sprintf("key-%s-%d", id, rng.IntN(3))}}
-			ch, tenants[id] = tenantPut(x), x
+			ch, tenants[id] = TenantPut(x), x
 		default:
 			id := fmt.Sprintf("t%d", rng.IntN(50))
-			ch = tenantDelete(id)
+			ch = TenantDelete(id)
 			delete(tenants, id)
 		}
-		require.NoError(t, cat.change([]catalogChange{ch}), "change %d", i)
+		require.NoError(t, cat.Apply([]Change{ch}), "change %d", i)
 	}
 	var ts []Tenant
 	for _, x := range tenants {
@@ -78,7 +78,7 @@ func TestCatalogChangeMatchesRebuild(t *testing.T) {
 
 	// A key of another tenant is refused and changes nothing.
 	before := cat.snap.Load()
-	err = cat.change([]catalogChange{tenantPut(Tenant{ID: "thief", Plan: "FREE", APIKeys: []string{"k1"}})})
+	err = cat.Apply([]Change{TenantPut(Tenant{ID: "thief", Plan: "FREE", APIKeys: []string{"k1"}})})
 	var ve *ValidationError
 	require.ErrorAs(t, err, &ve)
 	assert.Same(t, before, cat.snap.Load())

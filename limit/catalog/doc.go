@@ -3,10 +3,8 @@
 // resource). A Catalog is one immutable snapshot behind an atomic pointer:
 // the request path looks a rule up (Lookup) and a key's tenant up
 // (LookupAPIKey) without locking or allocating, and writers swap in a new
-// snapshot. Sync keeps the catalog equal on every pod through Redis: writes
-// of the rules API go to Redis with a change log that every pod reads, a
-// periodic full reload repairs a missed message, and a pod that finds Redis
-// emptied (a restart without persistence) restores what it holds.
+// snapshot (Replace, Apply). Package catalogsync keeps the catalog equal on
+// every pod through Redis.
 //
 // The per (tenant, resource) decision counters live here too (Counters):
 // their series exist only for names some catalog knows.

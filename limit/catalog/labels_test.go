@@ -1,7 +1,6 @@
 package catalog
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -30,9 +29,7 @@ func labelSet(tenant, resource string) *Counters {
 func TestLabelsOnlyForKnownNames(t *testing.T) {
 	cat := testCatalog(t)
 	defer cat.Close()
-	writer := NewSync(nil, cat, SyncOptions{}) // what production writes with, Redis or not
-	ctx := context.Background()
-	require.NoError(t, writer.PutRule(ctx, Rule{Tenant: "acme", Resource: "lbl-bids", Algorithm: store.SlidingWindow, Limit: 5, Window: confutil.Duration(time.Second)}))
+	require.NoError(t, cat.Apply([]Change{RulePut(Rule{Tenant: "acme", Resource: "lbl-bids", Algorithm: store.SlidingWindow, Limit: 5, Window: confutil.Duration(time.Second)})}))
 	cat.SetRouteResources([]string{"lbl-route"})
 	before := labelSetCount()
 	var base uint64
@@ -51,14 +48,14 @@ func TestLabelsOnlyForKnownNames(t *testing.T) {
 
 	// Changes publish the names at most every labelDelay: a burst of writes
 	// shares one pass over the catalog.
-	require.NoError(t, writer.PutTenant(ctx, Tenant{ID: "lbl-new", Plan: "FREE"}))
+	require.NoError(t, cat.Apply([]Change{TenantPut(Tenant{ID: "lbl-new", Plan: "FREE"})}))
 	require.Eventually(t, func() bool {
 		CountersFor("lbl-new", "lbl-bids")
 		return labelSet("lbl-new", "lbl-bids") != nil
 	}, 5*time.Second, 10*time.Millisecond)
-	require.NoError(t, writer.DeleteTenant(ctx, "lbl-new"))
+	require.NoError(t, cat.Apply([]Change{TenantDelete("lbl-new")}))
 	require.Eventually(t, func() bool { return labelSet("lbl-new", "lbl-bids") == nil }, 5*time.Second, 10*time.Millisecond, "freed with its tenant")
-	require.NoError(t, writer.DeleteRule(ctx, "acme", "lbl-bids"))
+	require.NoError(t, cat.Apply([]Change{RuleDelete("acme", "lbl-bids")}))
 	require.Eventually(t, func() bool { return labelSet("acme", "lbl-bids") == nil && labelSet(labelAnonymous, "lbl-bids") == nil },
 		5*time.Second, 10*time.Millisecond, "freed with the last rule of its resource")
 }

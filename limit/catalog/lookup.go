@@ -15,9 +15,9 @@ const AnonymousTenant = "*anonymous*"
 // exist: such a rule could never apply.
 var ErrUnknownTenant = errors.New("limit: no such tenant")
 
-// checkRuleTenant returns ErrUnknownTenant unless a rule for tenant can apply:
+// CheckRuleTenant returns ErrUnknownTenant unless a rule for tenant can apply:
 // the tenant exists, or it is AnonymousTenant.
-func (c *Catalog) checkRuleTenant(tenant string) error {
+func (c *Catalog) CheckRuleTenant(tenant string) error {
 	if tenant == AnonymousTenant {
 		return nil
 	}

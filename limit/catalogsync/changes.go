@@ -1,9 +1,11 @@
-package catalog
+package catalogsync
 
 import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 
 	"github.com/redis/rueidis"
 )
@@ -61,8 +63,8 @@ func (s *Sync) updateLocked(ctx context.Context) error {
 // value before a change, to undo it.
 type entryChange struct {
 	name string
-	rule *Rule
-	ten  *Tenant
+	rule *catalog.Rule
+	ten  *catalog.Tenant
 }
 
 // decodeChanges reads the change log's (name, document) pairs; an entry
@@ -98,7 +100,7 @@ func (s *Sync) decodeChanges(pairs []rueidis.RedisMessage) ([]entryChange, error
 // them, and undoes them when the catalog refuses those.
 func (s *Sync) applyChanges(api []entryChange) error {
 	undos := make([]entryChange, 0, len(api))
-	changes := make([]catalogChange, 0, len(api))
+	changes := make([]catalog.Change, 0, len(api))
 	for _, c := range api {
 		if id, ok := strings.CutPrefix(c.name, "tenant:"); ok {
 			u := entryChange{name: c.name}
@@ -118,7 +120,7 @@ func (s *Sync) applyChanges(api []entryChange) error {
 		}
 		changes = append(changes, s.effective(c.name))
 	}
-	if err := s.cat.change(changes); err != nil {
+	if err := s.cat.Apply(changes); err != nil {
 		for i := len(undos) - 1; i >= 0; i-- {
 			u := undos[i]
 			if id, ok := strings.CutPrefix(u.name, "tenant:"); ok {
@@ -132,11 +134,14 @@ func (s *Sync) applyChanges(api []entryChange) error {
 	return nil
 }
 
+// ruleKey identifies a rule: its tenant and resource.
+type ruleKey struct{ tenant, resource string }
+
 // ruleNameOf parses "rule:<tenant>:<resource>" (a tenant ID holds no ':').
-func ruleNameOf(name string) ruleName {
+func ruleNameOf(name string) ruleKey {
 	field, _ := strings.CutPrefix(name, "rule:")
 	tenant, resource, _ := strings.Cut(field, ":")
-	return ruleName{tenant, resource}
+	return ruleKey{tenant, resource}
 }
 
 // setEntry sets m[k] to *v, or deletes it when v is nil.

@@ -1,4 +1,4 @@
-package catalog
+package catalogsync
 
 import (
 	"context"
@@ -10,12 +10,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
+
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/redis/rueidis"
 )
 
-// SyncOptions configures a Sync. Zero values take the defaults.
-type SyncOptions struct {
+// Options configures a Sync. Zero values take the defaults.
+type Options struct {
 	// KeyPrefix goes before every key, with a ':' (redis.key_prefix).
 	// Default "sentinel": rules live in the hash sentinel:{catalog}:rules,
 	// tenants in sentinel:{catalog}:tenants.
@@ -30,7 +32,7 @@ type SyncOptions struct {
 	Logf func(format string, args ...any)
 }
 
-func (o *SyncOptions) setDefaults() {
+func (o *Options) setDefaults() {
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = "sentinel"
 	}
@@ -45,7 +47,7 @@ func (o *SyncOptions) setDefaults() {
 	}
 }
 
-// Sync keeps a Catalog equal on every pod: rules and tenants written
+// Sync keeps a catalog.Catalog equal on every pod: rules and tenants written
 // through the admin API are stored in Redis and applied by every pod within a
 // second.
 //
@@ -87,21 +89,21 @@ func (o *SyncOptions) setDefaults() {
 // config entries overlaid with one consistent view of Redis.
 type Sync struct {
 	client rueidis.Client
-	cat    *Catalog
-	opts   SyncOptions
+	cat    *catalog.Catalog
+	opts   Options
 
-	baseRules   []Rule   // from config.yaml (SetBase changes them)
-	baseTenants []Tenant // from config.yaml
-	baseRule    map[ruleName]Rule
-	baseTenant  map[string]Tenant
+	baseRules   []catalog.Rule   // from config.yaml (SetBase changes them)
+	baseTenants []catalog.Tenant // from config.yaml
+	baseRule    map[ruleKey]catalog.Rule
+	baseTenant  map[string]catalog.Tenant
 
 	// mu serializes writes and reloads, and guards rules, tenants and seen.
 	mu      sync.Mutex
-	rules   map[ruleName]Rule // API rules, as last read from Redis or written
-	tenants map[string]Tenant // API tenants, by ID
-	seen    int64             // newest generation read, written or restored
-	epoch   string            // the history seen belongs to ("": none yet)
-	failing bool              // the last reload failed (log throttling)
+	rules   map[ruleKey]catalog.Rule  // API rules, as last read from Redis or written
+	tenants map[string]catalog.Tenant // API tenants, by ID
+	seen    int64                     // newest generation read, written or restored
+	epoch   string                    // the history seen belongs to ("": none yet)
+	failing bool                      // the last reload failed (log throttling)
 	// awaiting: the Redis did not answer yet; writes are refused (Await).
 	awaiting bool
 
@@ -125,19 +127,19 @@ var (
 	syncRestores       = metrics.NewCounter(`sentinel_catalog_restores_total`)
 )
 
-// NewSync returns a sync between cat and Redis. With a nil client it
+// New returns a sync between cat and Redis. With a nil client it
 // keeps the same semantics (config entries as the base, API entries over
 // them) in this process only. The catalog's current
 // rules and tenants (those of config.yaml) become the base that Redis entries
 // override. Nothing runs until Start.
-func NewSync(client rueidis.Client, cat *Catalog, opts SyncOptions) *Sync {
+func New(client rueidis.Client, cat *catalog.Catalog, opts Options) *Sync {
 	opts.setDefaults()
 	s := &Sync{
 		client:  client,
 		cat:     cat,
 		opts:    opts,
-		rules:   map[ruleName]Rule{},
-		tenants: map[string]Tenant{},
+		rules:   map[ruleKey]catalog.Rule{},
+		tenants: map[string]catalog.Tenant{},
 		changed: make(chan struct{}, 1),
 		helloc:  make(chan struct{}, 1),
 	}
@@ -146,15 +148,15 @@ func NewSync(client rueidis.Client, cat *Catalog, opts SyncOptions) *Sync {
 }
 
 // setBase keeps the config entries, as lists and by name.
-func (s *Sync) setBase(tenants []Tenant, rules []Rule) {
+func (s *Sync) setBase(tenants []catalog.Tenant, rules []catalog.Rule) {
 	s.baseTenants, s.baseRules = tenants, rules
-	s.baseTenant = make(map[string]Tenant, len(tenants))
+	s.baseTenant = make(map[string]catalog.Tenant, len(tenants))
 	for _, t := range tenants {
 		s.baseTenant[t.ID] = t
 	}
-	s.baseRule = make(map[ruleName]Rule, len(rules))
+	s.baseRule = make(map[ruleKey]catalog.Rule, len(rules))
 	for _, r := range rules {
-		s.baseRule[ruleName{r.Tenant, r.Resource}] = r
+		s.baseRule[ruleKey{r.Tenant, r.Resource}] = r
 	}
 }
 
@@ -358,7 +360,7 @@ func tenantEntry(id string) string             { return "tenant:" + id }
 // checkSyncID rejects tenant IDs that would make entry names ambiguous.
 func checkSyncID(field, id string) error {
 	if strings.ContainsAny(id, ":{}") {
-		return &ValidationError{Field: field, Msg: fmt.Sprintf("%q contains ':', '{' or '}', which Redis key names reserve", id)}
+		return &catalog.ValidationError{Field: field, Msg: fmt.Sprintf("%q contains ':', '{' or '}', which Redis key names reserve", id)}
 	}
 	return nil
 }

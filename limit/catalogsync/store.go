@@ -1,4 +1,4 @@
-package catalog
+package catalogsync
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 
 	"github.com/redis/rueidis"
 
@@ -26,13 +28,13 @@ var (
 	catalogRestore = rueidis.NewLuaScript(lua.CatalogRestore)
 )
 
-// ruleJSON is a rule as stored in Redis: the Rule's own JSON.
-func ruleJSON(r Rule) string {
+// ruleJSON is a rule as stored in Redis: the catalog.Rule's own JSON.
+func ruleJSON(r catalog.Rule) string {
 	b, _ := json.Marshal(r) // plain fields: never fails
 	return string(b)
 }
 
-func tenantJSON(t Tenant) string {
+func tenantJSON(t catalog.Tenant) string {
 	b, _ := json.Marshal(t) // plain fields: never fails
 	return string(b)
 }
@@ -41,8 +43,8 @@ func tenantJSON(t Tenant) string {
 type stored struct {
 	gen     int64
 	epoch   string
-	rules   map[ruleName]Rule
-	tenants map[string]Tenant
+	rules   map[ruleKey]catalog.Rule
+	tenants map[string]catalog.Tenant
 }
 
 // reload reads the catalog and applies it; when Redis holds an older
@@ -88,7 +90,7 @@ func (s *Sync) read(ctx context.Context) (stored, error) {
 	if len(arr) != 4 {
 		return stored{}, fmt.Errorf("reading the catalog from redis: %d replies, want 4", len(arr))
 	}
-	st := stored{rules: map[ruleName]Rule{}, tenants: map[string]Tenant{}}
+	st := stored{rules: map[ruleKey]catalog.Rule{}, tenants: map[string]catalog.Tenant{}}
 	if st.gen, err = arr[0].AsInt64(); err != nil {
 		return stored{}, fmt.Errorf("reading the catalog's generation: %w", err)
 	}
@@ -108,7 +110,7 @@ func (s *Sync) read(ctx context.Context) (stored, error) {
 		if r, err := decodeRule(doc); err != nil {
 			s.opts.Logf("limit: catalog sync: skipping rule %s in %s: %v", f, s.keys()[0], err)
 		} else {
-			st.rules[ruleName{r.Tenant, r.Resource}] = r
+			st.rules[ruleKey{r.Tenant, r.Resource}] = r
 		}
 	}
 	for f, doc := range tenants {
@@ -123,13 +125,13 @@ func (s *Sync) read(ctx context.Context) (stored, error) {
 
 // decodeRule reads a stored rule. Rules stored by earlier versions spell
 // the window as integer milliseconds (window_ms); they are read too.
-func decodeRule(doc string) (Rule, error) {
-	var r Rule
+func decodeRule(doc string) (catalog.Rule, error) {
+	var r catalog.Rule
 	var old struct {
 		WindowMS int64 `json:"window_ms"`
 	}
 	if err := json.Unmarshal([]byte(doc), &r); err != nil {
-		return Rule{}, err
+		return catalog.Rule{}, err
 	}
 	if r.Window == 0 && json.Unmarshal([]byte(doc), &old) == nil && old.WindowMS > 0 {
 		r.Window = confutil.Duration(time.Duration(old.WindowMS) * time.Millisecond)
@@ -137,10 +139,10 @@ func decodeRule(doc string) (Rule, error) {
 	return r, r.Validate("")
 }
 
-func decodeTenant(doc string) (Tenant, error) {
-	var t Tenant
+func decodeTenant(doc string) (catalog.Tenant, error) {
+	var t catalog.Tenant
 	if err := json.Unmarshal([]byte(doc), &t); err != nil {
-		return Tenant{}, err
+		return catalog.Tenant{}, err
 	}
 	return t, t.Validate("")
 }
@@ -176,8 +178,8 @@ func (s *Sync) restoreLocked(ctx context.Context, found int64) (bool, error) {
 }
 
 // merged is the config entries overlaid with the API entries.
-func (s *Sync) merged(rules map[ruleName]Rule, tenants map[string]Tenant) ([]Tenant, []Rule) {
-	var ts []Tenant
+func (s *Sync) merged(rules map[ruleKey]catalog.Rule, tenants map[string]catalog.Tenant) ([]catalog.Tenant, []catalog.Rule) {
+	var ts []catalog.Tenant
 	for _, t := range s.baseTenants {
 		if _, over := tenants[t.ID]; !over {
 			ts = append(ts, t)
@@ -186,9 +188,9 @@ func (s *Sync) merged(rules map[ruleName]Rule, tenants map[string]Tenant) ([]Ten
 	for _, t := range tenants {
 		ts = append(ts, t)
 	}
-	var rs []Rule
+	var rs []catalog.Rule
 	for _, r := range s.baseRules {
-		if _, over := rules[ruleName{r.Tenant, r.Resource}]; !over {
+		if _, over := rules[ruleKey{r.Tenant, r.Resource}]; !over {
 			rs = append(rs, r)
 		}
 	}
@@ -218,7 +220,7 @@ func (s *Sync) write(ctx context.Context, kind, field, doc, name string, apply f
 	}
 	if s.client == nil {
 		apply() // in-process only
-		return s.cat.change([]catalogChange{s.effective(name)})
+		return s.cat.Apply([]catalog.Change{s.effective(name)})
 	}
 	candidate := s.epoch
 	if candidate == "" {
@@ -248,7 +250,7 @@ func (s *Sync) write(ctx context.Context, kind, field, doc, name string, apply f
 		syncWrites.Inc()
 		if gen == s.seen+1 && epoch == candidate {
 			apply()
-			if err := s.cat.change([]catalogChange{s.effective(name)}); err != nil {
+			if err := s.cat.Apply([]catalog.Change{s.effective(name)}); err != nil {
 				return err
 			}
 			s.seen, s.epoch = gen, epoch
@@ -256,7 +258,7 @@ func (s *Sync) write(ctx context.Context, kind, field, doc, name string, apply f
 		}
 		if err := s.updateLocked(ctx); err != nil {
 			apply() // stored; the next update brings the rest
-			return s.cat.change([]catalogChange{s.effective(name)})
+			return s.cat.Apply([]catalog.Change{s.effective(name)})
 		}
 		return nil
 	}
@@ -266,24 +268,24 @@ func (s *Sync) write(ctx context.Context, kind, field, doc, name string, apply f
 // effective is the catalog's change for the entry name ("rule:..." or
 // "tenant:..."): its API version, else its config version, else a delete
 // (s.mu held).
-func (s *Sync) effective(name string) catalogChange {
+func (s *Sync) effective(name string) catalog.Change {
 	if id, ok := strings.CutPrefix(name, "tenant:"); ok {
 		if t, ok := s.tenants[id]; ok {
-			return tenantPut(t)
+			return catalog.TenantPut(t)
 		}
 		if t, ok := s.baseTenant[id]; ok {
-			return tenantPut(t)
+			return catalog.TenantPut(t)
 		}
-		return tenantDelete(id)
+		return catalog.TenantDelete(id)
 	}
 	n := ruleNameOf(name)
 	if r, ok := s.rules[n]; ok {
-		return rulePut(r)
+		return catalog.RulePut(r)
 	}
 	if r, ok := s.baseRule[n]; ok {
-		return rulePut(r)
+		return catalog.RulePut(r)
 	}
-	return ruleDelete(n)
+	return catalog.RuleDelete(n.tenant, n.resource)
 }
 
 // newEpoch names a new catalog history.
@@ -294,51 +296,50 @@ func newEpoch() string {
 }
 
 // PutRule creates or replaces an API rule on every pod. Errors:
-// *ValidationError for a bad rule, ErrUnknownTenant for a tenant that does
+// *catalog.ValidationError for a bad rule, catalog.ErrUnknownTenant for a tenant that does
 // not exist, any other for Redis.
-func (s *Sync) PutRule(ctx context.Context, r Rule) error {
+func (s *Sync) PutRule(ctx context.Context, r catalog.Rule) error {
 	if err := errors.Join(r.Validate(""), checkSyncID("tenant", r.Tenant)); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.cat.checkRuleTenant(r.Tenant); err != nil {
+	if err := s.cat.CheckRuleTenant(r.Tenant); err != nil {
 		return err
 	}
 	return s.write(ctx, "rule", ruleField(r.Tenant, r.Resource), ruleJSON(r), ruleEntry(r.Tenant, r.Resource), func() {
-		s.rules[ruleName{r.Tenant, r.Resource}] = r
+		s.rules[ruleKey{r.Tenant, r.Resource}] = r
 	})
 }
 
 // DeleteRule removes an API rule on every pod; the config rule of the same
 // name, if any, applies again. ErrConfigEntry for a rule that only the config
-// defines, ErrEntryNotFound when there is none.
+// defines, catalog.ErrEntryNotFound when there is none.
 func (s *Sync) DeleteRule(ctx context.Context, tenant, resource string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.rules[ruleName{tenant, resource}]; !ok {
-		if _, ok := s.baseRule[ruleName{tenant, resource}]; ok {
+	if _, ok := s.rules[ruleKey{tenant, resource}]; !ok {
+		if _, ok := s.baseRule[ruleKey{tenant, resource}]; ok {
 			return ErrConfigEntry
 		}
-		return ErrEntryNotFound
+		return catalog.ErrEntryNotFound
 	}
 	return s.write(ctx, "rule", ruleField(tenant, resource), "", ruleEntry(tenant, resource), func() {
-		delete(s.rules, ruleName{tenant, resource})
+		delete(s.rules, ruleKey{tenant, resource})
 	})
 }
 
 // PutTenant creates or replaces an API tenant on every pod. An API key of
-// another tenant is a *ValidationError.
-func (s *Sync) PutTenant(ctx context.Context, t Tenant) error {
+// another tenant is a *catalog.ValidationError.
+func (s *Sync) PutTenant(ctx context.Context, t catalog.Tenant) error {
 	if err := errors.Join(t.Validate(""), checkSyncID("id", t.ID)); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	snap := s.cat.snap.Load()
 	for _, k := range t.APIKeys {
-		if other := snap.key(k); other != nil && other.ID != t.ID {
-			return &ValidationError{Field: "api_keys", Msg: fmt.Sprintf("key %q already belongs to tenant %q", k, other.ID)}
+		if other, ok := s.cat.LookupAPIKey([]byte(k)); ok && other.ID != t.ID {
+			return &catalog.ValidationError{Field: "api_keys", Msg: fmt.Sprintf("key %q already belongs to tenant %q", k, other.ID)}
 		}
 	}
 	return s.write(ctx, "tenant", t.ID, tenantJSON(t), tenantEntry(t.ID), func() { s.tenants[t.ID] = t })
@@ -353,7 +354,7 @@ func (s *Sync) DeleteTenant(ctx context.Context, id string) error {
 		if _, ok := s.baseTenant[id]; ok {
 			return ErrConfigEntry
 		}
-		return ErrEntryNotFound
+		return catalog.ErrEntryNotFound
 	}
 	return s.write(ctx, "tenant", id, "", tenantEntry(id), func() { delete(s.tenants, id) })
 }
@@ -361,7 +362,7 @@ func (s *Sync) DeleteTenant(ctx context.Context, id string) error {
 // SetBase replaces the entries that come from config.yaml (a configuration
 // reload) and applies them under the API's entries, which still override
 // them. Nothing changes when the merged set does not validate.
-func (s *Sync) SetBase(tenants []Tenant, rules []Rule) error {
+func (s *Sync) SetBase(tenants []catalog.Tenant, rules []catalog.Rule) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	oldT, oldR := s.baseTenants, s.baseRules
