@@ -21,7 +21,6 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/catalogsync"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/resets"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 	"github.com/sentinel-gateway/sentinel/proxy"
@@ -87,7 +86,7 @@ func build(cfg *Config) (_ *app, err error) {
 		return nil, err
 	}
 	a.onStoreFailure.Store(&cfg.Limits.OnStoreFailure)
-	l, err := a.newLimiter(cfg.Limits, cfg.Policies)
+	l, err := a.newLimiter(cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +132,10 @@ func (a *app) buildLimits(cfg *Config) (err error) {
 			a.limiter.Forget(key)
 		}
 	})
+	// The sync compiles the file's policies with the API's over them.
+	if err := a.sync.SetPolicyBase(cfg.Policies, cfg.Limits.PolicyDefaults()); err != nil {
+		return err
+	}
 	if a.pending() {
 		a.sync.Await()
 	}
@@ -187,13 +190,11 @@ func accessLogger(cfg logx.Config) *slog.Logger {
 }
 
 // newLimiter builds a limiter of the limits section over the app's store.
-func (a *app) newLimiter(cfg limit.Config, policies []policy.Config) (*limit.Limiter, error) {
-	ps, err := policy.Compile(policies, cfg.PolicyDefaults())
-	if err != nil {
-		return nil, err
-	}
+// It decides with the sync's policies (the file's and the API's), which
+// change under it without a new limiter.
+func (a *app) newLimiter(cfg limit.Config) (*limit.Limiter, error) {
 	return limit.NewLimiter(cfg, a.store, limit.Options{
-		Adjuster: a.adaptive, LivePods: a.adaptive.LivePods, Catalog: a.catalog, Policies: ps,
+		Adjuster: a.adaptive, LivePods: a.adaptive.LivePods, Catalog: a.catalog, Policies: a.sync.PolicySet(),
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -131,15 +132,25 @@ func (a *app) apply(next *Config, applied []string) error {
 // applyLimits switches to a new limiter and catalog base for next's limits,
 // policies, tenants and rules.
 func (a *app) applyLimits(next *Config) error {
+	// The file's policies are checked before anything changes; the sync
+	// applies them below, under the API's, and every limiter reads them
+	// from the sync.
+	if _, err := policy.Compile(next.Policies, next.Limits.PolicyDefaults()); err != nil {
+		return err
+	}
 	// A new limiter starts without the old one's local buckets and cached
 	// refusals, so that a changed limit or rule applies to the next
 	// request; the store keeps the counts.
-	l, err := a.newLimiter(next.Limits, next.Policies)
+	l, err := a.newLimiter(next.Limits)
 	if err != nil {
 		return err
 	}
 	// Rules take their defaults from the limits section.
 	if err := a.sync.SetBase(next.Tenants, next.Rules); err != nil {
+		l.Close()
+		return err
+	}
+	if err := a.sync.SetPolicyBase(next.Policies, next.Limits.PolicyDefaults()); err != nil {
 		l.Close()
 		return err
 	}

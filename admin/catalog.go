@@ -30,20 +30,44 @@ func (s *Server) rule(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusNotFound, "path", "want /v1/rules/{tenant}/{resource}")
 		return
 	}
+	s.entry(ctx, entryAPI{
+		missing: "no rule for tenant " + tenant + " and resource " + resource,
+		entry:   "the rule for tenant " + tenant + " and resource " + resource, field: "rules",
+		get: func() (any, bool) {
+			r, ok := s.deps.Catalog.Rule(tenant, resource)
+			return r, ok
+		},
+		put: func(ctx *fasthttp.RequestCtx) { s.putRule(ctx, tenant, resource) },
+		del: func(c context.Context) error { return s.deps.Writer.DeleteRule(c, tenant, resource) },
+	})
+}
+
+// entryAPI is one catalog entry's API: what GET answers, what PUT and
+// DELETE do, and how the answers name the entry.
+type entryAPI struct {
+	missing string // the 404 message of GET ("no tenant acme")
+	entry   string // the entry in a 409 ("tenant acme")
+	field   string // the configuration file's key of such entries (tenants)
+	get     func() (any, bool)
+	put     func(ctx *fasthttp.RequestCtx)
+	del     func(ctx context.Context) error
+}
+
+// entry answers GET, PUT and DELETE on one catalog entry; DELETE answers 204.
+func (s *Server) entry(ctx *fasthttp.RequestCtx, e entryAPI) {
 	switch string(ctx.Method()) {
 	case fasthttp.MethodGet:
-		r, ok := s.deps.Catalog.Rule(tenant, resource)
+		v, ok := e.get()
 		if !ok {
-			writeError(ctx, fasthttp.StatusNotFound, "", "no rule for tenant "+tenant+" and resource "+resource)
+			writeError(ctx, fasthttp.StatusNotFound, "", e.missing)
 			return
 		}
-		writeJSON(ctx, fasthttp.StatusOK, r)
+		writeJSON(ctx, fasthttp.StatusOK, v)
 	case fasthttp.MethodPut:
-		s.putRule(ctx, tenant, resource)
+		e.put(ctx)
 	case fasthttp.MethodDelete:
 		s.change(ctx, fasthttp.StatusNoContent, nil, func(c context.Context) error {
-			return fromConfig(s.deps.Writer.DeleteRule(c, tenant, resource), "rules",
-				"the rule for tenant "+tenant+" and resource "+resource)
+			return fromConfig(e.del(c), e.field, e.entry)
 		})
 	}
 }
@@ -91,21 +115,15 @@ func (s *Server) tenant(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusNotFound, "path", "want /v1/tenants/{id}")
 		return
 	}
-	switch string(ctx.Method()) {
-	case fasthttp.MethodGet:
-		t, ok := s.deps.Catalog.Tenant(id)
-		if !ok {
-			writeError(ctx, fasthttp.StatusNotFound, "", "no tenant "+id)
-			return
-		}
-		writeJSON(ctx, fasthttp.StatusOK, t)
-	case fasthttp.MethodPut:
-		s.putTenant(ctx, id)
-	case fasthttp.MethodDelete:
-		s.change(ctx, fasthttp.StatusNoContent, nil, func(c context.Context) error {
-			return fromConfig(s.deps.Writer.DeleteTenant(c, id), "tenants", "tenant "+id)
-		})
-	}
+	s.entry(ctx, entryAPI{
+		missing: "no tenant " + id, entry: "tenant " + id, field: "tenants",
+		get: func() (any, bool) {
+			t, ok := s.deps.Catalog.Tenant(id)
+			return t, ok
+		},
+		put: func(ctx *fasthttp.RequestCtx) { s.putTenant(ctx, id) },
+		del: func(c context.Context) error { return s.deps.Writer.DeleteTenant(c, id) },
+	})
 }
 
 // putTenant answers PUT /v1/tenants/{id} with the tenant stored.
@@ -115,8 +133,7 @@ func (s *Server) putTenant(ctx *fasthttp.RequestCtx, id string) {
 		writeBodyError(ctx, fe)
 		return
 	}
-	if t.ID != "" && t.ID != id {
-		writeError(ctx, fasthttp.StatusBadRequest, "id", "the body's id must match the path (or be left out)")
+	if !samePath(ctx, "id", t.ID, id) {
 		return
 	}
 	t.ID = id
@@ -124,6 +141,16 @@ func (s *Server) putTenant(ctx *fasthttp.RequestCtx, id string) {
 		t.APIKeys = []string{}
 	}
 	s.change(ctx, fasthttp.StatusOK, t, func(c context.Context) error { return s.deps.Writer.PutTenant(c, t) })
+}
+
+// samePath reports whether an entry's name in the body (field) is the
+// path's or left out, and answers 400 naming field when it is not.
+func samePath(ctx *fasthttp.RequestCtx, field, body, path string) bool {
+	if body != "" && body != path {
+		writeError(ctx, fasthttp.StatusBadRequest, field, "the body's "+field+" must match the path (or be left out)")
+		return false
+	}
+	return true
 }
 
 // configEntryError is catalogsync.ErrConfigEntry for one entry: field is the

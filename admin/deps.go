@@ -7,6 +7,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/catalogsync"
+	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/resets"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
@@ -42,17 +43,24 @@ type Catalog interface {
 	TenantPlan(id string) (string, bool)
 }
 
-// CatalogWriter changes rules and tenants. *catalogsync.Sync implements it:
-// with Redis it writes through to Redis and every pod applies the change
-// within a second; without Redis it changes the process's rules. Put and Delete return a
-// *catalog.ValidationError for a bad rule or tenant (the API answers 400 with
-// its field) and any other error for a store failure (the API answers 503).
-// They must return when ctx ends.
+// CatalogWriter changes rules, tenants and policies, and lists the
+// policies with their origin (the catalog holds them compiled only).
+// *catalogsync.Sync implements it: with Redis it writes through to Redis and
+// every pod applies the change within a second; without Redis it changes
+// the process's catalog. Put and Delete return a *catalog.ValidationError
+// for a bad rule, tenant or policy (the API answers 400 with its field) and
+// any other error for a store failure (the API answers 503). They must
+// return when ctx ends. Policies and Policy read a snapshot: they do not
+// wait for a write.
 type CatalogWriter interface {
 	PutRule(ctx context.Context, r catalog.Rule) error
 	DeleteRule(ctx context.Context, tenant, resource string) error
 	PutTenant(ctx context.Context, t catalog.Tenant) error
 	DeleteTenant(ctx context.Context, id string) error
+	PutPolicy(ctx context.Context, p policy.Config) (created bool, err error)
+	DeletePolicy(ctx context.Context, name string) error
+	Policies() []catalogsync.PolicyEntry
+	Policy(name string) (catalogsync.PolicyEntry, bool)
 }
 
 // Resets tells every pod that a counter was reset, so that each drops what
@@ -88,7 +96,7 @@ type Deps struct {
 	Limiter Limiter
 	// Catalog is read by the rules, tenants and check APIs.
 	Catalog Catalog
-	// Writer changes rules and tenants.
+	// Writer changes rules, tenants and policies.
 	Writer CatalogWriter
 	// Resets carries counter resets to every pod (nil: DELETE /v1/counters
 	// resets the store and this pod only).

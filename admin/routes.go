@@ -10,7 +10,7 @@ import (
 
 // route names one admin endpoint. Routing is an exact match on the path
 // (a switch over the path bytes, which the compiler does without allocating)
-// plus two prefixes whose tail is the item's name.
+// plus three prefixes whose tail is the item's name.
 type route uint8
 
 const (
@@ -25,6 +25,8 @@ const (
 	routeRule
 	routeTenants
 	routeTenant
+	routePolicies
+	routePolicy
 	routeReload
 	routeCounters
 	routeCount
@@ -43,6 +45,8 @@ var routeNames = [routeCount]string{
 	routeRule:       "rule",
 	routeTenants:    "tenants",
 	routeTenant:     "tenant",
+	routePolicies:   "policies",
+	routePolicy:     "policy",
 	routeReload:     "reload",
 	routeCounters:   "counters",
 }
@@ -60,6 +64,8 @@ var routeMethods = [routeCount]string{
 	routeRule:       "GET, PUT, DELETE",
 	routeTenants:    "GET",
 	routeTenant:     "GET, PUT, DELETE",
+	routePolicies:   "GET",
+	routePolicy:     "GET, PUT, DELETE",
 	routeReload:     "POST",
 	routeCounters:   "DELETE",
 }
@@ -67,6 +73,7 @@ var routeMethods = [routeCount]string{
 const (
 	rulePrefix   = "/v1/rules/"
 	tenantPrefix = "/v1/tenants/"
+	policyPrefix = "/v1/policies/"
 )
 
 // routeOf finds the endpoint of path.
@@ -92,12 +99,16 @@ func routeOf(path []byte) route {
 		return routeRules
 	case "/v1/tenants", "/v1/tenants/":
 		return routeTenants
+	case "/v1/policies", "/v1/policies/":
+		return routePolicies
 	}
 	switch {
 	case bytes.HasPrefix(path, []byte(rulePrefix)):
 		return routeRule
 	case bytes.HasPrefix(path, []byte(tenantPrefix)):
 		return routeTenant
+	case bytes.HasPrefix(path, []byte(policyPrefix)):
+		return routePolicy
 	}
 	return routeUnknown
 }
@@ -145,6 +156,10 @@ func (s *Server) serveRoute(ctx *fasthttp.RequestCtx, r route) {
 		s.listTenants(ctx)
 	case routeTenant:
 		s.tenant(ctx)
+	case routePolicies:
+		s.listPolicies(ctx)
+	case routePolicy:
+		s.policy(ctx)
 	case routeReload:
 		s.reload(ctx)
 	case routeCounters:
@@ -159,7 +174,7 @@ func methodAllowed(r route, method []byte) bool {
 		return string(method) == fasthttp.MethodPost
 	case routeCounters:
 		return string(method) == fasthttp.MethodDelete
-	case routeRule, routeTenant:
+	case routeRule, routeTenant, routePolicy:
 		switch string(method) {
 		case fasthttp.MethodGet, fasthttp.MethodPut, fasthttp.MethodDelete:
 			return true

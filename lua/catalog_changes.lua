@@ -7,12 +7,14 @@
 -- KEYS[4]  the change log: entry names scored by their last change
 -- KEYS[5]  the change log's floor (missing: 0)
 -- KEYS[6]  the catalog's epoch (missing: "")
+-- KEYS[7]  hash of the API's policies: "<name>" -> JSON document
 -- ARGV[1]  the pod's generation
 -- ARGV[2]  the pod's epoch
 -- Returns  {generation, epoch, 1} when the pod must read everything (another
 --          epoch, a generation older than the pod's, or changes older than
 --          the log's floor); else {generation, epoch, 0, name, doc, ...} for
---          every entry ("rule:<tenant>:<resource>", "tenant:<id>") changed
+--          every entry ("rule:<tenant>:<resource>", "tenant:<id>",
+--          "policy:<name>") changed
 --          after ARGV[1], doc "" for a deleted one.
 local gen = tonumber(redis.call('GET', KEYS[3]) or '0')
 local epoch = redis.call('GET', KEYS[6]) or ''
@@ -28,6 +30,8 @@ for _, name in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. ARGV[1], '+inf
   local hash, field = KEYS[1], string.sub(name, 6)
   if string.sub(name, 1, 7) == 'tenant:' then
     hash, field = KEYS[2], string.sub(name, 8)
+  elseif string.sub(name, 1, 7) == 'policy:' then
+    hash, field = KEYS[7], string.sub(name, 8)
   end
   out[#out + 1] = name
   out[#out + 1] = redis.call('HGET', hash, field) or ''

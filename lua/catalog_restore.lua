@@ -10,12 +10,15 @@
 -- KEYS[4]  the change log (emptied: it knew the lost history)
 -- KEYS[5]  the change log's floor (set to ARGV[1]: pods that saw less read all)
 -- KEYS[6]  the catalog's epoch (set to ARGV[4])
+-- KEYS[7]  hash of the API's policies: "<name>" -> JSON document
 -- ARGV[1]  the pod's generation (> 0)
 -- ARGV[2]  the channel; "*" (every entry) is published after a restore
 -- ARGV[3]  n: the number of rules
 -- ARGV[4]  the pod's epoch
--- ARGV[5 .. 4+2n]        rule field, document pairs
--- ARGV[5+2n .. #ARGV]    tenant field, document pairs
+-- ARGV[5]  m: the number of tenants
+-- ARGV[6 .. 5+2n]              rule field, document pairs
+-- ARGV[6+2n .. 5+2n+2m]        tenant field, document pairs
+-- ARGV[6+2n+2m .. #ARGV]       policy field, document pairs
 -- Returns  {1, ARGV[1]} after replacing the catalog; {0, stored generation}
 --          without writing when the stored generation is not older. No key
 --          carries a TTL.
@@ -24,12 +27,12 @@ local mine = tonumber(ARGV[1])
 if gen >= mine then
   return {0, gen}
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[4])
-local n = tonumber(ARGV[3])
-local last = 4 + 2 * n
-for i = 5, #ARGV, 2 do
-  local key = KEYS[2]
-  if i <= last then key = KEYS[1] end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[7])
+local rules = 5 + 2 * tonumber(ARGV[3])
+local tenants = rules + 2 * tonumber(ARGV[5])
+for i = 6, #ARGV, 2 do
+  local key = KEYS[7]
+  if i <= rules then key = KEYS[1] elseif i <= tenants then key = KEYS[2] end
   redis.call('HSET', key, ARGV[i], ARGV[i + 1])
 end
 redis.call('SET', KEYS[3], ARGV[1])

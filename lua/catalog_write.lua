@@ -1,4 +1,4 @@
--- catalog_write: one rule or tenant written or deleted through the admin API,
+-- catalog_write: one rule, tenant or policy written or deleted through the admin API,
 -- unless Redis holds an older catalog than the writer has seen.
 --
 -- KEYS[1]  hash of the API's rules: "<tenant>:<resource>" -> JSON document
@@ -8,8 +8,9 @@
 --          generation of their last change
 -- KEYS[5]  the change log's floor: the log knows every change after it
 -- KEYS[6]  the catalog's epoch
+-- KEYS[7]  hash of the API's policies: "<name>" -> JSON document
 -- ARGV[1]  the writer's generation: the newest it has read or written
--- ARGV[2]  "rule" (KEYS[1]) or "tenant" (KEYS[2])
+-- ARGV[2]  "rule" (KEYS[1]), "tenant" (KEYS[2]) or "policy" (KEYS[7])
 -- ARGV[3]  the entry's field
 -- ARGV[4]  the entry's JSON document; "" deletes the field
 -- ARGV[5]  the change channel
@@ -34,7 +35,7 @@ if not epoch then
   redis.call('DEL', KEYS[4])
 end
 local hash = KEYS[1]
-if ARGV[2] == 'tenant' then hash = KEYS[2] end
+if ARGV[2] == 'tenant' then hash = KEYS[2] elseif ARGV[2] == 'policy' then hash = KEYS[7] end
 if ARGV[4] == '' then
   redis.call('HDEL', hash, ARGV[3])
 else

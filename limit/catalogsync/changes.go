@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/policy"
 
 	"github.com/redis/rueidis"
 )
@@ -58,13 +59,14 @@ func (s *Sync) updateLocked(ctx context.Context) error {
 	return nil
 }
 
-// entryChange is one API entry as the change log gives it ("tenant:<id>" or
-// "rule:<tenant>:<resource>"), with its new value (nil: deleted), or its
-// value before a change, to undo it.
+// entryChange is one API entry as the change log gives it ("tenant:<id>",
+// "rule:<tenant>:<resource>" or "policy:<name>"), with its new value (nil:
+// deleted), or its value before a change, to undo it.
 type entryChange struct {
 	name string
 	rule *catalog.Rule
 	ten  *catalog.Tenant
+	pol  *policy.Config
 }
 
 // decodeChanges reads the change log's (name, document) pairs; an entry
@@ -79,16 +81,8 @@ func (s *Sync) decodeChanges(pairs []rueidis.RedisMessage) ([]entryChange, error
 		}
 		c := entryChange{name: name}
 		if doc != "" {
-			if strings.HasPrefix(name, "tenant:") {
-				if t, err := decodeTenant(doc); err == nil {
-					c.ten = &t
-				} else {
-					s.opts.Logf("limit: catalog sync: skipping %s in %s: %v", name, s.keys()[1], err)
-				}
-			} else if r, err := decodeRule(doc); err == nil {
-				c.rule = &r
-			} else {
-				s.opts.Logf("limit: catalog sync: skipping %s in %s: %v", name, s.keys()[0], err)
+			if err := s.decodeEntry(&c, doc); err != nil {
+				s.opts.Logf("limit: catalog sync: skipping %s in redis: %v", name, err)
 			}
 		}
 		api = append(api, c)
@@ -96,42 +90,87 @@ func (s *Sync) decodeChanges(pairs []rueidis.RedisMessage) ([]entryChange, error
 	return api, nil
 }
 
-// applyChanges changes the API entries, derives the catalog's changes from
-// them, and undoes them when the catalog refuses those.
-func (s *Sync) applyChanges(api []entryChange) error {
-	undos := make([]entryChange, 0, len(api))
-	changes := make([]catalog.Change, 0, len(api))
-	for _, c := range api {
-		if id, ok := strings.CutPrefix(c.name, "tenant:"); ok {
-			u := entryChange{name: c.name}
-			if t, ok := s.tenants[id]; ok {
-				u.ten = &t
-			}
-			undos = append(undos, u)
-			setEntry(s.tenants, id, c.ten)
-		} else {
-			n := ruleNameOf(c.name)
-			u := entryChange{name: c.name}
-			if r, ok := s.rules[n]; ok {
-				u.rule = &r
-			}
-			undos = append(undos, u)
-			setEntry(s.rules, n, c.rule)
-		}
-		changes = append(changes, s.effective(c.name))
-	}
-	if err := s.cat.Apply(changes); err != nil {
-		for i := len(undos) - 1; i >= 0; i-- {
-			u := undos[i]
-			if id, ok := strings.CutPrefix(u.name, "tenant:"); ok {
-				setEntry(s.tenants, id, u.ten)
-			} else {
-				setEntry(s.rules, ruleNameOf(u.name), u.rule)
-			}
+// decodeEntry sets c's value from its stored document.
+func (s *Sync) decodeEntry(c *entryChange, doc string) error {
+	if strings.HasPrefix(c.name, "tenant:") {
+		t, err := decodeTenant(doc)
+		if err == nil {
+			c.ten = &t
 		}
 		return err
 	}
+	if _, ok := isPolicy(c.name); ok {
+		p, err := decodePolicy(doc, s.pol.def)
+		if err == nil {
+			c.pol = &p
+		}
+		return err
+	}
+	r, err := decodeRule(doc)
+	if err == nil {
+		c.rule = &r
+	}
+	return err
+}
+
+// applyChanges changes the API entries, derives the catalog's changes from
+// them, and undoes them when the catalog refuses those: all or nothing, the
+// policies compiled before anything is applied.
+func (s *Sync) applyChanges(api []entryChange) error {
+	undos := make([]entryChange, 0, len(api))
+	changes := make([]catalog.Change, 0, len(api))
+	policies := false
+	for _, c := range api {
+		undos = append(undos, s.setAPIEntry(c))
+		if _, ok := isPolicy(c.name); ok {
+			policies = true
+		} else {
+			changes = append(changes, s.effective(c.name))
+		}
+	}
+	var entries []PolicyEntry
+	var ps *policy.Set
+	var err error
+	if policies {
+		entries, ps, err = s.pol.compile(s.pol.api)
+	}
+	if err == nil && len(changes) > 0 {
+		err = s.cat.Apply(changes)
+	}
+	if err != nil {
+		for i := len(undos) - 1; i >= 0; i-- {
+			s.setAPIEntry(undos[i])
+		}
+		return err
+	}
+	if policies {
+		s.installPolicies(entries, ps)
+	}
 	return nil
+}
+
+// setAPIEntry sets the API entry c.name to c's value and returns its value
+// before.
+func (s *Sync) setAPIEntry(c entryChange) entryChange {
+	u := entryChange{name: c.name}
+	if id, ok := strings.CutPrefix(c.name, "tenant:"); ok {
+		if t, ok := s.tenants[id]; ok {
+			u.ten = &t
+		}
+		setEntry(s.tenants, id, c.ten)
+	} else if name, ok := isPolicy(c.name); ok {
+		if p, ok := s.pol.api[name]; ok {
+			u.pol = &p
+		}
+		setEntry(s.pol.api, name, c.pol)
+	} else {
+		n := ruleNameOf(c.name)
+		if r, ok := s.rules[n]; ok {
+			u.rule = &r
+		}
+		setEntry(s.rules, n, c.rule)
+	}
+	return u
 }
 
 // ruleKey identifies a rule: its tenant and resource.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/policy"
 
 	"github.com/redis/rueidis"
 
@@ -41,10 +42,11 @@ func tenantJSON(t catalog.Tenant) string {
 
 // stored is the catalog as one read found it.
 type stored struct {
-	gen     int64
-	epoch   string
-	rules   map[ruleKey]catalog.Rule
-	tenants map[string]catalog.Tenant
+	gen      int64
+	epoch    string
+	rules    map[ruleKey]catalog.Rule
+	tenants  map[string]catalog.Tenant
+	policies map[string]policy.Config
 }
 
 // reload reads the catalog and applies it; when Redis holds an older
@@ -64,10 +66,10 @@ func (s *Sync) reloadLocked(ctx context.Context) error {
 			return err
 		}
 		if st.gen >= s.seen || attempt == 2 {
-			oldR, oldT := s.rules, s.tenants
-			s.rules, s.tenants = st.rules, st.tenants
+			oldR, oldT, oldP := s.rules, s.tenants, s.pol.api
+			s.rules, s.tenants, s.pol.api = st.rules, st.tenants, st.policies
 			if err := s.applyLocked(); err != nil {
-				s.rules, s.tenants = oldR, oldT
+				s.rules, s.tenants, s.pol.api = oldR, oldT, oldP
 				return err
 			}
 			s.seen, s.epoch = st.gen, st.epoch
@@ -87,25 +89,32 @@ func (s *Sync) read(ctx context.Context) (stored, error) {
 	if err != nil {
 		return stored{}, fmt.Errorf("reading the catalog from redis: %w", err)
 	}
-	if len(arr) != 4 {
-		return stored{}, fmt.Errorf("reading the catalog from redis: %d replies, want 4", len(arr))
+	if len(arr) != 5 {
+		return stored{}, fmt.Errorf("reading the catalog from redis: %d replies, want 5", len(arr))
 	}
-	st := stored{rules: map[ruleKey]catalog.Rule{}, tenants: map[string]catalog.Tenant{}}
+	var st stored
 	if st.gen, err = arr[0].AsInt64(); err != nil {
 		return stored{}, fmt.Errorf("reading the catalog's generation: %w", err)
-	}
-	rules, err := arr[1].AsStrMap()
-	if err != nil {
-		return stored{}, fmt.Errorf("reading %s: %w", s.keys()[0], err)
-	}
-	tenants, err := arr[2].AsStrMap()
-	if err != nil {
-		return stored{}, fmt.Errorf("reading %s: %w", s.keys()[1], err)
 	}
 	if st.epoch, err = arr[3].ToString(); err != nil {
 		return stored{}, fmt.Errorf("reading the catalog's epoch: %w", err)
 	}
-	syncEntriesRead.Add(len(rules) + len(tenants))
+	var docs [3]map[string]string // rules, tenants, policies
+	for i, at := range [3]int{1, 2, 4} {
+		if docs[i], err = arr[at].AsStrMap(); err != nil {
+			return stored{}, fmt.Errorf("reading %s: %w", s.keys()[[3]int{0, 1, 6}[i]], err)
+		}
+	}
+	s.decodeStored(&st, docs[0], docs[1], docs[2])
+	return st, nil
+}
+
+// decodeStored decodes the documents of one read into st; an entry that
+// does not decode is logged and skipped.
+func (s *Sync) decodeStored(st *stored, rules, tenants, policies map[string]string) {
+	syncEntriesRead.Add(len(rules) + len(tenants) + len(policies))
+	st.rules, st.tenants = map[ruleKey]catalog.Rule{}, map[string]catalog.Tenant{}
+	st.policies = map[string]policy.Config{}
 	for f, doc := range rules {
 		if r, err := decodeRule(doc); err != nil {
 			s.opts.Logf("limit: catalog sync: skipping rule %s in %s: %v", f, s.keys()[0], err)
@@ -120,7 +129,13 @@ func (s *Sync) read(ctx context.Context) (stored, error) {
 			st.tenants[t.ID] = t
 		}
 	}
-	return st, nil
+	for f, doc := range policies {
+		if p, err := decodePolicy(doc, s.pol.def); err != nil {
+			s.opts.Logf("limit: catalog sync: skipping policy %s in %s: %v", f, s.keys()[6], err)
+		} else {
+			st.policies[p.Name] = p
+		}
+	}
 }
 
 // decodeRule reads a stored rule. Rules stored by earlier versions spell
@@ -155,13 +170,16 @@ func (s *Sync) restoreLocked(ctx context.Context, found int64) (bool, error) {
 	if s.epoch == "" {
 		s.epoch = newEpoch()
 	}
-	args := make([]string, 0, 4+2*(len(s.rules)+len(s.tenants)))
-	args = append(args, fmt.Sprint(s.seen), s.channel(), fmt.Sprint(len(s.rules)), s.epoch)
+	args := make([]string, 0, 5+2*(len(s.rules)+len(s.tenants)+len(s.pol.api)))
+	args = append(args, fmt.Sprint(s.seen), s.channel(), fmt.Sprint(len(s.rules)), s.epoch, fmt.Sprint(len(s.tenants)))
 	for _, r := range s.rules {
 		args = append(args, ruleField(r.Tenant, r.Resource), ruleJSON(r))
 	}
 	for _, t := range s.tenants {
 		args = append(args, t.ID, tenantJSON(t))
+	}
+	for _, p := range s.pol.api {
+		args = append(args, p.Name, policyJSON(p))
 	}
 	res, err := catalogRestore.Exec(ctx, s.client, s.keys(), args).AsIntSlice()
 	if err != nil || len(res) != 2 {
@@ -172,7 +190,7 @@ func (s *Sync) restoreLocked(ctx context.Context, found int64) (bool, error) {
 	}
 	syncRestores.Inc()
 	slog.Warn("redis held an older rules-and-tenants catalog than this pod (it lost its data or came back from an old snapshot): wrote this pod's catalog back",
-		"generation_found", found, "generation_restored", s.seen, "rules", len(s.rules), "tenants", len(s.tenants),
+		"generation_found", found, "generation_restored", s.seen, "rules", len(s.rules), "tenants", len(s.tenants), "policies", len(s.pol.api),
 		"keys", s.opts.KeyPrefix+":{catalog}:*")
 	return true, nil
 }
@@ -200,10 +218,19 @@ func (s *Sync) merged(rules map[ruleKey]catalog.Rule, tenants map[string]catalog
 	return ts, rs
 }
 
-// applyLocked replaces the catalog's contents (s.mu held).
+// applyLocked replaces the catalog's contents (s.mu held), all or nothing:
+// the policies are compiled before anything is replaced.
 func (s *Sync) applyLocked() error {
+	entries, ps, err := s.pol.compile(s.pol.api)
+	if err != nil {
+		return err
+	}
 	ts, rs := s.merged(s.rules, s.tenants)
-	return s.cat.Replace(ts, rs)
+	if err := s.cat.Replace(ts, rs); err != nil {
+		return err
+	}
+	s.installPolicies(entries, ps)
+	return nil
 }
 
 // errStale is catalog_write.lua's answer when Redis is older than this pod.
@@ -220,7 +247,7 @@ func (s *Sync) write(ctx context.Context, kind, field, doc, name string, apply f
 	}
 	if s.client == nil {
 		apply() // in-process only
-		return s.cat.Apply([]catalog.Change{s.effective(name)})
+		return s.applyEntry(name)
 	}
 	candidate := s.epoch
 	if candidate == "" {
@@ -250,7 +277,7 @@ func (s *Sync) write(ctx context.Context, kind, field, doc, name string, apply f
 		syncWrites.Inc()
 		if gen == s.seen+1 && epoch == candidate {
 			apply()
-			if err := s.cat.Apply([]catalog.Change{s.effective(name)}); err != nil {
+			if err := s.applyEntry(name); err != nil {
 				return err
 			}
 			s.seen, s.epoch = gen, epoch
@@ -258,11 +285,20 @@ func (s *Sync) write(ctx context.Context, kind, field, doc, name string, apply f
 		}
 		if err := s.updateLocked(ctx); err != nil {
 			apply() // stored; the next update brings the rest
-			return s.cat.Apply([]catalog.Change{s.effective(name)})
+			return s.applyEntry(name)
 		}
 		return nil
 	}
 	return fmt.Errorf("limit: cannot store %s in redis: %w", name, errStale)
+}
+
+// applyEntry applies the current state of the entry name to the catalog
+// (s.mu held).
+func (s *Sync) applyEntry(name string) error {
+	if _, ok := isPolicy(name); ok {
+		return s.applyPolicies()
+	}
+	return s.cat.Apply([]catalog.Change{s.effective(name)})
 }
 
 // effective is the catalog's change for the entry name ("rule:..." or

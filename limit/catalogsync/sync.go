@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/policy"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/redis/rueidis"
@@ -47,15 +48,17 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// Sync keeps a catalog.Catalog equal on every pod: rules and tenants written
-// through the admin API are stored in Redis and applied by every pod within a
+// Sync keeps a catalog.Catalog equal on every pod: rules, tenants and
+// policies written through the admin API are stored in Redis and applied by every pod within a
 // second.
 //
 // Layout: the API's rules are the hash <prefix>:{catalog}:rules (field
 // "<tenant>:<resource>", a JSON document), its tenants the hash
-// <prefix>:{catalog}:tenants (field "<id>"), and <prefix>:{catalog}:gen is the
-// catalog's generation, incremented by every write. Each write also scores
-// the changed entry's name ("rule:<tenant>:<resource>", "tenant:<id>") with
+// <prefix>:{catalog}:tenants (field "<id>"), its policies the hash
+// <prefix>:{catalog}:policies (field "<name>"), and <prefix>:{catalog}:gen is
+// the catalog's generation, incremented by every write. Each write also scores
+// the changed entry's name ("rule:<tenant>:<resource>", "tenant:<id>",
+// "policy:<name>") with
 // the new generation in the change log <prefix>:{catalog}:changes and
 // publishes the name on <prefix>:catalog.
 //
@@ -96,6 +99,7 @@ type Sync struct {
 	baseTenants []catalog.Tenant // from config.yaml
 	baseRule    map[ruleKey]catalog.Rule
 	baseTenant  map[string]catalog.Tenant
+	pol         policyState // the policies: the file's, the API's, their view
 
 	// mu serializes writes and reloads, and guards rules, tenants and seen.
 	mu      sync.Mutex
@@ -114,7 +118,7 @@ type Sync struct {
 	wg      sync.WaitGroup
 }
 
-// ErrConfigEntry is returned by DeleteRule and DeleteTenant for an entry that
+// ErrConfigEntry is returned by DeleteRule, DeleteTenant and DeletePolicy for an entry that
 // comes from config.yaml: the API can override it but not delete it.
 var ErrConfigEntry = errors.New("limit: the entry comes from config.yaml; override it with PUT or change the config")
 
@@ -140,6 +144,7 @@ func New(client rueidis.Client, cat *catalog.Catalog, opts Options) *Sync {
 		opts:    opts,
 		rules:   map[ruleKey]catalog.Rule{},
 		tenants: map[string]catalog.Tenant{},
+		pol:     policyState{api: map[string]policy.Config{}, live: policy.NewLive()},
 		changed: make(chan struct{}, 1),
 		helloc:  make(chan struct{}, 1),
 	}
@@ -339,23 +344,25 @@ func (s *Sync) noteResult(err error) {
 func (s *Sync) channel() string { return s.opts.KeyPrefix + ":catalog" }
 
 // keys are the catalog's keys, in the order every catalog script takes
-// them: rules hash, tenants hash, generation, change log, its floor, epoch.
+// them: rules hash, tenants hash, generation, change log, its floor, epoch,
+// policies hash.
 // They share the hash tag {catalog}, so that each script touches one slot.
 func (s *Sync) keys() []string {
 	p := s.opts.KeyPrefix + ":{catalog}:"
-	return []string{p + "rules", p + "tenants", p + "gen", p + "changes", p + "floor", p + "epoch"}
+	return []string{p + "rules", p + "tenants", p + "gen", p + "changes", p + "floor", p + "epoch", p + "policies"}
 }
 
 // maxChangeLog is the change log's size past which its oldest names go: a
 // pod that saw none of the remaining ones reads the whole catalog.
 const maxChangeLog = 100_000
 
-// ruleEntry and tenantEntry name entries in change messages; ruleField is a
+// ruleEntry, tenantEntry and policyEntry name entries in change messages; ruleField is a
 // rule's field in the rules hash. A tenant ID never contains ':'
 // (checkSyncID).
 func ruleEntry(tenant, resource string) string { return "rule:" + ruleField(tenant, resource) }
 func ruleField(tenant, resource string) string { return tenant + ":" + resource }
 func tenantEntry(id string) string             { return "tenant:" + id }
+func policyEntry(name string) string           { return "policy:" + name }
 
 // checkSyncID rejects tenant IDs that would make entry names ambiguous.
 func checkSyncID(field, id string) error {

@@ -92,17 +92,25 @@ type Defaults struct {
 	Zone      *time.Location  // limits.quota_time_zone (nil: UTC)
 }
 
-// Validate checks a policy; field is its YAML key (policies[0]). The error
-// joins one line per bad key, each naming the policy.
+// Validate checks a policy; field is its YAML key (policies[0]), or "" for
+// the admin API (errors then name the JSON field alone: limits[1].period).
+// The error joins one line per bad key, each naming the policy in the file
+// (the API's path names it).
 func (p *Config) Validate(field string, def Defaults) error {
 	var errs []error
+	key := func(k string) string {
+		if field == "" {
+			return k
+		}
+		return field + "." + k
+	}
 	bad := func(k, msg string) {
-		if p.Name != "" {
+		if p.Name != "" && field != "" {
 			msg = fmt.Sprintf("policy %q: %s", p.Name, msg)
 		}
-		errs = append(errs, &catalog.ValidationError{Field: field + "." + k, Msg: msg})
+		errs = append(errs, &catalog.ValidationError{Field: key(k), Msg: msg})
 	}
-	if err := catalog.CheckName(field+".name", p.Name); err != nil {
+	if err := catalog.CheckName(key("name"), p.Name); err != nil {
 		errs = append(errs, err)
 	}
 	if len(p.Key) == 0 {

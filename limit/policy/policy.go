@@ -4,14 +4,16 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"maps"
 	"math"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"unsafe"
+
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -83,16 +85,26 @@ type headerMatch struct {
 	name, value []byte // value nil: any value
 }
 
-// Set is the compiled `policies` section. It is read-only.
+// Set is the compiled `policies` section. It is read-only; a live one
+// (Live.Set) answers with the set its Live holds at each call.
 type Set struct {
 	all         []*Compiled
 	byResource  map[string][]*Compiled // policies that match these resources
 	anyResource []*Compiled            // policies that match any resource
+	live        *atomic.Pointer[Set]   // non-nil: the Live's current set
+}
+
+// now is the set that applies: ps, or its Live's current one.
+func (ps *Set) now() *Set {
+	if ps != nil && ps.live != nil {
+		return ps.live.Load()
+	}
+	return ps
 }
 
 // Len returns the number of policies.
 func (ps *Set) Len() int {
-	if ps == nil {
+	if ps = ps.now(); ps == nil {
 		return 0
 	}
 	return len(ps.all)
@@ -100,7 +112,7 @@ func (ps *Set) Len() int {
 
 // All returns the policies in configuration order.
 func (ps *Set) All() []*Compiled {
-	if ps == nil {
+	if ps = ps.now(); ps == nil {
 		return nil
 	}
 	return ps.all
@@ -109,7 +121,7 @@ func (ps *Set) All() []*Compiled {
 // For returns the policies that may match a request on resource: those
 // that name it, then those for any resource. It allocates nothing.
 func (ps *Set) For(resource string) (named, any []*Compiled) {
-	if ps == nil {
+	if ps = ps.now(); ps == nil {
 		return nil, nil
 	}
 	return ps.byResource[resource], ps.anyResource
