@@ -189,7 +189,7 @@ func (s *Sync) restoreLocked(ctx context.Context, found int64) (bool, error) {
 		return false, nil
 	}
 	syncRestores.Inc()
-	slog.Warn("redis held an older rules-and-tenants catalog than this pod (it lost its data or came back from an old snapshot): wrote this pod's catalog back",
+	slog.Warn("redis held an older catalog (rules, tenants, policies) than this pod (it lost its data or came back from an old snapshot): wrote this pod's catalog back",
 		"generation_found", found, "generation_restored", s.seen, "rules", len(s.rules), "tenants", len(s.tenants), "policies", len(s.pol.api),
 		"keys", s.opts.KeyPrefix+":{catalog}:*")
 	return true, nil
