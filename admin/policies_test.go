@@ -118,7 +118,10 @@ func TestPoliciesAPIBadInput(t *testing.T) {
 		assert.Equal(t, tc.field, field, tc.body)
 		assert.Contains(t, msg, tc.msg, tc.body)
 	}
-	resp := call(t, c, "GET", "/v1/policies/p", "", auth...)
+	resp := call(t, c, "PUT", "/v1/policies/p", `{"key":["ip"],"limits":[{"limit":5},{"limit":9,"period":"fortnight"}]}`, auth...)
+	msg, _ := problem(t, resp)
+	assert.Equal(t, `limits[1].period: "fortnight" is not one of hour, day, week, month, year`, msg)
+	resp = call(t, c, "GET", "/v1/policies/p", "", auth...)
 	assert.Equal(t, fasthttp.StatusNotFound, resp.StatusCode(), "nothing was stored")
 }
 
