@@ -33,10 +33,7 @@ func (s *Server) rule(ctx *fasthttp.RequestCtx) {
 	s.entry(ctx, entryAPI{
 		missing: "no rule for tenant " + tenant + " and resource " + resource,
 		entry:   "the rule for tenant " + tenant + " and resource " + resource, field: "rules",
-		get: func() (any, bool) {
-			r, ok := s.deps.Catalog.Rule(tenant, resource)
-			return r, ok
-		},
+		get: func() (any, bool) { return found(s.deps.Catalog.Rule(tenant, resource)) },
 		put: func(ctx *fasthttp.RequestCtx) { s.putRule(ctx, tenant, resource) },
 		del: func(c context.Context) error { return s.deps.Writer.DeleteRule(c, tenant, resource) },
 	})
@@ -52,6 +49,20 @@ type entryAPI struct {
 	put     func(ctx *fasthttp.RequestCtx)
 	del     func(ctx context.Context) error
 }
+
+// itemName is the path's tail after prefix, one name; without one it
+// answers 404 saying that the path wants prefix+want.
+func itemName(ctx *fasthttp.RequestCtx, prefix, want string) (string, bool) {
+	name := strings.TrimPrefix(string(ctx.Path()), prefix)
+	if name == "" || strings.Contains(name, "/") {
+		writeError(ctx, fasthttp.StatusNotFound, "path", "want "+prefix+want)
+		return "", false
+	}
+	return name, true
+}
+
+// found is a lookup's answer for entryAPI.get.
+func found[T any](v T, ok bool) (any, bool) { return v, ok }
 
 // entry answers GET, PUT and DELETE on one catalog entry; DELETE answers 204.
 func (s *Server) entry(ctx *fasthttp.RequestCtx, e entryAPI) {
@@ -108,48 +119,56 @@ func (s *Server) listTenants(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"tenants": s.deps.Catalog.Tenants()})
 }
 
-// tenant answers GET, PUT and DELETE /v1/tenants/{id}.
-func (s *Server) tenant(ctx *fasthttp.RequestCtx) {
-	id := strings.TrimPrefix(string(ctx.Path()), tenantPrefix)
-	if id == "" || strings.Contains(id, "/") {
-		writeError(ctx, fasthttp.StatusNotFound, "path", "want /v1/tenants/{id}")
+// named answers GET, PUT and DELETE /v1/tenants/{id} and
+// /v1/policies/{name}: the entries named by one path segment.
+func (s *Server) named(ctx *fasthttp.RequestCtx, r route) {
+	prefix, want := tenantPrefix, "{id}"
+	if r == routePolicy {
+		prefix, want = policyPrefix, "{name}"
+	}
+	name, ok := itemName(ctx, prefix, want)
+	if !ok {
 		return
 	}
-	s.entry(ctx, entryAPI{
-		missing: "no tenant " + id, entry: "tenant " + id, field: "tenants",
-		get: func() (any, bool) {
-			t, ok := s.deps.Catalog.Tenant(id)
-			return t, ok
-		},
-		put: func(ctx *fasthttp.RequestCtx) { s.putTenant(ctx, id) },
-		del: func(c context.Context) error { return s.deps.Writer.DeleteTenant(c, id) },
-	})
+	switch r {
+	case routeTenant:
+		s.entry(ctx, entryAPI{missing: "no tenant " + name, entry: "tenant " + name, field: "tenants",
+			get: func() (any, bool) { return found(s.deps.Catalog.Tenant(name)) },
+			put: func(ctx *fasthttp.RequestCtx) { s.putTenant(ctx, name) },
+			del: func(c context.Context) error { return s.deps.Writer.DeleteTenant(c, name) }})
+	case routePolicy:
+		s.entry(ctx, entryAPI{missing: "no policy " + name, entry: "policy " + name, field: "policies",
+			get: func() (any, bool) { return found(s.deps.Writer.Policy(name)) },
+			put: func(ctx *fasthttp.RequestCtx) { s.putPolicy(ctx, name) },
+			del: func(c context.Context) error { return s.deps.Writer.DeletePolicy(c, name) }})
+	}
 }
 
 // putTenant answers PUT /v1/tenants/{id} with the tenant stored.
 func (s *Server) putTenant(ctx *fasthttp.RequestCtx, id string) {
 	var t catalog.Tenant
-	if fe := decodeStrict(ctx.PostBody(), &t); fe != nil {
-		writeBodyError(ctx, fe)
+	if !decodeNamed(ctx, &t, "id", &t.ID, id) {
 		return
 	}
-	if !samePath(ctx, "id", t.ID, id) {
-		return
-	}
-	t.ID = id
 	if t.APIKeys == nil {
 		t.APIKeys = []string{}
 	}
 	s.change(ctx, fasthttp.StatusOK, t, func(c context.Context) error { return s.deps.Writer.PutTenant(c, t) })
 }
 
-// samePath reports whether an entry's name in the body (field) is the
-// path's or left out, and answers 400 naming field when it is not.
-func samePath(ctx *fasthttp.RequestCtx, field, body, path string) bool {
-	if body != "" && body != path {
+// decodeNamed decodes a PUT body into v, whose name (the body's field,
+// *name) must be the path's or left out, and sets it to the path's; it
+// answers 400 (or 415) and returns false otherwise.
+func decodeNamed(ctx *fasthttp.RequestCtx, v any, field string, name *string, path string) bool {
+	if fe := decodeStrict(ctx.PostBody(), v); fe != nil {
+		writeBodyError(ctx, fe)
+		return false
+	}
+	if *name != "" && *name != path {
 		writeError(ctx, fasthttp.StatusBadRequest, field, "the body's "+field+" must match the path (or be left out)")
 		return false
 	}
+	*name = path
 	return true
 }
 

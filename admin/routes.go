@@ -154,12 +154,10 @@ func (s *Server) serveRoute(ctx *fasthttp.RequestCtx, r route) {
 		s.rule(ctx)
 	case routeTenants:
 		s.listTenants(ctx)
-	case routeTenant:
-		s.tenant(ctx)
+	case routeTenant, routePolicy:
+		s.named(ctx, r)
 	case routePolicies:
 		s.listPolicies(ctx)
-	case routePolicy:
-		s.policy(ctx)
 	case routeReload:
 		s.reload(ctx)
 	case routeCounters:
