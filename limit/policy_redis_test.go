@@ -160,3 +160,26 @@ func policiesOn(t *testing.T, addrs []string) {
 		}
 	}
 }
+
+// TestPolicyStoreFailure: while Redis is down, a policy limit is held to
+// the pod's share, as the other limits are (on_store_failure: local).
+func TestPolicyStoreFailure(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newRedisStore(t, srv.Addr)
+	cfg := testLimitsConfig(func(c *Config) {
+		c.Window, c.StoreTimeout, c.BreakerFailures, c.BreakerCooldown = time.Hour, 50*time.Millisecond, 2, 100*time.Millisecond
+	})
+	ps := withPolicies(t, cfg, policy.Config{Name: "per-user", Key: []string{"header:X-User-Id"}, Limits: []policy.Limit{{Limit: 10}}})
+	l := newTestLimiter(t, cfg, st, Options{LivePods: func() int { return 2 }, Policies: ps})
+	ctx := context.Background()
+	require.True(t, l.Allow(ctx, &Request{Attrs: headers{"X-User-Id": "warm"}}).Allowed)
+	srv.Stop()
+	allowed := 0
+	for range 20 {
+		if l.Allow(ctx, &Request{Attrs: headers{"X-User-Id": "fresh"}}).Allowed {
+			allowed++
+		}
+	}
+	assert.False(t, l.StoreHealthy(), "the breaker opens")
+	assert.Equal(t, 5, allowed, "each of 2 pods enforces half of the policy's limit")
+}

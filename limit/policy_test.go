@@ -169,3 +169,33 @@ func TestPolicyMetrics(t *testing.T) {
 	assert.Equal(t, uint64(1), c[0].Blocked.Get(), "1s: the second refused")
 	assert.Equal(t, uint64(1), c[1].Allowed.Get(), "day: only the first reached it")
 }
+
+// TestPolicyScaledAsOtherLimits: a policy's limits take the plan's
+// multiplier when the key has the tenant, the adaptive multiplier from
+// Moderate mode up, and shadow mode counts without refusing.
+func TestPolicyScaledAsOtherLimits(t *testing.T) {
+	cfg := testLimitsConfig(nil)
+	ctx := context.Background()
+	passes := func(l *Limiter, req *Request) (n int) {
+		for range 20 {
+			if d := l.Allow(ctx, req); d.Allowed && !d.Shadowed {
+				n++
+			}
+		}
+		return n
+	}
+	perTenant := policy.Config{Name: "per-tenant", Key: []string{"tenant"}, Limits: []policy.Limit{{Limit: 2}}}
+	premium := &Request{Tenant: "acme", Plan: "PREMIUM"}
+	l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: testCatalog(t), Policies: withPolicies(t, cfg, perTenant)})
+	assert.Equal(t, 6, passes(l, premium), "2 × PREMIUM's 3")
+
+	perUser := policy.Config{Name: "per-user", Key: []string{"header:X-User-Id"}, Limits: []policy.Limit{{Limit: 10}}}
+	user := &Request{Attrs: headers{"X-User-Id": "u1"}}
+	l = newTestLimiter(t, cfg, memStore(t), Options{Policies: withPolicies(t, cfg, perUser), Adjuster: fixedAdjuster{0.5, false}})
+	assert.Equal(t, 5, passes(l, user), "10 × the adaptive multiplier 0.5")
+
+	perUser.Shadow = true
+	l = newTestLimiter(t, cfg, memStore(t), Options{Policies: withPolicies(t, cfg, perUser)})
+	assert.Equal(t, 10, passes(l, user), "the 11th on is shadowed")
+	assert.True(t, l.Allow(ctx, user).Allowed, "shadow never refuses")
+}
