@@ -114,10 +114,36 @@ local function scan(list)
   end
   if #dead > 0 then redis.call('HDEL', key, unpack(dead)) end
 end
-if not n or (n > 0 and not (lo and hi and lo > horizon)) then scan() end
+if n and n > 0 and hi and hi <= horizon then
+  -- Every counter is dead (a key too rare for them to stay live): the
+  -- hash holds nothing else worth reading, and is written anew below.
+  redis.call('DEL', key)
+  n, lo, hi = 0, nil, nil
+elseif not n and not last then
+  n = 0 -- no key: every script writes "t"
+elseif not n or (n > 0 and not (lo and hi and lo > horizon)) then
+  scan()
+end
 
+-- fresh holds the counters of a call that found none (a new key, or one
+-- whose counters were all dead), {E, count} pairs written with the time and
+-- the sum in one HSET instead of an HINCRBY each (BenchmarkRedisSpreadKeysGrant);
+-- a scan writes them first.
+local fresh = {}
+local function flush()
+  if #fresh > 0 then
+    redis.call('HSET', key, unpack(fresh))
+    fresh = {}
+  end
+end
 local function count(e, c)
-  redis.call('HINCRBY', key, e, c)
+  if n > 0 and #fresh == 0 then
+    redis.call('HINCRBY', key, e, c)
+  else
+    local i = 1
+    while fresh[i] and fresh[i] ~= e do i = i + 2 end
+    fresh[i], fresh[i + 1] = e, (fresh[i + 1] or 0) + c
+  end
   if n <= 0 then
     lo, hi, lost_lo, lost_hi = e, e, false, false
   else
@@ -180,6 +206,7 @@ if granted == 0 and limit > 0 and need <= limit then
   -- Listed and sorted only here: sorting a hot key's counters on every
   -- call cost Redis more than the rest of the script.
   local live = {}
+  flush()
   scan(live)
   table.sort(live, function(a, b) return a[1] < b[1] end)
   local want_free, freed = used - limit + need, 0
@@ -195,13 +222,16 @@ elseif granted == 0 and limit <= 0 then
 elseif granted == 0 then
   retry = -1
 end
-if lost_lo or lost_hi then scan() end
+if lost_lo or lost_hi then
+  flush()
+  scan()
+end
 
 local reset, free = 0, 0
 if n > 0 then
   reset = hi + window - now
   free = lo + window - now
-  redis.call('HSET', key, 't', now, 'n', n, 'lo', lo, 'hi', hi)
+  redis.call('HSET', key, 't', now, 'n', n, 'lo', lo, 'hi', hi, unpack(fresh))
 else
   redis.call('HSET', key, 't', now, 'n', 0, 'lo', 0, 'hi', 0)
 end

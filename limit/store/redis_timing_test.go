@@ -87,6 +87,37 @@ func BenchmarkRedisHotKeyGrant(b *testing.B) {
 	}
 }
 
+// BenchmarkRedisSpreadKeysGrant is BenchmarkRedisHotKeyGrant's
+// sliding_window over 10k keys, each too rare for its counters to stay
+// live from one call to the next (the check API's 10k-key load): the
+// script reads and drops every counter of the key on most calls.
+func BenchmarkRedisSpreadKeysGrant(b *testing.B) {
+	if testing.Short() {
+		b.Skip("needs redis-server")
+	}
+	srv := redistest.Start(b)
+	client, err := NewRedisClient(RedisConfig{Addrs: []string{srv.Addr}})
+	require.NoError(b, err)
+	b.Cleanup(client.Close)
+	s := NewRedisStore(client, RedisStoreOptions{KeyPrefix: "bench"})
+	ctx := context.Background()
+	keys := make([][]byte, 10000)
+	for i := range keys {
+		keys[i] = AppendKeyStrings(nil, "", "bench", "spread", strconv.Itoa(i))
+	}
+	p := Params{Algorithm: SlidingWindow, Limit: MaxLimit, Window: 200 * time.Millisecond}
+	req := &LeaseRequest{Params: p, Want: 1, LeaseTTL: 10 * time.Millisecond}
+	calls0, usec0 := scriptStats(b, client)
+	for i := 0; b.Loop(); i++ {
+		req.Key = keys[i%len(keys)]
+		if _, err := s.Lease(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	calls, usec := scriptStats(b, client)
+	b.ReportMetric(float64(usec-usec0)/float64(max(calls-calls0, 1)), "redis-µs/op")
+}
+
 // bareScript returns at once: what EVALSHA costs Redis before a script does
 // anything.
 var bareScript = rueidis.NewLuaScript("return {1, 0, 0, 0, 0, 0, 0, 0, 0}")
