@@ -1,11 +1,12 @@
 -- sliding_window: a ring of sub-window counters (a LeapArray kept in Redis)
 -- that counts leased permits until their lease expires plus one window.
 --
--- KEYS[1]  hash. Field "t": the newest Redis time seen (ms); "n", "lo" and
---          "hi": the sum of the counters and their oldest and newest E
---          (when n > 0), kept with them. Every other field E (ms, a multiple
---          of the granularity) counts the permits granted whose leases
---          expire before E; they count while E + window > now.
+-- KEYS[1]  hash. Field "t": "T N LO HI", the newest Redis time seen (ms),
+--          the sum of the counters and their oldest and newest E (0 0 when
+--          N is 0), kept with them ("T" alone: a hash whose sum is not kept).
+--          Every other field E (ms, a multiple of the granularity) counts
+--          the permits granted whose leases expire before E; they count
+--          while E + window > now.
 -- ARGV[1]  limit: permits per window (0..10^12)
 -- ARGV[2]  window in ms (>= 1)
 -- ARGV[3]  want: permits asked for (>= need)
@@ -69,24 +70,33 @@ local spent = tonumber(ARGV[11])
 local spent_ago = tonumber(ARGV[12])
 local use_within = tonumber(ARGV[13])
 
+-- Numbers go to Redis through string.format('%d'): a Lua number given to
+-- redis.call is formatted as a double, which costs Redis more.
+local fmt = string.format
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(now_us / 1000)
 
 -- The sum and the bounds of the counters are kept in the hash, so that a
--- call reads four fields instead of every counter (a hot key holds about
+-- call reads one field instead of every counter (a hot key holds about
 -- 40; reading and parsing them cost Redis more than the rest of the
 -- script: BenchmarkRedisHotKeyGrant). The counters are read only to drop
 -- the dead ones (when the oldest has left the window: once per sub-window),
 -- to find a bound a return or a move removed, to list them when refusing,
 -- and when the sum is missing (a new key, or one an older script wrote).
-local st = redis.call('HMGET', key, 't', 'n', 'lo', 'hi')
-local last = tonumber(st[1])
+local st = redis.call('HGET', key, 't')
+local last, n, lo, hi
+if st then
+  local a, b, c, d = string.match(st, '^(%d+) (%d+) (%d+) (%d+)$')
+  if a then
+    last, n, lo, hi = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
+  else
+    last = tonumber(st)
+  end
+end
 if last and last > now then now = last end
 local horizon = now - window -- a counter at E is live while E > horizon
-local n, lo, hi = tonumber(st[2]), tonumber(st[3]), tonumber(st[4])
 if n and n <= 0 then n, lo, hi = 0, nil, nil end
-local meta = {t = true, n = true, lo = true, hi = true}
 -- lost_lo and lost_hi: a return or a move emptied the counter at that
 -- bound; a later count at or beyond it is the bound again, else a scan
 -- finds it.
@@ -100,7 +110,7 @@ local function scan(list)
   n, lo, hi, lost_lo, lost_hi = 0, nil, nil, false, false
   for i = 1, #raw, 2 do
     local f = raw[i]
-    if not meta[f] then
+    if f ~= 't' then
       local e, c = tonumber(f), tonumber(raw[i + 1])
       if e and c and e > horizon then
         n = n + c
@@ -119,7 +129,7 @@ if n and n > 0 and hi and hi <= horizon then
   -- hash holds nothing else worth reading, and is written anew below.
   redis.call('DEL', key)
   n, lo, hi = 0, nil, nil
-elseif not n and not last then
+elseif not st then
   n = 0 -- no key: every script writes "t"
 elseif not n or (n > 0 and not (lo and hi and lo > horizon)) then
   scan()
@@ -130,15 +140,20 @@ end
 -- the sum in one HSET instead of an HINCRBY each (BenchmarkRedisSpreadKeysGrant);
 -- a scan writes them first.
 local fresh = {}
+-- fresh_args appends the pairs of fresh to args, as strings.
+local function fresh_args(args)
+  for i = 1, #fresh do args[#args + 1] = fmt('%d', fresh[i]) end
+  return args
+end
 local function flush()
   if #fresh > 0 then
-    redis.call('HSET', key, unpack(fresh))
+    redis.call('HSET', key, unpack(fresh_args({})))
     fresh = {}
   end
 end
 local function count(e, c)
   if n > 0 and #fresh == 0 then
-    redis.call('HINCRBY', key, e, c)
+    redis.call('HINCRBY', key, fmt('%d', e), fmt('%d', c))
   else
     local i = 1
     while fresh[i] and fresh[i] ~= e do i = i + 2 end
@@ -166,7 +181,7 @@ if ret > 0 or moved > 0 then
       if from == lo then lost_lo = true end
       if from == hi then lost_hi = true end
     elseif r + m > 0 then
-      redis.call('HINCRBY', key, ARGV[8], -(r + m))
+      redis.call('HINCRBY', key, ARGV[8], fmt('%d', -(r + m)))
     end
     n = n - (r + m)
     if n <= 0 then n, lost_lo, lost_hi = 0, false, false end
@@ -231,14 +246,14 @@ local reset, free = 0, 0
 if n > 0 then
   reset = hi + window - now
   free = lo + window - now
-  redis.call('HSET', key, 't', now, 'n', n, 'lo', lo, 'hi', hi, unpack(fresh))
+  redis.call('HSET', key, unpack(fresh_args({'t', fmt('%d %d %d %d', now, n, lo, hi)})))
 else
-  redis.call('HSET', key, 't', now, 'n', 0, 'lo', 0, 'hi', 0)
+  redis.call('HSET', key, 't', fmt('%d 0 0 0', now))
 end
 local remaining = limit - used
 if remaining < 0 then remaining = 0 end
 
 local keep = reset
 if keep < window then keep = window end
-redis.call('PEXPIRE', key, keep + 1000)
+redis.call('PEXPIRE', key, fmt('%d', keep + 1000))
 return {granted, remaining, retry, reset, status, ref, now_us, used_ref, free}
