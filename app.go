@@ -21,6 +21,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/catalogsync"
+	"github.com/sentinel-gateway/sentinel/limit/limitconf"
 	"github.com/sentinel-gateway/sentinel/limit/resets"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 	"github.com/sentinel-gateway/sentinel/proxy"
@@ -60,7 +61,7 @@ type app struct {
 	// onStoreFailure is limits.on_store_failure as /readyz reads it, set
 	// at start and by every reload that changes the limits (readiness
 	// probes do not wait for a reload's lock).
-	onStoreFailure atomic.Pointer[limit.FailurePolicy]
+	onStoreFailure atomic.Pointer[limitconf.FailurePolicy]
 }
 
 // build wires the parts; nothing listens or runs in the background yet. On
@@ -354,7 +355,7 @@ func (a *app) ready(ctx context.Context) (bool, string) {
 	switch {
 	case err == nil:
 		return true, "store " + a.storeName + " answers"
-	case onFailure == limit.FailClosed:
+	case onFailure == limitconf.FailClosed:
 		return false, fmt.Sprintf("store %s does not answer (%v) and limits.on_store_failure is closed", a.storeName, err)
 	default:
 		return true, fmt.Sprintf("store %s does not answer (%v); deciding per limits.on_store_failure: %v",

@@ -17,6 +17,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/internal/spans"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/limitconf"
 	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 	"github.com/sentinel-gateway/sentinel/limit/store"
@@ -391,7 +392,7 @@ func multiPodUnder(t *testing.T, addrs []string, duration time.Duration, slowPod
 
 func TestLimiterStoreFailure(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, fp := range []FailurePolicy{FailLocal, FailOpen, FailClosed} {
+	for _, fp := range []limitconf.FailurePolicy{limitconf.FailLocal, limitconf.FailOpen, limitconf.FailClosed} {
 		policy := fp.String()
 		t.Run(policy, func(t *testing.T) {
 			st := newRedisStore(t, srv.Addr)
@@ -425,12 +426,12 @@ func TestLimiterStoreFailure(t *testing.T) {
 				}
 			}
 			switch fp {
-			case FailLocal:
+			case limitconf.FailLocal:
 				assert.Equal(t, 5, allowed, "each of 2 pods enforces half of the limit")
 				assert.Zero(t, unavailable)
-			case FailOpen:
+			case limitconf.FailOpen:
 				assert.Equal(t, 20, allowed)
-			case FailClosed:
+			case limitconf.FailClosed:
 				assert.Zero(t, allowed)
 				assert.Equal(t, 20, unavailable)
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/limitconf"
 	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 	"github.com/sentinel-gateway/sentinel/limit/store"
@@ -92,7 +93,7 @@ func policiesOn(t *testing.T, addrs []string) {
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
 	st := store.NewRedisStore(cl, store.RedisStoreOptions{KeyPrefix: "pol"})
-	cfg := testLimitsConfig(func(c *Config) { c.IP, c.IPScope = 1000, IPScopeAnonymous })
+	cfg := testLimitsConfig(func(c *Config) { c.IP, c.IPScope = 1000, limitconf.IPScopeAnonymous })
 	bids := bidsPolicy(10, 25)
 	bids.Limits[0].Window = confutil.Duration(200 * time.Millisecond)
 	no := false

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/limitconf"
 	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
@@ -104,7 +105,7 @@ func TestPolicyTwoLimitsAllOrNothing(t *testing.T) {
 // TestIPScopeAnonymous: limits.ip_scope anonymous leaves requests with a
 // known API key to their key and tenant limits.
 func TestIPScopeAnonymous(t *testing.T) {
-	for _, scope := range []string{IPScopeAll, IPScopeAnonymous} {
+	for _, scope := range []string{limitconf.IPScopeAll, limitconf.IPScopeAnonymous} {
 		cfg := testLimitsConfig(func(c *Config) { c.IP, c.IPScope = 2, scope })
 		l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: testCatalog(t)})
 		ctx := context.Background()
@@ -123,7 +124,7 @@ func TestIPScopeAnonymous(t *testing.T) {
 			}
 		}
 		assert.Equal(t, 2, anonPassed, "%s: an anonymous client is held by its IP", scope)
-		if scope == IPScopeAll {
+		if scope == limitconf.IPScopeAll {
 			assert.Equal(t, 2, passed, "all: the IP limit holds a known client too")
 		} else {
 			assert.Equal(t, 5, passed, "anonymous: a known client is not held by its IP")

@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/sentinel-gateway/sentinel/limit/limitconf"
 	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
@@ -118,7 +119,7 @@ func scaleParams(p store.Params, mult float64) store.Params {
 // ipApplies reports whether limits.ip applies to req (limits.ip_scope).
 func (l *Limiter) ipApplies(req *Request) bool {
 	return l.cfg.IP > 0 && len(req.IP) > 0 &&
-		(l.cfg.IPScope != IPScopeAnonymous || req.Tenant == "" && len(req.APIKey) == 0)
+		(l.cfg.IPScope != limitconf.IPScopeAnonymous || req.Tenant == "" && len(req.APIKey) == 0)
 }
 
 // baseSpec makes s a limit of the base configuration (tenant, API key, IP)
