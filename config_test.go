@@ -222,12 +222,14 @@ rules:
 // its SENTINEL_ variable, whether the decoder or a section's Validate refuses it.
 func TestEnvErrorsNameTheVariable(t *testing.T) {
 	for env, want := range map[string]string{
-		"SENTINEL_SERVER_LISTEN=bad":             `server.listen: "bad" is not host:port (from SENTINEL_SERVER_LISTEN)`,
-		"SENTINEL_REDIS_ADDRS=r1:6379,nope::":    `redis.addrs[1]: "nope::" is not host:port (from SENTINEL_REDIS_ADDRS)`,
-		"SENTINEL_UPSTREAMS_API_TARGETS=ftp://x": `upstreams.api.targets[0]: "ftp://x" is not an http(s) URL (from SENTINEL_UPSTREAMS_API_TARGETS)`,
-		"SENTINEL_LIMITS_ON_STORE_FAILURE=maybe": `limits.on_store_failure: "maybe" is not one of local, open, closed (from SENTINEL_LIMITS_ON_STORE_FAILURE)`,
-		"SENTINEL_LOG_LEVEL=loud":                `log.level: "loud" is not one of debug, info, warn, error (from SENTINEL_LOG_LEVEL)`,
-		"SENTINEL_LIMITS_TENANT=2.5":             "limits.tenant: `2.5` is not a whole number, e.g. 100 (from SENTINEL_LIMITS_TENANT)",
+		"SENTINEL_SERVER_LISTEN=bad":                `server.listen: "bad" is not host:port (from SENTINEL_SERVER_LISTEN)`,
+		"SENTINEL_REDIS_ADDRS=r1:6379,nope::":       `redis.addrs[1]: "nope::" is not host:port (from SENTINEL_REDIS_ADDRS)`,
+		"SENTINEL_UPSTREAMS_API_TARGETS=ftp://x":    `upstreams.api.targets[0]: "ftp://x" is not an http(s) URL (from SENTINEL_UPSTREAMS_API_TARGETS)`,
+		"SENTINEL_LIMITS_ON_STORE_FAILURE=maybe":    `limits.on_store_failure: "maybe" is not one of local, open, closed (from SENTINEL_LIMITS_ON_STORE_FAILURE)`,
+		"SENTINEL_LIMITS_QUOTA_TIME_ZONE=Mars/Base": `limits.quota_time_zone: "Mars/Base" is not a time zone such as UTC or Europe/Paris (from SENTINEL_LIMITS_QUOTA_TIME_ZONE)`,
+		"SENTINEL_LIMITS_IP_SCOPE=some":             `limits.ip_scope: "some" is not one of all, anonymous (from SENTINEL_LIMITS_IP_SCOPE)`,
+		"SENTINEL_LOG_LEVEL=loud":                   `log.level: "loud" is not one of debug, info, warn, error (from SENTINEL_LOG_LEVEL)`,
+		"SENTINEL_LIMITS_TENANT=2.5":                "limits.tenant: `2.5` is not a whole number, e.g. 100 (from SENTINEL_LIMITS_TENANT)",
 	} {
 		_, err := loadConfig("testdata/config/good_minimal.yaml", []string{env})
 		require.Error(t, err, env)

@@ -105,7 +105,7 @@ func TestPolicyTwoLimitsAllOrNothing(t *testing.T) {
 // TestIPScopeAnonymous: limits.ip_scope anonymous leaves requests with a
 // known API key to their key and tenant limits.
 func TestIPScopeAnonymous(t *testing.T) {
-	for _, scope := range []string{limitconf.IPScopeAll, limitconf.IPScopeAnonymous} {
+	for _, scope := range []limitconf.IPScope{limitconf.IPScopeAll, limitconf.IPScopeAnonymous} {
 		cfg := testLimitsConfig(func(c *Config) { c.IP, c.IPScope = 2, scope })
 		l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: testCatalog(t)})
 		ctx := context.Background()

@@ -76,10 +76,10 @@ type Config struct {
 	// every request, as a client IP is the one identity every request
 	// has) or anonymous (only requests without a known API key, whose
 	// budgets are their key's and tenant's).
-	IPScope string `mapstructure:"ip_scope"`
+	IPScope IPScope `mapstructure:"ip_scope"`
 	// QuotaTimeZone is the time zone of the calendar quotas' periods (a
 	// name of the IANA database such as Europe/Paris). Default UTC.
-	QuotaTimeZone string `mapstructure:"quota_time_zone"`
+	QuotaTimeZone confutil.Location `mapstructure:"quota_time_zone"`
 	// LocalFastPath lets a pod lease several permits at once and approve
 	// from them locally. false: every decision asks the store (lease size 1).
 	// Default true.
@@ -135,7 +135,6 @@ func (c *Config) SetDefaults() {
 	confutil.SetDefault(&c.Algorithm, store.SlidingWindow)
 	confutil.SetDefault(&c.Window, time.Second)
 	confutil.SetDefault(&c.IPScope, IPScopeAll)
-	confutil.SetDefault(&c.QuotaTimeZone, "UTC")
 	if c.LocalFastPath == nil {
 		t := true
 		c.LocalFastPath = &t
@@ -178,21 +177,30 @@ func (c *Config) IDWindow() time.Duration {
 	return c.RequestIDWindow
 }
 
+// IPScope is limits.ip_scope: which requests the IP limit applies to. It
+// decodes from its name.
+type IPScope string
+
 // Values of limits.ip_scope.
 const (
-	IPScopeAll       = "all"
-	IPScopeAnonymous = "anonymous"
+	IPScopeAll       IPScope = "all"
+	IPScopeAnonymous IPScope = "anonymous"
 )
 
+// ParseIPScope returns the value of a name of limits.ip_scope.
+func ParseIPScope(name string) (IPScope, error) {
+	return confutil.OneOf(name, IPScopeAll, IPScopeAnonymous)
+}
+
+// UnmarshalText parses a name; empty text leaves the default.
+func (s *IPScope) UnmarshalText(text []byte) error {
+	return confutil.UnmarshalName(s, text, ParseIPScope)
+}
+
 // PolicyDefaults are what the section gives the policies: the default
-// algorithm and window, and the quotas' time zone (UTC when it does not
-// load: Validate refuses it).
+// algorithm and window, and the quotas' time zone.
 func (c *Config) PolicyDefaults() policy.Defaults {
-	zone, err := time.LoadLocation(c.QuotaTimeZone)
-	if err != nil || c.QuotaTimeZone == "" {
-		zone = time.UTC
-	}
-	return policy.Defaults{Algorithm: c.Algorithm, Window: c.Window, Zone: zone}
+	return policy.Defaults{Algorithm: c.Algorithm, Window: c.Window, Zone: c.QuotaTimeZone.Location()}
 }
 
 // FastPath reports whether local leases are on (local_fast_path).
@@ -209,11 +217,8 @@ func (c *Config) Validate() error {
 	if _, err := ParseFailurePolicy(c.OnStoreFailure.String()); err != nil {
 		errs = append(errs, &catalog.ValidationError{Field: "limits.on_store_failure", Msg: err.Error()})
 	}
-	if c.IPScope != IPScopeAll && c.IPScope != IPScopeAnonymous {
-		errs = append(errs, &catalog.ValidationError{Field: "limits.ip_scope", Msg: fmt.Sprintf("%q is not one of all, anonymous", c.IPScope)})
-	}
-	if _, err := time.LoadLocation(c.QuotaTimeZone); err != nil {
-		errs = append(errs, &catalog.ValidationError{Field: "limits.quota_time_zone", Msg: fmt.Sprintf("%q is not a time zone such as UTC or Europe/Paris", c.QuotaTimeZone)})
+	if _, err := ParseIPScope(string(c.IPScope)); err != nil {
+		errs = append(errs, &catalog.ValidationError{Field: "limits.ip_scope", Msg: err.Error()})
 	}
 	checks := []struct {
 		key string
