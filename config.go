@@ -272,14 +272,13 @@ func (c *Config) setDefaultsAndValidate() error {
 	)
 }
 
-// validatePolicies checks the policies by compiling them, when the limits
-// section they take their defaults from is valid (limitsOK).
+// validatePolicies checks the policies, when the limits section they take
+// their defaults from is valid (limitsOK).
 func (c *Config) validatePolicies(limitsOK bool) error {
 	if !limitsOK {
 		return nil
 	}
-	_, err := policy.Compile(c.Policies, c.Limits.PolicyDefaults())
-	return err
+	return policy.Check(c.Policies, c.Limits.PolicyDefaults())
 }
 
 // validateCatalog checks tenants and rules as the catalog that build makes

@@ -12,7 +12,6 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -132,12 +131,8 @@ func (a *app) apply(next *Config, applied []string) error {
 // applyLimits switches to a new limiter and catalog base for next's limits,
 // policies, tenants and rules.
 func (a *app) applyLimits(next *Config) error {
-	// The file's policies are checked before anything changes; the sync
-	// applies them below, under the API's, and every limiter reads them
-	// from the sync.
-	if _, err := policy.Compile(next.Policies, next.Limits.PolicyDefaults()); err != nil {
-		return err
-	}
+	// next's policies were checked when it loaded; the sync applies them
+	// below, under the API's, and every limiter reads them from the sync.
 	// A new limiter starts without the old one's local buckets and cached
 	// refusals, so that a changed limit or rule applies to the next
 	// request; the store keeps the counts.

@@ -99,7 +99,7 @@ func (s *Sync) PolicySet() *policy.Set { return s.pol.live.Set() }
 // the file's of the same name. Errors name the file's key
 // (policies[1].limits[0].period); nothing changes then.
 func (s *Sync) SetPolicyBase(policies []policy.Config, def policy.Defaults) error {
-	if _, err := policy.Compile(policies, def); err != nil {
+	if err := policy.Check(policies, def); err != nil {
 		return err
 	}
 	s.mu.Lock()

@@ -127,10 +127,11 @@ func (ps *Set) For(resource string) (named, any []*Compiled) {
 	return ps.byResource[resource], ps.anyResource
 }
 
-// Compile validates and compiles the `policies` section. Errors
-// name the YAML key (policies[0].limits[1].period), one line per bad key.
-func Compile(policies []Config, def Defaults) (*Set, error) {
-	ps := &Set{byResource: map[string][]*Compiled{}}
+// Check validates the `policies` section without compiling it: compiling
+// registers each limit's metric series, which a check must not leave
+// behind. Errors name the YAML key (policies[0].limits[1].period), one line
+// per bad key.
+func Check(policies []Config, def Defaults) error {
 	var errs []error
 	names := map[string]int{}
 	for i := range policies {
@@ -145,7 +146,20 @@ func Compile(policies []Config, def Defaults) (*Set, error) {
 			continue
 		}
 		names[p.Name] = i
-		cp := compile(p, def)
+	}
+	return errors.Join(errs...)
+}
+
+// Compile checks and compiles the `policies` section, with Check's errors.
+// It checks what it compiles because its input is the file's policies
+// merged with the API's, a list no single check has seen.
+func Compile(policies []Config, def Defaults) (*Set, error) {
+	if err := Check(policies, def); err != nil {
+		return nil, err
+	}
+	ps := &Set{byResource: map[string][]*Compiled{}}
+	for i := range policies {
+		cp := compile(&policies[i], def)
 		for _, label := range cp.Labels {
 			cp.Counters = append(cp.Counters, policyCounters(cp.Name, label, i))
 		}
@@ -156,9 +170,6 @@ func Compile(policies []Config, def Defaults) (*Set, error) {
 		for r := range cp.resources {
 			ps.byResource[r] = append(ps.byResource[r], cp)
 		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
 	}
 	return ps, nil
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -122,4 +123,22 @@ func TestPolicyValidationNamesTheKey(t *testing.T) {
 	} {
 		assert.Contains(t, err.Error(), want)
 	}
+}
+
+// TestCheckCompilesNothing: checking a section registers none of its
+// metric series, which only the policies that apply may have; Compile
+// registers them.
+func TestCheckCompilesNothing(t *testing.T) {
+	policies := []Config{{Name: "checked-only", Key: []string{"ip"}, Limits: []Limit{{Limit: 5}}}}
+	def := Defaults{Algorithm: store.SlidingWindow, Window: time.Second}
+	series := func() string {
+		var b strings.Builder
+		metrics.WritePrometheus(&b, false)
+		return b.String()
+	}
+	require.NoError(t, Check(policies, def))
+	assert.NotContains(t, series(), `policy="checked-only"`)
+	_, err := Compile(policies, def)
+	require.NoError(t, err)
+	assert.Contains(t, series(), `policy="checked-only"`)
 }
