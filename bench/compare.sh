@@ -178,7 +178,7 @@ done
 
 {
   refs=$(nginx -v 2>&1 | cut -d' ' -f3)
-  [ -z "$haproxy" ] || refs="$refs and HAProxy $(haproxy -v | head -1 | cut -d' ' -f3)"
+  [ -z "$haproxy" ] || refs="$refs and HAProxy $(haproxy -v | awk 'NR == 1 {print $3}')"
   echo "## bench-compare: Sentinel $(git describe --tags --always --dirty 2>/dev/null) vs $refs"
   echo
   echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr), $(go version | cut -d' ' -f3)."
