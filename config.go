@@ -77,6 +77,7 @@ func loadConfig(path string, environ []string) (*Config, error) {
 	bad := map[string]bool{}
 	if err != nil {
 		lines, bad = decodeMessages(err, fromEnv)
+		namePolicies(lines, v)
 		md = unusedDespiteErrors(v)
 	}
 	lines = append(lines, unknownKeys(&md, bad)...)

@@ -176,6 +176,26 @@ func decodeMessages(err error, fromEnv map[string]string) ([]string, map[string]
 	return lines, keys
 }
 
+// namePolicies puts the policy's name in each line about a key inside a
+// policy (policies[0].limits[1].period: policy "bids": ...), as
+// policy.Validate does for the keys it checks: a file's policies are found by
+// name more easily than by index, whether the decoder or Validate refuses
+// the value.
+func namePolicies(lines []string, v *viper.Viper) {
+	policies, _ := v.Get("policies").([]any)
+	for i, line := range lines {
+		var n int
+		key, msg, ok := strings.Cut(line, ": ")
+		if _, err := fmt.Sscanf(key, "policies[%d].", &n); !ok || err != nil || n < 0 || n >= len(policies) {
+			continue
+		}
+		entry, _ := policies[n].(map[string]any)
+		if name, _ := entry["name"].(string); name != "" {
+			lines[i] = fmt.Sprintf("%s: policy %q: %s", key, name, msg)
+		}
+	}
+}
+
 // describe says what is wrong with a value and what is allowed.
 func describe(err error) string {
 	var pe *mapstructure.ParseError

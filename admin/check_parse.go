@@ -347,6 +347,9 @@ func jsonFieldError(err error) *catalog.ValidationError {
 		if typ.Field == "" {
 			return badField("body", "want a JSON object, got "+typ.Value)
 		}
+		// A list that names its entries' index (policy.Limits) gets its
+		// own name put before it with a dot: limits.[1].period.
+		typ.Field = strings.ReplaceAll(typ.Field, ".[", "[")
 		want := jsonTypeName(typ.Type.Kind().String())
 		switch {
 		case typ.Type == reflect.TypeFor[confutil.Duration]():

@@ -106,7 +106,7 @@ func TestPoliciesAPIBadInput(t *testing.T) {
 			"limits[1].period", `"fortnight" is not one of hour, day, week, month, year`},
 		{"/v1/policies/p", `{"key":["colour"],"limits":[{"limit":5}]}`, "key[0]", `"colour" is not one of ip`},
 		{"/v1/policies/p", `{"key":["ip"]}`, "limits", "required"},
-		{"/v1/policies/p", `{"key":["ip"],"limits":[{"limit":5,"window":"soon"}]}`, "limits.window", "want a duration"},
+		{"/v1/policies/p", `{"key":["ip"],"limits":[{"limit":5,"window":"soon"}]}`, "limits[0].window", "want a duration"},
 		{"/v1/policies/p", `{"key":["ip"],"limits":[{"limit":5}],"colour":1}`, "colour", "unknown field"},
 		{"/v1/policies/p", `{"name":"q","key":["ip"],"limits":[{"limit":5}]}`, "name", "must match the path"},
 		{"/v1/policies/a:b", `{"key":["ip"],"limits":[{"limit":5}]}`, "name", "may only contain"},

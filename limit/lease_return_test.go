@@ -37,7 +37,7 @@ func TestNeverRefusedUnderTheLimit(t *testing.T) {
 		neverRefused(t, srv, store.SlidingWindow, limit, window, run, &policy.Limit{Limit: limit, Window: confutil.Duration(window)})
 	})
 	t.Run("quota", func(t *testing.T) {
-		neverRefused(t, srv, store.SlidingWindow, limit, run, run, &policy.Limit{Limit: limit, Period: "year"})
+		neverRefused(t, srv, store.SlidingWindow, limit, run, run, &policy.Limit{Limit: limit, Period: store.Year})
 	})
 }
 

@@ -55,7 +55,7 @@ func TestPolicyFastPathAllocatesNothing(t *testing.T) {
 	ps := withPolicies(t, cfg,
 		policy.Config{Name: "per-user", Match: policy.Match{Methods: []string{"POST"}, Headers: map[string]string{"X-Env": "prod"}},
 			Key: []string{"header:X-User-Id"}, Limits: []policy.Limit{{Limit: big, Window: confutil.Duration(time.Hour)}}},
-		policy.Config{Name: "tenant-day", Key: []string{"tenant", "resource"}, Limits: []policy.Limit{{Limit: big, Period: "day"}}},
+		policy.Config{Name: "tenant-day", Key: []string{"tenant", "resource"}, Limits: []policy.Limit{{Limit: big, Period: store.Day}}},
 		policy.Config{Name: "subnet", Key: []string{"ip/24"}, Limits: []policy.Limit{{Limit: big, Window: confutil.Duration(time.Hour)}},
 			Unlimited: policy.Unlimited{Values: []string{"10.9.9.0/24"}, CIDRs: []string{"10.20.0.0/16"}}},
 	)

@@ -34,7 +34,7 @@ func quotaThreePods(t *testing.T, addrs []string) {
 	const quota = 200
 	cfg := testLimitsConfig(func(c *Config) { c.StoreTimeout = 100 * time.Millisecond })
 	ps := withPolicies(t, cfg, policy.Config{Name: "yearly", Key: []string{"header:X-User-Id"},
-		Limits: []policy.Limit{{Limit: 1000, Window: confutil.Duration(time.Second)}, {Limit: quota, Period: "year"}}})
+		Limits: []policy.Limit{{Limit: 1000, Window: confutil.Duration(time.Second)}, {Limit: quota, Period: store.Year}}})
 	var pods []*Limiter
 	for range 3 {
 		cl, err := store.NewRedisClient(store.RedisConfig{Addrs: addrs})

@@ -58,7 +58,7 @@ func bidsPolicy(perSecond, perDay int64) policy.Config {
 		Key:   []string{"header:X-User-Id"},
 		Limits: []policy.Limit{
 			{Limit: perSecond, Window: confutil.Duration(time.Second)},
-			{Limit: perDay, Period: "day"},
+			{Limit: perDay, Period: store.Day},
 		},
 		Unlimited: policy.Unlimited{Values: []string{"monitoring-bot"}},
 	}

@@ -57,7 +57,7 @@ func inProcessLimiter(tb testing.TB, cat *catalog.Catalog) *limit.Limiter {
 		{Name: "per-user", Match: policy.Match{Methods: []string{"GET"}, Headers: map[string]string{"X-Env": "prod"}},
 			Key: []string{"header:X-User-Id"}, Limits: []policy.Limit{{Limit: big, Window: hour}}},
 		{Name: "tenant-day", Match: policy.Match{Resources: []string{"api"}}, Key: []string{"tenant", "query:id"},
-			Limits: []policy.Limit{{Limit: big, Period: "day"}}},
+			Limits: []policy.Limit{{Limit: big, Period: store.Day}}},
 		{Name: "subnet", Key: []string{"ip/24", "method"}, Limits: []policy.Limit{{Limit: big, Window: hour}}},
 	}, cfg.PolicyDefaults())
 	require.NoError(tb, err)

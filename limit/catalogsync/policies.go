@@ -179,16 +179,12 @@ func pinDefaults(p policy.Config, def policy.Defaults) policy.Config {
 	p.Limits = slices.Clone(p.Limits)
 	for i := range p.Limits {
 		l := &p.Limits[i]
-		if l.Period != "" {
+		if l.Period != store.NoPeriod {
 			continue
 		}
-		alg := def.Algorithm
-		if l.Algorithm != "" {
-			alg, _ = store.ParseAlgorithm(l.Algorithm) // validated
-		}
-		r := catalog.Rule{Algorithm: alg, Window: l.Window}
+		r := catalog.Rule{Algorithm: l.Algorithm, Window: l.Window}
 		r.SetDefaults(def.Algorithm, def.Window)
-		l.Algorithm, l.Window = r.Algorithm.String(), r.Window
+		l.Algorithm, l.Window = r.Algorithm, r.Window
 	}
 	return p
 }

@@ -53,7 +53,7 @@ func TestPoliciesAcrossPods(t *testing.T) {
 	ctx := context.Background()
 
 	// A write through A reaches B within a second, reading that entry only.
-	p := policy.Config{Name: "daily", Key: []string{"tenant"}, Limits: []policy.Limit{{Limit: 500, Period: "day"}}}
+	p := policy.Config{Name: "daily", Key: []string{"tenant"}, Limits: []policy.Limit{{Limit: 500, Period: store.Day}}}
 	read := syncEntriesRead.Get()
 	start := time.Now()
 	created, err := a.PutPolicy(ctx, p)

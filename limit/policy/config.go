@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -32,7 +34,7 @@ type Config struct {
 	// Key lists the attributes whose values make one budget (see
 	// ParseKeyAttr). A request without one of them is not counted.
 	Key    []string `mapstructure:"key" json:"key"`
-	Limits []Limit  `mapstructure:"limits" json:"limits"`
+	Limits Limits   `mapstructure:"limits" json:"limits"`
 	// PlanMultiplier multiplies the limits by the plan's multiplier. nil:
 	// true when Key includes tenant or api_key, else false.
 	PlanMultiplier *bool `mapstructure:"plan_multiplier" json:"plan_multiplier,omitempty"`
@@ -64,12 +66,43 @@ type Limit struct {
 	// Window is a sliding limit's window (default limits.window).
 	Window confutil.Duration `mapstructure:"window" json:"window,omitempty"`
 	// Period makes the limit a calendar quota: hour, day, week, month, year.
-	Period string `mapstructure:"period" json:"period,omitempty"`
-	// Algorithm defaults to limits.algorithm; with Period it is quota.
-	Algorithm string `mapstructure:"algorithm" json:"algorithm,omitempty"`
+	Period store.Period `mapstructure:"period" json:"period,omitempty"`
+	// Algorithm defaults to limits.algorithm; a Period makes the limit a
+	// quota, which no algorithm name gives.
+	Algorithm store.Algorithm `mapstructure:"algorithm" json:"algorithm,omitempty"`
 	// Capacity and RefillRate (permits per second) make a token bucket.
 	Capacity   int64   `mapstructure:"capacity" json:"capacity,omitempty"`
 	RefillRate float64 `mapstructure:"refill_rate" json:"refill_rate,omitempty"`
+}
+
+// Limits are a policy's limits. From JSON they decode one by one, so that a
+// value that does not decode is named with its index (limits[1].period), as
+// Validate names it: encoding/json names a field by its path without the
+// indexes of the lists on it.
+type Limits []Limit
+
+// UnmarshalJSON decodes a JSON array of limits; unknown fields are errors,
+// as they are in the rest of a policy.
+func (ls *Limits) UnmarshalJSON(b []byte) error {
+	var raw []json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil || raw == nil {
+		return err
+	}
+	out := make(Limits, len(raw))
+	for i, r := range raw {
+		dec := json.NewDecoder(bytes.NewReader(r))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&out[i]); err != nil {
+			var typ *json.UnmarshalTypeError
+			if errors.As(err, &typ) {
+				// The caller's decoder puts "limits." before it.
+				typ.Field = fmt.Sprintf("[%d].%s", i, typ.Field)
+			}
+			return err
+		}
+	}
+	*ls = out
+	return nil
 }
 
 // Unlimited exempts requests from a policy: they are never counted
@@ -81,9 +114,6 @@ type Unlimited struct {
 	// CIDRs exempt client IPs.
 	CIDRs []string `mapstructure:"cidrs" json:"cidrs,omitempty"`
 }
-
-// quotaAlgorithm is the algorithm name of a limit with a period.
-const quotaAlgorithm = "quota"
 
 // Defaults are what the limits section gives the policies.
 type Defaults struct {
@@ -172,30 +202,24 @@ func (p *Config) validateMatch(bad func(k, msg string)) {
 }
 
 // rule is l, a limit without a period, as a rule with the defaults
-// applied; a bad algorithm name is the error.
-func (l *Limit) rule(def Defaults) (catalog.Rule, *catalog.ValidationError) {
-	r := catalog.Rule{Limit: l.Limit, Window: l.Window, Capacity: l.Capacity, RefillRate: l.RefillRate}
-	if l.Algorithm != "" {
-		alg, err := store.ParseAlgorithm(l.Algorithm)
-		if err != nil {
-			return r, &catalog.ValidationError{Field: "algorithm", Msg: err.Error()}
-		}
-		r.Algorithm = alg
-	}
+// applied.
+func (l *Limit) rule(def Defaults) catalog.Rule {
+	r := catalog.Rule{Algorithm: l.Algorithm, Limit: l.Limit, Window: l.Window, Capacity: l.Capacity, RefillRate: l.RefillRate}
 	r.SetDefaults(def.Algorithm, def.Window)
-	return r, nil
+	return r
 }
 
 // validate returns what is wrong with l, each error naming its key
 // within the limit (limit, window, period, ...).
 func (l *Limit) validate(def Defaults) []*catalog.ValidationError {
-	if l.Period != "" {
+	if l.Period != store.NoPeriod {
 		var errs []*catalog.ValidationError
 		bad := func(k, msg string) { errs = append(errs, &catalog.ValidationError{Field: k, Msg: msg}) }
-		if l.Algorithm != "" && l.Algorithm != quotaAlgorithm {
+		if l.Algorithm != 0 {
 			bad("algorithm", fmt.Sprintf("a period makes a calendar quota: algorithm %q does not apply", l.Algorithm))
 		}
-		if _, err := store.ParsePeriod(l.Period); err != nil {
+		// A period set in Go was not decoded: the parser checks it.
+		if _, err := store.ParsePeriod(l.Period.String()); err != nil {
 			bad("period", err.Error())
 		}
 		if l.Window != 0 || l.Capacity != 0 || l.RefillRate != 0 {
@@ -206,10 +230,7 @@ func (l *Limit) validate(def Defaults) []*catalog.ValidationError {
 		}
 		return errs
 	}
-	r, ve := l.rule(def)
-	if ve != nil {
-		return []*catalog.ValidationError{ve}
-	}
+	r := l.rule(def)
 	r.Tenant, r.Resource = "policy", "policy" // names are the policy's to check
 	var errs []*catalog.ValidationError
 	if err := r.Validate(""); err != nil {
@@ -225,11 +246,10 @@ func (l *Limit) validate(def Defaults) []*catalog.ValidationError {
 
 // Params returns the store parameters of a valid limit.
 func (l *Limit) Params(def Defaults) store.Params {
-	if l.Period != "" {
-		per, _ := store.ParsePeriod(l.Period)
-		return store.Params{Algorithm: store.Quota, Limit: l.Limit, Period: per, Zone: def.Zone}
+	if l.Period != store.NoPeriod {
+		return store.Params{Algorithm: store.Quota, Limit: l.Limit, Period: l.Period, Zone: def.Zone}
 	}
-	r, _ := l.rule(def)
+	r := l.rule(def)
 	return r.Params()
 }
 

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ func bidsPolicy() Config {
 		Key:   []string{"header:X-User-Id"},
 		Limits: []Limit{
 			{Limit: 10, Window: confutil.Duration(time.Second)},
-			{Limit: 2000, Period: "day"},
+			{Limit: 2000, Period: store.Day},
 		},
 		Unlimited: Unlimited{Values: []string{"monitoring-bot"}, CIDRs: []string{"10.20.0.0/16"}},
 	}
@@ -106,7 +107,7 @@ func TestPolicyValidationNamesTheKey(t *testing.T) {
 	_, err := Compile([]Config{
 		{Name: "a", Key: []string{"cookie"}, Limits: []Limit{{Limit: 1}}},
 		{Name: "b", Key: []string{"ip"}, Limits: []Limit{{Limit: 1}, {Limit: 2}}},
-		{Name: "c", Key: []string{"ip"}, Limits: []Limit{{Limit: 1, Period: "day", Algorithm: "token_bucket"}}},
+		{Name: "c", Key: []string{"ip"}, Limits: []Limit{{Limit: 1, Period: store.Day, Algorithm: store.TokenBucket}}},
 		{Name: "d", Key: []string{"ip"}},
 		{Name: "e", Key: []string{"ip"}, Limits: []Limit{{Limit: 1}}, Unlimited: Unlimited{CIDRs: []string{"10/8"}}},
 		{Name: "f", Key: []string{"ip/129"}, Limits: []Limit{{Limit: 0}}},
@@ -141,4 +142,17 @@ func TestCheckCompilesNothing(t *testing.T) {
 	_, err := Compile(policies, def)
 	require.NoError(t, err)
 	assert.Contains(t, series(), `policy="checked-only"`)
+}
+
+// TestLimitsDecodeJSON: limits decode from JSON through their enums'
+// parsers (a period makes a quota; no algorithm name does), a bad value
+// names its index, and an unknown field is refused.
+func TestLimitsDecodeJSON(t *testing.T) {
+	var p Config
+	require.NoError(t, json.Unmarshal([]byte(`{"limits":[{"limit":5,"algorithm":"sliding_log"},{"limit":9,"period":"week"}]}`), &p))
+	assert.Equal(t, Limits{{Limit: 5, Algorithm: store.SlidingLog}, {Limit: 9, Period: store.Week}}, p.Limits)
+	var typ *json.UnmarshalTypeError
+	require.ErrorAs(t, json.Unmarshal([]byte(`{"limits":[{"limit":5},{"limit":9,"algorithm":"quota","period":"day"}]}`), &p), &typ)
+	assert.Equal(t, "limits.[1].algorithm", typ.Field)
+	assert.Error(t, json.Unmarshal([]byte(`{"limits":[{"limit":5,"colour":1}]}`), &p))
 }

@@ -3,10 +3,13 @@ package store
 import (
 	"fmt"
 	"time"
+
 	// The zone database goes into every binary that has quotas, so that a
 	// zone (limits.quota_time_zone) loads on a machine or image without
 	// /usr/share/zoneinfo; time.LoadLocation prefers the system's copy.
 	_ "time/tzdata"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 )
 
 // Period is a calendar period of a quota limit ("2,000 a day"): a fixed
@@ -61,15 +64,15 @@ func (p Period) MarshalText() ([]byte, error) {
 	return []byte(periodNames[p]), nil
 }
 
-// UnmarshalText implements encoding.TextUnmarshaler with ParsePeriod.
+// UnmarshalText implements encoding.TextUnmarshaler with ParsePeriod;
+// empty text is NoPeriod, as an absent key is.
 func (p *Period) UnmarshalText(b []byte) error {
-	v, err := ParsePeriod(string(b))
-	if err != nil {
-		return err
-	}
-	*p = v
-	return nil
+	return confutil.UnmarshalName(p, b, ParsePeriod)
 }
+
+// UnmarshalJSON reads a JSON string as UnmarshalText does; a bad value is
+// a *json.UnmarshalTypeError that names the field.
+func (p *Period) UnmarshalJSON(b []byte) error { return confutil.UnmarshalJSONText(b, p) }
 
 // Bounds returns the period that holds t in loc (nil: UTC): start <= t <
 // end. The boundaries are local wall-clock times (midnight, the 1st, ...),
