@@ -43,7 +43,7 @@ func (l *Limiter) policySpec(specs []spec, p *policy.Compiled, subj *policy.Subj
 	for i := range p.Params {
 		var s *spec
 		specs, s = nextSpec(specs)
-		s.scope, s.name, s.shadow, s.counters = ScopePolicy, p.Name, p.Shadow, p.Counters[i]
+		s.scope, s.name, s.shadow, s.counters = ScopePolicy, p.Items[i], p.Shadow, p.Counters[i]
 		s.params = scaleParams(p.LimitParams(i, plan), mult)
 		// {pol:<name>:<limit label>:<identity>}: the identity is escaped
 		// already, so it goes in as it is.

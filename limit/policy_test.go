@@ -81,7 +81,7 @@ func TestPolicyTwoLimitsAllOrNothing(t *testing.T) {
 	d := bid("u1")
 	require.False(t, d.Allowed, "the 11th in a second")
 	assert.Equal(t, ScopePolicy, d.Scope)
-	assert.Equal(t, "bids-per-user", d.Name)
+	assert.Equal(t, "bids-per-user/1s", d.Name, "each limit of a policy of two has a name of its own")
 	assert.Equal(t, time.Second, d.Window)
 	assert.True(t, bid("u2").Allowed, "another user has a budget of its own")
 	assert.True(t, bid("monitoring-bot").Allowed, "unlimited")
@@ -98,6 +98,7 @@ func TestPolicyTwoLimitsAllOrNothing(t *testing.T) {
 	assert.Equal(t, 25, passed, "the day's quota")
 	d = bid("u1")
 	assert.Equal(t, int64(25), d.Limit, "refused by the quota")
+	assert.Equal(t, "bids-per-user/day", d.Name)
 	clock.set(time.Date(2026, 3, 3, 0, 0, 1, 0, time.UTC))
 	assert.True(t, bid("u1").Allowed, "a new day")
 }

@@ -64,6 +64,11 @@ type Compiled struct {
 	// Params are the store parameters of each limit, Labels their names.
 	Params []store.Params
 	Labels []string
+	// Items name each limit in answers (RateLimit-Policy, RateLimit, the
+	// check API): the policy's name for a policy of one limit, else the
+	// name and the limit's label ("bids-per-user/day"), so that an answer
+	// tells which of the policy's limits it speaks of.
+	Items []string
 	// Counters count each limit's decisions
 	// (sentinel_limit_policy_decisions_total).
 	Counters []*Counters
@@ -188,6 +193,13 @@ func compile(p *Config, def Defaults) *Compiled {
 	for i := range p.Limits {
 		cp.Params = append(cp.Params, p.Limits[i].Params(def))
 		cp.Labels = append(cp.Labels, p.Limits[i].Label(def))
+	}
+	for _, label := range cp.Labels {
+		item := cp.Name
+		if len(cp.Labels) > 1 {
+			item += "/" + label
+		}
+		cp.Items = append(cp.Items, item)
 	}
 	m := &p.Match
 	if len(m.Resources) > 0 {
