@@ -49,9 +49,6 @@ type routeCost struct {
 	// route, the throughput the backend has shown it can give. A queue
 	// keeps latency ≤ requests in flight ÷ that throughput.
 	rate float64
-	// held counts the answers since a cut whose latency was not explained
-	// by the requests in flight (see observe's draining).
-	held int
 	// learning counts the answers during which the baseline follows the
 	// short-term averages, after the first answer or a re-measure: the
 	// averages lag a step change, and judged while they catch up, a
@@ -81,16 +78,7 @@ func (c *ConcurrencyLimiter) Route(resource string) Route {
 // latency over its threshold (above 1: congestion), the short-term average
 // of the requests in flight that goes with it, and whether the baseline was
 // re-measured.
-//
-// draining tells that the limit was cut within the last congestionHold: the
-// answers then still carry the queue the cut is draining while fewer
-// requests are admitted, so for a while the latency is more than the
-// requests in flight explain, as it is for a route that got slower. A
-// re-measure then is held for at most learnAnswers answers, so that a route
-// that really got slower is re-measured soon after; without the hold, one
-// such answer could take a congested backend's latency as its new baseline
-// and stop protecting it.
-func (rc *routeCost) observe(rtt, n, tolerance, slack float64, draining bool) (ratio, inflight float64, rebased bool) {
+func (rc *routeCost) observe(rtt, n, tolerance, slack float64) (ratio, inflight float64, rebased bool) {
 	if rc.samples++; rc.samples == 1 {
 		rc.short, rc.shortN, rc.learning = rtt, n, learnAnswers
 	} else {
@@ -107,15 +95,13 @@ func (rc *routeCost) observe(rtt, n, tolerance, slack float64, draining bool) (r
 	switch {
 	case rc.learning > 0:
 	case rc.short <= threshold:
-		rc.base, rc.held = min(rc.base, rc.short), 0
-	case rc.short > tolerance*rc.shortN/rc.rate+slack && draining && rc.held < learnAnswers:
-		rc.held++
+		rc.base = min(rc.base, rc.short)
 	case rc.short > tolerance*rc.shortN/rc.rate+slack:
 		// More latency than the requests in flight can queue at the
 		// throughput the backend has shown: the route costs more now (or
 		// the backend is slow for reasons this pod's concurrency does not
 		// change).
-		rc.base, rc.rate, rc.learning, rc.held = rc.short, rate, learnAnswers, 0
+		rc.base, rc.rate, rc.learning = rc.short, rate, learnAnswers
 		threshold = max(tolerance*rc.base, rc.base+slack)
 		rebased = true
 	}
@@ -140,8 +126,7 @@ func (c *ConcurrencyLimiter) sample(r Route, rtt, admitted, inflight float64, no
 	c.last = now
 	c.short += (rtt - c.short) * 0.1
 	c.shortBits.Store(math.Float64bits(c.short))
-	draining := now.UnixNano() < c.congestedUntil.Load()
-	ratio, n, rebased := c.routes[r].observe(rtt, admitted, c.cfg.RTTTolerance, c.slack(), draining)
+	ratio, n, rebased := c.routes[r].observe(rtt, admitted, c.cfg.RTTTolerance, c.slack())
 	if rebased {
 		c.rebases.Inc()
 	}
@@ -156,11 +141,8 @@ func (c *ConcurrencyLimiter) sample(r Route, rtt, admitted, inflight float64, no
 	case c.congest > 1:
 		c.congestedUntil.Store(now.Add(congestionHold).UnixNano())
 		if c.cutDue(now) {
-			// A limit above the requests in flight sheds nothing: the cut
-			// starts from what is in flight, so that the first one already
-			// holds the queue back.
 			c.cuts.Inc()
-			c.store(max(min(limit, inflight)*max(0.5, 1/c.congest), min(limit, floor)))
+			c.store(max(limit*max(0.5, 1/c.congest), min(limit, floor)))
 		}
 	case inflight < limit/2:
 		// Not using the room it has: no evidence for more, and the unused
