@@ -18,14 +18,7 @@ import (
 // while Redis runs nothing else, which is why the limiter caps sliding_log
 // leases well below limits.max_lease (maxLogLease in package limit).
 func BenchmarkRedisSlidingLogGrant(b *testing.B) {
-	if testing.Short() {
-		b.Skip("needs redis-server")
-	}
-	srv := redistest.Start(b)
-	client, err := NewRedisClient(RedisConfig{Addrs: []string{srv.Addr}})
-	require.NoError(b, err)
-	b.Cleanup(client.Close)
-	s := NewRedisStore(client, RedisStoreOptions{KeyPrefix: "bench"})
+	s, _ := benchRedisStore(b)
 	ctx := context.Background()
 	for _, want := range []int64{1, 64, 1000} {
 		b.Run("want="+strconv.FormatInt(want, 10), func(b *testing.B) {
@@ -42,20 +35,13 @@ func BenchmarkRedisSlidingLogGrant(b *testing.B) {
 
 // BenchmarkRedisHotKeyGrant compares the Redis CPU time of one grant on a
 // hot key (redis-µs/op, from INFO commandstats: the script's run, without
-// the round trip) of each algorithm: sliding_window, whose script reads its
-// sub-window counters (about 40 on a hot key) and prunes the dead ones,
-// sliding_log, token_bucket, and quota, whose script reads and writes one
+// the round trip) of each algorithm: sliding_window, whose script reads one
+// field of its hash on most calls and every sub-window counter once per
+// sub-window, sliding_log, token_bucket, and quota, whose script reads and writes one
 // counter. "bare" is the floor: a script that returns at once, given
 // sliding_window's keys and arguments (the cost of EVALSHA itself).
 func BenchmarkRedisHotKeyGrant(b *testing.B) {
-	if testing.Short() {
-		b.Skip("needs redis-server")
-	}
-	srv := redistest.Start(b)
-	client, err := NewRedisClient(RedisConfig{Addrs: []string{srv.Addr}})
-	require.NoError(b, err)
-	b.Cleanup(client.Close)
-	s := NewRedisStore(client, RedisStoreOptions{KeyPrefix: "bench"})
+	s, client := benchRedisStore(b)
 	ctx := context.Background()
 	window := Params{Algorithm: SlidingWindow, Limit: MaxLimit, Window: 200 * time.Millisecond} // 40 sub-windows of 5ms
 	for _, c := range []struct {
@@ -95,14 +81,7 @@ func BenchmarkRedisHotKeyGrant(b *testing.B) {
 // 100 ms ("dead": after they have all left the window), with the default
 // lease_ttl and a lease of a few permits.
 func BenchmarkRedisSpreadKeysGrant(b *testing.B) {
-	if testing.Short() {
-		b.Skip("needs redis-server")
-	}
-	srv := redistest.Start(b)
-	client, err := NewRedisClient(RedisConfig{Addrs: []string{srv.Addr}})
-	require.NoError(b, err)
-	b.Cleanup(client.Close)
-	s := NewRedisStore(client, RedisStoreOptions{KeyPrefix: "bench"})
+	s, client := benchRedisStore(b)
 	ctx := context.Background()
 	for _, c := range []struct {
 		name   string
@@ -161,4 +140,17 @@ func scriptStats(b *testing.B, client rueidis.Client) (calls, usec int64) {
 		}
 	}
 	return calls, usec
+}
+
+// benchRedisStore is a RedisStore on a redis-server of the benchmark's own,
+// and its client (for INFO and bare scripts).
+func benchRedisStore(b *testing.B) (*RedisStore, rueidis.Client) {
+	if testing.Short() {
+		b.Skip("needs redis-server")
+	}
+	srv := redistest.Start(b)
+	client, err := NewRedisClient(RedisConfig{Addrs: []string{srv.Addr}})
+	require.NoError(b, err)
+	b.Cleanup(client.Close)
+	return NewRedisStore(client, RedisStoreOptions{KeyPrefix: "bench"}), client
 }
