@@ -3,6 +3,7 @@ package limit
 import (
 	"context"
 
+	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -26,4 +27,14 @@ func (l *Limiter) Forget(key []byte) {
 		b.mu.Unlock()
 	}
 	_ = l.fallback.Reset(context.Background(), key, store.Params{})
+}
+
+// PolicyKey appends the store key of limit i of policy p for the budget of
+// identity id (AppendIdentity's or AppendIdentityOf's), as the limiter
+// builds it: {pol:<name>:<limit label>:<identity>}.
+func PolicyKey(dst []byte, p *policy.Compiled, i int, id []byte) []byte {
+	k := store.AppendKeyStrings(dst, "", "pol", p.Name, p.Labels[i])
+	k = append(k[:len(k)-1], ':')
+	k = append(k, id...)
+	return append(k, '}')
 }

@@ -2,6 +2,7 @@ package limit
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
@@ -67,5 +69,53 @@ func TestResetAcrossPods(t *testing.T) {
 				assert.False(t, pods[1].Allow(ctx, &tc.other).Allowed, "another key keeps its counts")
 			}
 		})
+	}
+}
+
+// TestPolicyResetAcrossPods: two pods on one Redis spend a policy's two
+// limits (a window and a day's quota) for one client, keyed by its /24 and
+// a header (one value long enough to be hashed); resetting the keys that
+// PolicyKey and AppendIdentityOf make of the values a caller writes gives
+// it both budgets whole on both pods, while another client keeps its
+// counts.
+func TestPolicyResetAcrossPods(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testLimitsConfig(nil)
+	pc := policy.Config{Name: "per-user", Key: []string{"ip/24", "header:X-User-Id"}, Limits: []policy.Limit{
+		{Limit: 6, Window: confutil.Duration(time.Hour)}, {Limit: 4, Period: store.Day}}}
+	ps := withPolicies(t, cfg, pc)
+	var pods []*Limiter
+	for range 2 {
+		pods = append(pods, newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{Policies: ps}))
+	}
+	ctx := context.Background()
+	long := strings.Repeat("u", policy.MaxValueLen+1)
+	for _, user := range []string{"u1:a", long} {
+		req := &Request{IP: []byte("10.0.0.7"), Attrs: headers{"X-User-Id": user}}
+		other := &Request{IP: []byte("10.0.0.7"), Attrs: headers{"X-User-Id": "u2"}}
+		for _, r := range []*Request{req, other} {
+			for _, p := range pods {
+				for p.Allow(ctx, r).Allowed {
+				}
+			}
+		}
+		p, ok := ps.Lookup("per-user")
+		require.True(t, ok)
+		id, err := p.AppendIdentityOf(nil, []string{"10.0.0.200", user})
+		require.NoError(t, err)
+		for i := range p.Params {
+			key := PolicyKey(nil, p, i, id)
+			require.NoError(t, pods[0].Reset(ctx, key, p.Params[i]), "%s", key)
+			pods[1].Forget(key)
+		}
+		passed := 0
+		for i, pod := range pods {
+			assert.False(t, pod.Allow(ctx, other).Allowed, "pod %d: another user keeps its counts", i)
+			for j := 0; pod.Allow(ctx, req).Allowed; j++ {
+				require.Less(t, j, 10)
+				passed++
+			}
+		}
+		assert.Equal(t, 4, passed, "%.8s: a whole quota (and a window of 6 that no longer holds the 4 before)", user)
 	}
 }

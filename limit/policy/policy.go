@@ -346,13 +346,7 @@ func (p *Compiled) AppendIdentity(dst []byte, s *Subject) (out []byte, ok bool) 
 		if i > 0 {
 			dst = append(dst, ':')
 		}
-		if len(v) > MaxValueLen {
-			// '%' in a value is escaped as %25: "%H" never starts one.
-			dst = append(dst, '%', 'H')
-			dst = strconv.AppendUint(dst, xxhash.Sum64(v), 16)
-			continue
-		}
-		dst = store.AppendKeyPart(dst, v)
+		dst = appendValue(dst, v)
 	}
 	if whole {
 		if _, exempt := p.values[string(raw)]; exempt {
@@ -360,6 +354,17 @@ func (p *Compiled) AppendIdentity(dst []byte, s *Subject) (out []byte, ok bool) 
 		}
 	}
 	return dst, true
+}
+
+// appendValue appends one escaped attribute value of an identity: a value
+// longer than MaxValueLen as its hash.
+func appendValue(dst, v []byte) []byte {
+	if len(v) > MaxValueLen {
+		// '%' in a value is escaped as %25: "%H" never starts one.
+		dst = append(dst, '%', 'H')
+		return strconv.AppendUint(dst, xxhash.Sum64(v), 16)
+	}
+	return store.AppendKeyPart(dst, v)
 }
 
 // value is the attribute's value for s; buf is room for a formatted IP
