@@ -106,3 +106,41 @@ func TestRateLimitHeadersListEveryLimit(t *testing.T) {
 	assert.Equal(t, `"tenant";q=100;w=10`, a.header.Get("RateLimit-Policy"))
 	assert.Regexp(t, `^"tenant";r=9[0-9];t=([1-9]|10)$`, a.header.Get("RateLimit"))
 }
+
+// TestPolicyResetAcrossPods: three gateways on one redis-server spend a
+// policy's budgets (a window and a day's quota, keyed by API key and a
+// header) for two users; DELETE /v1/counters?policy= on one pod, the key's
+// values in the policy's order, lets every pod admit the first user again
+// within a second, while the second stays refused everywhere.
+func TestPolicyResetAcrossPods(t *testing.T) {
+	srv := redistest.Start(t)
+	up := startUpstream(t)
+	cfg := testConfig(up.url, fmt.Sprintf("redis: {addrs: [%q]}\nlimits: {ip: 0, tenant: 1000, store_timeout: 2s}\n", srv.Addr)+
+		"policies:\n  - {name: per-user, key: [api_key, header:X-User], limits: [{limit: 9, window: 1m}, {limit: 4, period: day}]}\n")
+	pods := []*gateway{startGateway(t, cfg), startGateway(t, cfg), startGateway(t, cfg)}
+	get := func(g *gateway, user string) int {
+		return do(t, "GET", g.url+"/x", "", "X-API-Key", "hot-key", "X-User", user).status
+	}
+	for _, user := range []string{"u1", "u2"} {
+		for _, g := range pods {
+			for i := 0; get(g, user) == http.StatusOK; i++ {
+				require.Less(t, i, 10, "the budget of %s ends", user)
+			}
+		}
+	}
+	before := scrape(t, pods[0].admin, "sentinel_limit_resets_total", "scope", "policy")
+
+	a := do(t, "DELETE", pods[0].admin+"/v1/counters?policy=per-user&key=hot-key&key=u1", "")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	assert.JSONEq(t, `{"policy":"per-user","key":["hot-key","u1"],"limits":["1m0s","day"]}`, string(a.body))
+	for i, g := range pods {
+		took := eventually(t, time.Second, fmt.Sprintf("pod %d admits u1", i), func() bool { return get(g, "u1") == http.StatusOK })
+		t.Logf("pod %d admits u1 again %v after the reset's answer", i, took.Round(time.Millisecond))
+		assert.Equal(t, http.StatusTooManyRequests, get(g, "u2"), "pod %d: another user keeps its counts", i)
+	}
+	assert.Equal(t, before+1, scrape(t, pods[0].admin, "sentinel_limit_resets_total", "scope", "policy"))
+	a = do(t, "DELETE", pods[1].admin+"/v1/counters?policy=per-user&key=hot-key", "")
+	assert.Equal(t, http.StatusBadRequest, a.status, "one value for a key of two: %s", a.body)
+	a = do(t, "DELETE", pods[1].admin+"/v1/counters?policy=per-day&key=x", "")
+	assert.Equal(t, http.StatusNotFound, a.status, "%s", a.body)
+}

@@ -29,70 +29,105 @@ var storeScopes = map[limit.Scope]string{limit.ScopeIP: "ip", limit.ScopeAPIKey:
 
 var resetCounts = func() map[string]*metrics.Counter {
 	m := map[string]*metrics.Counter{}
-	for name := range counterScopes {
+	for _, name := range []string{"ip", "api_key", "tenant", "rule", "policy"} {
 		m[name] = metrics.NewCounter(`sentinel_limit_resets_total{scope="` + name + `"}`)
 	}
 	return m
 }()
 
-// counterTarget is the budget a reset names: its scope and key as the
-// request said them, and its store key and params.
+// counterTarget is the budget a reset names: the scope it is counted
+// under, what the answer and the audit line say of it, and its store keys
+// with their params (one for a scope, one per limit for a policy).
 type counterTarget struct {
-	scope, key string
-	storeKey   []byte
-	params     store.Params
+	scope  string
+	answer map[string]any
+	log    []any
+	keys   [][]byte
+	params []store.Params
 }
 
-// resetCounter serves DELETE /v1/counters?scope=S&key=K: the budget of one
-// key is whole again on every pod. The store drops its counts, then every
-// pod hears of it (Deps.Resets) and drops what it holds for the key. Each reset is logged with the admin request's peer.
+// resetCounter serves DELETE /v1/counters?scope=S&key=K and
+// DELETE /v1/counters?policy=P&key=V[&key=V2...]: the budget of one key is
+// whole again on every pod. The store drops its counts, then every pod
+// hears of it (Deps.Resets) and drops what it holds for the key. Each
+// reset is logged with the admin request's peer.
 func (s *Server) resetCounter(ctx *fasthttp.RequestCtx) {
-	t, status, fe := s.counterTarget(ctx.QueryArgs())
+	t, status, fe := s.resetTarget(ctx.QueryArgs())
 	if fe != nil {
 		writeError(ctx, status, fe.Field, fe.Msg)
 		return
 	}
 	c, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	if err := s.deps.Limiter.Reset(c, t.storeKey, t.params); err != nil {
-		writeError(ctx, fasthttp.StatusServiceUnavailable, "", "cannot reset the counter: "+err.Error())
-		return
+	for i, k := range t.keys {
+		if err := s.deps.Limiter.Reset(c, k, t.params[i]); err != nil {
+			msg := "cannot reset the counter: "
+			if i > 0 {
+				msg = "reset " + strconv.Itoa(i) + " of the policy's " + strconv.Itoa(len(t.keys)) + " limits, then could not reset the next: "
+			}
+			writeError(ctx, fasthttp.StatusServiceUnavailable, "", msg+err.Error())
+			return
+		}
 	}
-	slog.Info("admin: counter reset", "peer", ctx.RemoteAddr().String(), "scope", t.scope, "key", t.key, "store_key", string(t.storeKey))
+	slog.Info("admin: counter reset", append([]any{"peer", ctx.RemoteAddr().String()}, t.log...)...)
 	resetCounts[t.scope].Inc()
-	if s.deps.Resets == nil {
-		writeJSON(ctx, fasthttp.StatusOK, map[string]string{"scope": t.scope, "key": t.key})
-		return
-	}
-	if err := s.deps.Resets.Publish(c, string(t.storeKey)); err != nil {
+	if err := s.publishResets(c, t.keys); err != nil {
 		writeError(ctx, fasthttp.StatusServiceUnavailable, "", "the counter was reset in the store, but not every pod was told "+
 			"(each drops its leased permits within a lease lifetime): "+err.Error())
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, map[string]string{"scope": t.scope, "key": t.key})
+	writeJSON(ctx, fasthttp.StatusOK, t.answer)
+}
+
+// publishResets tells every pod of the reset of each store key, one
+// message a key as pods of any version read them.
+func (s *Server) publishResets(ctx context.Context, keys [][]byte) error {
+	if s.deps.Resets == nil {
+		return nil
+	}
+	for _, k := range keys {
+		if err := s.deps.Resets.Publish(ctx, string(k)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resetTarget reads the budget a reset names: a policy's (policy=) or a
+// scope's (scope=), not both.
+func (s *Server) resetTarget(args *fasthttp.Args) (counterTarget, int, *catalog.ValidationError) {
+	if !args.Has("policy") {
+		return s.counterTarget(args)
+	}
+	if args.Has("scope") {
+		return counterTarget{}, fasthttp.StatusBadRequest, badField("policy", "give scope or policy, not both")
+	}
+	return s.policyTarget(args)
 }
 
 // counterTarget reads and checks scope and key: 400 naming the field for a
 // missing or malformed one, 404 for a scope, tenant or rule that does not
 // exist.
 func (s *Server) counterTarget(args *fasthttp.Args) (counterTarget, int, *catalog.ValidationError) {
-	t := counterTarget{scope: string(args.Peek("scope")), key: string(args.Peek("key"))}
-	if t.scope == "" {
-		return t, fasthttp.StatusBadRequest, badField("scope", "missing; want one of api_key, ip, rule, tenant")
+	name, key := string(args.Peek("scope")), string(args.Peek("key"))
+	if name == "" {
+		return counterTarget{}, fasthttp.StatusBadRequest, badField("scope", "missing; want one of api_key, ip, rule, tenant (or policy=NAME)")
 	}
-	scope, ok := counterScopes[t.scope]
+	scope, ok := counterScopes[name]
 	if !ok {
-		return t, fasthttp.StatusNotFound, badField("scope", strconv.Quote(t.scope)+" is not one of api_key, ip, rule, tenant")
+		return counterTarget{}, fasthttp.StatusNotFound, badField("scope", strconv.Quote(name)+" is not one of api_key, ip, rule, tenant")
 	}
-	if fe := checkName("key", t.key, true, maxKeyLen); fe != nil {
-		return t, fasthttp.StatusBadRequest, fe
+	if fe := checkName("key", key, true, maxKeyLen); fe != nil {
+		return counterTarget{}, fasthttp.StatusBadRequest, fe
 	}
-	parts, status, fe := s.counterParts(scope, t.key)
+	parts, status, fe := s.counterParts(scope, key)
 	if fe != nil {
-		return t, status, fe
+		return counterTarget{}, status, fe
 	}
-	t.storeKey = store.AppendKeyStrings(nil, "", storeScopes[scope], parts...)
-	return t, 0, nil
+	k := store.AppendKeyStrings(nil, "", storeScopes[scope], parts...)
+	return counterTarget{scope: name, keys: [][]byte{k}, params: []store.Params{{}},
+		answer: map[string]any{"scope": name, "key": key},
+		log:    []any{"scope", name, "key", key, "store_key", string(k)}}, 0, nil
 }
 
 // counterParts are the parts of scope's store key for the key value: the

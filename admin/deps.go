@@ -51,7 +51,8 @@ type Catalog interface {
 // for a bad rule, tenant or policy (the API answers 400 with its field) and
 // any other error for a store failure (the API answers 503). They must
 // return when ctx ends. Policies and Policy read a snapshot: they do not
-// wait for a write.
+// wait for a write. PolicySet is the compiled policies the limiters decide
+// with (DELETE /v1/counters?policy= builds their store keys).
 type CatalogWriter interface {
 	PutRule(ctx context.Context, r catalog.Rule) error
 	DeleteRule(ctx context.Context, tenant, resource string) error
@@ -61,6 +62,7 @@ type CatalogWriter interface {
 	DeletePolicy(ctx context.Context, name string) error
 	Policies() []catalogsync.PolicyEntry
 	Policy(name string) (catalogsync.PolicyEntry, bool)
+	PolicySet() *policy.Set
 }
 
 // Resets tells every pod that a counter was reset, so that each drops what
