@@ -94,7 +94,8 @@ func TestRateLimitHeadersListEveryLimit(t *testing.T) {
 	require.Equal(t, http.StatusOK, do(t, "GET", g.url+"/x", "", "X-API-Key", "gold-key").status)
 	a = do(t, "GET", g.url+"/x", "", "X-API-Key", "gold-key")
 	require.Equal(t, http.StatusTooManyRequests, a.status)
-	assert.Equal(t, `"rule";q=2`, a.header.Get("RateLimit-Policy"), "the refusing limit is the first")
+	assert.Equal(t, `"rule";q=2, "tenant";q=300;w=10, "ip";q=50;w=10`, a.header.Get("RateLimit-Policy"),
+		"a refusal lists the same limits: the refusing one and those after it")
 	assert.Equal(t, `"rule";r=0`, a.header.Get("RateLimit"))
 
 	a = do(t, "GET", g.url+"/x", "", "X-API-Key", "hot-key")

@@ -43,7 +43,7 @@ func TestQuickStart(t *testing.T) {
 	}
 	a = do(t, "GET", g.url+"/hello", "", "X-API-Key", "demo-key-1")
 	require.Equal(t, http.StatusTooManyRequests, a.status, "%s", a.body)
-	assert.Equal(t, `"rule";q=5;w=10`, a.header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"rule";q=5;w=10, "tenant";q=100;w=1, "ip";q=50;w=1`, a.header.Get("RateLimit-Policy"), "as the README shows it")
 	assert.Equal(t, `"rule";r=0;t=10`, a.header.Get("RateLimit"), "t never beyond the window")
 	assert.NotEmpty(t, a.header.Get("Retry-After"))
 	body := a.json(t)

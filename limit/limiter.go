@@ -189,7 +189,8 @@ func (l *Limiter) adjustment() (mult float64, strict bool) {
 
 // decide decides specs in order, each taking the request's tokens; the
 // first refusal (not in shadow mode) answers, and the permits the earlier
-// limits gave return. It counts the answer in counters.
+// limits gave return. The limits after it are not decided (they take
+// nothing) but still listed in Applied. It counts the answer in counters.
 func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict bool, now int64, counters *catalog.Counters) Decision {
 	tokens := max(req.Tokens, 1)
 	var useArr [maxLocalSpecs]use
@@ -209,6 +210,7 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 		case d.Unavailable || !d.Allowed && !s.shadow && !l.cfg.Shadow:
 			l.returnUses(uses[:i], specs[:i], tokens)
 			counters.Blocked.Inc()
+			applied.noteUndecided(specs[i+1:])
 			d.Applied, d.NApplied = applied.Applied, applied.NApplied
 			return d
 		case !d.Allowed:

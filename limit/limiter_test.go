@@ -518,3 +518,27 @@ func TestSlidingLogLeasesStaySmall(t *testing.T) {
 		})
 	}
 }
+
+func TestRefusalListsEveryLimit(t *testing.T) {
+	// The tenant limit (decided second) refuses: the API key and IP limits
+	// after it are listed all the same, as RateLimit-Policy lists every
+	// limit of the request, and they take nothing.
+	cat := testCatalog(t, catalog.Rule{Tenant: "free", Resource: "r", Algorithm: store.SlidingWindow, Limit: 50, Window: confutil.Duration(time.Minute)})
+	cfg := testLimitsConfig(func(c *Config) { c.Tenant, c.APIKey, c.IP = 2, 3, 100 })
+	l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: cat})
+	req := &Request{Tenant: "free", Plan: "FREE", APIKey: []byte("k2"), IP: []byte("10.0.0.1"), Resource: "r"}
+	got, last := allowN(l, req, 6)
+	require.Equal(t, 2, got)
+	require.False(t, last.Allowed)
+	require.Equal(t, ScopeTenant, last.Scope)
+	assert.Equal(t, []Applied{
+		{Scope: ScopeRule, Limit: 50, Remaining: last.Applied[0].Remaining, Window: time.Minute, Reset: last.Applied[0].Reset},
+		{Scope: ScopeTenant, Limit: 2, Window: time.Second, Reset: last.Applied[1].Reset},
+		{Scope: ScopeAPIKey, Limit: 3, Window: time.Second},
+		{Scope: ScopeIP, Limit: 100, Window: time.Second},
+	}, last.Applied[:last.NApplied])
+	ok := l.Allow(context.Background(), &Request{Tenant: "other", APIKey: []byte("k2")})
+	require.True(t, ok.Allowed)
+	assert.EqualValues(t, 0, ok.Remaining, "the refused requests took nothing from the API key's 3")
+	assert.Equal(t, 2, ok.NApplied, "an allowed request lists every limit")
+}

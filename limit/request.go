@@ -100,8 +100,12 @@ type Decision struct {
 	// rate; for a quota: its current period's length), for the
 	// RateLimit-Policy header.
 	Window time.Duration
-	// Applied lists the limits that applied (the first MaxApplied), in the
-	// order they were decided: each that passed, and the one that refused.
+	// Applied lists the limits that apply to the request (the first
+	// MaxApplied), in the order they are decided, whether it passed or
+	// not, so that RateLimit-Policy names the same limits in every answer.
+	// A refusal decides no limit after the one that refused: those are
+	// listed undecided, with their Limit and Window only (Remaining and
+	// Reset 0), and take no permit.
 	Applied  [MaxApplied]Applied
 	NApplied int
 }
@@ -124,6 +128,19 @@ type Applied struct {
 func (d *Decision) note(x *Decision) {
 	if d.NApplied < MaxApplied && !x.Unavailable {
 		d.Applied[d.NApplied] = Applied{x.Scope, x.Name, x.Limit, x.Remaining, x.Window, x.Reset}
+		d.NApplied++
+	}
+}
+
+// noteUndecided lists specs, limits of d's request that a refusal left
+// undecided, while there is room: their limit and window only.
+func (d *Decision) noteUndecided(specs []spec) {
+	for i := range specs {
+		if d.NApplied == MaxApplied {
+			return
+		}
+		s := &specs[i]
+		d.Applied[d.NApplied] = Applied{Scope: s.scope, Name: s.name, Limit: s.limit, Window: s.window}
 		d.NApplied++
 	}
 }
