@@ -132,7 +132,8 @@ func TestShouldRateLimitOverallIsTheWorst(t *testing.T) {
 	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, resp.OverallCode)
 	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, resp.Statuses[0].Code)
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, resp.Statuses[1].Code)
-	assert.Equal(t, `"rule";q=2;w=1`, headerMap(resp)["RateLimit-Policy"], "headers of the worst descriptor")
+	assert.Equal(t, `"rule";q=2;w=1, "tenant";q=5;w=1`, headerMap(resp)["RateLimit-Policy"],
+		"headers of the worst descriptor, which list its every limit")
 
 	// A descriptor's own hits_addend wins over the request's.
 	req.Descriptors = []*commonv3.RateLimitDescriptor{descriptor("remote_address", "10.0.0.2")}
