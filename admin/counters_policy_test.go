@@ -107,7 +107,10 @@ func TestResetPolicyCounter(t *testing.T) {
 	msg, _ := problem(t, resp)
 	assert.Contains(t, msg, `policy "bids-per-user" has 2 key attributes (header:X-User-Id, query:region), got 1 values`)
 
+	series := `sentinel_limit_policy_decisions_total{policy="per-ip",limit="1s",decision="allowed"}`
+	assert.Contains(t, string(call(t, c, "GET", "/metrics", "", auth...).Body()), series)
 	require.Equal(t, fasthttp.StatusNoContent, call(t, c, "DELETE", "/v1/policies/per-ip", "", auth...).StatusCode())
+	assert.NotContains(t, string(call(t, c, "GET", "/metrics", "", auth...).Body()), series, "a deleted policy's series go")
 	assert.Equal(t, fasthttp.StatusNotFound, call(t, c, "DELETE", "/v1/counters?policy=per-ip&key=10.0.0.1", "", auth...).StatusCode(),
 		"a deleted policy is gone")
 	assert.Equal(t, fasthttp.StatusUnauthorized, call(t, c, "DELETE", "/v1/counters?policy=bids-per-user&key=u1&key=eu", "").StatusCode())

@@ -138,6 +138,7 @@ func (s *Sync) applyChanges(api []entryChange) error {
 		err = s.cat.Apply(changes)
 	}
 	if err != nil {
+		ps.Release() // compiled, never applied
 		for i := len(undos) - 1; i >= 0; i-- {
 			s.setAPIEntry(undos[i])
 		}

@@ -227,6 +227,7 @@ func (s *Sync) applyLocked() error {
 	}
 	ts, rs := s.merged(s.rules, s.tenants)
 	if err := s.cat.Replace(ts, rs); err != nil {
+		ps.Release() // compiled, never applied
 		return err
 	}
 	s.installPolicies(entries, ps)

@@ -18,9 +18,14 @@ func NewLive() *Live {
 	return l
 }
 
-// Store makes ps the policies that apply (nil: none). ps must not be a
-// live set.
-func (l *Live) Store(ps *Set) { l.cur.Store(ps) }
+// Store makes ps the policies that apply (nil: none) and releases the set
+// it replaces, whose policies' metric series go unless ps has them too.
+// ps must not be a live set, nor be stored in another Live.
+func (l *Live) Store(ps *Set) {
+	if old := l.cur.Swap(ps); old != ps {
+		old.Release()
+	}
+}
 
 // Set returns the live set: a Set whose methods answer with the policies
 // stored last.

@@ -97,6 +97,7 @@ type Set struct {
 	byResource  map[string][]*Compiled // policies that match these resources
 	anyResource []*Compiled            // policies that match any resource
 	live        *atomic.Pointer[Set]   // non-nil: the Live's current set
+	released    atomic.Bool            // Release ran: its series are no longer held
 }
 
 // now is the set that applies: ps, or its Live's current one.
@@ -157,7 +158,9 @@ func Check(policies []Config, def Defaults) error {
 
 // Compile checks and compiles the `policies` section, with Check's errors.
 // It checks what it compiles because its input is the file's policies
-// merged with the API's, a list no single check has seen.
+// merged with the API's, a list no single check has seen. The set holds
+// its policies' metric series until it is released: by the Live it was
+// stored in when another replaces it, else by Release.
 func Compile(policies []Config, def Defaults) (*Set, error) {
 	if err := Check(policies, def); err != nil {
 		return nil, err
@@ -165,9 +168,7 @@ func Compile(policies []Config, def Defaults) (*Set, error) {
 	ps := &Set{byResource: map[string][]*Compiled{}}
 	for i := range policies {
 		cp := compile(&policies[i], def)
-		for _, label := range cp.Labels {
-			cp.Counters = append(cp.Counters, policyCounters(cp.Name, label, i))
-		}
+		cp.Counters = registry.acquire(cp)
 		ps.all = append(ps.all, cp)
 		if cp.resources == nil {
 			ps.anyResource = append(ps.anyResource, cp)
@@ -177,6 +178,20 @@ func Compile(policies []Config, def Defaults) (*Set, error) {
 		}
 	}
 	return ps, nil
+}
+
+// Release gives up the set's hold on its policies' metric series: those
+// of a policy that no other set holds are unregistered, and its name's
+// label value is free again. Counting into a released set's counters is
+// harmless but unseen. A live set and nil are not released; a second call
+// does nothing.
+func (ps *Set) Release() {
+	if ps == nil || ps.live != nil || !ps.released.CompareAndSwap(false, true) {
+		return
+	}
+	for _, cp := range ps.all {
+		registry.release(cp)
+	}
 }
 
 // compile builds a valid policy's compiled form.
