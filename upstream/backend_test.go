@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"net"
 	"strconv"
 	"sync"
@@ -74,6 +75,10 @@ func (b *backend) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 	}
 	if n, err := strconv.Atoi(string(ctx.QueryArgs().Peek("size"))); err == nil {
+		if ctx.QueryArgs().Has("chunked") {
+			ctx.SetBodyStream(bytes.NewReader(make([]byte, n)), -1)
+			return
+		}
 		ctx.SetBody(make([]byte, n))
 		return
 	}

@@ -7,8 +7,6 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
-
-	"github.com/sentinel-gateway/sentinel/internal/deadline"
 )
 
 // Pool is one upstream: its targets, the balancer over them and the pool
@@ -18,8 +16,6 @@ type Pool struct {
 	targets     []*target
 	leastPend   bool
 	timeout     time.Duration
-	bodyIdle    time.Duration // body_idle_timeout
-	bodyTimeout time.Duration // body_timeout, 0: none
 	next        atomic.Uint32 // round-robin cursor, also the tie-breaker of least_pending
 	panicNext   atomic.Uint32 // round-robin cursor of panic mode
 	watched     atomic.Bool   // the Set's background loop re-probes ejected targets
@@ -34,8 +30,6 @@ func newPool(name string, cfg PoolConfig) *Pool {
 		name:        name,
 		leastPend:   cfg.Balance == BalanceLeastPending,
 		timeout:     cfg.Timeout,
-		bodyIdle:    cfg.BodyIdleTimeout,
-		bodyTimeout: cfg.BodyTimeout,
 		latency:     newLatency(name),
 		panics:      metrics.GetOrCreateCounter(panicName(name)),
 		errNoTarget: fmt.Errorf("upstream %s: %w", name, ErrNoHealthy),
@@ -68,14 +62,17 @@ func newPool(name string, cfg PoolConfig) *Pool {
 // covers idempotent requests without a body stream only.
 //
 // The response is buffered whole unless the caller sets resp.StreamBody
-// before the call; then Do returns after the headers and the caller must read
+// before the call. Then the pool timeout ends with the answer's head, and
+// the body's reads are bounded by body_idle_timeout each and, when set, by
+// body_timeout from start; a body cut by either fails its read with a
+// timeout error and is counted in sentinel_upstream_cut_answers_total and
+// logged (at most a few lines a second). An answer whose Content-Length is
+// at most WholeAnswerMax is still read whole before Do returns (a body cut
+// so is an error of Do, a timeout: 504); a larger one, or one of unknown
+// length, is streamed: Do returns after the head and the caller must read
 // or close resp.BodyStream (the fasthttp server does so when resp is the
-// RequestCtx's response). Results and latency are then those of the headers,
-// and the pool timeout ends with them: the body's reads are bounded by
-// body_idle_timeout each and, when set, by body_timeout from start; a body
-// cut by either fails its read with a timeout error and is counted in
-// sentinel_upstream_cut_answers_total and logged (at most a few lines a
-// second). A pipelined answer is read whole within the pool timeout.
+// RequestCtx's response), and results and latency are those of the head.
+// A pipelined answer is read whole within the pool timeout.
 //
 // Only answers of the upstream count against a target (see Classify): a
 // request body that the client fails to deliver (a *ClientBodyError from
@@ -108,9 +105,6 @@ func (p *Pool) DoAt(req *fasthttp.Request, resp *fasthttp.Response, start time.T
 			t = t2
 			end, _, err = p.attempt(t2, trial2, req, resp, end.UnixNano(), deadline)
 		}
-	}
-	if err == nil && resp.StreamBody && resp.BodyStream() != nil {
-		p.boundBody(t, resp, start)
 	}
 	p.latency.Update(end.Sub(start).Seconds())
 	return end, err
@@ -169,18 +163,6 @@ func (p *Pool) attempt(t *target, trial int64, req *fasthttp.Request, resp *fast
 	}
 	t.m.failure.Inc()
 	return end, dialFailed, &TargetError{Upstream: p.name, Target: t.url, Err: err}
-}
-
-// boundBody puts the reads of resp's streamed body, on t's connection,
-// under body_idle_timeout and body_timeout (from start) instead of the
-// pool timeout, which bounds the head only. A pipelined answer, read
-// whole, has no connection left to bound.
-func (p *Pool) boundBody(t *target, resp *fasthttp.Response, start time.Time) {
-	lim := deadline.BodyLimits{Idle: p.bodyIdle, OnCut: t.onBodyCut}
-	if p.bodyTimeout > 0 {
-		lim.End = start.Add(p.bodyTimeout)
-	}
-	deadline.Body(resp.LocalAddr(), lim)
 }
 
 // pick returns a target other than skip that admits a request at now, and

@@ -78,12 +78,12 @@ func newTarget(pool, rawURL string, cfg *PoolConfig, rm *removal) *target {
 	// for every request: a sweeper keeps them without a runtime timer each,
 	// at most a tenth of the pool timeout late.
 	t.sweeper = deadline.NewSweeper(min(cfg.Timeout/10, time.Second))
+	t.onBodyCut, t.bodyIdle, t.bodyTimeout = t.bodyCut, cfg.BodyIdleTimeout, cfg.BodyTimeout
 	t.hc = t.newHostClient(addr, isTLS, cfg)
 	t.probe = t.newProbeClient(addr, isTLS, cfg)
 	if cfg.Pipeline > 0 {
 		t.pipe = newPipeline(t, addr, isTLS, cfg)
 	}
-	t.onBodyCut, t.bodyIdle, t.bodyTimeout = t.bodyCut, cfg.BodyIdleTimeout, cfg.BodyTimeout
 	t.healthy.Store(true)
 	t.breaker = newBreaker(cfg.Breaker, t.breakerChanged)
 	t.breaker.mayTrip = func() bool { return t.takeOut(outBreaker) }
@@ -95,7 +95,7 @@ func newTarget(pool, rawURL string, cfg *PoolConfig, rm *removal) *target {
 // newHostClient is t's client for forwarded requests: its connections are
 // dialled through t.dial and kept to their deadlines by t.sweeper.
 func (t *target) newHostClient(addr string, isTLS bool, cfg *PoolConfig) *fasthttp.HostClient {
-	return &fasthttp.HostClient{
+	hc := &fasthttp.HostClient{
 		Addr:  addr,
 		IsTLS: isTLS,
 		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
@@ -118,10 +118,12 @@ func (t *target) newHostClient(addr string, isTLS bool, cfg *PoolConfig) *fastht
 		DisablePathNormalizing:   true,
 		NoDefaultUserAgentHeader: true,
 		ReadBufferSize:           8 << 10,
-		// Responses are buffered unless the caller sets resp.StreamBody,
-		// which fasthttp honours per request: see Pool.Do.
+		// Responses are buffered unless the caller sets resp.StreamBody;
+		// then the transport streams the large ones only: see Pool.Do.
 		StreamResponseBody: false,
 	}
+	hc.Transport = newTransport(t, hc, cfg, hc.AcquireConn, hc.ReleaseConn, hc.CloseConn)
+	return hc
 }
 
 // newProbeClient is t's client for health checks, apart from the forwarded
