@@ -2,26 +2,31 @@
 # make bench-compare: Sentinel against nginx and HAProxy on this machine, side
 # by side.
 #
-# One upstream (the demo backend's fixed 64-byte answer), one nginx
+# One upstream (the demo backend's fixed 64-byte answer), two more for the
+# rows of large answers (64 KiB, 10 MiB), one nginx
 # (bench/nginx.conf), one HAProxy (bench/haproxy.cfg; its rows are skipped,
 # saying so, when the haproxy package cannot be installed), two bare fasthttp proxies (bench/bareproxy: the floor of
 # Sentinel's HTTP stack, with a connection per request in flight and with one
 # pipelined connection; the first also at one client connection, the floor
-# of the -c1 rows), one bare fasthttp server that answers 429 itself (the
+# of the -c1 rows; two more for the large answers, reading 64 KiB answers
+# whole and streaming 10 MiB ones), one bare fasthttp server that answers 429 itself (the
 # floor of the refusal path) and one redis-server run for the whole benchmark; a fresh
 # Sentinel (bench/sentinel.yaml plus the environment of its row) starts for
 # each run. Every configuration runs once per round, rounds interleaved
 # (ROUNDS=3), each run a WARMUP then DURATION seconds of wrk (the references,
 # which run for the whole benchmark, warm up in the first round only). Per
-# run it keeps req/s, p50, p99, the answers of status >= 400 and the CPU time of each
-# process (/proc/PID/stat before and after); the table gives the median over
+# run it keeps req/s, p50, p99, the answers of status >= 400, the CPU time of each
+# process (/proc/PID/stat before and after) and the gateway's peak resident
+# memory (sampled every 100 ms from before the warm-up; a 10 MiB answer held
+# whole by 64 connections would show as 640 MiB); the rows of large answers
+# run BIG_DURATION seconds. The table gives the median over
 # rounds, with the ratios to the row's references taken within each round
 # (nginx, HAProxy, and the floor: the bare proxy for proxy rows, the bare 429
 # server for refusal and check API rows), and,
 # for Sentinel, its limit-store calls per request and the share of them not
 # answered (timed out, failed, or skipped by the open store breaker: those
 # decisions were the local share's, limits.on_store_failure).
-# Everything listens on 127.0.0.1 and stops by itself. About 4.5 minutes.
+# Everything listens on 127.0.0.1 and stops by itself. About 5.5 minutes.
 # ONLY='nginx|sentinel' runs only the rows so named (quick comparisons).
 # BASE=<git revision> also builds Sentinel at that revision and runs each
 # Sentinel row with it too ("name@base" rows, in the same rounds): a change
@@ -30,6 +35,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-4}   # seconds measured per run (19 rows × 3 rounds: about 4.5 minutes)
+BIG_DURATION=${BIG_DURATION:-2}  # seconds measured per run of the large-answer rows (6 rows × 3 rounds: about 45 s)
 WARMUP=${WARMUP:-1}       # seconds of load before each measurement
 THREADS=${THREADS:-2}
 CONNS=${CONNS:-64}
@@ -57,6 +63,10 @@ go build -o bin/bench-table ./bench/table
 go build -o bin/bareproxy ./bench/bareproxy
 
 REDIS="SENTINEL_REDIS_ADDRS=$HOST:$REDIS_PORT"
+# The large-answer rows' upstream, without health checks: the demo backend
+# answers /healthz with its large answer too, which the checks read whole.
+UP64K="SENTINEL_UPSTREAMS_API_TARGETS=http://$HOST:$BACKEND_64K_PORT SENTINEL_UPSTREAMS_API_HEALTH_CHECK_PATH="
+UP10M="SENTINEL_UPSTREAMS_API_TARGETS=http://$HOST:$BACKEND_10M_PORT SENTINEL_UPSTREAMS_API_HEALTH_CHECK_PATH="
 REFUSE="SENTINEL_LIMITS_TENANT=99 SENTINEL_LIMITS_API_KEY=0 SENTINEL_LIMITS_IP=0"
 # name | label | references: nginx, floor, HAProxy (- none) | target | wrk script | threads | conns | Sentinel environment
 runs=(
@@ -79,13 +89,23 @@ runs=(
   "nginx-c1|nginx 1.22, proxy, 1 connection|nginx-c1|bare-c1|-|nginx:$NGINX_PROXY_PORT|proxy.lua|1|1|"
   "bare-c1|bare fasthttp proxy, 1 connection|nginx-c1|bare-c1|-|bare|proxy.lua|1|1|"
   "sentinel-c1|Sentinel, proxy, default, 1 connection|nginx-c1|bare-c1|-|proxy|proxy.lua|1|1|"
+  "nginx-64k|nginx 1.22, proxy, 64 KiB answers|nginx-64k|bare-64k|-|nginx:$NGINX_64K_PORT|proxy.lua|$THREADS|$CONNS|"
+  "bare-64k|bare fasthttp proxy, 64 KiB answers (read whole)|nginx-64k|bare-64k|-|bare-64k|proxy.lua|$THREADS|$CONNS|"
+  "sentinel-64k|Sentinel, proxy, default, 64 KiB answers|nginx-64k|bare-64k|-|proxy|proxy.lua|$THREADS|$CONNS|$UP64K"
+  "nginx-10m|nginx 1.22, proxy, 10 MiB answers|nginx-10m|bare-10m|-|nginx:$NGINX_10M_PORT|proxy.lua|$THREADS|$CONNS|"
+  "bare-10m|bare fasthttp proxy, 10 MiB answers (streamed)|nginx-10m|bare-10m|-|bare-10m|proxy.lua|$THREADS|$CONNS|"
+  "sentinel-10m|Sentinel, proxy, default, 10 MiB answers|nginx-10m|bare-10m|-|proxy|proxy.lua|$THREADS|$CONNS|$UP10M"
 )
 
+start_backend "$BACKEND_64K_PORT" $((64 << 10)); backend_64k_pid=$backend_pid
+start_backend "$BACKEND_10M_PORT" $((10 << 20)); backend_10m_pid=$backend_pid
 start_backend
 timeout "$BENCH_MAX" redis-server --bind "$HOST" --port "$REDIS_PORT" --save '' --appendonly no --dir "$tmp" >"$tmp/redis.log" 2>&1 &
 redis_pid=$!; pids+=("$redis_pid")
 sed -e "s|@TMP@|$tmp|g" -e "s|@BACKEND@|$HOST:$BACKEND_PORT|g" \
-    -e "s|@PROXY@|$HOST:$NGINX_PROXY_PORT|g" -e "s|@LIMIT@|$HOST:$NGINX_LIMIT_PORT|g" bench/nginx.conf >"$tmp/nginx.conf"
+    -e "s|@PROXY@|$HOST:$NGINX_PROXY_PORT|g" -e "s|@LIMIT@|$HOST:$NGINX_LIMIT_PORT|g" \
+    -e "s|@BACKEND64K@|$HOST:$BACKEND_64K_PORT|g" -e "s|@PROXY64K@|$HOST:$NGINX_64K_PORT|g" \
+    -e "s|@BACKEND10M@|$HOST:$BACKEND_10M_PORT|g" -e "s|@PROXY10M@|$HOST:$NGINX_10M_PORT|g" bench/nginx.conf >"$tmp/nginx.conf"
 timeout "$BENCH_MAX" nginx -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/error.log" &
 nginx_pid=$!; pids+=("$nginx_pid")
 wait_for "http://$HOST:$NGINX_PROXY_PORT/"
@@ -102,13 +122,19 @@ wait_for "http://$HOST:$BARE_PORT/"
 timeout "$BENCH_MAX" bin/bareproxy -pipeline 1 -listen "$HOST:$BARE_PIPE_PORT" -upstream "$HOST:$BACKEND_PORT" >"$tmp/bare-pipe.log" 2>&1 &
 bare_pipe_pid=$!; pids+=("$bare_pipe_pid")
 wait_for "http://$HOST:$BARE_PIPE_PORT/"
+timeout "$BENCH_MAX" bin/bareproxy -listen "$HOST:$BARE_64K_PORT" -upstream "$HOST:$BACKEND_64K_PORT" >"$tmp/bare-64k.log" 2>&1 &
+bare_64k_pid=$!; pids+=("$bare_64k_pid")
+wait_for "http://$HOST:$BARE_64K_PORT/"
+timeout "$BENCH_MAX" bin/bareproxy -stream -listen "$HOST:$BARE_10M_PORT" -upstream "$HOST:$BACKEND_10M_PORT" >"$tmp/bare-10m.log" 2>&1 &
+bare_10m_pid=$!; pids+=("$bare_10m_pid")
+wait_for "http://$HOST:$BARE_10M_PORT/"
 timeout "$BENCH_MAX" bin/bareproxy -refuse -listen "$HOST:$BARE_REFUSE_PORT" >"$tmp/bare-refuse.log" 2>&1 &
 bare_refuse_pid=$!; pids+=("$bare_refuse_pid")
 for _ in $(seq 100); do curl -s -o /dev/null "http://$HOST:$BARE_REFUSE_PORT/" && break; sleep 0.1; done
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 results=bin/bench-compare.tsv
-printf 'round\tname\tlabel\tbaseline\tfloor\thaproxy\trequests\tduration_us\tp50_us\tp99_us\tnon2xx\tsockerr\tgateway_ms\tbackend_ms\tredis_ms\twrk_ms\tmodes\tstore_calls\tstore_unanswered\n' >"$results"
+printf 'round\tname\tlabel\tbaseline\tfloor\thaproxy\trequests\tduration_us\tp50_us\tp99_us\tnon2xx\tsockerr\tgateway_ms\tbackend_ms\tredis_ms\twrk_ms\tmodes\tstore_calls\tstore_unanswered\tgateway_rss_kb\n' >"$results"
 ms() { echo $(( ($1) * 1000 / CLK_TCK )); }
 # store_calls prints the gateway's limit-store calls so far: answered, and
 # not (timed out, failed, or skipped while the store breaker was open: those
@@ -121,6 +147,11 @@ store_calls() {
 run_one() {
   local round=$1 name label baseline floor hap target script threads conns envs url gw
   IFS='|' read -r name label baseline floor hap target script threads conns envs <<<"$2"
+  local duration=$DURATION backend=$backend_pid
+  case $name in
+    *-64k*) duration=$BIG_DURATION; backend=$backend_64k_pid ;;
+    *-10m*) duration=$BIG_DURATION; backend=$backend_10m_pid ;;
+  esac
   redis-cli -p "$REDIS_PORT" flushall >/dev/null
   sentinel_log=$tmp/sentinel-$name-$round.log
   case $target in
@@ -129,30 +160,37 @@ run_one() {
     bare) url="http://$HOST:$BARE_PORT/"; gw=$bare_pid ;;
     bare-pipe) url="http://$HOST:$BARE_PIPE_PORT/"; gw=$bare_pipe_pid ;;
     bare-refuse) url="http://$HOST:$BARE_REFUSE_PORT/"; gw=$bare_refuse_pid ;;
+    bare-64k) url="http://$HOST:$BARE_64K_PORT/"; gw=$bare_64k_pid ;;
+    bare-10m) url="http://$HOST:$BARE_10M_PORT/"; gw=$bare_10m_pid ;;
     proxy*) url="http://$HOST:$SENTINEL_PORT/" ;;&
     admin*) url="http://$HOST:$ADMIN_PORT/" ;;&
     *@base) SENTINEL_BIN=bin/sentinel-base ;;&
     proxy* | admin*) read -ra e <<<"$envs"; start_sentinel "${e[@]}"; gw=$sentinel_pid; SENTINEL_BIN= ;;
   esac
+  local rss_file=$tmp/rss-$name-$round sampler
+  echo 0 >"$rss_file"
+  peak_rss "$gw" "$rss_file" &
+  sampler=$!
   case $round:$target in 1:* | *:proxy* | *:admin*) wrk -t"$threads" -c"$conns" -d"${WARMUP}s" -s "bench/$script" "$url" >/dev/null ;; esac
   local g0 b0 r0 w0 g1 b1 r1 w1 out
   local s0=(0 0) s1=(0 0)
   case $target in proxy* | admin*) read -ra s0 <<<"$(store_calls)" ;; esac
-  g0=$(ticks "$gw"); b0=$(ticks "$backend_pid"); r0=$(ticks "$redis_pid"); w0=$(waited_ticks)
-  out=$(wrk -t"$threads" -c"$conns" -d"${DURATION}s" --timeout 2s -s "bench/$script" "$url")
-  g1=$(ticks "$gw"); b1=$(ticks "$backend_pid"); r1=$(ticks "$redis_pid"); w1=$(waited_ticks)
+  g0=$(ticks "$gw"); b0=$(ticks "$backend"); r0=$(ticks "$redis_pid"); w0=$(waited_ticks)
+  out=$(wrk -t"$threads" -c"$conns" -d"${duration}s" --timeout 2s -s "bench/$script" "$url")
+  g1=$(ticks "$gw"); b1=$(ticks "$backend"); r1=$(ticks "$redis_pid"); w1=$(waited_ticks)
+  kill "$sampler" 2>/dev/null || true; wait "$sampler" 2>/dev/null || true
   case $target in proxy* | admin*) read -ra s1 <<<"$(store_calls)"; stop_sentinel ;; esac
   local line; line=$(grep '^BENCH ' <<<"$out") || { echo "$name: wrk printed no result:"; echo "$out"; exit 1; } >&2
   local requests duration_us p50_us p99_us non2xx sockerr modes=-
   eval "$(sed -e 's/^BENCH //' <<<"$line")"
   # The adaptive modes the gateway entered (its log: "adaptive: mode normal → moderate ...").
   [ -f "$sentinel_log" ] && modes=$( { grep -o 'adaptive: mode [a-z]* → [a-z]*' "$sentinel_log" || true; } | awk '{print $5}' | sort -u | paste -sd, -)
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$label" "$baseline" "$floor" "$hap" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$label" "$baseline" "$floor" "$hap" \
     "$requests" "$duration_us" "$p50_us" "$p99_us" "$non2xx" "$sockerr" \
     "$(ms "g1 - g0")" "$(ms "b1 - b0")" "$(ms "r1 - r0")" "$(ms "w1 - w0")" "${modes:--}" \
-    "$((s1[0] + s1[1] - s0[0] - s0[1]))" "$((s1[1] - s0[1]))" >>"$results"
-  printf '  round %s %-13s %8d req/s  p99 %6.2f ms  >=400: %-7d modes: %s\n' "$round" "$name" \
-    $((requests * 1000000 / duration_us)) "$(awk "BEGIN{print $p99_us/1000}")" "$non2xx" "${modes:--}" >&2
+    "$((s1[0] + s1[1] - s0[0] - s0[1]))" "$((s1[1] - s0[1]))" "$(<"$rss_file")" >>"$results"
+  printf '  round %s %-13s %8d req/s  p99 %6.2f ms  >=400: %-7d peak RSS %4d MiB  modes: %s\n' "$round" "$name" \
+    $((requests * 1000000 / duration_us)) "$(awk "BEGIN{print $p99_us/1000}")" "$non2xx" $(($(<"$rss_file") / 1024)) "${modes:--}" >&2
 }
 
 if [ -z "$haproxy" ]; then
@@ -183,7 +221,7 @@ done
   echo
   echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr), $(go version | cut -d' ' -f3)."
   echo "wrk -t$THREADS -c$CONNS (rows marked 1 connection: -t1 -c1), ${DURATION} s after ${WARMUP} s of warm-up (the references: in round 1 only), $ROUNDS interleaved rounds, medians;"
-  echo "upstream: demo-backend -fixed-body 64. Load average at the start: $load_start; at the end: $(cut -d' ' -f1-3 /proc/loadavg)."
+  echo "upstream: demo-backend -fixed-body 64 (the rows of 64 KiB and 10 MiB answers: -fixed-body 65536 and 10485760, ${BIG_DURATION} s each). Load average at the start: $load_start; at the end: $(cut -d' ' -f1-3 /proc/loadavg)."
   echo
   bin/bench-table <"$results"
 } | tee bin/bench-compare.md

@@ -5,6 +5,8 @@
 BENCH_MAX=${BENCH_MAX:-15m}   # the longest any started process may live
 HOST=127.0.0.1
 BACKEND_PORT=29100
+BACKEND_64K_PORT=29101
+BACKEND_10M_PORT=29102
 SENTINEL_PORT=29280
 ADMIN_PORT=29290
 REDIS_PORT=29379
@@ -12,10 +14,14 @@ NGINX_PROXY_PORT=29180
 NGINX_LIMIT_PORT=29181
 HAPROXY_PROXY_PORT=29182
 HAPROXY_LIMIT_PORT=29183
+NGINX_64K_PORT=29184
+NGINX_10M_PORT=29185
 PPROF_PORT=29260
 BARE_PORT=29380
 BARE_REFUSE_PORT=29381
 BARE_PIPE_PORT=29382
+BARE_64K_PORT=29383
+BARE_10M_PORT=29384
 CLK_TCK=$(getconf CLK_TCK)
 
 pids=()
@@ -69,10 +75,33 @@ waited_ticks() {
   echo $((f[13] + f[14]))
 }
 
+# rss_kb PID: resident memory (KiB) of PID and every live descendant, from
+# /proc/PID/status (nginx: the master and its workers).
+rss_kb() {
+  local pid=$1 total=0 k v _ c
+  [ -r "/proc/$pid/status" ] || { echo 0; return; }
+  while read -r k v _; do [ "$k" = VmRSS: ] && total=$v; done <"/proc/$pid/status"
+  for c in $(cat /proc/"$pid"/task/*/children 2>/dev/null); do total=$((total + $(rss_kb "$c"))); done
+  echo "$total"
+}
+
+# peak_rss PID FILE: samples rss_kb PID every 100 ms until killed, keeping
+# the largest in FILE.
+peak_rss() {
+  local peak=0 now
+  while :; do
+    now=$(rss_kb "$1"); [ "$now" -gt "$peak" ] && { peak=$now; echo "$peak" >"$2"; }
+    sleep 0.1
+  done
+}
+
+# start_backend [PORT SIZE]: a demo backend answering SIZE bytes (default: the
+# 64-byte answer on BACKEND_PORT); sets backend_pid.
 start_backend() {
-  timeout "$BENCH_MAX" bin/demo-backend -listen "$HOST:$BACKEND_PORT" -fixed-body 64 >"$tmp/backend.log" 2>&1 &
+  local port=${1:-$BACKEND_PORT} size=${2:-64}
+  timeout "$BENCH_MAX" bin/demo-backend -listen "$HOST:$port" -fixed-body "$size" >"$tmp/backend-$port.log" 2>&1 &
   backend_pid=$!; pids+=("$backend_pid")
-  wait_for "http://$HOST:$BACKEND_PORT/healthz"
+  wait_for "http://$HOST:$port/healthz"
 }
 
 # start_sentinel [VAR=value...] [-- flags]: a gateway ($SENTINEL_BIN, by default

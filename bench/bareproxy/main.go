@@ -6,7 +6,9 @@
 // The gap between it and Sentinel is what Sentinel's own work costs; the gap
 // between it and nginx is the HTTP stack's. With -pipeline N it sends the
 // requests over at most N pipelined connections (fasthttp.PipelineClient),
-// the floor of a pool with `pipeline: N`. With -refuse it answers every
+// the floor of a pool with `pipeline: N`. With -stream it passes every
+// answer on as it is read (Response.StreamBody) instead of reading it whole:
+// the floor for answers too large to hold. With -refuse it answers every
 // request 429 with a small JSON body and never calls the upstream: the floor
 // of the refusal path.
 package main
@@ -26,6 +28,7 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:29380", "address to serve on")
 	upstream := flag.String("upstream", "127.0.0.1:29100", "host:port of the upstream")
 	refuse := flag.Bool("refuse", false, "answer every request 429 itself (the floor of the refusal path)")
+	stream := flag.Bool("stream", false, "pass answers on as they are read instead of reading them whole")
 	pipeline := flag.Int("pipeline", 0, "pipeline the requests over at most this many connections (0: a HostClient's connection each)")
 	flag.Parse()
 	client := &fasthttp.HostClient{
@@ -53,6 +56,7 @@ func main() {
 			ctx.SetBody(refusal)
 			return
 		}
+		ctx.Response.StreamBody = *stream
 		if err := do(&ctx.Request, &ctx.Response, 10*time.Second); err != nil {
 			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
 		}

@@ -46,6 +46,9 @@ type run struct {
 	// answered (timed out, failed, or skipped by the open store breaker);
 	// optional columns, 0 when absent.
 	storeCalls, storeUnanswered float64
+	// rssKB is the gateway's peak resident memory during the run (KiB;
+	// optional column, 0 when absent).
+	rssKB float64
 }
 
 func (r run) rps() float64 { return r.requests / r.seconds }
@@ -100,9 +103,9 @@ func parse(r io.Reader) ([]run, error) {
 }
 
 // parseOptional sets the fields of r that have optional columns: the store
-// calls and the floor and HAProxy references.
+// calls, the gateway's peak memory and the floor and HAProxy references.
 func parseOptional(r *run, f []string, idx map[string]int) error {
-	for c, dst := range map[string]*float64{"store_calls": &r.storeCalls, "store_unanswered": &r.storeUnanswered} {
+	for c, dst := range map[string]*float64{"store_calls": &r.storeCalls, "store_unanswered": &r.storeUnanswered, "gateway_rss_kb": &r.rssKB} {
 		if i, ok := idx[c]; ok {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {
@@ -131,8 +134,8 @@ func write(w io.Writer, runs []run) error {
 		}
 		byKey[fmt.Sprint(r.name, "/", r.round)] = r
 	}
-	fmt.Fprintln(w, "| configuration | req/s | 2xx/s | p50 ms | p99 ms | status ≥ 400 or socket error | adaptive modes entered | store calls per request, unanswered | CPU µs/request: gateway | backend | redis | wrk | vs nginx: req/s (rounds' range) | 2xx/s | p99 | vs HAProxy: req/s | p99 | vs floor: req/s | p99 |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| configuration | req/s | 2xx/s | p50 ms | p99 ms | status ≥ 400 or socket error | adaptive modes entered | store calls per request, unanswered | CPU µs/request: gateway | backend | redis | wrk | vs nginx: req/s (rounds' range) | 2xx/s | p99 | vs HAProxy: req/s | p99 | vs floor: req/s | p99 | gateway peak RSS MiB |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, name := range names {
 		writeRow(w, runsNamed(runs, name), byKey)
 	}
@@ -155,13 +158,22 @@ func runsNamed(runs []run, name string) []run {
 func writeRow(w io.Writer, rs []run, byKey map[string]run) {
 	m := func(f func(run) float64) float64 { return median(mapRuns(rs, f)) }
 	cpu := func(i int) float64 { return m(func(r run) float64 { return r.cpuMS[i] * 1000 / r.requests }) }
-	fmt.Fprintf(w, "| %s | %s | %s | %.2f | %.2f | %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %s | %s | %s |\n", rs[0].label,
+	fmt.Fprintf(w, "| %s | %s | %s | %.2f | %.2f | %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %s | %s | %s | %s |\n", rs[0].label,
 		thousands(m(run.rps)), thousands(m(run.ok2xx)),
 		m(func(r run) float64 { return r.p50us / 1000 }), m(func(r run) float64 { return r.p99us / 1000 }),
 		share(m(func(r run) float64 { return (r.non2xx + r.sockErr) / r.requests })), modes(rs), storeCell(m),
 		cpu(0), cpu(1), cpu(2), cpu(3), refCells(rs, byKey, func(r run) string { return r.baseline }, "baseline", true),
 		refCells(rs, byKey, func(r run) string { return r.haproxy }, "baseline", false),
-		refCells(rs, byKey, func(r run) string { return r.floor }, "floor", false))
+		refCells(rs, byKey, func(r run) string { return r.floor }, "floor", false), rssCell(m))
+}
+
+// rssCell is the median of the gateway's peak memory over the rounds, in
+// MiB; "–" when not measured.
+func rssCell(m func(func(run) float64) float64) string {
+	if kb := m(func(r run) float64 { return r.rssKB }); kb > 0 {
+		return fmt.Sprintf("%.0f", kb/1024)
+	}
+	return "–"
 }
 
 // refCells are the cells of the ratios to one reference, named by ref in

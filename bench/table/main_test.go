@@ -24,11 +24,11 @@ func TestTableRatiosAreTakenPerRound(t *testing.T) {
 	out := render(t, in)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 4)
-	assert.Equal(t, "| nginx, proxy | 50 | 50 | 0.10 | 1.00 | 0 | – | – | 1000.0 | 200.0 | 0.0 | 400.0 | baseline | baseline | baseline | – | – | – | – |", lines[2])
+	assert.Equal(t, "| nginx, proxy | 50 | 50 | 0.10 | 1.00 | 0 | – | – | 1000.0 | 200.0 | 0.0 | 400.0 | baseline | baseline | baseline | – | – | – | – | – |", lines[2])
 	// gateway: median req/s 25, 2xx/s 45, 25, 20: 25; 2xx ratios 0.45, 0.5,
 	// 0.5; p99 3 ms; status >= 400 in 5 of 50 in round 1 (10%), 0 in the
 	// others: median 0; CPU 50 ms over 25 requests = 2000 µs.
-	assert.Equal(t, "| gateway | 25 | 25 | 0.20 | 3.00 | 0 | moderate 1/3, critical 2/3 | – | 2000.0 | 400.0 | 0.0 | 800.0 | 0.50× | 0.50× | 3.00× | – | – | – | – |", lines[3])
+	assert.Equal(t, "| gateway | 25 | 25 | 0.20 | 3.00 | 0 | moderate 1/3, critical 2/3 | – | 2000.0 | 400.0 | 0.0 | 800.0 | 0.50× | 0.50× | 3.00× | – | – | – | – | – |", lines[3])
 }
 
 // The req/s ratio shows the rounds' range when they differ.
@@ -88,7 +88,7 @@ func TestTableFloorAndHAProxy(t *testing.T) {
 	// gw: 40/50 and 40/40 of the floor, 40/80 and 40/100 of HAProxy.
 	assert.Contains(t, out, "| 0.40× | 0.40× | 4.00× | 0.45× (0.40–0.50) | 2.00× | 0.90× (0.80–1.00) | 4.00× |")
 	assert.Contains(t, out, "| bare | 45 | 45 | 0.10 | 1.00 | 0 | – | – | 1125.0 | 225.0 | 0.0 | 450.0 | 0.45× (0.40–0.50) | 0.45× | 1.00× | 0.51× (0.40–0.62) | 0.50× | floor | floor |")
-	assert.Contains(t, out, "| c1 | 10 | 10 | 0.10 | 1.00 | 0 | – | – | 5000.0 | 1000.0 | 0.0 | 2000.0 | 0.10× | 0.10× | 1.00× | – | – | – | – |\n")
+	assert.Contains(t, out, "| c1 | 10 | 10 | 0.10 | 1.00 | 0 | – | – | 5000.0 | 1000.0 | 0.0 | 2000.0 | 0.10× | 0.10× | 1.00× | – | – | – | – | – |\n")
 }
 
 func TestParseNamesWhatIsWrong(t *testing.T) {
@@ -120,4 +120,17 @@ func render(t *testing.T, in string) string {
 	var out strings.Builder
 	require.NoError(t, write(&out, runs))
 	return out.String()
+}
+
+// The optional gateway_rss_kb column: the gateway's peak memory, median
+// over the rounds, in MiB.
+func TestTablePeakMemory(t *testing.T) {
+	h := strings.TrimSuffix(header, "\n") + "\tgateway_rss_kb\n"
+	in := h +
+		"1\tgw\tgateway\tgw\t1000\t1000000\t200\t2000\t0\t0\t50\t10\t0\t20\t-\t30720\n" +
+		"2\tgw\tgateway\tgw\t1000\t1000000\t200\t2000\t0\t0\t50\t10\t0\t20\t-\t40960\n" +
+		"3\tgw\tgateway\tgw\t1000\t1000000\t200\t2000\t0\t0\t50\t10\t0\t20\t-\t35840\n"
+	out := render(t, in)
+	assert.Contains(t, out, "| gateway peak RSS MiB |")
+	assert.Contains(t, out, "| – | – | 35 |\n")
 }
