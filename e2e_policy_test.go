@@ -77,3 +77,40 @@ func TestPolicyE2E(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond)
 	assert.Equal(t, http.StatusOK, bid("u1").status, "the raised quota applies")
 }
+
+// TestRemovedPolicySeriesGo: the decision series of a policy that a
+// reload removes from the file, or that DELETE /v1/policies removes, leave
+// /metrics; a policy that stays keeps its series and its count.
+func TestRemovedPolicySeriesGo(t *testing.T) {
+	up := startUpstream(t)
+	policies := "policies:\n  - {name: series-kept, key: [ip], limits: [{limit: 1000, window: 1s}]}\n" +
+		"  - {name: series-removed, key: [ip], limits: [{limit: 1000, window: 1s}]}\n"
+	cfg := gatewayConfig(up.url, withExtra(policies))
+	g := startGateway(t, cfg)
+	require.Equal(t, http.StatusOK, do(t, "GET", g.url+"/x", "").status)
+	exposition := func() string { // the policy decision series only
+		var out []string
+		for _, line := range strings.Split(string(do(t, "GET", g.admin+"/metrics", "").body), "\n") {
+			if strings.HasPrefix(line, "sentinel_limit_policy_decisions_total{") {
+				out = append(out, line)
+			}
+		}
+		return strings.Join(out, "\n")
+	}
+	assert.Contains(t, exposition(), `policy="series-removed"`)
+
+	require.NoError(t, os.WriteFile(g.path, []byte(strings.Replace(cfg, "  - {name: series-removed", "  - {name: series-other", 1)), 0o600))
+	_, _, err := g.app.reload()
+	require.NoError(t, err)
+	text := exposition()
+	assert.NotContains(t, text, `policy="series-removed"`, "removed by the reload")
+	assert.Contains(t, text, `policy="series-other"`)
+	assert.Equal(t, 1.0, scrape(t, g.admin, "sentinel_limit_policy_decisions_total", "policy", "series-kept", "decision", "allowed"),
+		"the policy that stays keeps its count")
+
+	a := do(t, "PUT", g.admin+"/v1/policies/series-api", `{"key":["ip"],"limits":[{"limit":5}]}`)
+	require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
+	assert.Contains(t, exposition(), `policy="series-api"`)
+	require.Equal(t, http.StatusNoContent, do(t, "DELETE", g.admin+"/v1/policies/series-api", "").status)
+	assert.NotContains(t, exposition(), `policy="series-api"`, "removed through the API")
+}
