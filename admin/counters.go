@@ -27,6 +27,8 @@ var counterScopes = map[string]limit.Scope{
 // tests reset each and see the budget come back.
 var storeScopes = map[limit.Scope]string{limit.ScopeIP: "ip", limit.ScopeAPIKey: "key", limit.ScopeTenant: "tenant", limit.ScopeRule: "rule"}
 
+// resetCounts count the resets by scope (sentinel_limit_resets_total): a
+// policy's once, whatever its number of limits.
 var resetCounts = func() map[string]*metrics.Counter {
 	m := map[string]*metrics.Counter{}
 	for _, name := range []string{"ip", "api_key", "tenant", "rule", "policy"} {
