@@ -45,6 +45,38 @@ func TestConcurrencyShrinksWhenLatencyRises(t *testing.T) {
 	assert.Greater(t, l.Limit(), low, "and grows back when the latency recovers")
 }
 
+// A burst of 34 requests on a backend with 4 workers (40 ms each) at ease
+// with 2 is a queue, though the backend answers the burst in an order of
+// its own: the requests admitted last come back first, fast for their
+// place, and those admitted first come back last, slow for theirs. Taken
+// at face value, that is a backend giving more throughput than it can
+// and then a latency the requests in flight do not explain: a new cost,
+// which would leave the queue unprotected for good (its latency then
+// never looks unhealthy). The burst is waited out instead, and the queue
+// that stays after it is cut.
+func TestConcurrencyBurstIsNoNewCost(t *testing.T) {
+	l := testConcurrency(100)
+	start := feed(l, time.Unix(1000, 0), 100, 40*time.Millisecond, 2)
+	now := start
+	for i := range 34 {
+		rtt := time.Duration(i/4+1) * 40 * time.Millisecond
+		admitted := float64(34 - i) // the last admitted, first answered
+		if i >= 17 {
+			admitted = float64(i - 16)
+		}
+		now = start.Add(rtt)
+		l.sample(0, rtt.Seconds(), admitted, 34, now)
+	}
+	require.Zero(t, l.rebases.Get(), "the burst's order is no new cost")
+	// Then every request waits behind the others: 34 in flight, 340 ms.
+	for range 200 {
+		now = now.Add(10 * time.Millisecond)
+		l.sample(0, 0.34, 34, 34, now)
+	}
+	assert.Zero(t, l.rebases.Get(), "a queue's latency is no new baseline")
+	assert.Less(t, l.Limit(), 34.0, "the queue is cut")
+}
+
 // A route that becomes slower at the same number of requests in flight
 // (or a route whose latency rises further than its requests in flight do)
 // costs more; it is not congested: the baseline is re-measured and the

@@ -54,6 +54,9 @@ type routeCost struct {
 	// averages lag a step change, and judged while they catch up, a
 	// slower route would look like a growing queue.
 	learning int
+	// burstUntil (unix nanos) ends the last burst of admissions (see
+	// burst).
+	burstUntil int64
 }
 
 // Route returns the key of resource's latency baseline, the same for every
@@ -73,15 +76,16 @@ func (c *ConcurrencyLimiter) Route(resource string) Route {
 	return r
 }
 
-// observe adds one answer of the route that took rtt seconds and was
-// admitted with n requests in flight. It returns the route's short-term
-// latency over its threshold (above 1: congestion), the short-term average
-// of the requests in flight that goes with it, and whether the baseline was
-// re-measured.
-func (rc *routeCost) observe(rtt, n, tolerance, slack float64) (ratio, inflight float64, rebased bool) {
+// observe adds one answer of the route that took rtt seconds, admitted
+// with n requests in flight and leaving end in flight. It returns the
+// route's short-term latency over its threshold (above 1: congestion), the
+// short-term average of the requests in flight that goes with it, and
+// whether the baseline was re-measured.
+func (rc *routeCost) observe(rtt, n, end, tolerance, slack float64, now int64) (ratio, inflight float64, rebased bool) {
 	if rc.samples++; rc.samples == 1 {
 		rc.short, rc.shortN, rc.learning = rtt, n, learnAnswers
 	} else {
+		rc.burst(end, tolerance, slack, now)
 		rc.short += (rtt - rc.short) * 0.1
 		rc.shortN += (n - rc.shortN) * 0.1
 	}
@@ -90,7 +94,10 @@ func (rc *routeCost) observe(rtt, n, tolerance, slack float64) (ratio, inflight 
 		rc.learning--
 		rc.base, rc.rate = rc.short, rate
 	}
-	rc.rate = max(rc.rate, rate)
+	inBurst := now < rc.burstUntil
+	if !inBurst {
+		rc.rate = max(rc.rate, rate)
+	}
 	threshold := max(tolerance*rc.base, rc.base+slack)
 	switch {
 	case rc.learning > 0:
@@ -100,12 +107,38 @@ func (rc *routeCost) observe(rtt, n, tolerance, slack float64) (ratio, inflight 
 		// More latency than the requests in flight can queue at the
 		// throughput the backend has shown: the route costs more now (or
 		// the backend is slow for reasons this pod's concurrency does not
-		// change).
+		// change). Unless a burst explains it (see burst).
+		if inBurst {
+			return 0, rc.shortN, false
+		}
 		rc.base, rc.rate, rc.learning = rc.short, rate, learnAnswers
 		threshold = max(tolerance*rc.base, rc.base+slack)
 		rebased = true
 	}
 	return rc.short / threshold, rc.shortN, rebased
+}
+
+// burst notes a burst of admissions: an answer that leaves more than twice
+// the route's usual requests in flight while its latency is still healthy,
+// so that the requests in flight rose before any latency could raise them.
+// The backend answers a burst in an order of its own (new connections,
+// its scheduler): requests admitted early in it can come back after most
+// of it, slower than their place in the queue explains, and requests
+// admitted late come back fast, as if the backend gave more throughput
+// than it can. Until the burst has drained (two round trips, or the
+// requests in flight at the throughput shown), its answers neither raise
+// the throughput the route has shown nor re-measure the baseline: taken as
+// the route's new cost, a congested backend's queue would be left
+// unprotected, its latency never looking unhealthy again. They still count
+// as congestion when the requests in flight explain them. A slower route
+// raises the latency first and the requests in flight after it, so it is
+// no burst.
+func (rc *routeCost) burst(end, tolerance, slack float64, now int64) {
+	if end <= 2*rc.shortN+2 || rc.short > max(tolerance*rc.base, rc.base+slack) {
+		return
+	}
+	drain := max(2*rc.short, end/max(rc.rate, 1))
+	rc.burstUntil = max(rc.burstUntil, now+int64(min(drain, maxBurst.Seconds())*1e9))
 }
 
 // sample runs the gradient step for one successful answer of route r
@@ -126,13 +159,15 @@ func (c *ConcurrencyLimiter) sample(r Route, rtt, admitted, inflight float64, no
 	c.last = now
 	c.short += (rtt - c.short) * 0.1
 	c.shortBits.Store(math.Float64bits(c.short))
-	ratio, n, rebased := c.routes[r].observe(rtt, admitted, c.cfg.RTTTolerance, c.slack())
+	ratio, n, rebased := c.routes[r].observe(rtt, admitted, inflight, c.cfg.RTTTolerance, c.slack(), now.UnixNano())
 	if rebased {
 		c.rebases.Inc()
 	}
-	c.congest += (ratio - c.congest) * 0.1
+	if ratio > 0 { // 0: no evidence either way (see burst)
+		c.congest += (ratio - c.congest) * 0.1
+	}
 	floor := c.decayFloor(now)
-	if ratio <= 1 && n > floor {
+	if ratio > 0 && ratio <= 1 && n > floor {
 		c.floor, floor = n, n
 	}
 	c.floorBits.Store(math.Float64bits(floor))
@@ -152,7 +187,7 @@ func (c *ConcurrencyLimiter) sample(r Route, rtt, admitted, inflight float64, no
 		if next := max(limit*math.Exp(-float64(dt)/float64(trimTau)), 2*floor); next < limit {
 			c.store(next)
 		}
-	default:
+	case ratio > 0:
 		c.store(limit + 0.2*math.Sqrt(limit))
 	}
 }
@@ -222,6 +257,8 @@ const (
 	// short-term averages (EWMAs over ~10) after a step: three of their
 	// time constants.
 	learnAnswers = 30
+	// maxBurst bounds how long a burst of admissions is waited out.
+	maxBurst = 5 * time.Second
 	// minRTT bounds the latency a rate is computed from.
 	minRTT = 1e-6
 )
