@@ -86,11 +86,12 @@ rss_kb() {
 }
 
 # peak_rss PID FILE: samples rss_kb PID every 100 ms until killed, keeping
-# the largest in FILE.
+# the largest in FILE (replaced by a rename: a kill never leaves it empty).
 peak_rss() {
   local peak=0 now
   while :; do
-    now=$(rss_kb "$1"); [ "$now" -gt "$peak" ] && { peak=$now; echo "$peak" >"$2"; }
+    now=$(rss_kb "$1")
+    if [ "$now" -gt "$peak" ]; then peak=$now; echo "$peak" >"$2.new"; mv -f "$2.new" "$2"; fi
     sleep 0.1
   done
 }
