@@ -45,7 +45,7 @@ test-short: ## Run the tests without -race (faster local loop).
 bench: ## Run the Go benchmarks with allocation counts (BenchmarkSaturation is the overload scenario's phase (e)).
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1s ./...
 
-bench-compare: ## Sentinel vs nginx and HAProxy side by side with wrk, with the ratio to the bare fasthttp floor: proxy, refusal path, check API; 3 interleaved rounds (ROUNDS=n), < 5 min.
+bench-compare: ## Sentinel vs nginx and HAProxy side by side with wrk, with the ratio to the bare fasthttp floor: proxy, refusal path, check API, 64 KiB and 10 MiB answers (with peak RSS); 3 interleaved rounds (ROUNDS=n), about 5.5 min.
 	bash bench/compare.sh
 
 profile: ## CPU and allocation profiles of the proxy path under 10 s of wrk load (pprof -top in bin/profile-*.txt).
