@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -128,8 +129,10 @@ func TestFaultRequestIDReplay(t *testing.T) {
 }
 
 // streamUpstream answers /stream with chunks every interval for total
-// (chunked, flushed one by one) and /stall with one chunk and then
-// nothing for stall; it reports how many bytes of /stream it wrote.
+// (chunked, flushed one by one), /trickle with a byte every interval for
+// total under a Content-Length (small: the gateway reads it whole, not
+// streamed) and /stall with one chunk and then nothing for stall; it
+// reports how many bytes of /stream it wrote.
 func streamUpstream(t *testing.T, chunk []byte, interval, total, stall time.Duration) string {
 	t.Helper()
 	mux := http.NewServeMux()
@@ -140,6 +143,21 @@ func streamUpstream(t *testing.T, chunk []byte, interval, total, stall time.Dura
 				return
 			}
 			f.Flush()
+			select {
+			case <-time.After(interval):
+			case <-r.Context().Done():
+				return
+			}
+		}
+	})
+	mux.HandleFunc("/trickle", func(w http.ResponseWriter, r *http.Request) {
+		n := int(total / interval)
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+		for range n {
+			if _, err := w.Write([]byte("x")); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
 			select {
 			case <-time.After(interval):
 			case <-r.Context().Done():
@@ -212,6 +230,20 @@ adaptive: {enabled: false}
 	assert.LessOrEqual(t, n, want+int64(len(chunk)))
 	assert.GreaterOrEqual(t, took, streamed, "the answer took its whole time")
 	assert.Equal(t, float64(0), cut()-cut0, "a live stream is not cut")
+
+	// The same through an answer small enough to be read whole.
+	start = time.Now()
+	resp, err = http.Get(g.url + "/trickle")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took = time.Since(start)
+	require.NoError(t, err)
+	t.Logf("faults: long small answer: %d bytes over %v, read whole through a 2s upstream timeout", len(body), took.Round(time.Millisecond))
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Len(t, body, int(streamed/interval))
+	assert.GreaterOrEqual(t, took, streamed-interval)
+	assert.Equal(t, float64(0), cut()-cut0)
 
 	start = time.Now()
 	resp, err = http.Get(g.url + "/stall")

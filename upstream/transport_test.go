@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,7 +89,8 @@ func TestSmallAnswersAreReadWholeLargeOnesStreamed(t *testing.T) {
 }
 
 // rawUpstream answers every request on its connections with head, then
-// writes body one byte every gap.
+// writes body one byte every gap; a head with "Connection: close" ends the
+// connection after its body.
 func rawUpstream(t *testing.T, head string, body []byte, gap time.Duration) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -116,6 +118,9 @@ func rawUpstream(t *testing.T, head string, body []byte, gap time.Duration) stri
 						if _, err := c.Write([]byte{b}); err != nil {
 							return
 						}
+					}
+					if strings.Contains(head, "Connection: close") {
+						return
 					}
 				}
 			}()
@@ -151,4 +156,33 @@ func TestStalledSmallAnswerIsCut(t *testing.T) {
 	assert.Less(t, took, 2*time.Second, "cut by body_idle_timeout, not the pool timeout")
 	assert.EqualValues(t, 1, p.target(up).m.cutIdle.Get())
 	assert.Equal(t, 0, p.target(up).hc.ConnsCount(), "the connection of a cut answer is closed")
+}
+
+func TestSlowSmallAnswerIsCutAtBodyTimeout(t *testing.T) {
+	// 10 bytes over about 1.5 s, each within body_idle_timeout, but the
+	// whole answer bounded at 600 ms from the start.
+	up := rawUpstream(t, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", []byte("0123456789"), 150*time.Millisecond)
+	_, p := testPool(t, func(c *PoolConfig) {
+		c.Timeout, c.BodyIdleTimeout, c.BodyTimeout = 300*time.Millisecond, time.Second, 600*time.Millisecond
+	}, up)
+	start := time.Now()
+	_, _, _, err := stream(t, p, "GET", "/")
+	took := time.Since(start)
+	require.ErrorIs(t, err, ErrTimeout)
+	assert.GreaterOrEqual(t, took, 600*time.Millisecond)
+	assert.Less(t, took, 1400*time.Millisecond)
+	assert.EqualValues(t, 1, p.target(up).m.cutTotal.Get())
+	assert.Zero(t, p.target(up).m.cutIdle.Get())
+}
+
+func TestAnswerUntilCloseIsStreamed(t *testing.T) {
+	// No Content-Length, not chunked: the body ends when the connection does.
+	up := rawUpstream(t, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", []byte("until the end"), 0)
+	_, p := testPool(t, nil, up)
+	status, body, streamed, err := stream(t, p, "GET", "/")
+	require.NoError(t, err)
+	assert.Equal(t, 200, status)
+	assert.Equal(t, "until the end", string(body))
+	assert.True(t, streamed)
+	assert.Equal(t, 0, p.target(up).hc.ConnsCount())
 }
