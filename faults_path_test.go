@@ -131,15 +131,19 @@ func TestFaultRequestIDReplay(t *testing.T) {
 // streamUpstream answers /stream with chunks every interval for total
 // (chunked, flushed one by one), /trickle with a byte every interval for
 // total under a Content-Length (small: the gateway reads it whole, not
-// streamed) and /stall with one chunk and then nothing for stall; it
-// reports how many bytes of /stream it wrote.
-func streamUpstream(t *testing.T, chunk []byte, interval, total, stall time.Duration) string {
+// streamed) and /stall with one chunk and then nothing for stall; wrote
+// counts the bytes of /stream it wrote (on a busy machine its waits run
+// late, and it writes fewer chunks than total/interval).
+func streamUpstream(t *testing.T, chunk []byte, interval, total, stall time.Duration) (url string, wrote *atomic.Int64) {
 	t.Helper()
+	wrote = new(atomic.Int64)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
 		f := w.(http.Flusher)
 		for end := time.Now().Add(total); time.Now().Before(end); {
-			if _, err := w.Write(chunk); err != nil {
+			n, err := w.Write(chunk)
+			wrote.Add(int64(n))
+			if err != nil {
 				return
 			}
 			f.Flush()
@@ -175,7 +179,7 @@ func streamUpstream(t *testing.T, chunk []byte, interval, total, stall time.Dura
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return srv.URL
+	return srv.URL, wrote
 }
 
 // captureLog sends the process's slog lines to a buffer until the test
@@ -200,7 +204,7 @@ func TestFaultLongAnswer(t *testing.T) {
 		streamed = 4 * time.Second
 	)
 	chunk := bytes.Repeat([]byte("x"), 1000)
-	up := streamUpstream(t, chunk, interval, streamed, 10*time.Second)
+	up, wrote := streamUpstream(t, chunk, interval, streamed, 10*time.Second)
 	logs := captureLog(t)
 	g := startGateway(t, fmt.Sprintf(`
 upstreams:
@@ -221,13 +225,14 @@ adaptive: {enabled: false}
 	resp.Body.Close()
 	took := time.Since(start)
 	require.NoError(t, err, "the streamed answer ended with an error after %d bytes and %v", n, took)
-	want := int64(len(chunk)) * int64(streamed/interval)
-	t.Logf("faults: long answer: %d bytes over %v through a 2s upstream timeout (upstream wrote about %d)", n, took.Round(time.Millisecond), want)
+	t.Logf("faults: long answer: %d bytes over %v through a 2s upstream timeout (upstream wrote %d)", n, took.Round(time.Millisecond), wrote.Load())
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
-	// The upstream writes a chunk, then waits: it wrote streamed/interval
-	// chunks, one more when its last wait ended just before the end.
-	assert.GreaterOrEqual(t, n, want, "the whole answer arrived")
-	assert.LessOrEqual(t, n, want+int64(len(chunk)))
+	assert.Equal(t, wrote.Load(), n, "the whole answer arrived")
+	// The upstream writes a chunk, then waits: streamed/interval chunks,
+	// one more when its last wait ended just before the end, fewer when its
+	// waits ran late.
+	assert.GreaterOrEqual(t, n, int64(len(chunk))*int64(streamed/interval/2), "the upstream streamed for its whole time")
+	assert.LessOrEqual(t, n, int64(len(chunk))*int64(streamed/interval+1))
 	assert.GreaterOrEqual(t, took, streamed, "the answer took its whole time")
 	assert.Equal(t, float64(0), cut()-cut0, "a live stream is not cut")
 
