@@ -247,6 +247,9 @@ func (s *Server) outbound(ctx *fasthttp.RequestCtx, x *exchange, pre []byte, com
 // for a slot), to the concurrency limit and the adaptive signals.
 func (s *Server) forward(ctx *fasthttp.RequestCtx, x *exchange, req *fasthttp.Request, ticket adaptive.Ticket) error {
 	resp := &ctx.Response
+	// May stream: the pool reads an answer of up to upstream.WholeAnswerMax
+	// (by its Content-Length) whole and streams only larger or unknown-length
+	// ones, which the server reads while it writes them to the client.
 	resp.StreamBody = true
 	sent := time.Now()
 	end, err := x.route.pool.DoAt(req, resp, sent)
@@ -269,7 +272,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, x *exchange, req *fasthttp.Re
 }
 
 // bufferForCache reads a streamed answer whole when the cache could keep it:
-// a 200 whose Content-Length is within the cache's largest body. Any other
+// a 200 whose Content-Length is within the cache's largest body (one of up
+// to upstream.WholeAnswerMax arrives whole already). Any other
 // answer stays streamed, and the cache skips streamed answers, so a large or
 // endless answer (chunked, with no length) on a cacheable route is passed
 // through, never held in memory. The read ends at the Content-Length and,

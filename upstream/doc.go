@@ -2,7 +2,9 @@
 //
 // A Set holds one Pool per `upstreams.NAME` entry of the configuration. A
 // Pool has one fasthttp.HostClient per target (so fasthttp's connection
-// pooling, MaxConns, dial and request deadlines do the transport work), and
+// pooling, MaxConns, dial and request deadlines do the transport work; its
+// RoundTripper, transport, reads answers of up to WholeAnswerMax whole and
+// streams the others: see Pool.Do), and
 // with `pipeline` set a fasthttp.PipelineClient per target for the GETs
 // without a body (see pipeline), and
 // picks a target for each request by round robin or least pending among the

@@ -67,8 +67,9 @@ func newPool(name string, cfg PoolConfig) *Pool {
 // body_timeout from start; a body cut by either fails its read with a
 // timeout error and is counted in sentinel_upstream_cut_answers_total and
 // logged (at most a few lines a second). An answer whose Content-Length is
-// at most WholeAnswerMax is still read whole before Do returns (a body cut
-// so is an error of Do, a timeout: 504); a larger one, or one of unknown
+// at most WholeAnswerMax is still read whole before Do returns (its result
+// and latency include the body; a body cut so is an error of Do, a
+// timeout: 504); a larger one, or one of unknown
 // length, is streamed: Do returns after the head and the caller must read
 // or close resp.BodyStream (the fasthttp server does so when resp is the
 // RequestCtx's response), and results and latency are those of the head.
