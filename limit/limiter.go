@@ -36,8 +36,11 @@ type Limiter struct {
 	adj      Adjuster
 	livePods func() int
 	catalog  *catalog.Catalog
-	policies *policy.Set
-	now      func() time.Time
+	// shorthand are the limits section's shorthand limits and the rules,
+	// compiled into the policies they are; policies are the others.
+	shorthand []*policy.Compiled
+	policies  *policy.Set
+	now       func() time.Time
 
 	table    *bucketTable
 	breakers *breaker.Set // one per store node
@@ -78,11 +81,14 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 		adj:      opts.Adjuster,
 		livePods: opts.LivePods,
 		catalog:  opts.Catalog,
-		policies: opts.Policies,
-		now:      opts.Now,
-		table:    newBucketTable(cfg.MaxKeys),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
+		// The rules are looked up in the catalog for each request: a
+		// change of the catalog applies without a new limiter.
+		shorthand: policy.CompileShorthand(cfg.Shorthands(), cfg.PolicyDefaults(), opts.Catalog),
+		policies:  opts.Policies,
+		now:       opts.Now,
+		table:     newBucketTable(cfg.MaxKeys),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 	l.nodes, _ = st.(store.NodeMap)
 	l.breakers = breaker.NewSet(int64(cfg.BreakerFailures), cfg.BreakerCooldown, l.nodes)
@@ -256,20 +262,6 @@ func (l *Limiter) MaxTokens(req *Request) (int64, Scope) {
 		if m := mostOf(&p); m < most {
 			most, scope = m, sc
 		}
-	}
-	if l.catalog != nil {
-		if r, _ := l.catalog.Lookup(req.Tenant, req.Resource, len(req.IP) > 0); r != nil {
-			bound(r.Params, ScopeRule)
-		}
-	}
-	if l.cfg.Tenant > 0 && req.Tenant != "" {
-		bound(l.baseParams(l.tenantLimit(req.Plan)), ScopeTenant)
-	}
-	if l.cfg.APIKey > 0 && len(req.APIKey) > 0 {
-		bound(l.baseParams(l.cfg.APIKey), ScopeAPIKey)
-	}
-	if l.ipApplies(req) {
-		bound(l.baseParams(l.cfg.IP), ScopeIP)
 	}
 	l.policyBound(req, bound)
 	for i := range req.Limits {

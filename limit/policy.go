@@ -11,31 +11,19 @@ func subject(req *Request) policy.Subject {
 		Method: req.Method, Host: req.Host, Path: req.Path, Attrs: req.Attrs}
 }
 
-// policySpecs appends one spec per limit of each policy that matches req
-// and counts it (its key attributes present, not exempt). It allocates
-// nothing while specs has room.
-func (l *Limiter) policySpecs(specs []spec, req *Request, mult float64) []spec {
-	named, any := l.policies.For(req.Resource)
-	if len(named)+len(any) == 0 {
-		return specs
-	}
-	subj := subject(req)
-	for _, p := range named {
-		specs = l.policySpec(specs, p, &subj, req, mult)
-	}
-	for _, p := range any {
-		specs = l.policySpec(specs, p, &subj, req, mult)
-	}
-	return specs
-}
+// scopes are the scopes of the shorthand limits' decisions; a policy
+// of the `policies` section is ScopePolicy.
+var scopes = [...]Scope{policy.NotShorthand: ScopePolicy, policy.ShorthandRule: ScopeRule,
+	policy.ShorthandTenant: ScopeTenant, policy.ShorthandAPIKey: ScopeAPIKey, policy.ShorthandIP: ScopeIP}
 
-// policySpec appends the specs of policy p when it applies to subj.
-func (l *Limiter) policySpec(specs []spec, p *policy.Compiled, subj *policy.Subject, req *Request, mult float64) []spec {
+// policySpec appends the specs of policy p when it applies to subj and
+// counts it (its key attributes present, not exempt); idBuf is room for
+// its identity. It allocates nothing while specs has room.
+func (l *Limiter) policySpec(specs []spec, p *policy.Compiled, subj *policy.Subject, req *Request, mult float64, idBuf []byte) []spec {
 	if !p.Matches(subj) {
 		return specs
 	}
-	var idBuf [keyBufLen]byte
-	id, ok := p.AppendIdentity(idBuf[:0], subj)
+	id, ok := p.AppendIdentity(idBuf, subj)
 	if !ok {
 		return specs
 	}
@@ -43,29 +31,32 @@ func (l *Limiter) policySpec(specs []spec, p *policy.Compiled, subj *policy.Subj
 	for i := range p.Params {
 		var s *spec
 		specs, s = nextSpec(specs)
-		s.scope, s.name, s.shadow, s.counters = ScopePolicy, p.Items[i], p.Shadow, p.Counters[i]
-		s.params = scaleParams(p.LimitParams(i, plan), mult)
-		// {pol:<name>:<limit label>:<identity>}: the identity is escaped
-		// already, so it goes in as it is.
-		k := store.AppendKeyStrings(s.buf[:0], "", "pol", p.Name, p.Labels[i])
-		k = append(k[:len(k)-1], ':')
-		k = append(k, id...)
-		s.setKey(append(k, '}'))
+		shadow, ok := p.Limit(&s.params, i, subj, plan, mult)
+		if !ok {
+			specs = specs[:len(specs)-1]
+			continue
+		}
+		s.scope, s.name, s.shadow, s.counters = scopes[p.Shorthand], p.Items[i], shadow, p.Counters[i]
+		s.setKey(p.AppendKey(s.buf[:0], i, id, subj))
 		l.finish(s, req)
 	}
 	return specs
 }
 
-// policyBound lowers most to the smallest capacity among the policies
-// that apply to req (see MaxTokens).
+// policyBound lowers most to the smallest capacity among the limits that
+// apply to req, as specs finds them (see MaxTokens).
 func (l *Limiter) policyBound(req *Request, bound func(p store.Params, sc Scope)) {
 	named, any := l.policies.For(req.Resource)
 	subj := subject(req)
-	for _, list := range [2][]*policy.Compiled{named, any} {
+	for _, list := range [...][]*policy.Compiled{l.shorthand, named, any} {
 		for _, p := range list {
+			if !p.Counts(&subj) {
+				continue
+			}
 			for i := range p.Params {
-				if p.Counts(&subj) {
-					bound(p.LimitParams(i, l.planOf(p, req)), ScopePolicy)
+				var params store.Params
+				if _, ok := p.Limit(&params, i, &subj, l.planOf(p, req), 1); ok {
+					bound(params, scopes[p.Shorthand])
 				}
 			}
 		}
@@ -75,7 +66,7 @@ func (l *Limiter) policyBound(req *Request, bound func(p store.Params, sc Scope)
 // planOf is the plan multiplier of p's limits for req (1 unless the
 // policy takes it).
 func (l *Limiter) planOf(p *policy.Compiled, req *Request) float64 {
-	if !p.PlanMultiplier {
+	if !p.PlanMultiplier || l.catalog == nil {
 		return 1
 	}
 	return l.catalog.PlanMultiplier(req.Plan)

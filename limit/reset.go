@@ -29,12 +29,10 @@ func (l *Limiter) Forget(key []byte) {
 	_ = l.fallback.Reset(context.Background(), key, store.Params{})
 }
 
-// PolicyKey appends the store key of limit i of policy p for the budget of
-// identity id (AppendIdentity's or AppendIdentityOf's), as the limiter
-// builds it: {pol:<name>:<limit label>:<identity>}.
+// PolicyKey appends the store key of limit i of policy p, one of the
+// `policies` section (Set.Lookup's), for the budget of identity id
+// (AppendIdentity's or AppendIdentityOf's), as the limiter builds it:
+// {pol:<name>:<limit label>:<identity>} (Compiled.AppendKey).
 func PolicyKey(dst []byte, p *policy.Compiled, i int, id []byte) []byte {
-	k := store.AppendKeyStrings(dst, "", "pol", p.Name, p.Labels[i])
-	k = append(k[:len(k)-1], ':')
-	k = append(k, id...)
-	return append(k, '}')
+	return p.AppendKey(dst, i, id, nil)
 }

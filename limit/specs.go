@@ -1,10 +1,8 @@
 package limit
 
 import (
-	"math"
 	"time"
 
-	"github.com/sentinel-gateway/sentinel/limit/limitconf"
 	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
@@ -67,93 +65,23 @@ func nextSpec(specs []spec) ([]spec, *spec) {
 	return specs, &specs[len(specs)-1]
 }
 
-// specs appends the limits that apply to req: the rule first (usually the
-// tightest), then tenant, API key and IP, then the policies.
+// specs appends the limits that apply to req, each policy's in turn: the
+// shorthand ones first (the rule, usually the tightest, then tenant, API
+// key and IP), then the policies.
 func (l *Limiter) specs(specs []spec, req *Request, mult float64) []spec {
-	if l.catalog != nil {
-		if r, anon := l.catalog.Lookup(req.Tenant, req.Resource, len(req.IP) > 0); r != nil {
-			var s *spec
-			specs, s = nextSpec(specs)
-			s.scope = ScopeRule
-			s.params = scaleParams(r.Params, mult)
-			s.shadow = r.Shadow
-			s.setKey(appendRuleKey(s.buf[:0], req, anon))
-			l.finish(s, req)
+	subj := subject(req)
+	named, any := l.policies.For(req.Resource)
+	var idBuf []byte // room for a policy's identity (a shorthand's key holds its values)
+	if len(named)+len(any) > 0 {
+		var b [keyBufLen]byte
+		idBuf = b[:0]
+	}
+	for _, list := range [...][]*policy.Compiled{l.shorthand, named, any} {
+		for _, p := range list {
+			specs = l.policySpec(specs, p, &subj, req, mult, idBuf)
 		}
 	}
-	if l.cfg.Tenant > 0 && req.Tenant != "" {
-		var s *spec
-		specs, s = nextSpec(specs)
-		l.baseSpec(s, ScopeTenant, scale(l.tenantLimit(req.Plan), mult))
-		s.setKey(store.AppendKeyStrings(s.buf[:0], "", "tenant", req.Tenant))
-		l.finish(s, req)
-	}
-	if l.cfg.APIKey > 0 && len(req.APIKey) > 0 {
-		var s *spec
-		specs, s = nextSpec(specs)
-		l.baseSpec(s, ScopeAPIKey, scale(l.cfg.APIKey, mult))
-		s.setKey(store.AppendKey(s.buf[:0], "", "key", req.APIKey))
-		l.finish(s, req)
-	}
-	if l.ipApplies(req) {
-		var s *spec
-		specs, s = nextSpec(specs)
-		l.baseSpec(s, ScopeIP, scale(l.cfg.IP, mult))
-		s.setKey(store.AppendKey(s.buf[:0], "", "ip", req.IP))
-		l.finish(s, req)
-	}
-	return l.policySpecs(specs, req, mult)
-}
-
-// scaleParams applies the adaptive multiplier to p's budget.
-func scaleParams(p store.Params, mult float64) store.Params {
-	if p.Algorithm == store.TokenBucket {
-		p.Capacity = scale(p.Capacity, mult)
-		p.RefillRate *= mult
-	} else {
-		p.Limit = scale(p.Limit, mult)
-	}
-	return p
-}
-
-// ipApplies reports whether limits.ip applies to req (limits.ip_scope).
-func (l *Limiter) ipApplies(req *Request) bool {
-	return l.cfg.IP > 0 && len(req.IP) > 0 &&
-		(l.cfg.IPScope != limitconf.IPScopeAnonymous || req.Tenant == "" && len(req.APIKey) == 0)
-}
-
-// baseSpec makes s a limit of the base configuration (tenant, API key, IP)
-// for scope, under the configured default algorithm.
-func (l *Limiter) baseSpec(s *spec, scope Scope, limit int64) *spec {
-	s.scope, s.shadow, s.name = scope, false, ""
-	s.params = l.baseParams(limit)
-	return s
-}
-
-// scale applies the adaptive multiplier; a limit that is on stays >= 1.
-func scale(limit int64, mult float64) int64 {
-	if mult >= 1 || limit <= 0 {
-		return limit
-	}
-	return max(1, int64(float64(limit)*mult))
-}
-
-// tenantLimit is limits.tenant times the plan's multiplier.
-func (l *Limiter) tenantLimit(plan string) int64 {
-	base := float64(l.cfg.Tenant)
-	if l.catalog != nil {
-		base *= l.catalog.PlanMultiplier(plan)
-	}
-	return int64(math.Floor(min(base, store.MaxLimit)))
-}
-
-// baseParams are the params of a base limit under the configured default
-// algorithm.
-func (l *Limiter) baseParams(limit int64) store.Params {
-	if l.alg == store.TokenBucket {
-		return store.Params{Algorithm: l.alg, Capacity: limit, RefillRate: float64(limit) / l.cfg.Window.Seconds()}
-	}
-	return store.Params{Algorithm: l.alg, Limit: limit, Window: l.cfg.Window}
+	return specs
 }
 
 // mostOf is the most tokens one decision under p can take: its capacity,

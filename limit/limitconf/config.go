@@ -203,6 +203,12 @@ func (c *Config) PolicyDefaults() policy.Defaults {
 	return policy.Defaults{Algorithm: c.Algorithm, Window: c.Window, Zone: c.QuotaTimeZone.Location()}
 }
 
+// Shorthands are the section's shorthand limits (tenant, api_key, ip and
+// ip_scope), which the limiter compiles into the policies they are.
+func (c *Config) Shorthands() policy.Shorthands {
+	return policy.Shorthands{Tenant: c.Tenant, APIKey: c.APIKey, IP: c.IP, IPAnonymous: c.IPScope == IPScopeAnonymous}
+}
+
 // FastPath reports whether local leases are on (local_fast_path).
 func (c *Config) FastPath() bool { return c.LocalFastPath == nil || *c.LocalFastPath }
 

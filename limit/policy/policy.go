@@ -76,7 +76,14 @@ type Compiled struct {
 	// PlanMultiplier: the limits are multiplied by the plan's multiplier.
 	PlanMultiplier bool
 	Shadow         bool
+	// Shorthand is the shorthand limit the policy is (its store key and
+	// its scope in answers), or NotShorthand.
+	Shorthand Shorthand
+	// Source resolves the policy's one limit for each request (nil: its
+	// limits are Params).
+	Source *Source
 
+	matchAll  bool                // no method, host, header nor anonymous match
 	resources map[string]struct{} // nil: any
 	methods   [][]byte
 	hosts     [][]byte
@@ -242,6 +249,7 @@ func compile(p *Config, def Defaults) *Compiled {
 			cp.anonymous = 1
 		}
 	}
+	cp.matchAll = cp.anonymous == 0 && len(cp.methods)+len(cp.hosts)+len(cp.headers) == 0
 	if len(p.Unlimited.Values) > 0 {
 		cp.values = make(map[string]struct{}, len(p.Unlimited.Values))
 		for _, v := range p.Unlimited.Values {
@@ -258,6 +266,11 @@ func compile(p *Config, def Defaults) *Compiled {
 // Matches reports whether the policy applies to s (its resource aside,
 // which Set.For selects). It allocates nothing.
 func (p *Compiled) Matches(s *Subject) bool {
+	return p.matchAll || p.matches(s)
+}
+
+// matches is Matches for a policy with a match.
+func (p *Compiled) matches(s *Subject) bool {
 	if p.anonymous != 0 && s.Anonymous() != (p.anonymous > 0) {
 		return false
 	}
@@ -330,9 +343,18 @@ func hostOnly(h []byte) []byte {
 // for s, joined by ':', to dst. ok is false when the request is not
 // counted by the policy: an attribute has no value, or the request is
 // exempt (unlimited). A value longer than MaxValueLen is replaced by a
-// hash that no escaped value can equal. It allocates only when dst is too
-// small.
+// hash that no escaped value can equal. A shorthand appends nothing: its
+// key holds the values as it always did (AppendKey). It allocates only
+// when dst is too small.
 func (p *Compiled) AppendIdentity(dst []byte, s *Subject) (out []byte, ok bool) {
+	if p.Shorthand != NotShorthand {
+		return dst, p.keyed(s) // its key is built from the values (AppendKey)
+	}
+	return p.appendIdentity(dst, s)
+}
+
+// appendIdentity is AppendIdentity for a policy of the `policies` section.
+func (p *Compiled) appendIdentity(dst []byte, s *Subject) (out []byte, ok bool) {
 	if len(p.cidrs) > 0 {
 		if a := s.addr(); a.IsValid() && slices.ContainsFunc(p.cidrs, func(c netip.Prefix) bool { return c.Contains(a.Unmap()) }) {
 			return dst, false
@@ -380,6 +402,19 @@ func appendValue(dst, v []byte) []byte {
 		return strconv.AppendUint(dst, xxhash.Sum64(v), 16)
 	}
 	return store.AppendKeyPart(dst, v)
+}
+
+// keyed reports whether s has the value a shorthand's key holds.
+func (p *Compiled) keyed(s *Subject) bool {
+	switch p.Shorthand {
+	case ShorthandTenant:
+		return s.Tenant != ""
+	case ShorthandAPIKey:
+		return len(s.APIKey) > 0
+	case ShorthandIP:
+		return len(s.IP) > 0
+	}
+	return true // the rules: their Source says
 }
 
 // value is the attribute's value for s; buf is room for a formatted IP
