@@ -37,7 +37,11 @@
 //     top of them (lease_report.go).
 //
 // The stores and the algorithms are in limit/store; the tenants, plans and
-// rules, and their lookup, in limit/catalog.
+// rules, and their lookup, in limit/catalog; the policies in limit/policy.
+// Every limit of a request is a policy's: limits.tenant, limits.api_key,
+// limits.ip and the rules compile into policies when the Limiter is built
+// (policy.CompileShorthand), and specs.go builds each request's limits from
+// them and the `policies` section by one path.
 //
 // A breaker per store node stops store calls after consecutive failures;
 // meanwhile the failure policy decides (each pod's share of the limit, allow,
