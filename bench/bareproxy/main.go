@@ -10,13 +10,16 @@
 // answer on as it is read (Response.StreamBody) instead of reading it whole:
 // the floor for answers too large to hold. With -refuse it answers every
 // request 429 with a small JSON body and never calls the upstream: the floor
-// of the refusal path.
+// of the refusal path. -pprof ADDR serves net/http/pprof on a loopback
+// address, to profile the floor beside Sentinel (bench/profile.sh).
 package main
 
 import (
 	"flag"
 	"log"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -30,7 +33,11 @@ func main() {
 	refuse := flag.Bool("refuse", false, "answer every request 429 itself (the floor of the refusal path)")
 	stream := flag.Bool("stream", false, "pass answers on as they are read instead of reading them whole")
 	pipeline := flag.Int("pipeline", 0, "pipeline the requests over at most this many connections (0: a HostClient's connection each)")
+	pprofAddr := flag.String("pprof", "", "serve net/http/pprof on this loopback host:port (empty: off)")
 	flag.Parse()
+	if *pprofAddr != "" {
+		go servePprof(*pprofAddr)
+	}
 	client := &fasthttp.HostClient{
 		Addr:                     *upstream,
 		MaxConns:                 512,
@@ -73,4 +80,12 @@ func main() {
 	// Sentinel's default timeouts, bounded the way Sentinel's listeners bound
 	// them.
 	log.Fatal(srv.Serve(deadline.Listen(ln, "bare", deadline.Timeouts{Read: 5 * time.Second, Write: 30 * time.Second, Idle: 60 * time.Second})))
+}
+
+// servePprof serves the CPU profile on addr, on its own mux.
+func servePprof(addr string) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	log.Print(srv.ListenAndServe())
 }
