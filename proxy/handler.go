@@ -27,7 +27,13 @@ var (
 
 // handle is the request path: identify, route, gate, limit, forward.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	start := time.Now()
+	// fasthttp reads the clock just before it calls the handler: the
+	// request's start is that reading, not one more (a RequestCtx served
+	// outside a fasthttp server has none).
+	start := ctx.Time()
+	if start.IsZero() {
+		start = time.Now()
+	}
 	inflight.Add(1)
 	if s.gate != nil {
 		s.gate.RequestStarted()
