@@ -43,6 +43,11 @@ type knownNames struct {
 var (
 	labelMu   sync.RWMutex // guards labelSets; writers also hold knownMu
 	labelSets = map[labelKey]*Counters{}
+	// labelView holds what labelSets holds, for the request path: a
+	// sync.Map read of a pair already there is lock-free, where an RLock
+	// is a write to a word that every core's requests share. Entries are
+	// stored and deleted under labelMu, with labelSets'.
+	labelView sync.Map // labelKey → *Counters
 
 	knownMu     sync.Mutex // serializes updates of known
 	knownByCat  = map[*Catalog]knownNames{}
@@ -87,11 +92,8 @@ func labelsFor(tenant, resource string) labelKey {
 func CountersFor(tenant, resource string) *Counters {
 	k := labelsFor(tenant, resource)
 	// Fast path: the pair has its counters.
-	labelMu.RLock()
-	c := labelSets[k]
-	labelMu.RUnlock()
-	if c != nil {
-		return c
+	if c, ok := labelView.Load(k); ok {
+		return c.(*Counters)
 	}
 	// Slow path: the first request of this pair.
 	knownMu.Lock()
@@ -99,17 +101,17 @@ func CountersFor(tenant, resource string) *Counters {
 	k = labelsFor(tenant, resource) // known may have changed meanwhile
 	labelMu.Lock()
 	defer labelMu.Unlock()
-	if c = labelSets[k]; c != nil {
+	if c := labelSets[k]; c != nil {
 		return c
 	}
 	if len(labelSets) >= maxLabelSets {
 		k = labelKey{labelOther, labelOther}
-		if c = labelSets[k]; c != nil {
+		if c := labelSets[k]; c != nil {
 			return c
 		}
 	}
 	labels := `{tenant="` + EscapeLabel(k.tenant) + `",resource="` + EscapeLabel(k.resource) + `"}`
-	c = &Counters{names: [4]string{
+	c := &Counters{names: [4]string{
 		`rate_limit_requests_total` + labels, `rate_limit_allowed_total` + labels,
 		`rate_limit_blocked_total` + labels, `rate_limit_shadow_blocked_total` + labels,
 	}}
@@ -118,6 +120,7 @@ func CountersFor(tenant, resource string) *Counters {
 	c.Blocked = metrics.GetOrCreateCounter(c.names[2])
 	c.ShadowBlocked = metrics.GetOrCreateCounter(c.names[3])
 	labelSets[k] = c
+	labelView.Store(k, c)
 	return c
 }
 
@@ -156,6 +159,7 @@ func updateKnownLocked() {
 			continue
 		}
 		delete(labelSets, k)
+		labelView.Delete(k)
 		for _, n := range c.names {
 			metrics.UnregisterMetric(n)
 		}
