@@ -20,6 +20,11 @@ type use struct {
 	// lease expires, so they cannot return to the bucket (whose permits
 	// may be used until then): returnUses returns them to the store.
 	usedRef int64
+	// local says the permits came from the bucket's lease, without a
+	// store call: decide counts these in sentinel_limit_local_hits_total,
+	// once per request rather than once per limit (the counter is a word
+	// every core's requests write).
+	local bool
 }
 
 // one decides one limit. It returns where the permits came from (for a
@@ -83,9 +88,8 @@ func (b *bucket) decideLocally(s *spec, tokens, now int64) (d Decision, u use, o
 	if b.permits >= tokens {
 		b.permits -= tokens
 		d := s.decision(true, b.remaining+b.permits, 0, b.resetAt-now)
-		u := use{b: b, gen: b.gen}
+		u := use{b: b, gen: b.gen, local: true}
 		b.mu.Unlock()
-		localHits.Inc()
 		return d, u, true
 	}
 	if now < b.deniedUntil && tokens >= b.deniedNeed {
