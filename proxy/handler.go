@@ -34,7 +34,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	if start.IsZero() {
 		start = time.Now()
 	}
-	inflight.Add(1)
+	inflight.add(ctx.ConnID(), 1)
 	if s.gate != nil {
 		s.gate.RequestStarted()
 	}
@@ -68,7 +68,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	if s.gate != nil {
 		s.gate.RequestFinished()
 	}
-	inflight.Add(-1)
+	inflight.add(ctx.ConnID(), -1)
 }
 
 // serve decides and forwards one routed request, in phases: admit (mode
