@@ -192,9 +192,10 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 // the fill and returns where the request's permits came from, to return them
 // (a zero use when none were granted).
 func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64, ret report) (Decision, use) {
-	sent := l.now().UnixNano()
-	req, res, err := l.callLease(ctx, s, b, tokens, want, ret)
-	now := l.now().UnixNano()
+	// The call's own clock readings (before it was sent, when it was
+	// answered) date the lease: no reading of their own beside them.
+	req, res, at, err := l.callLease(ctx, s, b, tokens, want, ret)
+	sent, now := at.sent, at.answered
 	b.mu.Lock()
 	defer func() {
 		if b.fill == f { // one fill at a time: stragglers do not replace it (see one)
@@ -237,12 +238,12 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 // permits, at least tokens. It counts the permits it returns and reports
 // used, and returns the local share's count of the returned ones, whether
 // or not the answer arrives: a return is never sent twice.
-func (l *Limiter) callLease(ctx context.Context, s *spec, b *bucket, tokens, want int64, ret report) (*store.LeaseRequest, store.LeaseResult, error) {
+func (l *Limiter) callLease(ctx context.Context, s *spec, b *bucket, tokens, want int64, ret report) (*store.LeaseRequest, store.LeaseResult, callTimes, error) {
 	req := &store.LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.useWithin(s), Return: ret.unused, ReturnRef: ret.ref, Used: ret.used, Own: ret.own, OwnAgo: ret.ownAgo, OwnBefore: ret.ownBefore,
 		// Run after its caller gives up, the call would grant what only
 		// returns, and take own permits that the caller reports again.
 		RunWithin: l.cfg.StoreTimeout}
-	res, err := l.lease(ctx, s, req, b, ret.at)
+	res, at, err := l.lease(ctx, s, req, b, ret.at)
 	if ret.unused > 0 {
 		returnedPermits.Add(int(ret.unused))
 		l.returnLocally(ctx, s, ret.unused, ret.localRef)
@@ -250,7 +251,7 @@ func (l *Limiter) callLease(ctx context.Context, s *spec, b *bucket, tokens, wan
 	if ret.used > 0 {
 		reportedUsed.Add(int(ret.used))
 	}
-	return req, res, err
+	return req, res, at, err
 }
 
 // leaseFailed decides a request whose bucket's lease call failed with err,
@@ -378,7 +379,7 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 	// A late answer's permit stays counted: its request ID is recorded.
 	req := &store.LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid),
 		RequestIDRetries: l.cfg.IDRetries(), RequestIDWindow: l.cfg.IDWindow(), UseWithin: l.useWithin(s)}
-	res, err := l.lease(ctx, s, req, nil, 0)
+	res, _, err := l.lease(ctx, s, req, nil, 0)
 	if err != nil {
 		open := errors.Is(err, ErrStoreUnavailable)
 		if b == nil {
@@ -407,16 +408,21 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 	return s.decision(res.Granted >= tokens || res.Duplicate, res.Remaining, res.RetryAfter, int64(res.Reset))
 }
 
+// callTimes are a store call's clock readings (unix nanoseconds): sent
+// just before the call, answered when it returned (or failed; sent when
+// it was not made).
+type callTimes struct{ sent, answered int64 }
+
 // lease makes one store call under the deadline and the breaker; req gets
 // the spec's params. With a bucket, the permits of an answer that comes after
 // the deadline return to the store (see callStore).
-func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b *bucket, ownAt int64) (store.LeaseResult, error) {
+func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b *bucket, ownAt int64) (store.LeaseResult, callTimes, error) {
 	start := l.now().UnixNano()
 	br := l.breakers.For(req.Key)
 	ok, probe := br.Allow(start)
 	if !ok {
 		storeCallsSkipped.Inc()
-		return store.LeaseResult{}, ErrStoreUnavailable
+		return store.LeaseResult{}, callTimes{start, start}, ErrStoreUnavailable
 	}
 	req.Params = s.params
 	res, err := l.callStore(ctx, req, b, ownAt)
@@ -428,17 +434,19 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b
 		} else {
 			storeCallsError.Inc()
 		}
-		br.Failure(probe, l.now().UnixNano())
+		end := l.now().UnixNano()
+		br.Failure(probe, end)
 		l.breakers.Failed(req.Key)
-		return store.LeaseResult{}, err // the store's errors name the store and the key
+		return store.LeaseResult{}, callTimes{start, end}, err // the store's errors name the store and the key
 	}
 	storeCallsOK.Inc()
 	br.Success(probe)
-	if took := l.now().UnixNano() - start; took > 0 {
+	end := l.now().UnixNano()
+	if took := end - start; took > 0 {
 		old := l.rtt.Load()
 		l.rtt.Store(old + (took-old)/8) // a lost update among racing calls is harmless
 	}
-	return res, nil
+	return res, callTimes{start, end}, nil
 }
 
 // ErrStoreUnavailable is returned while the store's breaker is open.

@@ -48,7 +48,7 @@ func (l *Limiter) look(ctx context.Context, s *spec, tokens int64) Decision {
 	if tokens > s.most {
 		return s.overMost()
 	}
-	res, err := l.lease(ctx, s, &store.LeaseRequest{Key: bytes.Clone(s.key()), Need: tokens}, nil, 0)
+	res, _, err := l.lease(ctx, s, &store.LeaseRequest{Key: bytes.Clone(s.key()), Need: tokens}, nil, 0)
 	if err != nil {
 		return Decision{Unavailable: true, Scope: s.scope, Name: s.name, Limit: s.limit, RetryAfter: l.cfg.BreakerCooldown}
 	}
