@@ -76,10 +76,14 @@ func (l *Limiter) specs(specs []spec, req *Request, mult float64) []spec {
 		var b [keyBufLen]byte
 		idBuf = b[:0]
 	}
-	for _, list := range [...][]*policy.Compiled{l.shorthand, named, any} {
-		for _, p := range list {
-			specs = l.policySpec(specs, p, &subj, req, mult, idBuf)
-		}
+	for _, p := range l.shorthand {
+		specs = l.policySpec(specs, p, &subj, req, mult, idBuf)
+	}
+	for _, p := range named {
+		specs = l.policySpec(specs, p, &subj, req, mult, idBuf)
+	}
+	for _, p := range any {
+		specs = l.policySpec(specs, p, &subj, req, mult, idBuf)
 	}
 	return specs
 }
