@@ -1,15 +1,22 @@
 package limit
 
 import (
+	"bytes"
 	"context"
+	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/redistest"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // BenchmarkAllowLocal is a decision served from a local lease (IP and
@@ -120,4 +127,101 @@ func BenchmarkAllowPolicies(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkAllowRedisCheck10k is the check API's 10k-key load
+// (bench/check_10k.lua) on the limiter alone: every decision takes the
+// tenant's limit (one hot key) and the API key's (one of 10k, picked at
+// random), over Redis, from 64 callers. It reports the store calls per
+// decision (lease calls, and the calls that only return permits), the
+// returns and used reports that ride on a lease call, and Redis' CPU
+// per script run (INFO commandstats).
+func BenchmarkAllowRedisCheck10k(b *testing.B) {
+	srv := redistest.Start(b)
+	client, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
+	require.NoError(b, err)
+	b.Cleanup(client.Close)
+	st := &classifyingStore{Store: store.NewRedisStore(client, store.RedisStoreOptions{KeyPrefix: "t"})}
+	cfg := testLimitsConfig(func(c *Config) {
+		c.Tenant, c.APIKey, c.IP = 1e9, 1e9, 1e9
+	})
+	l := newTestLimiter(b, cfg, st, Options{Catalog: testCatalog(b)})
+	keys := make([][]byte, 10000)
+	for i := range keys {
+		keys[i] = []byte("k" + strconv.Itoa(i))
+	}
+	calls0, usec0 := redisScriptStats(b, client)
+	hits0, skipped0, late0 := localHits.Get(), storeCallsSkipped.Get(), storeCallsTimeout.Get()
+	b.SetParallelism(32)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		rng := rand.New(rand.NewPCG(rand.Uint64(), 1))
+		req := Request{Tenant: "acme", Plan: "PREMIUM", Resource: "default"}
+		for pb.Next() {
+			req.APIKey = keys[rng.IntN(len(keys))]
+			l.Allow(context.Background(), &req)
+		}
+	})
+	b.StopTimer()
+	calls, usec := redisScriptStats(b, client)
+	n := float64(b.N)
+	b.ReportMetric(float64(st.leases.Load())/n, "leases/op")
+	b.ReportMetric(float64(st.returns.Load())/n, "returns/op")
+	b.ReportMetric(float64(st.riding.Load())/n, "riding-returns/op")
+	b.ReportMetric(float64(st.used.Load())/n, "used-reports/op")
+	b.ReportMetric(float64(st.big.Load())/n, "tenant-calls/op")
+	b.ReportMetric(float64(st.wants.Load())/float64(max(st.big.Load(), 1)), "tenant-want")
+	b.ReportMetric(float64(calls-calls0)/n, "redis-calls/op")
+	b.ReportMetric(float64(localHits.Get()-hits0)/n, "local-hits/op")
+	b.ReportMetric(float64(storeCallsSkipped.Get()-skipped0+storeCallsTimeout.Get()-late0)/n, "unanswered/op")
+	b.ReportMetric(float64(usec-usec0)/float64(max(calls-calls0, 1)), "redis-µs/call")
+}
+
+// classifyingStore counts a store's calls by what they carry.
+type classifyingStore struct {
+	store.Store
+	leases, returns, riding, used atomic.Int64
+	big, wants                    atomic.Int64 // the tenant's calls, and their wants
+}
+
+func (c *classifyingStore) Lease(ctx context.Context, req *store.LeaseRequest) (store.LeaseResult, error) {
+	switch {
+	case req.Want == 0 && req.Return > 0:
+		c.returns.Add(1)
+	case req.Return > 0:
+		c.leases.Add(1)
+		c.riding.Add(1)
+	default:
+		c.leases.Add(1)
+	}
+	if req.Used > 0 {
+		c.used.Add(1)
+	}
+	if !bytes.Contains(req.Key, []byte("{k")) && !bytes.Contains(req.Key, []byte(":k")) {
+		c.big.Add(1)
+		c.wants.Add(req.Want)
+	}
+	return c.Store.Lease(ctx, req)
+}
+
+// redisScriptStats reads the calls and microseconds of EVALSHA from INFO
+// commandstats.
+func redisScriptStats(b *testing.B, client rueidis.Client) (calls, usec int64) {
+	info, err := client.Do(context.Background(), client.B().Info().Section("commandstats").Build()).ToString()
+	require.NoError(b, err)
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
+			for _, f := range strings.Split(strings.TrimSpace(rest), ",") {
+				k, v, _ := strings.Cut(f, "=")
+				n, _ := strconv.ParseInt(v, 10, 64)
+				switch k {
+				case "calls":
+					calls = n
+				case "usec":
+					usec = n
+				}
+			}
+		}
+	}
+	return calls, usec
 }
