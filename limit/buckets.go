@@ -50,7 +50,15 @@ type bucket struct {
 	size     int64
 	wasted   bool  // permits expired unused since the last lease
 	leasedAt int64 // unix nanos when the last lease call was sent
-	demand   int64 // tokens wanted by requests that waited for a fill
+	// The key's own rate on this pod, which a lease beyond the request's
+	// tokens needs (see Limiter.leaseSize): uses counts the tokens taken
+	// since the last lease call (its own included), gap is a moving average
+	// of the time between two of them (nanos), over gaps samples (at most
+	// rateSamples counted).
+	uses   int64
+	gap    int64
+	gaps   uint8
+	demand int64 // tokens wanted by requests that waited for a fill
 	// own counts the permits the local failure policy let through on this
 	// key since the last lease call that reached the store, by slots of a
 	// quarter window (ownWidth): own[ownSlot%ownSlots] is the

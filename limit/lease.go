@@ -87,6 +87,7 @@ func (b *bucket) decideLocally(s *spec, tokens, now int64) (d Decision, u use, o
 	}
 	if b.permits >= tokens {
 		b.permits -= tokens
+		b.uses += tokens
 		d := s.decision(true, b.remaining+b.permits, 0, b.resetAt-now)
 		u := use{b: b, gen: b.gen, local: true}
 		b.mu.Unlock()
@@ -152,6 +153,11 @@ const maxLogLease = 64
 // key uses within a lease lifetime (learned: doubled when a lease ran out
 // within 3/4 of its lifetime, halved when permits expired unused), capped by a share of the remaining
 // budget so that it falls to 1 near the limit; exactly tokens when strict.
+// A key starts at 1, the request's tokens and no lease, and leaves it only
+// when its own rate says a lease would be used (rateFits): a lease of 1 runs
+// out at once, so its running out says nothing, and a key that comes back
+// about once per lease lifetime, leased 2 on one close pair of requests,
+// would mostly give its permit back unused.
 // The caller holds b.mu.
 func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64 {
 	if strict || b.late.Load() > 0 {
@@ -171,12 +177,13 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 	}
 	limit := min(max(budget/(4*pods), 1), most)
 	now := l.now().UnixNano()
+	b.learnRate(now, tokens)
 	switch {
 	case b.size == 0:
 		b.size = 1
 	case b.wasted:
 		b.size = max(1, b.size/2)
-	case now-b.leasedAt < int64(s.ttl)*3/4:
+	case now-b.leasedAt < int64(s.ttl)*3/4 && (b.size > 1 || b.rateFits(s.ttl)):
 		b.size = min(2*b.size, l.cfg.MaxLease)
 	}
 	b.wasted, b.leasedAt = false, now
@@ -184,6 +191,43 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 	// them too, so that they do not each make a call.
 	demand := min(b.demand+tokens, max(budget, 1), most)
 	return max(min(b.size, limit), demand, tokens)
+}
+
+// rateSamples is how many gaps between a key's uses rateFits averages
+// before it trusts the average: one close pair of requests is chance.
+const rateSamples = 2
+
+// learnRate takes the gaps between the key's uses since its last lease
+// call, made at b.leasedAt, into b.gap (a moving average of weight 1/4),
+// for a lease call at now that asks for tokens. The caller holds b.mu.
+func (b *bucket) learnRate(now, tokens int64) {
+	if b.leasedAt > 0 && b.uses > 0 {
+		sample := (now - b.leasedAt) / b.uses
+		if b.gaps == 0 {
+			b.gap = sample
+		} else {
+			b.gap += (sample - b.gap) / 4
+		}
+		b.gaps = min(b.gaps+1, rateSamples)
+	}
+	b.uses = tokens
+}
+
+// rateFits reports whether the key's rate fills a lease beyond the
+// request's tokens: on average two uses or more within a lease lifetime,
+// so that the next one comes within it (86% of the time for evenly random
+// arrivals). From a single gap only when it is under a quarter of the
+// lifetime: a burst, its requests a store round trip apart, leases at its
+// second call. Of keys that come back twice a second (lifetime 250ms) one
+// in eight has a first gap that short and leases once: the permit comes
+// back unused, which halves the size to 1, and from then on the average
+// decides.
+// The caller holds b.mu.
+func (b *bucket) rateFits(ttl time.Duration) bool {
+	if b.gaps < rateSamples {
+		return b.gaps > 0 && b.gap <= int64(ttl)/4
+	}
+	return b.gap <= int64(ttl)/2
 }
 
 // refill reports ret and asks the store for a lease of want permits (at
