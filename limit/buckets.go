@@ -59,6 +59,11 @@ type bucket struct {
 	gap    int64
 	gaps   uint8
 	demand int64 // tokens wanted by requests that waited for a fill
+	// owed permits the store counted at owedRef (a lease call's UsedRef)
+	// for requests a later limit refused: the key's next lease call returns
+	// them, until owedBy (unix nanos; later they no longer count). See
+	// Limiter.settleOwed.
+	owed, owedRef, owedBy int64
 	// own counts the permits the local failure policy let through on this
 	// key since the last lease call that reached the store, by slots of a
 	// quarter window (ownWidth): own[ownSlot%ownSlots] is the
@@ -197,7 +202,21 @@ func (b *bucket) holdsNothing() bool {
 		return false
 	}
 	defer b.mu.Unlock()
-	return b.fill == nil && !b.hasOwn() && b.permits == 0 && b.expired == 0
+	return b.fill == nil && !b.hasOwn() && b.permits == 0 && b.expired == 0 && b.owed == 0
+}
+
+// owe keeps n permits that the store counted at ref for a request another
+// limit refused, until (unix nanos) they stop counting, for b's next lease
+// call to return (see Limiter.settleOwed). It reports whether it kept them:
+// a bucket owes permits of one ref at a time.
+func (b *bucket) owe(n, ref, until int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.owed > 0 && b.owedRef != ref {
+		return false
+	}
+	b.owed, b.owedRef, b.owedBy = b.owed+n, ref, until
+	return true
 }
 
 // sweep drops buckets unused since before idleBefore that have no call in

@@ -60,6 +60,9 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		b.fill = f
 		want := l.leaseSize(s, b, tokens, strict)
 		ret := b.nextReport(s, now)
+		if b.owed > 0 {
+			l.settleOwed(s, b, &ret, now)
+		}
 		b.mu.Unlock()
 		return l.refill(ctx, s, b, f, tokens, want, ret)
 	}
@@ -290,7 +293,9 @@ func (l *Limiter) callLease(ctx context.Context, s *spec, b *bucket, tokens, wan
 	res, at, err := l.lease(ctx, s, req, b, ret.at)
 	if ret.unused > 0 {
 		returnedPermits.Add(int(ret.unused))
-		l.returnLocally(ctx, s, ret.unused, ret.localRef)
+		if ret.localRef != 0 { // 0: owed permits, which the local share did not take back either
+			l.returnLocally(ctx, s, ret.unused, ret.localRef)
+		}
 	}
 	if ret.used > 0 {
 		reportedUsed.Add(int(ret.used))

@@ -11,8 +11,12 @@ import (
 // their lease expires. Permits of a lease the bucket has since replaced are
 // not put into the new one (they were counted elsewhere). Permits that the
 // store counted as used at once (the Need part of a lease call) return to
-// the store, in the background: the refusing limit's store call came first,
-// so this is not on the local fast path.
+// the store: with the key's next lease call, which returns them before it
+// is granted anything (settleOwed; a key of a lease of the request's tokens
+// alone costs no call of its own), or in the background when the bucket
+// owes permits of another call already (the refusing limit's store call
+// came first, so this is not on the local fast path). An in-process store
+// takes them back at once.
 func (l *Limiter) returnUses(uses []use, specs []spec, tokens int64) {
 	if len(uses) == 0 { // the first limit refused: nothing used (and no clock read)
 		return
@@ -24,6 +28,9 @@ func (l *Limiter) returnUses(uses []use, specs []spec, tokens int64) {
 			continue
 		}
 		if u.usedRef != 0 {
+			if w := int64(specs[i].params.Window); l.shared && w > 0 && b.owe(tokens, u.usedRef, now+w) {
+				continue
+			}
 			req := &store.LeaseRequest{Key: []byte(b.key), Params: specs[i].params}
 			if l.shared {
 				go l.returnPermits(req, tokens, u.usedRef)
@@ -37,6 +44,23 @@ func (l *Limiter) returnUses(uses []use, specs []spec, tokens int64) {
 			b.permits += tokens
 		}
 		b.mu.Unlock()
+	}
+}
+
+// settleOwed takes b's owed permits (see bucket.owe) into ret, the report
+// of b's lease call at now, when ret returns nothing else (one return per
+// call: a lease of the request's tokens alone, the rare key's), or else
+// returns them in a call of their own, in the background. Owed permits
+// that no longer count are dropped. The caller holds b.mu.
+func (l *Limiter) settleOwed(s *spec, b *bucket, ret *report, now int64) {
+	n, ref := b.owed, b.owedRef
+	b.owed, b.owedRef = 0, 0
+	switch {
+	case now >= b.owedBy:
+	case ret.unused == 0 && ret.used == 0:
+		ret.unused, ret.ref, ret.localRef = n, ref, 0
+	default:
+		go l.returnPermits(&store.LeaseRequest{Key: []byte(b.key), Params: s.params}, n, ref)
 	}
 }
 

@@ -325,3 +325,33 @@ func testParams(alg store.Algorithm, limit int64, window time.Duration) store.Pa
 	}
 	return store.Params{Algorithm: alg, Limit: limit, Window: window}
 }
+
+// TestRefusedRequestsPermitsRideOnTheNextCall: with Redis, the API key
+// limit's permit of a request the IP limit refuses goes back with the API
+// key's next lease call, not in a call of its own, and that call gets it
+// back before it is granted: the key loses nothing.
+func TestRefusedRequestsPermitsRideOnTheNextCall(t *testing.T) {
+	srv := redistest.Start(t)
+	client, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	st := &classifyingStore{Store: store.NewRedisStore(client, store.RedisStoreOptions{KeyPrefix: "t"})}
+	cfg := testLimitsConfig(func(c *Config) {
+		c.APIKey, c.IP, c.Window = 3, 1, time.Hour
+		c.LocalFastPath = new(bool) // every permit is a store call's own, counted at once
+	})
+	l := newTestLimiter(t, cfg, st, Options{})
+	key := []byte("rare-key")
+	got, _ := allowN(l, &Request{APIKey: key, IP: []byte("10.0.0.1")}, 5)
+	require.Equal(t, 1, got, "the IP limit refuses all but the first")
+	assert.Zero(t, st.returns.Load(), "no call only to return a refused request's permit")
+	assert.Equal(t, int64(3), st.riding.Load(), "each of the refusals but the last rode on the next call")
+	got = 0
+	for i := range 4 {
+		if l.Allow(context.Background(), &Request{APIKey: key, IP: []byte{'y', byte('0' + i)}}).Allowed {
+			got++
+		}
+	}
+	assert.Equal(t, 2, got, "the key's budget lost nothing to the refused requests")
+	assert.Zero(t, st.returns.Load())
+}
