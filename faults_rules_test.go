@@ -69,6 +69,13 @@ func TestFaultRuleWritesAtScale(t *testing.T) {
 			during = append(during, load(500*time.Millisecond)...)
 		}
 	}()
+	stopLoad := sync.OnceFunc(func() {
+		writing.Store(false)
+		<-loadDone
+	})
+	// However the test ends (a failed wait stops it at once), the load
+	// stops before it does: a goroutine may not report after its test.
+	defer stopLoad()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range writers {
@@ -93,8 +100,7 @@ func TestFaultRuleWritesAtScale(t *testing.T) {
 		}
 		return true
 	})
-	writing.Store(false)
-	<-loadDone
+	stopLoad()
 	read := scrape(t, gs[0].admin, "sentinel_catalog_entries_read_total") - read0
 	t.Logf("faults: rules at scale: %d rule PUTs over %d pods (%d writers) in %.1f s (%.0f/s), every pod had all of them %.1f s after the first; %.2f entries read from redis per write (all pods); proxy p99 %.1f ms before, %.1f ms during the writes (%d requests)",
 		writes, pods, writers, wrote.Seconds(), float64(writes)/wrote.Seconds(), (converged + wrote).Seconds(),
