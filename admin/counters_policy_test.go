@@ -77,11 +77,11 @@ func TestResetPolicyCounter(t *testing.T) {
 	assert.False(t, check("u1", "eu"))
 	assert.False(t, check("u2", "eu"), "u2 keeps its counts")
 
-	resp = call(t, c, "PUT", "/v1/policies/per-ip", `{"key":["ip/24"],"limits":[{"limit":1}]}`, auth...)
+	resp = call(t, c, "PUT", "/v1/policies/per-subnet", `{"key":["ip/24"],"limits":[{"limit":1}]}`, auth...)
 	require.Equal(t, fasthttp.StatusCreated, resp.StatusCode(), "%s", resp.Body())
-	resp = call(t, c, "DELETE", "/v1/counters?policy=per-ip&key=10.0.0.0/24", "", auth...)
+	resp = call(t, c, "DELETE", "/v1/counters?policy=per-subnet&key=10.0.0.0/24", "", auth...)
 	require.Equal(t, fasthttp.StatusOK, resp.StatusCode(), "%s", resp.Body())
-	assert.JSONEq(t, `{"policy":"per-ip","key":["10.0.0.0/24"],"limits":["1s"]}`, string(resp.Body()))
+	assert.JSONEq(t, `{"policy":"per-subnet","key":["10.0.0.0/24"],"limits":["1s"]}`, string(resp.Body()))
 
 	for _, tc := range []struct {
 		query  string
@@ -95,8 +95,8 @@ func TestResetPolicyCounter(t *testing.T) {
 		{"policy=bids-per-user&key=u1", fasthttp.StatusBadRequest, "key"},
 		{"policy=bids-per-user&key=u1&key=", fasthttp.StatusBadRequest, "key"},
 		{"policy=bids-per-user&key=u1&key=e%01u", fasthttp.StatusBadRequest, "key"},
-		{"policy=per-ip&key=10.0.0.300", fasthttp.StatusBadRequest, "key"},
-		{"policy=per-ip&key=10.0.0.0/16", fasthttp.StatusBadRequest, "key"},
+		{"policy=per-subnet&key=10.0.0.300", fasthttp.StatusBadRequest, "key"},
+		{"policy=per-subnet&key=10.0.0.0/16", fasthttp.StatusBadRequest, "key"},
 	} {
 		resp := call(t, c, "DELETE", "/v1/counters?"+tc.query, "", auth...)
 		assert.Equal(t, tc.status, resp.StatusCode(), "%s: %s", tc.query, resp.Body())
@@ -107,11 +107,11 @@ func TestResetPolicyCounter(t *testing.T) {
 	msg, _ := problem(t, resp)
 	assert.Contains(t, msg, `policy "bids-per-user" has 2 key attributes (header:X-User-Id, query:region), got 1 values`)
 
-	series := `sentinel_limit_policy_decisions_total{policy="per-ip",limit="1s",decision="allowed"}`
+	series := `sentinel_limit_policy_decisions_total{policy="per-subnet",limit="1s",decision="allowed"}`
 	assert.Contains(t, string(call(t, c, "GET", "/metrics", "", auth...).Body()), series)
-	require.Equal(t, fasthttp.StatusNoContent, call(t, c, "DELETE", "/v1/policies/per-ip", "", auth...).StatusCode())
+	require.Equal(t, fasthttp.StatusNoContent, call(t, c, "DELETE", "/v1/policies/per-subnet", "", auth...).StatusCode())
 	assert.NotContains(t, string(call(t, c, "GET", "/metrics", "", auth...).Body()), series, "a deleted policy's series go")
-	assert.Equal(t, fasthttp.StatusNotFound, call(t, c, "DELETE", "/v1/counters?policy=per-ip&key=10.0.0.1", "", auth...).StatusCode(),
+	assert.Equal(t, fasthttp.StatusNotFound, call(t, c, "DELETE", "/v1/counters?policy=per-subnet&key=10.0.0.1", "", auth...).StatusCode(),
 		"a deleted policy is gone")
 	assert.Equal(t, fasthttp.StatusUnauthorized, call(t, c, "DELETE", "/v1/counters?policy=bids-per-user&key=u1&key=eu", "").StatusCode())
 }
