@@ -17,7 +17,7 @@ import (
 // answer left has room too (fallbackRoom); what passes is counted in b, for
 // the store (see bucket.addOwn). open tells that the store's breaker is
 // open (a failure that lasts), not that one call failed; now is b's time.
-func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b *bucket, open bool, now int64) Decision {
+func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b *bucket, open bool, now int64) verdict {
 	switch l.policy {
 	case limitconf.FailOpen:
 		fallbackOpen.Inc()

@@ -29,7 +29,7 @@ type use struct {
 
 // one decides one limit. It returns where the permits came from (for a
 // return when a later limit rejects), or a zero use.
-func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, rid []byte, now int64) (Decision, use) {
+func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, rid []byte, now int64) (verdict, use) {
 	if tokens > s.most {
 		return s.overMost(), use{}
 	}
@@ -70,7 +70,7 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 
 // overMost refuses more tokens than s can ever grant at once, without a
 // store call.
-func (s *spec) overMost() Decision {
+func (s *spec) overMost() verdict {
 	retry := s.window
 	if retry <= 0 {
 		retry = -1
@@ -81,7 +81,7 @@ func (s *spec) overMost() Decision {
 // decideLocally decides from b alone when it can: from its leased permits
 // (dropping them first when they expired) or from its cached refusal. When
 // it decides (ok) it releases b.mu, which the caller holds.
-func (b *bucket) decideLocally(s *spec, tokens, now int64) (d Decision, u use, ok bool) {
+func (b *bucket) decideLocally(s *spec, tokens, now int64) (d verdict, u use, ok bool) {
 	if b.permits > 0 && now >= b.expires {
 		expiredPermits.Add(int(b.permits))
 		b.wasted = true
@@ -102,7 +102,7 @@ func (b *bucket) decideLocally(s *spec, tokens, now int64) (d Decision, u use, o
 		cachedDenials.Inc()
 		return d, use{}, true
 	}
-	return Decision{}, use{}, false
+	return verdict{}, use{}, false
 }
 
 // waitFill waits for b's lease call in flight f, its tokens counted in the
@@ -238,7 +238,7 @@ func (b *bucket) rateFits(ttl time.Duration) bool {
 // the bucket's fill and has emptied the bucket (endLease); refill releases
 // the fill and returns where the request's permits came from, to return them
 // (a zero use when none were granted).
-func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64, ret report) (Decision, use) {
+func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, tokens, want int64, ret report) (verdict, use) {
 	// The call's own clock readings (before it was sent, when it was
 	// answered) date the lease: no reading of their own beside them.
 	req, res, at, err := l.callLease(ctx, s, b, tokens, want, ret)
@@ -305,7 +305,7 @@ func (l *Limiter) callLease(ctx context.Context, s *spec, b *bucket, tokens, wan
 
 // leaseFailed decides a request whose bucket's lease call failed with err,
 // by the failure policy. The caller holds b.mu.
-func (l *Limiter) leaseFailed(ctx context.Context, s *spec, b *bucket, tokens int64, ret report, err error, now int64) Decision {
+func (l *Limiter) leaseFailed(ctx context.Context, s *spec, b *bucket, tokens int64, ret report, err error, now int64) verdict {
 	open := errors.Is(err, ErrStoreUnavailable)
 	if !errors.Is(err, errGaveUp) {
 		// Not sent, or answered without them: the next call reports
@@ -424,7 +424,7 @@ func freshUse(b *bucket, res store.LeaseResult) use {
 // with a trusted request ID, which the store must see to skip a retry, and a
 // request that outwaited its bucket's slow lease call (rid nil; b is that bucket,
 // which reports what the local policy lets through here).
-func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, rid []byte) Decision {
+func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, rid []byte) verdict {
 	// A late answer's permit stays counted: its request ID is recorded.
 	req := &store.LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid),
 		RequestIDRetries: l.cfg.IDRetries(), RequestIDWindow: l.cfg.IDWindow(), UseWithin: l.useWithin(s)}

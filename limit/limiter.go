@@ -213,7 +213,7 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 		uses = make([]use, len(specs))
 	}
 	var applied Decision
-	best := Decision{Allowed: true, Remaining: math.MaxInt64}
+	best := verdict{Allowed: true, Remaining: math.MaxInt64}
 	shadowed := false
 	hits := 0
 	defer func() { countLocalHits(hits) }()
@@ -230,8 +230,7 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 			l.returnUses(uses[:i], specs[:i], tokens)
 			counters.Blocked.Inc()
 			applied.noteUndecided(specs[i+1:])
-			d.Applied, d.NApplied = applied.Applied, applied.NApplied
-			return d
+			return applied.answer(&d)
 		case !d.Allowed:
 			shadowed = true
 			counters.ShadowBlocked.Inc()
@@ -253,8 +252,7 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 		best.RetryAfter = 0
 	}
 	counters.Allowed.Inc()
-	best.Applied, best.NApplied = applied.Applied, applied.NApplied
-	return best
+	return applied.answer(&best)
 }
 
 // countLocalHits adds a decision's limits decided from a local lease to

@@ -16,7 +16,7 @@ import (
 // Unavailable (the failure policy decides requests, not what a budget is).
 func (l *Limiter) peek(ctx context.Context, specs []spec, tokens int64) Decision {
 	var applied Decision
-	best := Decision{Allowed: true, Remaining: math.MaxInt64}
+	best := verdict{Allowed: true, Remaining: math.MaxInt64}
 	shadowed := false
 	for i := range specs {
 		d := l.look(ctx, &specs[i], tokens)
@@ -36,21 +36,20 @@ func (l *Limiter) peek(ctx context.Context, specs []spec, tokens int64) Decision
 		best.Remaining = 0
 	}
 	best.Shadowed = shadowed && best.Allowed
-	best.Applied, best.NApplied = applied.Applied, applied.NApplied
-	return best
+	return applied.answer(&best)
 }
 
 // look answers one limit: its remaining budget is the store's plus the
 // permits this pod holds leased (counted as taken in the store; other
 // pods' leases stay unknown). The key is cloned: a store call may outlive
 // the spec.
-func (l *Limiter) look(ctx context.Context, s *spec, tokens int64) Decision {
+func (l *Limiter) look(ctx context.Context, s *spec, tokens int64) verdict {
 	if tokens > s.most {
 		return s.overMost()
 	}
 	res, _, err := l.lease(ctx, s, &store.LeaseRequest{Key: bytes.Clone(s.key()), Need: tokens}, nil, 0)
 	if err != nil {
-		return Decision{Unavailable: true, Scope: s.scope, Name: s.name, Limit: s.limit, RetryAfter: l.cfg.BreakerCooldown}
+		return verdict{Unavailable: true, Scope: s.scope, Name: s.name, Limit: s.limit, RetryAfter: l.cfg.BreakerCooldown}
 	}
 	var held int64
 	if b := l.table.find(s.key(), false); b != nil {

@@ -128,9 +128,9 @@ func (l *Limiter) finish(s *spec, req *Request) {
 	s.ttl = max(time.Millisecond, min(l.cfg.LeaseTTL, max(p.Window/30, 4*time.Duration(l.rtt.Load()))))
 }
 
-// decision builds a Decision about this limit.
-func (s *spec) decision(allowed bool, remaining int64, retry time.Duration, reset int64) Decision {
-	return Decision{
+// decision builds a verdict about this limit.
+func (s *spec) decision(allowed bool, remaining int64, retry time.Duration, reset int64) verdict {
+	return verdict{
 		Allowed:    allowed,
 		Scope:      s.scope,
 		Name:       s.name,
