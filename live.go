@@ -45,6 +45,18 @@ func (ll *liveLimiter) Allow(ctx context.Context, req *limit.Request) limit.Deci
 	return d
 }
 
+// Decide is Allow writing the decision to d (the proxy's call).
+func (ll *liveLimiter) Decide(ctx context.Context, req *limit.Request, d *limit.Decision) {
+	obs := ll.observe.Load()
+	if obs == nil {
+		ll.cur.Load().Decide(ctx, req, d)
+		return
+	}
+	from := time.Now()
+	ll.cur.Load().Decide(ctx, req, d)
+	(*obs)(req, *d, from, time.Now())
+}
+
 // MaxTokens asks the current limiter.
 func (ll *liveLimiter) MaxTokens(req *limit.Request) (int64, limit.Scope) {
 	return ll.cur.Load().MaxTokens(req)

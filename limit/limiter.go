@@ -160,6 +160,16 @@ func (l *Limiter) StoreHealthy() bool { return l.breakers.State() == breaker.Clo
 // allocates nothing when every limit is served from a local lease (and at
 // most maxLocalSpecs limits apply).
 func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
+	var d Decision
+	l.Decide(ctx, req, &d)
+	return d
+}
+
+// Decide is Allow writing its decision to d, whose earlier content it
+// replaces: a caller that keeps a Decision of its own (the proxy's, one per
+// request in flight) saves copying one (about 530 bytes) up through every
+// call that returns it.
+func (l *Limiter) Decide(ctx context.Context, req *Request, d *Decision) {
 	start := l.now()
 	mult, strict := l.adjustment()
 	sa := specArrays.Get().(*[maxLocalSpecs]spec)
@@ -169,15 +179,14 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 		specs = l.withLimits(specs, req, mult)
 	}
 	if req.Peek {
-		d := l.peek(ctx, specs, max(req.Tokens, 1))
+		*d = l.peek(ctx, specs, max(req.Tokens, 1))
 		l.observe(start)
-		return d
+		return
 	}
 	counters := catalog.CountersFor(req.Tenant, req.Resource)
 	counters.Requests.Inc()
-	d := l.decide(ctx, specs, req, strict, start.UnixNano(), counters)
+	l.decide(ctx, specs, req, strict, start.UnixNano(), counters, d)
 	l.observe(start)
-	return d
 }
 
 // specArrays hold the specs of a decision in progress. An array on the
@@ -204,15 +213,16 @@ func (l *Limiter) adjustment() (mult float64, strict bool) {
 // decide decides specs in order, each taking the request's tokens; the
 // first refusal (not in shadow mode) answers, and the permits the earlier
 // limits gave return. The limits after it are not decided (they take
-// nothing) but still listed in Applied. It counts the answer in counters.
-func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict bool, now int64, counters *catalog.Counters) Decision {
+// nothing) but still listed in Applied. It writes the answer to applied
+// and counts it in counters.
+func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict bool, now int64, counters *catalog.Counters, applied *Decision) {
 	tokens := max(req.Tokens, 1)
 	var useArr [maxLocalSpecs]use
 	uses := useArr[:]
 	if len(specs) > len(useArr) {
 		uses = make([]use, len(specs))
 	}
-	var applied Decision
+	applied.NApplied = 0 // the entries past NApplied are never read
 	best := verdict{Allowed: true, Remaining: math.MaxInt64}
 	shadowed := false
 	hits := 0
@@ -230,7 +240,8 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 			l.returnUses(uses[:i], specs[:i], tokens)
 			counters.Blocked.Inc()
 			applied.noteUndecided(specs[i+1:])
-			return applied.answer(&d)
+			applied.answer(&d)
+			return
 		case !d.Allowed:
 			shadowed = true
 			counters.ShadowBlocked.Inc()
@@ -252,7 +263,7 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 		best.RetryAfter = 0
 	}
 	counters.Allowed.Inc()
-	return applied.answer(&best)
+	applied.answer(&best)
 }
 
 // countLocalHits adds a decision's limits decided from a local lease to

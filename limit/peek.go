@@ -36,7 +36,8 @@ func (l *Limiter) peek(ctx context.Context, specs []spec, tokens int64) Decision
 		best.Remaining = 0
 	}
 	best.Shadowed = shadowed && best.Allowed
-	return applied.answer(&best)
+	applied.answer(&best)
+	return applied
 }
 
 // look answers one limit: its remaining budget is the store's plus the

@@ -135,11 +135,10 @@ type verdict struct {
 }
 
 // answer completes d, whose Applied lists the request's limits, with v,
-// the limit that answers for the request, and returns it.
-func (d *Decision) answer(v *verdict) Decision {
+// the limit that answers for the request.
+func (d *Decision) answer(v *verdict) {
 	d.Allowed, d.Shadowed, d.Unavailable, d.Scope, d.Name = v.Allowed, v.Shadowed, v.Unavailable, v.Scope, v.Name
 	d.Limit, d.Remaining, d.RetryAfter, d.Reset, d.Window = v.Limit, v.Remaining, v.RetryAfter, v.Reset, v.Window
-	return *d
 }
 
 // note lists x, one limit of d's request, in d.Applied while there is

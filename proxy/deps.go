@@ -19,11 +19,12 @@ import (
 // concurrently, and must be safe for concurrent use.
 
 // Limiter decides whether a request may pass. *limit.Limiter implements it.
-// Allow must return within the store deadline (limits.store_timeout) and
-// allocate nothing when served from a local lease. The proxy does not keep
-// req after Allow returns.
+// Decide writes the decision to d, replacing what d held; it must return
+// within the store deadline (limits.store_timeout) and allocate nothing when
+// served from a local lease. The proxy does not keep req after Decide
+// returns.
 type Limiter interface {
-	Allow(ctx context.Context, req *limit.Request) limit.Decision
+	Decide(ctx context.Context, req *limit.Request, d *limit.Decision)
 }
 
 // Tenants maps an API key to its tenant. *catalog.Catalog implements it.

@@ -165,7 +165,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, x *exchange) *reason {
 	if x.requestIDTrusted {
 		lr.RequestID = x.requestID
 	}
-	x.decision = s.limiter.Allow(context.Background(), lr) // not ctx: fasthttp reuses RequestCtx
+	s.limiter.Decide(context.Background(), lr, &x.decision) // not ctx: fasthttp reuses RequestCtx
 	if x.decision.Unavailable {
 		return reasonStoreUnavailable
 	}

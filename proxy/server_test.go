@@ -88,8 +88,8 @@ type fakeLimiter struct {
 	allow func(req *limit.Request) limit.Decision
 }
 
-func (f *fakeLimiter) Allow(_ context.Context, req *limit.Request) limit.Decision {
-	return f.allow(req)
+func (f *fakeLimiter) Decide(_ context.Context, req *limit.Request, d *limit.Decision) {
+	*d = f.allow(req)
 }
 
 // fakeGate is a Gate with a fixed policy and a real concurrency limiter.
