@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"net/netip"
 
 	"github.com/valyala/fasthttp"
 
@@ -16,7 +17,7 @@ import (
 // checks are done.
 func (s *Server) identify(ctx *fasthttp.RequestCtx, x *exchange) (reqID []byte) {
 	h := &ctx.Request.Header
-	peer := hop.PeerAddr(ctx.RemoteAddr())
+	peer := peerAddr(ctx)
 	trusted := s.trusted.Contains(peer)
 	ip := peer
 	if trusted {
@@ -27,6 +28,16 @@ func (s *Server) identify(ctx *fasthttp.RequestCtx, x *exchange) (reqID []byte) 
 	reqID = s.scanHeaders(h, x)
 	x.tenant, x.plan, x.anonymous = s.tenantOf(x.apiKey)
 	return reqID
+}
+
+// peerAddr is the IP address of ctx's peer: the listener's connection
+// knows it from accept (deadline.Listen's connections do), else it is read
+// from RemoteAddr.
+func peerAddr(ctx *fasthttp.RequestCtx) netip.Addr {
+	if c, ok := ctx.Conn().(interface{ PeerAddr() netip.Addr }); ok {
+		return c.PeerAddr()
+	}
+	return hop.PeerAddr(ctx.RemoteAddr())
 }
 
 // tenantOf is the tenant and plan of an API key; a missing or unknown key

@@ -38,6 +38,7 @@ package deadline
 import (
 	"crypto/tls"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -157,7 +158,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	dc := &conn{Conn: c, l: l, shard: &l.shards[l.next.Add(1)%connShards]}
+	dc := &conn{Conn: c, l: l, shard: &l.shards[l.next.Add(1)%connShards], peer: peerAddr(c.RemoteAddr())}
 	l.open.Add(1)
 	dc.shard.mu.Lock()
 	dc.at = len(dc.shard.conns)
@@ -325,6 +326,25 @@ type conn struct {
 	// and bounds it from then on.
 	ownRead, ownWrite atomic.Bool
 	counted           atomic.Bool // a timeout of this connection is counted
+
+	peer netip.Addr // RemoteAddr's IP, read once at accept (see PeerAddr)
+}
+
+// PeerAddr is the IP address of the connection's peer (IPv4-mapped IPv6
+// addresses unmapped; the zero Addr when RemoteAddr is not an IP address).
+// A server that reads it for each request on a kept-alive connection
+// saves converting RemoteAddr every time.
+func (c *conn) PeerAddr() netip.Addr { return c.peer }
+
+// peerAddr is addr's IP address, unmapped; the zero Addr when it has none.
+func peerAddr(addr net.Addr) netip.Addr {
+	switch a := addr.(type) {
+	case *net.TCPAddr:
+		return a.AddrPort().Addr().Unmap()
+	case *net.UDPAddr:
+		return a.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
 }
 
 // enter starts an operation in phase p: a new phase (unstamped) or the
