@@ -45,16 +45,7 @@ var keyRetryAfter = fasthttp.AppendNormalizedHeaderKey(nil, fasthttp.HeaderRetry
 func AppendRateLimitValue(b []byte, i int, d *limit.Decision) []byte {
 	switch i {
 	case 0:
-		if d.NApplied == 0 { // a decision that lists no limits: its own
-			return appendPolicy(b, &limit.Applied{Scope: d.Scope, Name: d.Name, Limit: d.Limit, Window: d.Window})
-		}
-		for j := range d.Applied[:d.NApplied] {
-			if j > 0 {
-				b = append(b, ", "...)
-			}
-			b = appendPolicy(b, &d.Applied[j])
-		}
-		return b
+		return appendPolicyList(b, d)
 	case 1:
 		b = appendSFString(b, LimitName(&limit.Applied{Scope: d.Scope, Name: d.Name}))
 		b = append(b, ";r="...)
@@ -72,17 +63,8 @@ func AppendRateLimitValue(b []byte, i int, d *limit.Decision) []byte {
 	return strconv.AppendInt(b, RetryAfterMillis(d.RetryAfter), 10)
 }
 
-// appendPolicy appends a's RateLimit-Policy item: "name";q=N[;w=S].
-func appendPolicy(b []byte, a *limit.Applied) []byte {
-	b = appendSFString(b, LimitName(a))
-	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, max(a.Limit, 0), 10)
-	if a.Window > 0 {
-		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, ceilSeconds(a.Window), 10)
-	}
-	return b
-}
+// appendInt appends n in decimal.
+func appendInt(b []byte, n int64) []byte { return strconv.AppendInt(b, n, 10) }
 
 // resetSeconds is RateLimit's t for d: a refusal's retry-after, else the
 // time until the budget is whole, in whole seconds and at most the window;
