@@ -170,7 +170,10 @@ func (l *Limiter) Allow(ctx context.Context, req *Request) Decision {
 // request in flight) saves copying one (about 530 bytes) up through every
 // call that returns it.
 func (l *Limiter) Decide(ctx context.Context, req *Request, d *Decision) {
-	start := l.now()
+	start := req.Arrived
+	if start.IsZero() {
+		start = l.now()
+	}
 	mult, strict := l.adjustment()
 	sa := specArrays.Get().(*[maxLocalSpecs]spec)
 	defer specArrays.Put(sa)

@@ -43,6 +43,12 @@ type Request struct {
 	// refused because of a peek. The answer lists every limit (Applied);
 	// a store that cannot answer makes it Unavailable.
 	Peek bool
+	// Arrived, when set, is when the request arrived, read by the caller
+	// from the limiter's clock (Options.Now; the proxy passes the reading
+	// its HTTP server took for the request): the decision is made at that
+	// time and its duration (rate_limit_latency_ms) counts from it, which
+	// saves a clock reading per decision. Zero: Decide reads the clock.
+	Arrived time.Time
 }
 
 // Attrs reads a request's headers and query parameters (see

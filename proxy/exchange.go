@@ -25,6 +25,8 @@ import (
 // client's request. Byte slices point into the request or into the
 // exchange's own buffers: valid only until the handler returns.
 type exchange struct {
+	// start is when the request arrived (fasthttp's reading for it).
+	start time.Time
 	// ip is the client's address: the socket peer, or, when the peer is a
 	// trusted proxy, the rightmost untrusted X-Forwarded-For entry; ipText
 	// is ip in text form, as limit keys use it.

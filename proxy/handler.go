@@ -39,6 +39,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.gate.RequestStarted()
 	}
 	x := s.acquireExchange()
+	x.start = start
 	m := s.noRoute
 	if why := s.inspect(ctx, x); why != nil {
 		s.reject(ctx, x, why)
@@ -158,7 +159,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, x *exchange) *reason {
 	lr := &x.limitReq
 	x.attrs.r = &ctx.Request
 	*lr = limit.Request{IP: x.ipText, Resource: x.resource(), Tokens: 1,
-		Method: ctx.Method(), Host: ctx.Host(), Path: ctx.Path(), Attrs: &x.attrs}
+		Method: ctx.Method(), Host: ctx.Host(), Path: ctx.Path(), Attrs: &x.attrs, Arrived: x.start}
 	if !x.anonymous {
 		lr.APIKey, lr.Tenant, lr.Plan = x.apiKey, x.tenant, x.plan
 	}

@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"hash/maphash"
 	"maps"
 	"sync"
 	"sync/atomic"
@@ -90,6 +91,44 @@ func labelsFor(tenant, resource string) labelKey {
 // CountersFor returns the counters of a request's (tenant, resource). It
 // allocates nothing once the label pair has been used.
 func CountersFor(tenant, resource string) *Counters {
+	kn := known.Load()
+	slot := &recent[(maphash.String(recentSeed, tenant)^maphash.String(recentSeed, resource)*31)%recentSlots]
+	e := slot.Load()
+	if e != nil && e.known == kn && e.tenant == tenant && e.resource == resource {
+		return e.c
+	}
+	c := countersFor(tenant, resource)
+	if e == nil || recentMisses.Add(1)%recentRefill == 0 {
+		slot.Store(&recentPair{known: kn, tenant: tenant, resource: resource, c: c})
+	}
+	return c
+}
+
+// recent remembers the counters of recently seen (tenant, resource) pairs,
+// one per slot, so that a request of a pair seen before finds its counters
+// with two string hashes instead of mapping both names to their label
+// values and looking the pair up. An entry holds for the known names it
+// was made under: a change of them (which may free counters) makes every
+// entry stale.
+var (
+	recent       [recentSlots]atomic.Pointer[recentPair]
+	recentSeed   = maphash.MakeSeed()
+	recentMisses atomic.Uint32 // one miss in recentRefill takes its slot over
+)
+
+const (
+	recentSlots  = 1024
+	recentRefill = 16
+)
+
+type recentPair struct {
+	known            *knownNames
+	tenant, resource string
+	c                *Counters
+}
+
+// countersFor is CountersFor without the recent pairs.
+func countersFor(tenant, resource string) *Counters {
 	k := labelsFor(tenant, resource)
 	// Fast path: the pair has its counters.
 	if c, ok := labelView.Load(k); ok {

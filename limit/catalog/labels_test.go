@@ -53,8 +53,10 @@ func TestLabelsOnlyForKnownNames(t *testing.T) {
 		CountersFor("lbl-new", "lbl-bids")
 		return labelSet("lbl-new", "lbl-bids") != nil
 	}, 5*time.Second, 10*time.Millisecond)
+	require.Same(t, labelSet("lbl-new", "lbl-bids"), CountersFor("lbl-new", "lbl-bids"), "the pair's counters, now remembered")
 	require.NoError(t, cat.Apply([]Change{TenantDelete("lbl-new")}))
 	require.Eventually(t, func() bool { return labelSet("lbl-new", "lbl-bids") == nil }, 5*time.Second, 10*time.Millisecond, "freed with its tenant")
+	assert.Same(t, labelSet(labelOther, "lbl-bids"), CountersFor("lbl-new", "lbl-bids"), "a freed pair's remembered counters are not served")
 	require.NoError(t, cat.Apply([]Change{RuleDelete("acme", "lbl-bids")}))
 	require.Eventually(t, func() bool { return labelSet("acme", "lbl-bids") == nil && labelSet(labelAnonymous, "lbl-bids") == nil },
 		5*time.Second, 10*time.Millisecond, "freed with the last rule of its resource")
