@@ -1,7 +1,9 @@
 package reply
 
 import (
+	"strconv"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/sentinel-gateway/sentinel/limit"
@@ -13,12 +15,17 @@ import (
 // kept, and an answer copies it instead of formatting each item's name,
 // quota and window again.
 
-// policyItem is what a RateLimit-Policy item shows of one limit.
+// policyItem is what a RateLimit-Policy item is rendered from: the fields
+// of one applied limit that it shows.
 type policyItem struct {
 	scope  limit.Scope
 	name   string
 	limit  int64
-	window int64 // the w parameter, in seconds; 0: none
+	window time.Duration
+}
+
+func (it *policyItem) is(a *limit.Applied) bool {
+	return it.scope == a.Scope && it.limit == a.Limit && it.window == a.Window && it.name == a.Name
 }
 
 // policyValue is a rendered RateLimit-Policy value and the items it shows.
@@ -46,64 +53,61 @@ const policyRefill = 16
 // appendPolicyList appends d's RateLimit-Policy value to b, from the cache
 // when d lists the same limits as an earlier answer.
 func appendPolicyList(b []byte, d *limit.Decision) []byte {
-	var items [limit.MaxApplied]policyItem
-	n := policyItems(&items, d)
-	h := uint64(n)
-	for i := range items[:n] {
-		it := &items[i]
-		h ^= uint64(it.scope) | uint64(uintptr(unsafe.Pointer(unsafe.StringData(it.name))))<<8 ^ uint64(len(it.name))<<3
-		h ^= uint64(it.limit) * 0x9e3779b97f4a7c15
-		h ^= uint64(it.window) * 0xc2b2ae3d27d4eb4f
+	list := d.Applied[:d.NApplied]
+	var own [1]limit.Applied
+	if d.NApplied == 0 { // a decision that lists no limits: its own
+		own[0] = limit.Applied{Scope: d.Scope, Name: d.Name, Limit: d.Limit, Window: d.Window}
+		list = own[:]
+	}
+	h := uint64(len(list))
+	for i := range list {
+		a := &list[i]
+		h ^= uint64(a.Scope) | uint64(uintptr(unsafe.Pointer(unsafe.StringData(a.Name))))<<8 ^ uint64(len(a.Name))<<3
+		h ^= uint64(a.Limit) * 0x9e3779b97f4a7c15
+		h ^= uint64(a.Window) * 0xc2b2ae3d27d4eb4f
 		h = (h ^ h>>29) * 0xbf58476d1ce4e5b9
 	}
 	slot := &policyCache[(h^h>>32)%policySlots]
 	cur := slot.Load()
-	if cur != nil && cur.n == n && cur.items == items {
+	if cur != nil && cur.n == len(list) && cur.holds(list) {
 		return append(b, cur.value...)
 	}
 	start := len(b)
-	for i := range items[:n] {
+	for i := range list {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
-		b = appendItem(b, &items[i])
+		b = appendPolicy(b, &list[i])
 	}
 	if cur == nil || policyMisses.Add(1)%policyRefill == 0 {
-		slot.Store(&policyValue{n: n, items: items, value: append([]byte(nil), b[start:]...)})
+		v := &policyValue{n: len(list), value: append([]byte(nil), b[start:]...)}
+		for i := range list {
+			a := &list[i]
+			v.items[i] = policyItem{scope: a.Scope, name: a.Name, limit: a.Limit, window: a.Window}
+		}
+		slot.Store(v)
 	}
 	return b
 }
 
-// policyItems writes the items of d's RateLimit-Policy to items and
-// returns their number: each applied limit, or d's own limit when it lists
-// none.
-func policyItems(items *[limit.MaxApplied]policyItem, d *limit.Decision) int {
-	if d.NApplied == 0 {
-		items[0] = itemOf(&limit.Applied{Scope: d.Scope, Name: d.Name, Limit: d.Limit, Window: d.Window})
-		return 1
+// holds reports whether v was rendered from list (as long as v's).
+func (v *policyValue) holds(list []limit.Applied) bool {
+	for i := range list {
+		if !v.items[i].is(&list[i]) {
+			return false
+		}
 	}
-	for i := range d.Applied[:d.NApplied] {
-		items[i] = itemOf(&d.Applied[i])
-	}
-	return d.NApplied
+	return true
 }
 
-func itemOf(a *limit.Applied) policyItem {
-	it := policyItem{scope: a.Scope, name: LimitName(a), limit: max(a.Limit, 0)}
-	if a.Window > 0 {
-		it.window = ceilSeconds(a.Window)
-	}
-	return it
-}
-
-// appendItem appends it as a RateLimit-Policy item: "name";q=N[;w=S].
-func appendItem(b []byte, it *policyItem) []byte {
-	b = appendSFString(b, it.name)
+// appendPolicy appends a's RateLimit-Policy item: "name";q=N[;w=S].
+func appendPolicy(b []byte, a *limit.Applied) []byte {
+	b = appendSFString(b, LimitName(a))
 	b = append(b, ";q="...)
-	b = appendInt(b, it.limit)
-	if it.window > 0 {
+	b = strconv.AppendInt(b, max(a.Limit, 0), 10)
+	if a.Window > 0 {
 		b = append(b, ";w="...)
-		b = appendInt(b, it.window)
+		b = strconv.AppendInt(b, ceilSeconds(a.Window), 10)
 	}
 	return b
 }

@@ -63,9 +63,6 @@ func AppendRateLimitValue(b []byte, i int, d *limit.Decision) []byte {
 	return strconv.AppendInt(b, RetryAfterMillis(d.RetryAfter), 10)
 }
 
-// appendInt appends n in decimal.
-func appendInt(b []byte, n int64) []byte { return strconv.AppendInt(b, n, 10) }
-
 // resetSeconds is RateLimit's t for d: a refusal's retry-after, else the
 // time until the budget is whole, in whole seconds and at most the window;
 // -1 when more never comes (a refusal with no retry, or a token bucket that
