@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/cespare/xxhash/v2"
@@ -99,8 +100,9 @@ type fill struct {
 // not keep.
 var unkeptBuckets = metrics.NewCounter(`sentinel_limit_local_buckets_unkept_total`)
 
-// bucketTable maps keys to buckets: sharded maps behind RWMutexes, read
-// without allocating.
+// bucketTable maps keys to buckets, in shards whose maps are read without
+// a lock and without allocating. (A read lock would write a word that every
+// core's requests for a hot key share, once to take it and once to drop it.)
 type bucketTable struct {
 	perShard int
 	shards   [bucketShards]bucketShard
@@ -108,16 +110,13 @@ type bucketTable struct {
 }
 
 type bucketShard struct {
-	mu sync.RWMutex
-	m  map[string]*bucket
+	mu sync.Mutex // serializes the writers of m and n
+	m  sync.Map   // key (string) → *bucket
+	n  int        // buckets in m
 }
 
 func newBucketTable(maxKeys int) *bucketTable {
-	t := &bucketTable{perShard: max(1, maxKeys/bucketShards)}
-	for i := range t.shards {
-		t.shards[i].m = make(map[string]*bucket)
-	}
-	return t
+	return &bucketTable{perShard: max(1, maxKeys/bucketShards)}
 }
 
 // find returns key's bucket (nil: none); remove takes it out of the table.
@@ -125,22 +124,25 @@ func (t *bucketTable) find(key []byte, remove bool) *bucket {
 	sh := &t.shards[xxhash.Sum64(key)%bucketShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	b := sh.m[string(key)]
-	if b != nil && remove {
-		delete(sh.m, string(key))
+	v, ok := sh.m.Load(string(key))
+	if !ok {
+		return nil
+	}
+	if remove {
+		sh.m.Delete(string(key))
+		sh.n--
 		t.count.Add(-1)
 	}
-	return b
+	return v.(*bucket)
 }
 
 // get returns the bucket of key, creating it when missing. It allocates only
 // to create one.
 func (t *bucketTable) get(key []byte, now int64) *bucket {
 	sh := &t.shards[xxhash.Sum64(key)%bucketShards]
-	sh.mu.RLock()
-	b := sh.m[string(key)]
-	sh.mu.RUnlock()
-	if b != nil {
+	// The key is read as a string for this lookup only: no copy.
+	if v, ok := sh.m.Load(unsafe.String(unsafe.SliceData(key), len(key))); ok {
+		b := v.(*bucket)
 		// Idle means unused for 10 s or more: a hot key's bucket need not
 		// write its shared cache line on every request.
 		if now-b.lastUsed.Load() > int64(time.Millisecond) {
@@ -150,22 +152,23 @@ func (t *bucketTable) get(key []byte, now int64) *bucket {
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if b = sh.m[string(key)]; b != nil {
-		return b
+	if v, ok := sh.m.Load(string(key)); ok {
+		return v.(*bucket)
 	}
-	if len(sh.m) >= t.perShard && !t.makeRoom(sh) {
+	if sh.n >= t.perShard && !t.makeRoom(sh) {
 		// Full of buckets that hold state: this key is decided with a
 		// bucket that is not kept. A new bucket leases only what its
 		// request needs, so it wastes nothing; the key only loses the
 		// local fast path until there is room.
 		unkeptBuckets.Inc()
-		b = &bucket{key: string(key), remaining: -1}
+		b := &bucket{key: string(key), remaining: -1}
 		b.lastUsed.Store(now)
 		return b
 	}
-	b = &bucket{key: string(key), remaining: -1}
+	b := &bucket{key: string(key), remaining: -1}
 	b.lastUsed.Store(now)
-	sh.m[b.key] = b
+	sh.m.Store(b.key, b)
+	sh.n++
 	t.count.Add(1)
 	return b
 }
@@ -181,16 +184,18 @@ func (t *bucketTable) get(key []byte, now int64) *bucket {
 func (t *bucketTable) makeRoom(sh *bucketShard) bool {
 	const sample, most = 32, 4
 	seen, dropped := 0, 0
-	for k, b := range sh.m {
+	sh.m.Range(func(k, v any) bool {
 		if seen++; seen > sample || dropped == most {
-			break
+			return false
 		}
-		if b.holdsNothing() {
-			delete(sh.m, k)
+		if v.(*bucket).holdsNothing() {
+			sh.m.Delete(k)
+			sh.n--
 			t.count.Add(-1)
 			dropped++
 		}
-	}
+		return true
+	})
 	return dropped > 0
 }
 
@@ -236,15 +241,18 @@ func (t *bucketTable) sweep(now, idleBefore int64) {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
-		for k, b := range sh.m {
+		sh.m.Range(func(k, v any) bool {
+			b := v.(*bucket)
 			if b.lastUsed.Load() < idleBefore && b.mu.TryLock() {
 				if b.fill == nil && (now >= b.ownUntil || !b.hasOwn()) {
-					delete(sh.m, k)
+					sh.m.Delete(k)
+					sh.n--
 					t.count.Add(-1)
 				}
 				b.mu.Unlock()
 			}
-		}
+			return true
+		})
 		sh.mu.Unlock()
 	}
 }
