@@ -17,15 +17,15 @@ func TestRequestPathAllocatesNothing(t *testing.T) {
 	n := testing.AllocsPerRun(1000, func() {
 		_ = c.Policy()
 		_, _ = c.LimitAdjustment()
-		c.RequestStarted()
+		c.RequestStarted(0)
 		tk, ok := l.Acquire(PriorityPremium, 0)
 		if !ok {
 			t.Fatal("shed")
 		}
 		now := time.Now()
 		tk.Release(now, time.Millisecond, OK)
-		c.ObserveUpstream(now, time.Millisecond, OK)
-		c.RequestFinished()
+		c.ObserveUpstream(0, now, time.Millisecond, OK)
+		c.RequestFinished(0)
 	})
 	if n != 0 {
 		t.Fatalf("the request path allocates %.1f times", n)

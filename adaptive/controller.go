@@ -52,11 +52,6 @@ type Controller struct {
 	tune atomic.Pointer[Config]
 
 	policy   atomic.Pointer[Policy]
-	inflight atomic.Int64
-	started  atomic.Int64 // requests started, for the rate
-	// forwarded counts the requests sent to an upstream: with started, it
-	// tells how much of the gateway's work the modes can relieve.
-	forwarded atomic.Int64
 	// gatewayDelay is the last sample's p99 scheduler latency in
 	// nanoseconds: the concurrency limiters add it to their slack.
 	gatewayDelay atomic.Int64
@@ -80,6 +75,43 @@ type Controller struct {
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// hot are the counters every request writes, striped by connection
+	// (see stripeOf), each stripe on cache lines of its own and away from
+	// the fields every request reads (policy, on, upstream): cores serving
+	// different connections do not take one line from each other.
+	hot [stripes]hotCounters
+}
+
+// hotCounters are one stripe of the per-request counters: the requests in
+// flight, those started (for the rate) and those forwarded (answered by
+// an upstream: with started, the share of the load the backend sees; see
+// forwardedShare).
+type hotCounters struct {
+	inflight, started, forwarded atomic.Int64
+	_                            [128 - 3*8]byte
+}
+
+// inflight, started and forwarded add up the stripes.
+func (c *Controller) inflight() (n int64) {
+	for i := range c.hot {
+		n += c.hot[i].inflight.Load()
+	}
+	return n
+}
+
+func (c *Controller) started() (n int64) {
+	for i := range c.hot {
+		n += c.hot[i].started.Load()
+	}
+	return n
+}
+
+func (c *Controller) forwarded() (n int64) {
+	for i := range c.hot {
+		n += c.hot[i].forwarded.Load()
+	}
+	return n
 }
 
 // minSignalSample is the least number of upstream answers in the signal
@@ -191,27 +223,31 @@ func (c *Controller) LimitAdjustment() (float64, bool) {
 // (1 alone; Options.AssumedPods before any exchange worked).
 func (c *Controller) LivePods() int { return c.view.livePods() }
 
-// RequestStarted and RequestFinished count the requests in flight.
-func (c *Controller) RequestStarted() {
-	c.inflight.Add(1)
-	c.started.Add(1)
+// RequestStarted and RequestFinished count the requests in flight; conn
+// is the request's connection (any number that stays with the
+// connection: it picks the counters' stripe).
+func (c *Controller) RequestStarted(conn uint64) {
+	h := &c.hot[stripeOf(conn)]
+	h.inflight.Add(1)
+	h.started.Add(1)
 }
 
 // RequestFinished: see RequestStarted.
-func (c *Controller) RequestFinished() { c.inflight.Add(-1) }
+func (c *Controller) RequestFinished(conn uint64) { c.hot[stripeOf(conn)].inflight.Add(-1) }
 
 // ObserveUpstream records one upstream answer, which came at end, for the
 // error-rate and latency signals. Ignored results are not counted at all:
 // only the upstream's own answers may move its signals.
-func (c *Controller) ObserveUpstream(end time.Time, latency time.Duration, r Result) {
+func (c *Controller) ObserveUpstream(conn uint64, end time.Time, latency time.Duration, r Result) {
 	if !c.on {
 		return
 	}
-	c.forwarded.Add(1)
+	i := stripeOf(conn)
+	c.hot[i].forwarded.Add(1)
 	if r == Ignored {
 		return
 	}
-	c.upstream.observe(end.UnixNano(), latency, r)
+	c.upstream.observe(i, end.UnixNano(), latency, r)
 }
 
 // Concurrency returns the upstream's concurrency limiter, or nil when there
@@ -242,7 +278,7 @@ func (c *Controller) sampleLoop(ctx context.Context) {
 func (c *Controller) sample(now time.Time) {
 	cfg := c.tune.Load()
 	// Only this goroutine writes lastStarted and lastForwarded.
-	started, forwarded := c.started.Load(), c.forwarded.Load()
+	started, forwarded := c.started(), c.forwarded()
 	s := c.readSignals(now, cfg, forwardedShare(started-c.lastStarted, forwarded-c.lastForwarded))
 	raw := score(s, cfg.Weights)
 	c.mu.Lock()
@@ -325,7 +361,7 @@ func (c *Controller) readSignals(now time.Time, cfg *Config, share float64) Sign
 		c.gatewayDelay.Store(int64(sched * float64(time.Second)))
 		s.Scheduler = clamp(sched/cfg.SchedLatencyObjective.Seconds()) * share
 	}
-	s.Inflight = clamp(float64(c.inflight.Load()) / float64(cfg.MaxInflight))
+	s.Inflight = clamp(float64(c.inflight()) / float64(cfg.MaxInflight))
 	w := c.upstream.read(now.UnixNano())
 	if w.count >= minSignalSample { // too few answers say nothing
 		// A failure counts whole, a 503/429 half: a backend that sheds is
@@ -397,7 +433,7 @@ func (c *Controller) State() State {
 		Signals:     c.signals,
 		LivePods:    c.LivePods(),
 		ClusterView: c.view.up(),
-		Inflight:    c.inflight.Load(),
+		Inflight:    c.inflight(),
 		Upstreams:   map[string]ConcurrencyState{},
 		Transitions: append([]Transition{}, c.transitions...),
 	}

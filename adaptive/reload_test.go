@@ -32,7 +32,7 @@ func TestStageAppliesThresholdsLive(t *testing.T) {
 	c := newTestController(t, inflightOnly(0.7))
 	c.host = newHostSampler()
 	for range 60 {
-		c.RequestStarted()
+		c.RequestStarted(0)
 	}
 	now := time.Now()
 	for range 20 {

@@ -64,8 +64,8 @@ func TestOwnAnswersDoNotRaisePressure(t *testing.T) {
 	for range 20 {
 		time.Sleep(50 * time.Millisecond)
 		for range 200 {
-			c.RequestStarted()
-			c.RequestFinished()
+			c.RequestStarted(0)
+			c.RequestFinished(0)
 		}
 		c.sample(time.Now())
 		st := c.State()
@@ -80,9 +80,9 @@ func TestOwnAnswersDoNotRaisePressure(t *testing.T) {
 	for range 40 {
 		time.Sleep(50 * time.Millisecond)
 		for range 200 {
-			c.RequestStarted()
-			c.ObserveUpstream(time.Now(), time.Millisecond, OK)
-			c.RequestFinished()
+			c.RequestStarted(0)
+			c.ObserveUpstream(0, time.Now(), time.Millisecond, OK)
+			c.RequestFinished(0)
 		}
 		c.sample(time.Now())
 		if cpu = c.State().Signals.CPU; cpu > 0.1 {

@@ -5,15 +5,26 @@ import (
 	"time"
 )
 
-// ringBuckets is the number of buckets of an upstreamWindow.
+// ringBuckets is the number of buckets of an upstreamWindow's ring.
 const ringBuckets = 10
+
+// stripes is the number of stripes of the counters every request writes
+// (the requests in flight, the upstream window): a request writes the
+// stripe of its connection.
+const stripes = 8
+
+// stripeOf is the stripe of connection conn.
+func stripeOf(conn uint64) int { return int(conn % stripes) }
 
 // upstreamWindow counts upstream answers over the last ringBuckets × width,
 // in a ring of buckets (as Alibaba Sentinel's LeapArray): each bucket covers one width of time and is
 // reset when the ring comes round to it. Observe is lock-free.
 type upstreamWindow struct {
-	width   int64 // nanos
-	buckets [ringBuckets]windowBucket
+	width int64 // nanos
+	// One ring per stripe (see stripeOf): the answers of one time span are
+	// counted on as many cache lines, so that cores answering requests of
+	// different connections do not write one line.
+	rings [stripes][ringBuckets]windowBucket
 }
 
 type windowBucket struct {
@@ -29,10 +40,10 @@ func newUpstreamWindow(span time.Duration) *upstreamWindow {
 	return &upstreamWindow{width: int64(span) / ringBuckets}
 }
 
-// observe records one upstream answer at now.
-func (w *upstreamWindow) observe(now int64, latency time.Duration, r Result) {
+// observe records one upstream answer at now in stripe i's ring.
+func (w *upstreamWindow) observe(i int, now int64, latency time.Duration, r Result) {
 	start := now - now%w.width
-	b := &w.buckets[(now/w.width)%ringBuckets]
+	b := &w.rings[i][(now/w.width)%ringBuckets]
 	if old := b.start.Load(); old != start && b.start.CompareAndSwap(old, start) {
 		b.count.Store(0)
 		b.failed.Store(0)
@@ -66,16 +77,18 @@ func (w *upstreamWindow) read(now int64) windowSums {
 	oldest := now - ringBuckets*w.width
 	var s windowSums
 	var lat int64
-	for i := range w.buckets {
-		b := &w.buckets[i]
-		if b.start.Load() <= oldest {
-			continue
+	for r := range w.rings {
+		for i := range w.rings[r] {
+			b := &w.rings[r][i]
+			if b.start.Load() <= oldest {
+				continue
+			}
+			s.count += b.count.Load()
+			s.failed += b.failed.Load()
+			s.pushed += b.pushed.Load()
+			s.ok += b.ok.Load()
+			lat += b.latency.Load()
 		}
-		s.count += b.count.Load()
-		s.failed += b.failed.Load()
-		s.pushed += b.pushed.Load()
-		s.ok += b.ok.Load()
-		lat += b.latency.Load()
 	}
 	if s.ok > 0 {
 		s.mean = time.Duration(lat / s.ok)

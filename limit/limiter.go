@@ -183,13 +183,13 @@ func (l *Limiter) Decide(ctx context.Context, req *Request, d *Decision) {
 	}
 	if req.Peek {
 		*d = l.peek(ctx, specs, max(req.Tokens, 1))
-		l.observe(start)
+		d.Decided = l.observe(start)
 		return
 	}
 	counters := catalog.CountersFor(req.Tenant, req.Resource)
 	counters.Requests.Inc()
 	l.decide(ctx, specs, req, strict, start.UnixNano(), counters, d)
-	l.observe(start)
+	d.Decided = l.observe(start)
 }
 
 // specArrays hold the specs of a decision in progress. An array on the
@@ -277,8 +277,12 @@ func countLocalHits(n int) {
 	}
 }
 
-func (l *Limiter) observe(start time.Time) {
-	latency.Decision.Update(float64(l.now().Sub(start)) / 1e6)
+// observe records the duration of a decision that started at start and
+// returns when it ended.
+func (l *Limiter) observe(start time.Time) time.Time {
+	end := l.now()
+	latency.Decision.Update(float64(end.Sub(start)) / 1e6)
+	return end
 }
 
 // MaxTokens is the most tokens one request like req can ever be granted: the

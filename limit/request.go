@@ -114,6 +114,9 @@ type Decision struct {
 	// Reset 0), and take no permit.
 	Applied  [MaxApplied]Applied
 	NApplied int
+	// Decided is when the decision was made: the limiter's clock reading
+	// at its end (Decide's callers use it rather than read the clock again).
+	Decided time.Time
 }
 
 // MaxApplied bounds Decision.Applied: a fixed array keeps a decision free

@@ -37,12 +37,14 @@ type Tenants interface {
 // Gate is the adaptive layer as the request path sees it.
 // *adaptive.Controller implements it. Policy, RequestStarted,
 // RequestFinished and ObserveUpstream are atomic operations ("needs to be
-// instantaneous"). Its Limits bind the routes of the table New builds.
+// instantaneous"); their conn is the request's connection ID, which picks
+// the stripe of the counters they write. Its Limits bind the routes of the
+// table New builds.
 type Gate interface {
 	Policy() adaptive.Policy
-	RequestStarted()
-	RequestFinished()
-	ObserveUpstream(end time.Time, latency time.Duration, r adaptive.Result)
+	RequestStarted(conn uint64)
+	RequestFinished(conn uint64)
+	ObserveUpstream(conn uint64, end time.Time, latency time.Duration, r adaptive.Result)
 	Limits
 }
 

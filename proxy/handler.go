@@ -36,7 +36,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	inflight.add(ctx.ConnID(), 1)
 	if s.gate != nil {
-		s.gate.RequestStarted()
+		s.gate.RequestStarted(ctx.ConnID())
 	}
 	x := s.acquireExchange()
 	x.start = start
@@ -54,10 +54,14 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	// Answer with no Content-Type when the upstream sent none.
 	ctx.Response.Header.SetNoDefaultContentType(true)
 	ctx.Response.Header.SetCanonical(s.requestIDHeader, x.requestID)
-	// The upstream's answer time ends a forwarded request: what follows is
-	// header work (and a copy into the cache), and the body is written
-	// after the handler returns anyway. Other requests read the clock.
+	// The upstream's answer time ends a forwarded request, and the
+	// decision's time a refused one: what follows is header work (and a
+	// copy into the cache), and the body is written after the handler
+	// returns anyway. Other requests read the clock.
 	now := x.answeredAt
+	if now.IsZero() && x.outcome == outcomeRateLimited {
+		now = x.decision.Decided
+	}
 	if now.IsZero() {
 		now = time.Now()
 	}
@@ -67,7 +71,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	s.releaseExchange(x)
 	if s.gate != nil {
-		s.gate.RequestFinished()
+		s.gate.RequestFinished(ctx.ConnID())
 	}
 	inflight.add(ctx.ConnID(), -1)
 }
@@ -126,7 +130,14 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, x *exchange) {
 	if req != &ctx.Request {
 		defer fasthttp.ReleaseRequest(req)
 	}
-	err = s.forward(ctx, x, req, ticket)
+	// The decision's clock reading dates the forward when nothing was
+	// waited for since (a body read from the client is): taking a slot and
+	// preparing the request take about a microsecond.
+	sent := x.decision.Decided
+	if pre != nil || sent.IsZero() {
+		sent = time.Now()
+	}
+	err = s.forward(ctx, x, req, ticket, sent)
 	s.respond(ctx, x, req, err)
 }
 
@@ -249,16 +260,16 @@ func (s *Server) outbound(ctx *fasthttp.RequestCtx, x *exchange, pre []byte, com
 	return req
 }
 
-// forward sends req to the route's pool, classifies the result once (in
-// x.class) and feeds it, with the upstream's latency (not the time queued
-// for a slot), to the concurrency limit and the adaptive signals.
-func (s *Server) forward(ctx *fasthttp.RequestCtx, x *exchange, req *fasthttp.Request, ticket adaptive.Ticket) error {
+// forward sends req, ready at sent, to the route's pool, classifies the
+// result once (in x.class) and feeds it, with the upstream's latency (from
+// sent: not the time queued for a slot), to the concurrency limit and the
+// adaptive signals.
+func (s *Server) forward(ctx *fasthttp.RequestCtx, x *exchange, req *fasthttp.Request, ticket adaptive.Ticket, sent time.Time) error {
 	resp := &ctx.Response
 	// May stream: the pool reads an answer of up to upstream.WholeAnswerMax
 	// (by its Content-Length) whole and streams only larger or unknown-length
 	// ones, which the server reads while it writes them to the client.
 	resp.StreamBody = true
-	sent := time.Now()
 	end, err := x.route.pool.DoAt(req, resp, sent)
 	if err == nil && x.cacheable {
 		err = s.bufferForCache(resp)
@@ -273,7 +284,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, x *exchange, req *fasthttp.Re
 	res := adaptiveResult[x.class]
 	ticket.Release(end, latency, res)
 	if s.gate != nil {
-		s.gate.ObserveUpstream(end, latency, res)
+		s.gate.ObserveUpstream(ctx.ConnID(), end, latency, res)
 	}
 	return err
 }

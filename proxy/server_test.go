@@ -98,11 +98,11 @@ type fakeGate struct {
 	conc   *adaptive.ConcurrencyLimiter
 }
 
-func (g *fakeGate) Policy() adaptive.Policy                                   { return g.policy }
-func (g *fakeGate) RequestStarted()                                           {}
-func (g *fakeGate) RequestFinished()                                          {}
-func (g *fakeGate) ObserveUpstream(time.Time, time.Duration, adaptive.Result) {}
-func (g *fakeGate) Concurrency(string) *adaptive.ConcurrencyLimiter           { return g.conc }
+func (g *fakeGate) Policy() adaptive.Policy                                           { return g.policy }
+func (g *fakeGate) RequestStarted(uint64)                                             {}
+func (g *fakeGate) RequestFinished(uint64)                                            {}
+func (g *fakeGate) ObserveUpstream(uint64, time.Time, time.Duration, adaptive.Result) {}
+func (g *fakeGate) Concurrency(string) *adaptive.ConcurrencyLimiter                   { return g.conc }
 
 type testProxy struct {
 	url string
