@@ -99,7 +99,13 @@ type Ticket struct {
 	c        *ConcurrencyLimiter
 	route    Route
 	admitted int32 // requests in flight when it was admitted, itself included
+	waited   bool  // Acquire found no free slot at once
 }
+
+// Waited reports whether the request waited for its slot: Acquire found
+// none free at once. A caller that dates the forward by a clock reading
+// taken before Acquire must read the clock again then.
+func (t Ticket) Waited() bool { return t.waited }
 
 // Limit is the current concurrency limit.
 func (c *ConcurrencyLimiter) Limit() float64 { return math.Float64frombits(c.limit.Load()) }
@@ -184,7 +190,7 @@ func (c *ConcurrencyLimiter) Acquire(p Priority, r Route) (Ticket, bool) {
 	c.waiting[p].Add(1)
 	defer c.waiting[p].Add(-1)
 	if n := c.tryAcquire(p); n > 0 { // a slot freed before the release could see us waiting
-		return c.ticket(r, n), true
+		return c.waitedTicket(r, n), true
 	}
 	t := time.NewTimer(c.queueTimeout(p))
 	defer t.Stop()
@@ -192,17 +198,24 @@ func (c *ConcurrencyLimiter) Acquire(p Priority, r Route) (Ticket, bool) {
 		select {
 		case <-c.slot:
 			if n := c.tryAcquire(p); n > 0 {
-				return c.ticket(r, n), true
+				return c.waitedTicket(r, n), true
 			}
 		case <-t.C:
 			if n := c.tryAcquire(p); n > 0 {
-				return c.ticket(r, n), true
+				return c.waitedTicket(r, n), true
 			}
 			c.shed[p][1].Add(1)
 			c.shedMetrics[p][1].Inc()
 			return Ticket{}, false
 		}
 	}
+}
+
+// waitedTicket is ticket for a request that waited for its slot.
+func (c *ConcurrencyLimiter) waitedTicket(r Route, inflight int64) Ticket {
+	t := c.ticket(r, inflight)
+	t.waited = true
+	return t
 }
 
 func (c *ConcurrencyLimiter) ticket(r Route, inflight int64) Ticket {

@@ -304,3 +304,25 @@ func TestConcurrencyQueueAfterGatewayDelay(t *testing.T) {
 	assert.Zero(t, l.rebases.Get(), "the queue is no new baseline")
 	assert.Greater(t, l.cuts.Get(), before, "the limit is cut")
 }
+
+// TestTicketWaited: a slot taken at once is no wait; one taken after all
+// were busy is, so that the proxy dates the forward after the wait.
+func TestTicketWaited(t *testing.T) {
+	l := testConcurrency(4)
+	var held []Ticket
+	for range 4 {
+		tk, ok := l.Acquire(PriorityPremium, 0)
+		require.True(t, ok)
+		assert.False(t, tk.Waited(), "a free slot")
+		held = append(held, tk)
+	}
+	done := make(chan Ticket)
+	go func() {
+		tk, ok := l.Acquire(PriorityPremium, 0)
+		assert.True(t, ok)
+		done <- tk
+	}()
+	require.Eventually(t, func() bool { return l.waiting[PriorityPremium].Load() == 1 }, 5*time.Second, time.Millisecond)
+	held[0].Release(time.Now(), time.Millisecond, OK)
+	assert.True(t, (<-done).Waited(), "admitted after every slot was busy")
+}

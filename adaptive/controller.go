@@ -51,7 +51,7 @@ type Controller struct {
 	// it once per sample.
 	tune atomic.Pointer[Config]
 
-	policy   atomic.Pointer[Policy]
+	policy atomic.Pointer[Policy]
 	// gatewayDelay is the last sample's p99 scheduler latency in
 	// nanoseconds: the concurrency limiters add it to their slack.
 	gatewayDelay atomic.Int64

@@ -131,10 +131,10 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, x *exchange) {
 		defer fasthttp.ReleaseRequest(req)
 	}
 	// The decision's clock reading dates the forward when nothing was
-	// waited for since (a body read from the client is): taking a slot and
-	// preparing the request take about a microsecond.
+	// waited for since (a body read from the client, a slot queued for):
+	// taking a free slot and preparing the request take about a microsecond.
 	sent := x.decision.Decided
-	if pre != nil || sent.IsZero() {
+	if pre != nil || ticket.Waited() || sent.IsZero() {
 		sent = time.Now()
 	}
 	err = s.forward(ctx, x, req, ticket, sent)
