@@ -2,7 +2,6 @@ package reply
 
 import (
 	"math/rand/v2"
-	"strconv"
 	"testing"
 	"time"
 
@@ -44,17 +43,10 @@ func renderPolicy(d *limit.Decision) string {
 	}
 	var b []byte
 	for i := range list {
-		a := &list[i]
 		if i > 0 {
 			b = append(b, ", "...)
 		}
-		b = appendSFString(b, LimitName(a))
-		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, max(a.Limit, 0), 10)
-		if a.Window > 0 {
-			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, ceilSeconds(a.Window), 10)
-		}
+		b = appendPolicy(b, &list[i]) // one item, as TestSetRateLimitHeaders checks it
 	}
 	return string(b)
 }
