@@ -111,15 +111,6 @@ func TestConfigRefusesAnExposedListenerWithoutToken(t *testing.T) {
 	assert.EqualError(t, err, "admin: New needs a limiter")
 }
 
-type fakeLimiter struct{}
-
-func (fakeLimiter) Allow(context.Context, *limit.Request) limit.Decision { return limit.Decision{} }
-func (fakeLimiter) MaxTokens(*limit.Request) (int64, limit.Scope) {
-	return store.MaxLimit, limit.ScopeNone
-}
-func (fakeLimiter) Status() limit.LimiterStatus                       { return limit.LimiterStatus{} }
-func (fakeLimiter) Reset(context.Context, []byte, store.Params) error { return nil }
-
 // TestRouterAnswers: unknown paths, wrong methods and missing tokens get
 // the JSON problem body naming the field; the token is not asked on the
 // probes /healthz and /readyz, nor on /metrics, unless configured.
