@@ -11,7 +11,7 @@ LDFLAGS        := -s -w -X main.version=$(VERSION)
 TEST_TIMEOUT   ?= 20m
 
 .DEFAULT_GOAL := help
-.PHONY: help build run cluster test test-faults test-short bench bench-compare profile lint fmt vet check loadtest loadtest-overload k6 loadtest-k6 loadtest-overload-k6 docker clean
+.PHONY: help build run cluster test test-faults test-short bench bench-compare bench-sidebyside profile lint fmt vet check loadtest loadtest-overload k6 loadtest-k6 loadtest-overload-k6 docker clean
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -47,6 +47,9 @@ bench: ## Run the Go benchmarks with allocation counts (BenchmarkSaturation is t
 
 bench-compare: ## Sentinel vs nginx and HAProxy side by side with wrk, with the ratio to the bare fasthttp floor: proxy, refusal path, check API, 64 KiB and 10 MiB answers (with peak RSS); 3 interleaved rounds (ROUNDS=n), about 5.5 min.
 	bash bench/compare.sh
+
+bench-sidebyside: ## The bare fasthttp proxy, Sentinel at BASE (default HEAD) and the working tree serving at once, wrk visiting each in turn: medians of the ratios per round (ROW=proxy|refuse; about 2 min).
+	bash bench/sidebyside.sh
 
 profile: ## CPU and allocation profiles of the proxy path under 10 s of wrk load (pprof -top in bin/profile-*.txt).
 	bash bench/profile.sh
