@@ -17,34 +17,46 @@ const bucketShards = 64
 // bucket holds the permits one pod leased from the store for one key, and
 // what the store last said about the key. Its mutex is per key: requests for
 // different keys never contend.
+//
+// The fields a decision from the lease reads and writes (decideLocally) come
+// first, with the mutex, within one cache line, and a bucket is a whole
+// number of lines (so that its allocation starts one): a hot key's bucket
+// moves between the cores that serve it, one line per decision rather than
+// four (TestBucketHotFieldsShareALine).
 type bucket struct {
-	key string
-
 	mu      sync.Mutex
 	permits int64 // leased, unused permits
 	expires int64 // unix nanos after which permits are dropped
-	// The current lease: where the store counted it (ref), how many
-	// permits it granted (at most that many return), until when a return
-	// is worth sending (unix nanos; after it the lease no longer counts),
-	// and a generation that changes with every lease, so that a return
-	// never puts permits of an earlier lease into a later one.
-	ref      int64
-	localRef int64 // where the local share counted it (see Limiter.useLocally)
-	leased   int64
-	expired  int64 // permits of the lease that expired unused, not yet returned
-	returnBy int64
-	gen      uint64
+	// uses: see the key's own rate, below.
+	uses int64
+	// remaining is the store's remaining budget after the last lease;
+	// resetAt when the budget is whole again (unix nanos: its last counted
+	// permit leaves).
+	remaining int64
+	resetAt   int64
+	// gen changes with every lease, so that a return never puts permits of
+	// an earlier lease into a later one.
+	gen uint64
 	// deniedUntil caches the store's refusal: until then the key is refused
 	// locally without a store call (a flood over the limit does not reach
 	// the store once per request).
 	deniedUntil int64
-	deniedNeed  int64 // tokens of the cached refusal: it holds for as many or more
-	deniedAt    int64 // unix nanos of the cached refusal
-	retryAfter  int64 // nanos, of the cached refusal (-1: never)
-	remaining   int64 // the store's remaining budget after the last lease
-	resetAt     int64 // unix nanos when the budget is whole again (its last counted permit leaves)
-	freeAt      int64 // unix nanos when its first counted permit leaves (math.MaxInt64: never)
-	fill        *fill // the store call in flight for this key, or nil
+
+	key string
+	// The current lease: where the store counted it (ref), how many
+	// permits it granted (at most that many return), and until when a
+	// return is worth sending (unix nanos; after it the lease no longer
+	// counts).
+	ref        int64
+	localRef   int64 // where the local share counted it (see Limiter.useLocally)
+	leased     int64
+	expired    int64 // permits of the lease that expired unused, not yet returned
+	returnBy   int64
+	deniedNeed int64 // tokens of the cached refusal: it holds for as many or more
+	deniedAt   int64 // unix nanos of the cached refusal
+	retryAfter int64 // nanos, of the cached refusal (-1: never)
+	freeAt     int64 // unix nanos when its first counted permit leaves (math.MaxInt64: never)
+	fill       *fill // the store call in flight for this key, or nil
 	// size is the lease size that fits this pod's traffic on the key: it
 	// doubles while leases run out before they expire and halves when
 	// permits expire unused (wasted budget).
@@ -53,10 +65,9 @@ type bucket struct {
 	leasedAt int64 // unix nanos when the last lease call was sent
 	// The key's own rate on this pod, which a lease beyond the request's
 	// tokens needs (see Limiter.leaseSize): uses counts the tokens taken
-	// since the last lease call (its own included), gap is a moving average
-	// of the time between two of them (nanos), over gaps samples (at most
-	// rateSamples counted).
-	uses   int64
+	// since the last lease call (its own included; uses, above), gap is a
+	// moving average of the time between two of them (nanos), over gaps
+	// samples (at most rateSamples counted).
 	gap    int64
 	gaps   uint8
 	demand int64 // tokens wanted by requests that waited for a fill
@@ -88,7 +99,12 @@ type bucket struct {
 	// late counts this bucket's store calls whose caller gave up and whose
 	// answer has not come yet (their leases are still counted in the store).
 	late atomic.Int32
+
+	_ [bucketPad]byte
 }
+
+// bucketPad rounds a bucket up to a whole number of cache lines.
+const bucketPad = 52
 
 // fill is one in-flight lease call; requests that find the bucket empty while
 // it runs wait for it instead of calling the store themselves.

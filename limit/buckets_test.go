@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -143,4 +144,21 @@ func TestCountsUntil(t *testing.T) {
 	assert.Equal(t, int64(math.MaxInt64), never.countsUntil(now), "a bucket that never refills")
 	quota := &spec{params: store.Params{Algorithm: store.Quota, Limit: 5, Period: store.Day}}
 	assert.Equal(t, time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC).UnixNano(), quota.countsUntil(now), "a quota: its period's end")
+}
+
+// TestBucketHotFieldsShareALine: what a decision from a lease touches
+// (decideLocally: the mutex, permits, expiry, uses, the store's remaining
+// and reset, the lease generation, the cached refusal) lies in the first
+// 64 bytes, and a bucket is a whole number of 64-byte lines, so that its
+// allocation (a size class of lines) starts on one.
+func TestBucketHotFieldsShareALine(t *testing.T) {
+	var b bucket
+	assert.Zero(t, unsafe.Sizeof(b)%64, "size %d", unsafe.Sizeof(b))
+	end := unsafe.Offsetof(b.deniedUntil) + unsafe.Sizeof(b.deniedUntil)
+	for name, off := range map[string]uintptr{"mu": unsafe.Offsetof(b.mu), "permits": unsafe.Offsetof(b.permits),
+		"expires": unsafe.Offsetof(b.expires), "uses": unsafe.Offsetof(b.uses), "remaining": unsafe.Offsetof(b.remaining),
+		"resetAt": unsafe.Offsetof(b.resetAt), "gen": unsafe.Offsetof(b.gen)} {
+		assert.Less(t, off, end, name)
+	}
+	assert.LessOrEqual(t, end, uintptr(64))
 }
