@@ -35,13 +35,8 @@ func newLiveLimiter(l *limit.Limiter) *liveLimiter {
 
 // Allow decides req on the current limiter.
 func (ll *liveLimiter) Allow(ctx context.Context, req *limit.Request) limit.Decision {
-	obs := ll.observe.Load()
-	if obs == nil {
-		return ll.cur.Load().Allow(ctx, req)
-	}
-	from := time.Now()
-	d := ll.cur.Load().Allow(ctx, req)
-	(*obs)(req, d, from, time.Now())
+	var d limit.Decision
+	ll.Decide(ctx, req, &d)
 	return d
 }
 

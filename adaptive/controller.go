@@ -93,23 +93,22 @@ type hotCounters struct {
 }
 
 // inflight, started and forwarded add up the stripes.
-func (c *Controller) inflight() (n int64) {
-	for i := range c.hot {
-		n += c.hot[i].inflight.Load()
-	}
-	return n
+func (c *Controller) inflight() int64 {
+	return c.sumHot(func(h *hotCounters) *atomic.Int64 { return &h.inflight })
 }
 
-func (c *Controller) started() (n int64) {
-	for i := range c.hot {
-		n += c.hot[i].started.Load()
-	}
-	return n
+func (c *Controller) started() int64 {
+	return c.sumHot(func(h *hotCounters) *atomic.Int64 { return &h.started })
 }
 
-func (c *Controller) forwarded() (n int64) {
+func (c *Controller) forwarded() int64 {
+	return c.sumHot(func(h *hotCounters) *atomic.Int64 { return &h.forwarded })
+}
+
+// sumHot adds up one counter of every stripe.
+func (c *Controller) sumHot(counter func(*hotCounters) *atomic.Int64) (n int64) {
 	for i := range c.hot {
-		n += c.hot[i].forwarded.Load()
+		n += counter(&c.hot[i]).Load()
 	}
 	return n
 }

@@ -138,14 +138,15 @@ func newBucketTable(maxKeys int) *bucketTable {
 // find returns key's bucket (nil: none); remove takes it out of the table.
 func (t *bucketTable) find(key []byte, remove bool) *bucket {
 	sh := &t.shards[xxhash.Sum64(key)%bucketShards]
+	k := unsafe.String(unsafe.SliceData(key), len(key)) // for these calls only: no copy
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	v, ok := sh.m.Load(string(key))
+	v, ok := sh.m.Load(k)
 	if !ok {
 		return nil
 	}
 	if remove {
-		sh.m.Delete(string(key))
+		sh.m.Delete(k)
 		sh.n--
 		t.count.Add(-1)
 	}
@@ -156,8 +157,8 @@ func (t *bucketTable) find(key []byte, remove bool) *bucket {
 // to create one.
 func (t *bucketTable) get(key []byte, now int64) *bucket {
 	sh := &t.shards[xxhash.Sum64(key)%bucketShards]
-	// The key is read as a string for this lookup only: no copy.
-	if v, ok := sh.m.Load(unsafe.String(unsafe.SliceData(key), len(key))); ok {
+	k := unsafe.String(unsafe.SliceData(key), len(key)) // for the lookups only: no copy
+	if v, ok := sh.m.Load(k); ok {
 		b := v.(*bucket)
 		// Idle means unused for 10 s or more: a hot key's bucket need not
 		// write its shared cache line on every request.
@@ -168,7 +169,7 @@ func (t *bucketTable) get(key []byte, now int64) *bucket {
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if v, ok := sh.m.Load(string(key)); ok {
+	if v, ok := sh.m.Load(k); ok {
 		return v.(*bucket)
 	}
 	if sh.n >= t.perShard && !t.makeRoom(sh) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sentinel-gateway/sentinel/internal/deadline"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/proxy/hop"
 	"github.com/sentinel-gateway/sentinel/proxy/reqid"
@@ -32,12 +33,12 @@ func (s *Server) identify(ctx *fasthttp.RequestCtx, x *exchange) (reqID []byte) 
 
 // peerAddr is the IP address of ctx's peer: the listener's connection
 // knows it from accept (deadline.Listen's connections do), else it is read
-// from RemoteAddr.
+// from RemoteAddr the same way.
 func peerAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 	if c, ok := ctx.Conn().(interface{ PeerAddr() netip.Addr }); ok {
 		return c.PeerAddr()
 	}
-	return hop.PeerAddr(ctx.RemoteAddr())
+	return deadline.PeerAddr(ctx.RemoteAddr())
 }
 
 // tenantOf is the tenant and plan of an API key; a missing or unknown key

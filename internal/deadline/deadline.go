@@ -158,7 +158,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	dc := &conn{Conn: c, l: l, shard: &l.shards[l.next.Add(1)%connShards], peer: peerAddr(c.RemoteAddr())}
+	dc := &conn{Conn: c, l: l, shard: &l.shards[l.next.Add(1)%connShards], peer: PeerAddr(c.RemoteAddr())}
 	l.open.Add(1)
 	dc.shard.mu.Lock()
 	dc.at = len(dc.shard.conns)
@@ -336,8 +336,9 @@ type conn struct {
 // saves converting RemoteAddr every time.
 func (c *conn) PeerAddr() netip.Addr { return c.peer }
 
-// peerAddr is addr's IP address, unmapped; the zero Addr when it has none.
-func peerAddr(addr net.Addr) netip.Addr {
+// PeerAddr is addr's IP address, IPv4-mapped addresses unmapped; the zero
+// Addr when it has none. It allocates nothing.
+func PeerAddr(addr net.Addr) netip.Addr {
 	switch a := addr.(type) {
 	case *net.TCPAddr:
 		return a.AddrPort().Addr().Unmap()

@@ -2,7 +2,6 @@ package hop
 
 import (
 	"bytes"
-	"net"
 	"net/netip"
 	"unsafe"
 
@@ -113,16 +112,4 @@ func parseHop(e []byte) netip.Addr {
 		return netip.Addr{}
 	}
 	return a.Unmap()
-}
-
-// PeerAddr returns the socket peer's IP without allocating.
-func PeerAddr(addr net.Addr) netip.Addr {
-	switch a := addr.(type) {
-	case *net.TCPAddr:
-		ap := a.AddrPort()
-		return ap.Addr().Unmap()
-	case *net.UDPAddr:
-		return a.AddrPort().Addr().Unmap()
-	}
-	return netip.Addr{}
 }
