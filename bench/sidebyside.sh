@@ -18,6 +18,12 @@
 # adaptive on, limits decided and not reached), the 64-byte answer.
 # ROW=refuse: the refusal row (the tenant limited to 99/s, nearly every
 # request refused) against a bare fasthttp server that answers 429 itself.
+# REF=headers: in place of Sentinel at BASE, the bare proxy (or 429 server)
+# that adds the headers Sentinel adds by default, as constants
+# (bareproxy -headers): the floor of a gateway that writes them. The
+# working tree against it is what Sentinel's decisions cost beyond them.
+# NEW_ENV="SENTINEL_KEY=value ...": settings of the working tree's gateway
+# only (BASE=HEAD and NEW_ENV: what a setting costs or saves).
 # Everything listens on 127.0.0.1 and stops by itself. About 2 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,39 +31,55 @@ ROUNDS=${ROUNDS:-14}
 DURATION=${DURATION:-2}
 ROW=${ROW:-proxy}
 BASE=${BASE:-HEAD}
+REF=${REF:-base}
+ref_desc="Sentinel at $BASE"
+[ "$REF" = headers ] && ref_desc="the bare proxy with Sentinel's headers (as base)"
 export BENCH_DIR=bench
 source bench/lib.sh
 
 need wrk wrk
 mkdir -p bin
 go build -o bin/sentinel .
-base_src=$(mktemp -d)
-git archive --format=tar "$BASE" | tar -x -C "$base_src"
-(cd "$base_src" && go build -o "$OLDPWD/bin/sentinel-base" .)
-rm -rf "$base_src"
+case $REF in
+  base)
+    base_src=$(mktemp -d)
+    git archive --format=tar "$BASE" | tar -x -C "$base_src"
+    (cd "$base_src" && go build -o "$OLDPWD/bin/sentinel-base" .)
+    rm -rf "$base_src" ;;
+  headers) ;;
+  *) echo "bench-sidebyside: REF is base or headers, not $REF" >&2; exit 2 ;;
+esac
 go build -o bin/demo-backend ./loadtest/backend
 go build -o bin/bareproxy ./bench/bareproxy
 
 envs=()
 case $ROW in
-  proxy) timeout "$BENCH_MAX" bin/bareproxy -listen "$HOST:$BARE_PORT" -upstream "$HOST:$BACKEND_PORT" >"$tmp/bare.log" 2>&1 & ;;
+  proxy) bare_args=(-upstream "$HOST:$BACKEND_PORT") ;;
   refuse)
-    timeout "$BENCH_MAX" bin/bareproxy -refuse -listen "$HOST:$BARE_PORT" >"$tmp/bare.log" 2>&1 &
+    bare_args=(-refuse)
     envs=(SENTINEL_LIMITS_TENANT=99 SENTINEL_LIMITS_API_KEY=0 SENTINEL_LIMITS_IP=0) ;;
   *) echo "bench-sidebyside: ROW is proxy or refuse, not $ROW" >&2; exit 2 ;;
 esac
+timeout "$BENCH_MAX" bin/bareproxy "${bare_args[@]}" -listen "$HOST:$BARE_PORT" >"$tmp/bare.log" 2>&1 &
 bare_pid=$!; pids+=("$bare_pid")
 start_backend
 
-# serve NAME BIN PORT ADMIN_PORT: a gateway on its own ports; sets gw_pid.
+# serve NAME BIN PORT ADMIN_PORT [VAR=value...]: a gateway on its own
+# ports; sets gw_pid.
 serve() {
   sed -e "s/127.0.0.1:$SENTINEL_PORT/127.0.0.1:$3/" -e "s/127.0.0.1:$ADMIN_PORT/127.0.0.1:$4/" bench/sentinel.yaml >"$tmp/$1.yaml"
-  env "${envs[@]}" timeout "$BENCH_MAX" "$2" -config "$tmp/$1.yaml" >"$tmp/$1.log" 2>&1 &
+  env "${envs[@]}" "${@:5}" timeout "$BENCH_MAX" "$2" -config "$tmp/$1.yaml" >"$tmp/$1.log" 2>&1 &
   gw_pid=$!; pids+=("$gw_pid")
   wait_for "http://$HOST:$4/readyz"
 }
-serve base bin/sentinel-base $((SENTINEL_PORT + 1)) $((ADMIN_PORT + 1)); base_pid=$gw_pid
-serve new bin/sentinel $((SENTINEL_PORT + 2)) $((ADMIN_PORT + 2)); new_pid=$gw_pid
+if [ "$REF" = headers ]; then
+  timeout "$BENCH_MAX" bin/bareproxy "${bare_args[@]}" -headers -listen "$HOST:$((SENTINEL_PORT + 1))" >"$tmp/base.log" 2>&1 &
+  base_pid=$!; pids+=("$base_pid")
+else
+  serve base bin/sentinel-base $((SENTINEL_PORT + 1)) $((ADMIN_PORT + 1)); base_pid=$gw_pid
+fi
+read -ra new_env <<<"${NEW_ENV:-}"
+serve new bin/sentinel $((SENTINEL_PORT + 2)) $((ADMIN_PORT + 2)) "${new_env[@]}"; new_pid=$gw_pid
 for _ in $(seq 100); do curl -s -o /dev/null "http://$HOST:$BARE_PORT/" && break; sleep 0.1; done
 
 names=(bare base new)
@@ -65,7 +87,7 @@ declare -A url=([bare]="http://$HOST:$BARE_PORT/" [base]="http://$HOST:$((SENTIN
 declare -A pid=([bare]=$bare_pid [base]=$base_pid [new]=$new_pid)
 for n in "${names[@]}"; do wrk -t2 -c64 -d1s -s bench/proxy.lua "${url[$n]}" >/dev/null; done # warm-up
 
-echo "bench-sidebyside: ROW=$ROW, $ROUNDS rounds of ${DURATION}s on each of: the bare proxy, Sentinel at $BASE, the working tree ($(git describe --tags --always --dirty))" >&2
+echo "bench-sidebyside: ROW=$ROW, $ROUNDS rounds of ${DURATION}s on each of: the bare proxy, $ref_desc, the working tree ($(git describe --tags --always --dirty))${NEW_ENV:+ with $NEW_ENV}" >&2
 results=$tmp/rounds
 for round in $(seq "$ROUNDS"); do
   line=$round

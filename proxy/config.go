@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/internal/reply"
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 )
 
@@ -69,6 +70,13 @@ type ServerConfig struct {
 	// and the backend does not get it), "reject" answers 400, "allow"
 	// forwards it. Default "drop".
 	HeadersWithUnderscores Underscores `mapstructure:"headers_with_underscores"`
+	// RateLimitHeaders is which rate-limit headers the proxy's answers
+	// (forwarded, refused, upgraded) carry: "all" (default), "draft" (the
+	// IETF draft's RateLimit-Policy and RateLimit), "legacy"
+	// (X-RateLimit-Limit, -Remaining, -Retry-After-Ms) or "none". A refusal
+	// carries Retry-After whatever the set. The check API's and the gRPC
+	// service's answers carry every header.
+	RateLimitHeaders RateLimitHeaders `mapstructure:"rate_limit_headers"`
 	// ParseErrorLogRate is how many malformed-request lines a second are
 	// logged at most; the rest are counted and summed up in one line.
 	// Default 10.
@@ -99,6 +107,42 @@ func ParseUnderscores(name string) (Underscores, error) {
 // UnmarshalText parses a name; empty text leaves the default.
 func (u *Underscores) UnmarshalText(text []byte) error {
 	return confutil.UnmarshalName(u, text, ParseUnderscores)
+}
+
+// RateLimitHeaders is server.rate_limit_headers: which rate-limit headers
+// the proxy's answers carry. It decodes from its name.
+type RateLimitHeaders string
+
+// Values of server.rate_limit_headers.
+const (
+	RateLimitHeadersAll    RateLimitHeaders = "all"
+	RateLimitHeadersDraft  RateLimitHeaders = "draft"
+	RateLimitHeadersLegacy RateLimitHeaders = "legacy"
+	RateLimitHeadersNone   RateLimitHeaders = "none"
+)
+
+// ParseRateLimitHeaders returns the value of a name of
+// server.rate_limit_headers.
+func ParseRateLimitHeaders(name string) (RateLimitHeaders, error) {
+	return confutil.OneOfWords(name, RateLimitHeadersAll, RateLimitHeadersDraft, RateLimitHeadersLegacy, RateLimitHeadersNone)
+}
+
+// UnmarshalText parses a name; empty text leaves the default.
+func (r *RateLimitHeaders) UnmarshalText(text []byte) error {
+	return confutil.UnmarshalName(r, text, ParseRateLimitHeaders)
+}
+
+// set is the header set of r.
+func (r RateLimitHeaders) set() reply.HeaderSet {
+	switch r {
+	case RateLimitHeadersDraft:
+		return reply.DraftHeaders
+	case RateLimitHeadersLegacy:
+		return reply.LegacyHeaders
+	case RateLimitHeadersNone:
+		return reply.NoHeaders
+	}
+	return reply.AllHeaders
 }
 
 // IdentityConfig is the YAML section `identity`.
@@ -232,6 +276,7 @@ func (c *ServerConfig) SetDefaults() {
 	}
 	confutil.SetDefault(&c.Concurrency, DefaultConcurrency)
 	confutil.SetDefault(&c.HeadersWithUnderscores, UnderscoresDrop)
+	confutil.SetDefault(&c.RateLimitHeaders, RateLimitHeadersAll)
 	confutil.SetDefault(&c.ParseErrorLogRate, DefaultParseErrorLogRate)
 }
 
@@ -288,6 +333,9 @@ func (c *ServerConfig) Validate() error {
 	// A value set in Go was not decoded: the same parser checks it.
 	if _, err := ParseUnderscores(string(c.HeadersWithUnderscores)); err != nil {
 		errs = append(errs, fmt.Errorf("server.headers_with_underscores: %w", err))
+	}
+	if _, err := ParseRateLimitHeaders(string(c.RateLimitHeaders)); err != nil {
+		errs = append(errs, fmt.Errorf("server.rate_limit_headers: %w", err))
 	}
 	if c.ParseErrorLogRate <= 0 {
 		errs = append(errs, fmt.Errorf("server.parse_error_log_rate: %d is not a positive number of lines a second", c.ParseErrorLogRate))

@@ -51,6 +51,8 @@ func TestConfigValidateMessages(t *testing.T) {
 		{"no routes", func(c *Config) { c.Routes = nil }, `routes: at least one route is required`},
 		{"underscores", func(c *Config) { c.Server.HeadersWithUnderscores = "ignore" },
 			`server.headers_with_underscores: "ignore" is not drop, reject or allow`},
+		{"rate-limit headers", func(c *Config) { c.Server.RateLimitHeaders = "x-only" },
+			`server.rate_limit_headers: "x-only" is not all, draft, legacy or none`},
 		{"underscore key", func(c *Config) { c.Identity.APIKeyHeader = "X_Key" },
 			`identity.api_key_header: "X_Key" has an underscore, which server.headers_with_underscores "drop" would drop`},
 		{"log rate", func(c *Config) { c.Server.ParseErrorLogRate = -1 }, `server.parse_error_log_rate: -1`},

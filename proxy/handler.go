@@ -339,7 +339,7 @@ func (s *Server) respond(ctx *fasthttp.RequestCtx, x *exchange, req *fasthttp.Re
 	resp := &ctx.Response
 	hop.StripResponse(&resp.Header)
 	if x.decision.Scope != limit.ScopeNone {
-		reply.SetRateLimitHeaders(&resp.Header, &x.decision)
+		s.limitHeaders.Set(&resp.Header, &x.decision)
 	}
 	if x.cacheable && resp.StatusCode() == fasthttp.StatusOK && s.sharable(&req.Header, &resp.Header) {
 		s.cache.Set(s.cacheKey(ctx, x), resp, x.route.CacheTTL)
@@ -394,7 +394,7 @@ func upstreamErrorReason(err error) *reason {
 func (s *Server) tooMany(ctx *fasthttp.RequestCtx, x *exchange) {
 	d := &x.decision
 	h := &ctx.Response.Header
-	reply.SetRateLimitHeaders(h, d)
+	s.limitHeaders.Set(h, d)
 	reply.SetRetryAfter(h, d)
 	b := append(x.scratch[:0], `{"error":"rate limit exceeded","scope":"`...)
 	b = append(b, d.Scope.String()...)

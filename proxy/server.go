@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/internal/deadline"
+	"github.com/sentinel-gateway/sentinel/internal/reply"
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 	"github.com/sentinel-gateway/sentinel/proxy/hop"
 	"github.com/sentinel-gateway/sentinel/proxy/parseerr"
@@ -42,8 +43,9 @@ type Server struct {
 	apiKeyHeader    []byte
 	requestIDHeader []byte
 	ids             *reqid.Gen
-	trustProxyIDs   bool      // identity.trust_request_id is proxies
-	exchanges       sync.Pool // *exchange
+	trustProxyIDs   bool            // identity.trust_request_id is proxies
+	limitHeaders    reply.HeaderSet // server.rate_limit_headers
+	exchanges       sync.Pool       // *exchange
 	errLog          *parseerr.Log
 	access          *accessLog // nil: log.access is off
 
@@ -89,6 +91,7 @@ func New(deps Deps) (*Server, error) {
 		requestIDHeader: fasthttp.AppendNormalizedHeaderKey(nil, cfg.Identity.RequestIDHeader), // for SetCanonical
 		ids:             reqid.NewGen(),
 		trustProxyIDs:   cfg.Identity.TrustsProxyRequestID(),
+		limitHeaders:    cfg.Server.RateLimitHeaders.set(),
 	}
 	s.exchanges.New = func() any { return new(exchange) }
 	t, err := s.NewTable(cfg.Routes, Bindings{Upstreams: deps.Upstreams, Limits: deps.limits(), Pools: deps.Pools})

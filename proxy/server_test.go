@@ -419,6 +419,55 @@ func TestRateLimitAnswers(t *testing.T) {
 	assert.Equal(t, hits, be.hits.Load(), "a rejected request does not reach the upstream")
 }
 
+// TestRateLimitHeaderSets: server.rate_limit_headers picks the rate-limit
+// headers of forwarded answers and refusals; a refusal keeps Retry-After
+// and its JSON body whatever the set.
+func TestRateLimitHeaderSets(t *testing.T) {
+	be := startBackend(t)
+	allowed := atomic.Bool{}
+	lim := &fakeLimiter{allow: func(r *limit.Request) limit.Decision {
+		d := limit.Decision{Allowed: allowed.Load(), Scope: limit.ScopeTenant, Limit: 10, Remaining: 4,
+			Reset: 3 * time.Second, Window: 10 * time.Second}
+		if !d.Allowed {
+			d.Remaining, d.RetryAfter = 0, 1500*time.Millisecond
+		}
+		return d
+	}}
+	draft := []string{"RateLimit-Policy", "RateLimit"}
+	legacy := []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Retry-After-Ms"}
+	for _, c := range []struct {
+		set       RateLimitHeaders
+		with, out []string
+	}{
+		{RateLimitHeadersAll, append(draft, legacy...), nil},
+		{RateLimitHeadersDraft, draft, legacy},
+		{RateLimitHeadersLegacy, legacy, draft},
+		{RateLimitHeadersNone, nil, append(draft, legacy...)},
+	} {
+		t.Run(string(c.set), func(t *testing.T) {
+			p := startProxy(t, be.url, func(d *Deps, _ *upstream.Config) {
+				d.Limiter = lim
+				d.Config.Server.RateLimitHeaders = c.set
+			})
+			for _, ok := range []bool{true, false} {
+				allowed.Store(ok)
+				resp, body := get(t, p.url+"/", "X-API-Key", "acme-key")
+				for _, n := range c.with {
+					assert.NotEmpty(t, resp.Header.Get(n), "allowed %v: %s", ok, n)
+				}
+				for _, n := range c.out {
+					assert.Empty(t, resp.Header.Values(n), "allowed %v: %s", ok, n)
+				}
+				if !ok {
+					require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+					assert.Equal(t, "2", resp.Header.Get("Retry-After"))
+					assert.Contains(t, string(body), `"retry_after_ms":1500`)
+				}
+			}
+		})
+	}
+}
+
 func TestModePolicies(t *testing.T) {
 	be := startBackend(t)
 	gate := &fakeGate{}

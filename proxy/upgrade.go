@@ -10,7 +10,6 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
-	"github.com/sentinel-gateway/sentinel/internal/reply"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/proxy/hop"
 	"github.com/sentinel-gateway/sentinel/upstream"
@@ -111,7 +110,7 @@ func (s *Server) upgrade(ctx *fasthttp.RequestCtx, x *exchange) {
 	}
 	resp := &ctx.Response
 	if x.decision.Scope != limit.ScopeNone {
-		reply.SetRateLimitHeaders(&resp.Header, &x.decision)
+		s.limitHeaders.Set(&resp.Header, &x.decision)
 	}
 	if resp.StatusCode() != fasthttp.StatusSwitchingProtocols {
 		// Declined (a 400, 401, 426 ...): the answer goes back as it is.

@@ -10,7 +10,11 @@
 // answer on as it is read (Response.StreamBody) instead of reading it whole:
 // the floor for answers too large to hold. With -refuse it answers every
 // request 429 with a small JSON body and never calls the upstream: the floor
-// of the refusal path. -pprof ADDR serves net/http/pprof on a loopback
+// of the refusal path. With -headers it adds the headers Sentinel adds by
+// default, as constants (X-Forwarded-For, X-Forwarded-Proto and
+// X-Request-Id to the request; the five rate-limit headers, X-Request-Id and
+// on a refusal Retry-After and Sentinel's JSON body to the answer): the floor of a gateway that
+// writes them, whatever it decides. -pprof ADDR serves net/http/pprof on a loopback
 // address, to profile the floor beside Sentinel (bench/profile.sh).
 package main
 
@@ -33,6 +37,7 @@ func main() {
 	refuse := flag.Bool("refuse", false, "answer every request 429 itself (the floor of the refusal path)")
 	stream := flag.Bool("stream", false, "pass answers on as they are read instead of reading them whole")
 	pipeline := flag.Int("pipeline", 0, "pipeline the requests over at most this many connections (0: a HostClient's connection each)")
+	headers := flag.Bool("headers", false, "add the headers Sentinel adds by default, as constants: X-Forwarded-For, X-Forwarded-Proto and X-Request-Id to the upstream; the rate-limit headers and X-Request-Id to the client")
 	pprofAddr := flag.String("pprof", "", "serve net/http/pprof on this loopback host:port (empty: off)")
 	flag.Parse()
 	if *pprofAddr != "" {
@@ -56,16 +61,32 @@ func main() {
 		}).DoTimeout
 	}
 	refusal := []byte(`{"error":"rate limit exceeded"}`)
+	if *headers {
+		refusal = refusalBody
+	}
 	handler := func(ctx *fasthttp.RequestCtx) {
 		if *refuse {
 			ctx.SetStatusCode(fasthttp.StatusTooManyRequests)
 			ctx.SetContentType("application/json")
 			ctx.SetBody(refusal)
+			if *headers {
+				setAnswerHeaders(&ctx.Response.Header, refusalValues)
+				ctx.Response.Header.SetBytesKV(hRetryAfter, vRetryAfter)
+			}
 			return
 		}
 		ctx.Response.StreamBody = *stream
+		if *headers {
+			h := &ctx.Request.Header
+			h.SetBytesKV(hXFF, vXFF)
+			h.SetBytesKV(hXFP, vXFP)
+			h.SetBytesKV(hRID, vRID)
+		}
 		if err := do(&ctx.Request, &ctx.Response, 10*time.Second); err != nil {
 			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
+		}
+		if *headers {
+			setAnswerHeaders(&ctx.Response.Header, proxyValues)
 		}
 	}
 	srv := &fasthttp.Server{
@@ -80,6 +101,34 @@ func main() {
 	// Sentinel's default timeouts, bounded the way Sentinel's listeners bound
 	// them.
 	log.Fatal(srv.Serve(deadline.Listen(ln, "bare", deadline.Timeouts{Read: 5 * time.Second, Write: 30 * time.Second, Idle: 60 * time.Second})))
+}
+
+// The headers of -headers, with the values Sentinel gives them on the
+// benchmark's rows: what it adds to the request it forwards, and to the
+// answer (proxyValues on the proxy row, refusalValues and Retry-After on
+// the refusal row).
+var (
+	hXFF, vXFF               = []byte("X-Forwarded-For"), []byte("127.0.0.1")
+	hXFP, vXFP               = []byte("X-Forwarded-Proto"), []byte("http")
+	hRID, vRID               = []byte("X-Request-Id"), []byte("d259f9be-0000000000000001")
+	hRetryAfter, vRetryAfter = []byte("Retry-After"), []byte("1")
+
+	answerKeys = [...][]byte{[]byte("RateLimit-Policy"), []byte("RateLimit"), []byte("X-RateLimit-Limit"),
+		[]byte("X-RateLimit-Remaining"), []byte("X-RateLimit-Retry-After-Ms"), hRID}
+	proxyValues = [len(answerKeys)][]byte{[]byte(`"tenant";q=1000000000;w=1, "api_key";q=1000000000;w=1, "ip";q=1000000000;w=1`),
+		[]byte(`"tenant";r=999999999;t=1`), []byte("1000000000"), []byte("999999999"), []byte("0"), vRID}
+	refusalValues = [len(answerKeys)][]byte{[]byte(`"tenant";q=99;w=1`), []byte(`"tenant";r=0;t=1`), []byte("99"),
+		[]byte("0"), []byte("412"), vRID}
+)
+
+// refusalBody is the body of a refusal with -headers: Sentinel's.
+var refusalBody = []byte(`{"error":"rate limit exceeded","scope":"tenant","limit":99,"retry_after_ms":412,"request_id":"d259f9be-0000000000000001"}`)
+
+// setAnswerHeaders sets answerKeys to values.
+func setAnswerHeaders(h *fasthttp.ResponseHeader, values [len(answerKeys)][]byte) {
+	for i, k := range answerKeys {
+		h.SetBytesKV(k, values[i])
+	}
 }
 
 // servePprof serves the CPU profile on addr, on its own mux.

@@ -96,14 +96,44 @@ func appendSFString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// SetRateLimitHeaders sets the rate-limit headers of a decision, on proxied
-// answers and on check API answers. It allocates nothing while the policy
-// list fits its buffer (eight limits with names of 40 bytes).
-func SetRateLimitHeaders(h *fasthttp.ResponseHeader, d *limit.Decision) {
-	var buf [512]byte
-	for i, k := range rateLimitKeys {
-		h.SetCanonical(k, AppendRateLimitValue(buf[:0], i, d))
+// HeaderSet is which of the rate-limit headers an answer carries.
+type HeaderSet uint8
+
+// The header sets: the IETF draft's (RateLimit-Policy, RateLimit), the
+// older X-RateLimit-* ones (Limit, Remaining, Retry-After-Ms), both, or
+// none.
+const (
+	DraftHeaders  HeaderSet = 1 << iota
+	LegacyHeaders HeaderSet = 1 << iota
+	AllHeaders              = DraftHeaders | LegacyHeaders
+	NoHeaders     HeaderSet = 0
+)
+
+// draftHeaders is how many of RateLimitHeaderNames the draft's are (the
+// first ones).
+const draftHeaders = 2
+
+// Set sets the rate-limit headers of hs of a decision. It allocates
+// nothing while the policy list fits its buffer (eight limits with names
+// of 40 bytes).
+func (hs HeaderSet) Set(h *fasthttp.ResponseHeader, d *limit.Decision) {
+	from, to := 0, len(rateLimitKeys)
+	if hs&DraftHeaders == 0 {
+		from = draftHeaders
 	}
+	if hs&LegacyHeaders == 0 {
+		to = draftHeaders
+	}
+	var buf [512]byte
+	for i := from; i < to; i++ {
+		h.SetCanonical(rateLimitKeys[i], AppendRateLimitValue(buf[:0], i, d))
+	}
+}
+
+// SetRateLimitHeaders sets all the rate-limit headers of a decision (the
+// check API's answers; the proxy's carry server.rate_limit_headers').
+func SetRateLimitHeaders(h *fasthttp.ResponseHeader, d *limit.Decision) {
+	AllHeaders.Set(h, d)
 }
 
 // SetRetryAfter sets Retry-After of a refusal in whole seconds, at least 1,

@@ -30,6 +30,36 @@ func TestSetRateLimitHeaders(t *testing.T) {
 	assert.Equal(t, `"tenant";r=0`, string(h.Peek("RateLimit")), "no t when more never comes")
 }
 
+// TestHeaderSets: each set writes its headers, with the values all of
+// them have, and no other.
+func TestHeaderSets(t *testing.T) {
+	d := limit.Decision{Allowed: true, Scope: limit.ScopeTenant, Limit: 100, Remaining: 40, Window: time.Second, Reset: 300 * time.Millisecond}
+	var all fasthttp.ResponseHeader
+	AllHeaders.Set(&all, &d)
+	draft := RateLimitHeaderNames[:draftHeaders]
+	legacy := RateLimitHeaderNames[draftHeaders:]
+	for _, c := range []struct {
+		set       HeaderSet
+		with, out []string
+	}{
+		{AllHeaders, RateLimitHeaderNames[:], nil},
+		{DraftHeaders, draft, legacy},
+		{LegacyHeaders, legacy, draft},
+		{NoHeaders, nil, RateLimitHeaderNames[:]},
+	} {
+		var h fasthttp.ResponseHeader
+		c.set.Set(&h, &d)
+		for _, n := range c.with {
+			assert.Equal(t, string(all.Peek(n)), string(h.Peek(n)), "set %d: %s", c.set, n)
+			assert.NotEmpty(t, h.Peek(n), "set %d: %s", c.set, n)
+		}
+		for _, n := range c.out {
+			assert.Nil(t, h.Peek(n), "set %d: %s", c.set, n)
+		}
+	}
+	assert.Equal(t, []string{"RateLimit-Policy", "RateLimit"}, draft)
+}
+
 // TestRateLimitListsEveryLimit: RateLimit-Policy has an item per limit that
 // applied, each with its name, q and w (none for a bucket that never
 // refills); RateLimit the most restrictive one's r and t, t at most its
