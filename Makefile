@@ -45,7 +45,7 @@ test-short: ## Run the tests without -race (faster local loop).
 bench: ## Run the Go benchmarks with allocation counts (BenchmarkSaturation is the overload scenario's phase (e)).
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1s ./...
 
-bench-compare: ## Sentinel vs nginx and HAProxy side by side with wrk, with the ratio to the bare fasthttp floor: proxy, refusal path, check API, 64 KiB and 10 MiB answers (with peak RSS); 3 interleaved rounds (ROUNDS=n), about 5.5 min.
+bench-compare: ## Sentinel vs nginx and HAProxy side by side with wrk, with the ratio to the bare fasthttp floor: proxy, refusal path, check API, 64 KiB and 10 MiB answers (with peak RSS); 3 interleaved rounds (ROUNDS=n), about 6 min.
 	bash bench/compare.sh
 
 bench-sidebyside: ## The bare fasthttp proxy, Sentinel at BASE (default HEAD) and the working tree serving at once, wrk visiting each in turn: medians of the ratios per round (ROW=proxy|refuse; about 2 min).

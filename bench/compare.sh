@@ -10,7 +10,9 @@
 # pipelined connection; the first also at one client connection, the floor
 # of the -c1 rows; two more for the large answers, reading 64 KiB answers
 # whole and streaming 10 MiB ones), one bare fasthttp server that answers 429 itself (the
-# floor of the refusal path) and one redis-server run for the whole benchmark; a fresh
+# floor of the refusal path), the same two writing Sentinel's default
+# headers as constants (bareproxy -headers: the floor of a gateway that
+# writes them, whatever it decides) and one redis-server run for the whole benchmark; a fresh
 # Sentinel (bench/sentinel.yaml plus the environment of its row) starts for
 # each run. Every configuration runs once per round, rounds interleaved
 # (ROUNDS=3), each run a WARMUP then DURATION seconds of wrk (the references,
@@ -26,7 +28,7 @@
 # for Sentinel, its limit-store calls per request and the share of them not
 # answered (timed out, failed, or skipped by the open store breaker: those
 # decisions were the local share's, limits.on_store_failure).
-# Everything listens on 127.0.0.1 and stops by itself. About 5.5 minutes.
+# Everything listens on 127.0.0.1 and stops by itself. About 6 minutes.
 # ONLY='nginx|sentinel' runs only the rows so named (quick comparisons).
 # BASE=<git revision> also builds Sentinel at that revision and runs each
 # Sentinel row with it too ("name@base" rows, in the same rounds): a change
@@ -34,7 +36,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
-DURATION=${DURATION:-4}   # seconds measured per run (19 rows × 3 rounds: about 4.5 minutes)
+DURATION=${DURATION:-4}   # seconds measured per run (21 rows × 3 rounds: about 5 minutes)
 BIG_DURATION=${BIG_DURATION:-2}  # seconds measured per run of the large-answer rows (6 rows × 3 rounds: about 40 s)
 WARMUP=${WARMUP:-1}       # seconds of load before each measurement
 THREADS=${THREADS:-2}
@@ -73,6 +75,7 @@ runs=(
   "nginx|nginx 1.22, proxy|nginx|bare|haproxy|nginx:$NGINX_PROXY_PORT|proxy.lua|$THREADS|$CONNS|"
   "haproxy|HAProxy 2.6, proxy|nginx|bare|haproxy|haproxy:$HAPROXY_PROXY_PORT|proxy.lua|$THREADS|$CONNS|"
   "bare|bare fasthttp proxy (no limits, headers or metrics)|nginx|bare|haproxy|bare|proxy.lua|$THREADS|$CONNS|"
+  "bare-headers|bare fasthttp proxy + Sentinel's default headers (constants)|nginx|bare|haproxy|bare-headers|proxy.lua|$THREADS|$CONNS|"
   "sentinel|Sentinel, proxy, default (memory store, adaptive on)|nginx|bare|haproxy|proxy|proxy.lua|$THREADS|$CONNS|"
   "bare-pipe|bare fasthttp proxy, pipelined (1 connection)|nginx|bare-pipe|haproxy|bare-pipe|proxy.lua|$THREADS|$CONNS|"
   "pipeline|Sentinel, proxy, default + upstream pipeline: 1|nginx|bare-pipe|haproxy|proxy|proxy.lua|$THREADS|$CONNS|SENTINEL_UPSTREAMS_API_PIPELINE=1"
@@ -81,6 +84,7 @@ runs=(
   "nginx-refuse|nginx 1.22, limit_req 100 r/s (nearly all refused)|nginx-refuse|bare-refuse|haproxy-refuse|nginx:$NGINX_LIMIT_PORT|proxy.lua|$THREADS|$CONNS|"
   "haproxy-refuse|HAProxy 2.6, stick table 100 r/s (nearly all refused)|nginx-refuse|bare-refuse|haproxy-refuse|haproxy:$HAPROXY_LIMIT_PORT|proxy.lua|$THREADS|$CONNS|"
   "bare-refuse|bare fasthttp server answering every request 429 itself|nginx-refuse|bare-refuse|haproxy-refuse|bare-refuse|proxy.lua|$THREADS|$CONNS|"
+  "bare-refuse-headers|bare 429 server + Sentinel's headers and body (constants)|nginx-refuse|bare-refuse|haproxy-refuse|bare-refuse-headers|proxy.lua|$THREADS|$CONNS|"
   "refuse|Sentinel, tenant limit 99/s (nearly all refused), memory|nginx-refuse|bare-refuse|haproxy-refuse|proxy|proxy.lua|$THREADS|$CONNS|$REFUSE"
   "refuse-redis|Sentinel, tenant limit 99/s (nearly all refused), Redis|nginx-refuse|bare-refuse|haproxy-refuse|proxy|proxy.lua|$THREADS|$CONNS|$REFUSE $REDIS"
   "check-hot|Sentinel check API, one hot key, Redis|nginx|bare-refuse|haproxy|admin|check_hot.lua|$THREADS|$CONNS|$REDIS"
@@ -131,6 +135,12 @@ wait_for "http://$HOST:$BARE_10M_PORT/"
 timeout "$BENCH_MAX" bin/bareproxy -refuse -listen "$HOST:$BARE_REFUSE_PORT" >"$tmp/bare-refuse.log" 2>&1 &
 bare_refuse_pid=$!; pids+=("$bare_refuse_pid")
 for _ in $(seq 100); do curl -s -o /dev/null "http://$HOST:$BARE_REFUSE_PORT/" && break; sleep 0.1; done
+timeout "$BENCH_MAX" bin/bareproxy -headers -listen "$HOST:$BARE_HEADERS_PORT" -upstream "$HOST:$BACKEND_PORT" >"$tmp/bare-headers.log" 2>&1 &
+bare_headers_pid=$!; pids+=("$bare_headers_pid")
+wait_for "http://$HOST:$BARE_HEADERS_PORT/"
+timeout "$BENCH_MAX" bin/bareproxy -refuse -headers -listen "$HOST:$BARE_REFUSE_HEADERS_PORT" >"$tmp/bare-refuse-headers.log" 2>&1 &
+bare_refuse_headers_pid=$!; pids+=("$bare_refuse_headers_pid")
+for _ in $(seq 100); do curl -s -o /dev/null "http://$HOST:$BARE_REFUSE_HEADERS_PORT/" && break; sleep 0.1; done
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 results=bin/bench-compare.tsv
@@ -162,6 +172,8 @@ run_one() {
     bare) url="http://$HOST:$BARE_PORT/"; gw=$bare_pid ;;
     bare-pipe) url="http://$HOST:$BARE_PIPE_PORT/"; gw=$bare_pipe_pid ;;
     bare-refuse) url="http://$HOST:$BARE_REFUSE_PORT/"; gw=$bare_refuse_pid ;;
+    bare-headers) url="http://$HOST:$BARE_HEADERS_PORT/"; gw=$bare_headers_pid ;;
+    bare-refuse-headers) url="http://$HOST:$BARE_REFUSE_HEADERS_PORT/"; gw=$bare_refuse_headers_pid ;;
     bare-64k) url="http://$HOST:$BARE_64K_PORT/"; gw=$bare_64k_pid ;;
     bare-10m) url="http://$HOST:$BARE_10M_PORT/"; gw=$bare_10m_pid ;;
     proxy*) url="http://$HOST:$SENTINEL_PORT/" ;;&

@@ -71,16 +71,16 @@ func main() {
 			ctx.SetBody(refusal)
 			if *headers {
 				setAnswerHeaders(&ctx.Response.Header, refusalValues)
-				ctx.Response.Header.SetBytesKV(hRetryAfter, vRetryAfter)
+				ctx.Response.Header.SetCanonical(hRetryAfter, vRetryAfter)
 			}
 			return
 		}
 		ctx.Response.StreamBody = *stream
 		if *headers {
 			h := &ctx.Request.Header
-			h.SetBytesKV(hXFF, vXFF)
-			h.SetBytesKV(hXFP, vXFP)
-			h.SetBytesKV(hRID, vRID)
+			h.SetCanonical(hXFF, vXFF)
+			h.SetCanonical(hXFP, vXFP)
+			h.SetCanonical(hRID, vRID)
 		}
 		if err := do(&ctx.Request, &ctx.Response, 10*time.Second); err != nil {
 			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
@@ -113,8 +113,8 @@ var (
 	hRID, vRID               = []byte("X-Request-Id"), []byte("d259f9be-0000000000000001")
 	hRetryAfter, vRetryAfter = []byte("Retry-After"), []byte("1")
 
-	answerKeys = [...][]byte{[]byte("RateLimit-Policy"), []byte("RateLimit"), []byte("X-RateLimit-Limit"),
-		[]byte("X-RateLimit-Remaining"), []byte("X-RateLimit-Retry-After-Ms"), hRID}
+	answerKeys = [...][]byte{[]byte("Ratelimit-Policy"), []byte("Ratelimit"), []byte("X-Ratelimit-Limit"),
+		[]byte("X-Ratelimit-Remaining"), []byte("X-Ratelimit-Retry-After-Ms"), hRID}
 	proxyValues = [len(answerKeys)][]byte{[]byte(`"tenant";q=1000000000;w=1, "api_key";q=1000000000;w=1, "ip";q=1000000000;w=1`),
 		[]byte(`"tenant";r=999999999;t=1`), []byte("1000000000"), []byte("999999999"), []byte("0"), vRID}
 	refusalValues = [len(answerKeys)][]byte{[]byte(`"tenant";q=99;w=1`), []byte(`"tenant";r=0;t=1`), []byte("99"),
@@ -124,10 +124,11 @@ var (
 // refusalBody is the body of a refusal with -headers: Sentinel's.
 var refusalBody = []byte(`{"error":"rate limit exceeded","scope":"tenant","limit":99,"retry_after_ms":412,"request_id":"d259f9be-0000000000000001"}`)
 
-// setAnswerHeaders sets answerKeys to values.
+// setAnswerHeaders sets answerKeys to values. The keys are in fasthttp's
+// canonical form, set without normalizing them again (as Sentinel does).
 func setAnswerHeaders(h *fasthttp.ResponseHeader, values [len(answerKeys)][]byte) {
 	for i, k := range answerKeys {
-		h.SetBytesKV(k, values[i])
+		h.SetCanonical(k, values[i])
 	}
 }
 
