@@ -43,51 +43,9 @@ func main() {
 	if *pprofAddr != "" {
 		go servePprof(*pprofAddr)
 	}
-	client := &fasthttp.HostClient{
-		Addr:                     *upstream,
-		MaxConns:                 512,
-		DisablePathNormalizing:   true,
-		NoDefaultUserAgentHeader: true,
-		ReadBufferSize:           8 << 10,
-	}
-	var do func(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error = client.DoTimeout
-	if *pipeline > 0 {
-		do = (&fasthttp.PipelineClient{
-			Addr:                     *upstream,
-			MaxConns:                 *pipeline,
-			DisablePathNormalizing:   true,
-			NoDefaultUserAgentHeader: true,
-			ReadBufferSize:           8 << 10,
-		}).DoTimeout
-	}
-	refusal := []byte(`{"error":"rate limit exceeded"}`)
-	if *headers {
-		refusal = refusalBody
-	}
-	handler := func(ctx *fasthttp.RequestCtx) {
-		if *refuse {
-			ctx.SetStatusCode(fasthttp.StatusTooManyRequests)
-			ctx.SetContentType("application/json")
-			ctx.SetBody(refusal)
-			if *headers {
-				setAnswerHeaders(&ctx.Response.Header, refusalValues)
-				ctx.Response.Header.SetCanonical(hRetryAfter, vRetryAfter)
-			}
-			return
-		}
-		ctx.Response.StreamBody = *stream
-		if *headers {
-			h := &ctx.Request.Header
-			h.SetCanonical(hXFF, vXFF)
-			h.SetCanonical(hXFP, vXFP)
-			h.SetCanonical(hRID, vRID)
-		}
-		if err := do(&ctx.Request, &ctx.Response, 10*time.Second); err != nil {
-			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
-		}
-		if *headers {
-			setAnswerHeaders(&ctx.Response.Header, proxyValues)
-		}
+	handler := proxyHandler(upstreamCall(*upstream, *pipeline), *stream, *headers)
+	if *refuse {
+		handler = refusalHandler(*headers)
 	}
 	srv := &fasthttp.Server{
 		Handler:               handler,
@@ -101,6 +59,66 @@ func main() {
 	// Sentinel's default timeouts, bounded the way Sentinel's listeners bound
 	// them.
 	log.Fatal(srv.Serve(deadline.Listen(ln, "bare", deadline.Timeouts{Read: 5 * time.Second, Write: 30 * time.Second, Idle: 60 * time.Second})))
+}
+
+// upstreamCall is how a request goes to the upstream: a HostClient with a
+// connection per request in flight, or with pipeline > 0 a PipelineClient
+// over at most that many connections.
+func upstreamCall(upstream string, pipeline int) func(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error {
+	if pipeline > 0 {
+		return (&fasthttp.PipelineClient{
+			Addr:                     upstream,
+			MaxConns:                 pipeline,
+			DisablePathNormalizing:   true,
+			NoDefaultUserAgentHeader: true,
+			ReadBufferSize:           8 << 10,
+		}).DoTimeout
+	}
+	return (&fasthttp.HostClient{
+		Addr:                     upstream,
+		MaxConns:                 512,
+		DisablePathNormalizing:   true,
+		NoDefaultUserAgentHeader: true,
+		ReadBufferSize:           8 << 10,
+	}).DoTimeout
+}
+
+// proxyHandler passes every request to do, its answer streamed when
+// stream, with Sentinel's headers both ways when headers.
+func proxyHandler(do func(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error, stream, headers bool) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.StreamBody = stream
+		if headers {
+			h := &ctx.Request.Header
+			h.SetCanonical(hXFF, vXFF)
+			h.SetCanonical(hXFP, vXFP)
+			h.SetCanonical(hRID, vRID)
+		}
+		if err := do(&ctx.Request, &ctx.Response, 10*time.Second); err != nil {
+			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
+		}
+		if headers {
+			setAnswerHeaders(&ctx.Response.Header, proxyValues)
+		}
+	}
+}
+
+// refusalHandler answers every request 429 with a small JSON body, or with
+// Sentinel's body and headers when headers.
+func refusalHandler(headers bool) fasthttp.RequestHandler {
+	body := []byte(`{"error":"rate limit exceeded"}`)
+	if headers {
+		body = refusalBody
+	}
+	return func(ctx *fasthttp.RequestCtx) {
+		ctx.SetStatusCode(fasthttp.StatusTooManyRequests)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(body)
+		if headers {
+			setAnswerHeaders(&ctx.Response.Header, refusalValues)
+			ctx.Response.Header.SetCanonical(hRetryAfter, vRetryAfter)
+		}
+	}
 }
 
 // The headers of -headers, with the values Sentinel gives them on the
