@@ -33,6 +33,27 @@ func BenchmarkAllowLocal(b *testing.B) {
 	}
 }
 
+// BenchmarkAllowRefusedLocal is a refusal from a key's cached refusal (a
+// tenant over its limit of 99 a second, the benchmark's refusal row): what
+// each request of a flood costs the limiter.
+func BenchmarkAllowRefusedLocal(b *testing.B) {
+	cfg := testLimitsConfig(func(c *Config) {
+		c.Tenant, c.APIKey, c.IP = 99, 0, 0
+	})
+	l := newTestLimiter(b, cfg, memStore(b), Options{Catalog: testCatalog(b)})
+	req := &Request{IP: []byte("10.0.0.1"), APIKey: []byte("k"), Tenant: "acme", Plan: "PREMIUM", Resource: "r"}
+	for range 10000 {
+		l.Allow(context.Background(), req)
+	}
+	if d := l.Allow(context.Background(), req); d.Allowed {
+		b.Fatalf("not refused: %+v", d)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		l.Allow(context.Background(), req)
+	}
+}
+
 // BenchmarkAllowLocalParallel is BenchmarkAllowLocal from every core.
 func BenchmarkAllowLocalParallel(b *testing.B) {
 	cfg := testLimitsConfig(func(c *Config) {
