@@ -382,10 +382,10 @@ func TestGracefulShutdownCompletesInFlight(t *testing.T) {
 	assert.Equal(t, http.StatusOK, <-done)
 }
 
-func TestRateLimitAnswers(t *testing.T) {
-	be := startBackend(t)
-	allowed := atomic.Bool{}
-	lim := &fakeLimiter{allow: func(r *limit.Request) limit.Decision {
+// tenantLimiter decides every request by the tenant's limit of 10 per 10 s
+// with 4 left, allowed while allowed is set, else refused for 1.5 s.
+func tenantLimiter(allowed *atomic.Bool) *fakeLimiter {
+	return &fakeLimiter{allow: func(r *limit.Request) limit.Decision {
 		d := limit.Decision{Allowed: allowed.Load(), Scope: limit.ScopeTenant, Limit: 10, Remaining: 4,
 			Reset: 3 * time.Second, Window: 10 * time.Second}
 		if !d.Allowed {
@@ -393,6 +393,12 @@ func TestRateLimitAnswers(t *testing.T) {
 		}
 		return d
 	}}
+}
+
+func TestRateLimitAnswers(t *testing.T) {
+	be := startBackend(t)
+	allowed := atomic.Bool{}
+	lim := tenantLimiter(&allowed)
 	p := startProxy(t, be.url, func(d *Deps, _ *upstream.Config) { d.Limiter = lim })
 	allowed.Store(true)
 	resp, _ := get(t, p.url+"/", "X-API-Key", "acme-key")
@@ -425,14 +431,7 @@ func TestRateLimitAnswers(t *testing.T) {
 func TestRateLimitHeaderSets(t *testing.T) {
 	be := startBackend(t)
 	allowed := atomic.Bool{}
-	lim := &fakeLimiter{allow: func(r *limit.Request) limit.Decision {
-		d := limit.Decision{Allowed: allowed.Load(), Scope: limit.ScopeTenant, Limit: 10, Remaining: 4,
-			Reset: 3 * time.Second, Window: 10 * time.Second}
-		if !d.Allowed {
-			d.Remaining, d.RetryAfter = 0, 1500*time.Millisecond
-		}
-		return d
-	}}
+	lim := tenantLimiter(&allowed)
 	draft := []string{"RateLimit-Policy", "RateLimit"}
 	legacy := []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Retry-After-Ms"}
 	for _, c := range []struct {

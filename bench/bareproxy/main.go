@@ -43,9 +43,11 @@ func main() {
 	if *pprofAddr != "" {
 		go servePprof(*pprofAddr)
 	}
-	handler := proxyHandler(upstreamCall(*upstream, *pipeline), *stream, *headers)
+	var handler fasthttp.RequestHandler
 	if *refuse {
 		handler = refusalHandler(*headers)
+	} else {
+		handler = proxyHandler(upstreamCall(*upstream, *pipeline), *stream, *headers)
 	}
 	srv := &fasthttp.Server{
 		Handler:               handler,

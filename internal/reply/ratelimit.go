@@ -103,10 +103,10 @@ type HeaderSet uint8
 // older X-RateLimit-* ones (Limit, Remaining, Retry-After-Ms), both, or
 // none.
 const (
-	DraftHeaders  HeaderSet = 1 << iota
-	LegacyHeaders HeaderSet = 1 << iota
-	AllHeaders              = DraftHeaders | LegacyHeaders
-	NoHeaders     HeaderSet = 0
+	DraftHeaders HeaderSet = 1 << iota
+	LegacyHeaders
+	AllHeaders           = DraftHeaders | LegacyHeaders
+	NoHeaders  HeaderSet = 0
 )
 
 // draftHeaders is how many of RateLimitHeaderNames the draft's are (the
