@@ -1,28 +1,21 @@
 // Command sentinel is an edge gateway: a reverse proxy that enforces rate limits
 // held across pods and sheds load by priority when the backend is overloaded.
 //
-// main only loads the configuration, wires the parts, serves, reloads on
-// SIGHUP and drains then shuts down gracefully on SIGINT/SIGTERM; each part
-// lives in its own package.
+// main only reads the flags, loads the configuration and starts the
+// gateway (package gateway wires, serves, reloads and shuts down).
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/sentinel-gateway/sentinel/gateway"
 	"github.com/sentinel-gateway/sentinel/internal/logx"
 )
 
@@ -76,7 +69,7 @@ func run(args []string, environ []string) int {
 		fmt.Println("sentinel", version)
 		return 0
 	}
-	load := func() (*Config, error) { return loadConfig(*configPath, environ) }
+	load := func() (*gateway.Config, error) { return gateway.LoadConfig(*configPath, environ) }
 	cfg, err := load()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sentinel: invalid configuration:\n%v\n", err)
@@ -87,75 +80,12 @@ func run(args []string, environ []string) int {
 		return 0
 	}
 	if *healthcheck {
-		return probe("http://" + dialable(cfg.Admin.Listen) + "/healthz")
+		return gateway.Probe(cfg)
 	}
 	level := new(slog.LevelVar)
 	slog.SetDefault(logx.New(cfg.Log, os.Stderr, level))
 	logx.RouteStdlog(slog.Default())
-	return serve(cfg, load, level, *pprofListen)
-}
-
-// serve builds and runs the gateway until SIGINT/SIGTERM or a listener
-// failure, reloading on SIGHUP; it returns the exit code.
-func serve(cfg *Config, load func() (*Config, error), level *slog.LevelVar, pprofListen string) int {
-	if pprofListen != "" {
-		ln, err := listenPprof(pprofListen)
-		if err != nil {
-			slog.Error("cannot start", "error", err) // the logger exists: its format, as every line after it
-			return 2
-		}
-		defer servePprof(ln)()
-	}
-	app, err := build(cfg)
-	if err != nil {
-		slog.Error("cannot start", "error", err)
-		return 1
-	}
-	app.load, app.logLevel = load, level
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	if err := app.start(ctx); err != nil {
-		slog.Error("cannot start", "error", err)
-		app.close()
-		return 1
-	}
-	slog.Info("sentinel started", "version", version, "proxy", cfg.Proxy.Server.Listen, "admin", cfg.Admin.Listen, "store", app.storeName)
-	if app.grpcAddr != nil {
-		slog.Info("Envoy rate limit service (gRPC) started", "listen", app.grpcAddr.String())
-	}
-	for wait := true; wait; {
-		select {
-		case <-hup:
-			slog.Info("SIGHUP: reloading the configuration")
-			_, _, _ = app.reload() // logs what it applied or why not
-		case <-ctx.Done():
-			app.drain(cfg.Proxy.Server.DrainDelay)
-			wait = false
-		case err := <-app.errc:
-			slog.Error("listener failed", "error", err)
-			wait = false
-		}
-	}
-	return shutdown(app, cfg.Proxy.Server.ShutdownGrace)
-}
-
-// shutdown closes the listeners and waits up to grace for in-flight
-// requests.
-func shutdown(app *app, grace time.Duration) int {
-	slog.Info("shutting down", "grace", grace.String())
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	code := 0
-	if err := app.shutdown(ctx); err != nil {
-		slog.Error("shutdown", "error", err)
-		code = 1
-	}
-	slog.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
-	return code
+	return gateway.Run(cfg, gateway.Options{Load: load, LogLevel: level}, version, *pprofListen)
 }
 
 func envOr(environ []string, key, def string) string {
@@ -165,34 +95,4 @@ func envOr(environ []string, key, def string) string {
 		}
 	}
 	return def
-}
-
-// dialable turns a listen address into one a client can dial: an empty or
-// unspecified host becomes the loopback address.
-func dialable(listen string) string {
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil {
-		return listen
-	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "127.0.0.1"
-	}
-	return net.JoinHostPort(host, port)
-}
-
-// probe exits 0 when url answers 200 within two seconds.
-func probe(url string) int {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "unhealthy:", err)
-		return 1
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintln(os.Stderr, "unhealthy: status", resp.StatusCode)
-		return 1
-	}
-	return 0
 }

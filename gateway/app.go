@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/admin"
 	"github.com/sentinel-gateway/sentinel/cache"
+	"github.com/sentinel-gateway/sentinel/docs"
 	"github.com/sentinel-gateway/sentinel/internal/logx"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
@@ -29,8 +30,22 @@ import (
 	"github.com/sentinel-gateway/sentinel/upstream"
 )
 
-// app holds the wired parts of one gateway process.
-type app struct {
+// Options are what a gateway takes besides its configuration.
+type Options struct {
+	// Load re-reads the configuration for a reload (SIGHUP, POST
+	// /v1/reload); nil refuses reloads.
+	Load func() (*Config, error)
+	// LogLevel is the level a reload of log.level changes (nil: none).
+	LogLevel *slog.LevelVar
+	// OnDecision, when set, sees every limit decision with the instants the
+	// limiter was entered and returned: the decision was made between
+	// them. It runs on the request path and must be quick (the fault suite
+	// records admissions with it).
+	OnDecision func(req *limit.Request, d limit.Decision, from, to time.Time)
+}
+
+// Gateway holds the wired parts of one gateway process.
+type Gateway struct {
 	cfg       *Config
 	redis     rueidis.Client // nil: the embedded in-memory store, or not connected yet
 	store     store.Store    // a *store.LateStore when Redis did not answer at start
@@ -53,9 +68,7 @@ type app struct {
 	conn      *redisConn
 	attaching sync.WaitGroup // attachLoop
 
-	logLevel *slog.LevelVar // log.level, changed by a reload
-	// load re-reads the configuration for a reload (nil: reload refused).
-	load     func() (*Config, error)
+	opts     Options
 	reloadMu sync.Mutex  // serializes reloads; guards cfg's reloadable sections
 	draining atomic.Bool // SIGTERM arrived: /readyz answers 503
 	// onStoreFailure is limits.on_store_failure as /readyz reads it, set
@@ -64,10 +77,10 @@ type app struct {
 	onStoreFailure atomic.Pointer[limitconf.FailurePolicy]
 }
 
-// build wires the parts; nothing listens or runs in the background yet. On
+// New wires the parts; nothing listens or runs in the background yet. On
 // an error, what was built is closed again.
-func build(cfg *Config) (_ *app, err error) {
-	a := &app{cfg: cfg, errc: make(chan error, 2)}
+func New(cfg *Config, opts Options) (_ *Gateway, err error) {
+	a := &Gateway{cfg: cfg, opts: opts, errc: make(chan error, 2)}
 	defer func() {
 		if err != nil {
 			a.closeServers()
@@ -92,6 +105,10 @@ func build(cfg *Config) (_ *app, err error) {
 		return nil, err
 	}
 	a.limiter = newLiveLimiter(l)
+	if opts.OnDecision != nil {
+		obs := decisionObserver(opts.OnDecision)
+		a.limiter.observe.Store(&obs)
+	}
 	a.cache = cache.New(cfg.Cache)
 	if err = a.buildServers(cfg); err != nil {
 		return nil, err
@@ -104,7 +121,7 @@ func build(cfg *Config) (_ *app, err error) {
 // addrs) and builds the catalog and its sync. A Redis that does not answer
 // within redis.connect_wait leaves a store that is not connected yet, and
 // serve connects it in the background (see attach).
-func (a *app) buildLimits(cfg *Config) (err error) {
+func (a *Gateway) buildLimits(cfg *Config) (err error) {
 	if len(cfg.Redis.Addrs) > 0 {
 		a.storeName = "redis " + fmt.Sprint(cfg.Redis.Addrs)
 		a.redis, err = connectRedis(cfg.Redis)
@@ -145,7 +162,7 @@ func (a *app) buildLimits(cfg *Config) (err error) {
 
 // buildServers builds the proxy, the admin listener and, when configured,
 // the Envoy rate limit service.
-func (a *app) buildServers(cfg *Config) (err error) {
+func (a *Gateway) buildServers(cfg *Config) (err error) {
 	if a.proxy, err = proxy.New(proxy.Deps{
 		Config:         cfg.Proxy,
 		Limiter:        a.limiter,
@@ -171,7 +188,7 @@ func (a *app) buildServers(cfg *Config) (err error) {
 // they never listened, but the proxy's metrics are registered from its
 // construction, and a second gateway in the process (a retry, a test)
 // would write its families twice.
-func (a *app) closeServers() {
+func (a *Gateway) closeServers() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if a.proxy != nil {
@@ -193,7 +210,7 @@ func accessLogger(cfg logx.Config) *slog.Logger {
 // newLimiter builds a limiter of the limits section over the app's store.
 // It decides with the sync's policies (the file's and the API's), which
 // change under it without a new limiter.
-func (a *app) newLimiter(cfg limit.Config) (*limit.Limiter, error) {
+func (a *Gateway) newLimiter(cfg limit.Config) (*limit.Limiter, error) {
 	return limit.NewLimiter(cfg, a.store, limit.Options{
 		Adjuster: a.adaptive, LivePods: a.adaptive.LivePods, Catalog: a.catalog, Policies: a.sync.PolicySet(),
 	})
@@ -201,7 +218,7 @@ func (a *app) newLimiter(cfg limit.Config) (*limit.Limiter, error) {
 
 // start listens on server.listen and server.admin_listen (and grpc.listen,
 // in serve), then runs the background loops and serves.
-func (a *app) start(ctx context.Context) error {
+func (a *Gateway) Start(ctx context.Context) error {
 	ln, err := net.Listen("tcp", a.cfg.Proxy.Server.Listen)
 	if err != nil {
 		return fmt.Errorf("cannot listen on server.listen %q: %w", a.cfg.Proxy.Server.Listen, err)
@@ -211,13 +228,13 @@ func (a *app) start(ctx context.Context) error {
 		ln.Close()
 		return fmt.Errorf("cannot listen on server.admin_listen %q: %w", a.cfg.Admin.Listen, err)
 	}
-	return a.serve(ctx, ln, adminLn)
+	return a.Serve(ctx, ln, adminLn)
 }
 
 // serve runs the background loops and serves the proxy on ln, the admin
 // API on adminLn (tests pass listeners on free ports) and, when it is on,
 // Envoy's rate limit service on grpc.listen.
-func (a *app) serve(ctx context.Context, ln, adminLn net.Listener) error {
+func (a *Gateway) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	var grpcLn net.Listener
 	if a.rls != nil {
 		var err error
@@ -257,7 +274,7 @@ func (a *app) serve(ctx context.Context, ln, adminLn net.Listener) error {
 
 // shutdown stops accepting, drains in-flight requests until ctx ends, then
 // stops the background loops and closes the store.
-func (a *app) shutdown(ctx context.Context) error {
+func (a *Gateway) Shutdown(ctx context.Context) error {
 	err := errors.Join(a.proxy.Shutdown(ctx), a.admin.Shutdown(ctx))
 	if a.rls != nil {
 		err = errors.Join(err, a.rls.Shutdown(ctx))
@@ -266,7 +283,7 @@ func (a *app) shutdown(ctx context.Context) error {
 	return err
 }
 
-func (a *app) close() {
+func (a *Gateway) close() {
 	if a.cancel != nil {
 		a.cancel()
 	}
@@ -322,7 +339,7 @@ func podID() string {
 }
 
 // adminDeps are the parts the admin listener serves.
-func (a *app) adminDeps() admin.Deps {
+func (a *Gateway) adminDeps() admin.Deps {
 	return admin.Deps{
 		Config:   a.cfg.Admin,
 		Limiter:  a.limiter,
@@ -331,7 +348,7 @@ func (a *app) adminDeps() admin.Deps {
 		Resets:   a.resets,
 		Adaptive: a.adaptive,
 		Ready:    a.ready,
-		Reload:   a.reload,
+		Reload:   a.Reload,
 
 		MetricsHelp: metricsHelp,
 		// identity.trust_request_id: the check API caller's IDs are
@@ -343,7 +360,7 @@ func (a *app) adminDeps() admin.Deps {
 // ready says whether the pod may take traffic: the configuration is loaded
 // (it is, or the process would not run), and the store answers or the
 // failure policy lets the pod decide without it.
-func (a *app) ready(ctx context.Context) (bool, string) {
+func (a *Gateway) ready(ctx context.Context) (bool, string) {
 	if a.draining.Load() {
 		return false, "draining: shutting down, finishing in-flight requests"
 	}
@@ -385,7 +402,7 @@ func connectRedis(cfg store.RedisConfig) (rueidis.Client, error) {
 // load balancers stop sending before the listeners close; meanwhile every
 // proxied answer carries Connection: close, so that clients move from the
 // kept-alive connections the shutdown would close to new ones.
-func (a *app) drain(delay *time.Duration) {
+func (a *Gateway) Drain(delay *time.Duration) {
 	a.draining.Store(true)
 	a.proxy.Drain() // every answer closes its connection from now on
 	d := time.Duration(0)
@@ -397,3 +414,17 @@ func (a *app) drain(delay *time.Duration) {
 		time.Sleep(d)
 	}
 }
+
+// metricsHelp is the help text of each metric, from docs/metrics.md.
+var metricsHelp = admin.MetricsHelp(docs.Metrics)
+
+// Errors delivers a listener's failure while the gateway serves.
+func (a *Gateway) Errors() <-chan error { return a.errc }
+
+// GRPCAddr is where the Envoy rate limit service listens once serving (nil
+// when grpc.listen is off).
+func (a *Gateway) GRPCAddr() net.Addr { return a.grpcAddr }
+
+// StoreName names the store the limits are counted in ("in-memory", or
+// "redis [addrs]").
+func (a *Gateway) StoreName() string { return a.storeName }

@@ -1,13 +1,13 @@
-package main
+package config
 
 import (
 	"reflect"
 	"strings"
 )
 
-// configKey is one key of the configuration as the walk over Config meets
+// Key is one key of the configuration as the walk over Config meets
 // it.
-type configKey struct {
+type Key struct {
 	// Name is the dotted YAML name: server.listen, upstreams.NAME.targets,
 	// rules[].limit, with the walk's placeholders for map names and list
 	// items.
@@ -24,38 +24,38 @@ type configKey struct {
 	Entries bool
 }
 
-// keyWalk walks the keys of a configuration struct by its mapstructure tags,
+// KeyWalk walks the keys of a configuration struct by its mapstructure tags,
 // in field order, a section before its keys: the one place that knows how a
 // Go field becomes a YAML key (its tag, or its lower-cased name; squashed
 // structs add their keys to the parent; a type that decodes from text, and
 // time's types, are single values). Environment names, unknown-key
 // suggestions, reload diffs and the configuration doc's test all list keys
 // with it.
-type keyWalk struct {
+type KeyWalk struct {
 	// MapName and ListItem name a map's entries and a list's items in the
 	// keys below them: ".*" and "[*]" for suggestions, ".NAME" and "[]" in
 	// the docs.
 	MapName, ListItem string
 	// Visit is called for every key; for a section or the entries of a map
 	// or list it returns whether to walk the keys below it.
-	Visit func(k configKey) (descend bool)
+	Visit func(k Key) (descend bool)
 }
 
-// walkType visits the keys of t under prefix.
-func (w keyWalk) walkType(t reflect.Type, prefix string) {
+// WalkType visits the keys of t under prefix.
+func (w KeyWalk) WalkType(t reflect.Type, prefix string) {
 	w.walk(t, reflect.Value{}, prefix)
 }
 
-// walkValue visits the keys of v under prefix, each with its value.
-func (w keyWalk) walkValue(v reflect.Value, prefix string) {
+// WalkValue visits the keys of v under prefix, each with its value.
+func (w KeyWalk) WalkValue(v reflect.Value, prefix string) {
 	w.walk(v.Type(), v, prefix)
 }
 
-func (w keyWalk) walk(t reflect.Type, v reflect.Value, prefix string) {
+func (w KeyWalk) walk(t reflect.Type, v reflect.Value, prefix string) {
 	t, v = deref(t, v)
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
-		tag, squash, ok := fieldKey(f)
+		tag, squash, ok := FieldKey(f)
 		if !ok {
 			continue
 		}
@@ -71,9 +71,9 @@ func (w keyWalk) walk(t reflect.Type, v reflect.Value, prefix string) {
 	}
 }
 
-func (w keyWalk) key(t reflect.Type, v reflect.Value, name string) {
+func (w KeyWalk) key(t reflect.Type, v reflect.Value, name string) {
 	t, v = deref(t, v)
-	k := configKey{Name: name, Type: t, Value: v}
+	k := Key{Name: name, Type: t, Value: v}
 	switch {
 	case isSection(t):
 		k.Section = true
@@ -83,12 +83,12 @@ func (w keyWalk) key(t reflect.Type, v reflect.Value, name string) {
 	case t.Kind() == reflect.Map && isSection(t.Elem()):
 		k.Entries = true
 		if w.Visit(k) {
-			w.walkType(t.Elem(), name+w.MapName)
+			w.WalkType(t.Elem(), name+w.MapName)
 		}
 	case t.Kind() == reflect.Slice && isSection(t.Elem()):
 		k.Entries = true
 		if w.Visit(k) {
-			w.walkType(t.Elem(), name+w.ListItem)
+			w.WalkType(t.Elem(), name+w.ListItem)
 		}
 	default:
 		w.Visit(k)
@@ -123,10 +123,10 @@ func implementsTextUnmarshaler(t reflect.Type) bool {
 	return reflect.PointerTo(t).Implements(reflect.TypeFor[interface{ UnmarshalText([]byte) error }]())
 }
 
-// fieldKey is the mapstructure key of f (its lower-cased name when the tag
+// FieldKey is the mapstructure key of f (its lower-cased name when the tag
 // gives none), whether f is squashed into its parent, and false for fields
 // that have no key (unexported, or tagged "-").
-func fieldKey(f reflect.StructField) (key string, squash, ok bool) {
+func FieldKey(f reflect.StructField) (key string, squash, ok bool) {
 	if !f.IsExported() {
 		return "", false, false
 	}
@@ -149,26 +149,26 @@ func joinKey(prefix, key string) string {
 	return prefix + "." + key
 }
 
-// leafKeys lists the keys of t under prefix that hold a value (a map or a
+// LeafKeys lists the keys of t under prefix that hold a value (a map or a
 // list counts as one value under its key).
-func leafKeys(t reflect.Type, prefix string) []string {
+func LeafKeys(t reflect.Type, prefix string) []string {
 	var keys []string
-	keyWalk{Visit: func(k configKey) bool {
+	KeyWalk{Visit: func(k Key) bool {
 		if !k.Section {
 			keys = append(keys, k.Name)
 		}
 		return k.Section
-	}}.walkType(t, prefix)
+	}}.WalkType(t, prefix)
 	return keys
 }
 
-// knownKeys lists every key of t: sections, values, and the keys of map
+// KnownKeys lists every key of t: sections, values, and the keys of map
 // entries and list items under "*" and "[*]".
-func knownKeys(t reflect.Type) []string {
+func KnownKeys(t reflect.Type) []string {
 	var keys []string
-	keyWalk{MapName: ".*", ListItem: "[*]", Visit: func(k configKey) bool {
+	KeyWalk{MapName: ".*", ListItem: "[*]", Visit: func(k Key) bool {
 		keys = append(keys, k.Name)
 		return true
-	}}.walkType(t, "")
+	}}.WalkType(t, "")
 	return keys
 }

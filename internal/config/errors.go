@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agnivade/levenshtein"
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 
@@ -100,9 +101,9 @@ var decodeHooks = mapstructure.ComposeDecodeHookFunc(
 // records no unused keys for a section in which a value failed to decode, so
 // without this pass an unknown key next to a type error would go unreported
 // until the type error is fixed.
-func unusedDespiteErrors(v *viper.Viper) mapstructure.Metadata {
+func unusedDespiteErrors[T any](v *viper.Viper) mapstructure.Metadata {
 	var md mapstructure.Metadata
-	var cfg Config
+	var cfg T
 	_ = v.Unmarshal(&cfg, viper.DecodeHook(lenientHook), func(dc *mapstructure.DecoderConfig) {
 		dc.Metadata = &md
 	})
@@ -176,26 +177,6 @@ func decodeMessages(err error, fromEnv map[string]string) ([]string, map[string]
 	return lines, keys
 }
 
-// namePolicies puts the policy's name in each line about a key inside a
-// policy (policies[0].limits[1].period: policy "bids": ...), as
-// policy.Validate does for the keys it checks: a file's policies are found by
-// name more easily than by index, whether the decoder or Validate refuses
-// the value.
-func namePolicies(lines []string, v *viper.Viper) {
-	policies, _ := v.Get("policies").([]any)
-	for i, line := range lines {
-		var n int
-		key, msg, ok := strings.Cut(line, ": ")
-		if _, err := fmt.Sscanf(key, "policies[%d].", &n); !ok || err != nil || n < 0 || n >= len(policies) {
-			continue
-		}
-		entry, _ := policies[n].(map[string]any)
-		if name, _ := entry["name"].(string); name != "" {
-			lines[i] = fmt.Sprintf("%s: policy %q: %s", key, name, msg)
-		}
-	}
-}
-
 // describe says what is wrong with a value and what is allowed.
 func describe(err error) string {
 	var pe *mapstructure.ParseError
@@ -239,10 +220,10 @@ var (
 // as the YAML path (upstreams.api.timeout); list indexes stay ([0]).
 func yamlKey(name string) string { return mapNameRE.ReplaceAllString(name, ".$1") }
 
-// suggest returns the known key closest to an unknown one ("" when none is
+// Suggest returns the known key closest to an unknown one ("" when none is
 // within an edit distance of 2). Known keys use * for a map's names and [*]
 // for a list's indexes.
-func suggest(unknown string, known []string) string {
+func Suggest(unknown string, known []string) string {
 	segs := strings.Split(indexRE.ReplaceAllString(unknown, "[*]"), ".")
 	best, bestD := "", 3
 	for _, k := range known {
@@ -264,11 +245,11 @@ func suggest(unknown string, known []string) string {
 					d = 3
 					break
 				}
-				d += levenshtein(s, base)
+				d += levenshtein.ComputeDistance(s, base)
 				out[i] = base + "[*]"
 				continue
 			}
-			d += levenshtein(segs[i], ks[i])
+			d += levenshtein.ComputeDistance(segs[i], ks[i])
 		}
 		if d > 0 && d < bestD {
 			best, bestD = restoreIndexes(unknown, strings.Join(out, ".")), d
@@ -284,25 +265,4 @@ func restoreIndexes(unknown, s string) string {
 		s = strings.Replace(s, "[*]", i, 1)
 	}
 	return s
-}
-
-// levenshtein is the edit distance between a and b.
-func levenshtein(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

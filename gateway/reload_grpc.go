@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"slices"
@@ -19,7 +19,7 @@ type stagedFiles struct {
 
 // stageFiles reads next's grpc.config_files, all or nothing: an invalid
 // file refuses the reload. Without a gRPC listener there is nothing to read.
-func (a *app) stageFiles(next *Config) (stagedFiles, error) {
+func (a *Gateway) stageFiles(next *Config) (stagedFiles, error) {
 	if a.rls == nil || len(next.GRPC.ConfigFiles) == 0 {
 		return stagedFiles{changed: a.rls != nil && a.rls.FilesChanged(nil)}, nil
 	}
@@ -42,7 +42,7 @@ func (s stagedFiles) withFiles(changed []string) []string {
 }
 
 // commitFiles serves the staged files and next's grpc.descriptor_override.
-func (a *app) commitFiles(s stagedFiles, next *Config) {
+func (a *Gateway) commitFiles(s stagedFiles, next *Config) {
 	if a.rls == nil || (!s.changed && next.GRPC.DescriptorOverride == a.cfg.GRPC.DescriptorOverride) {
 		return
 	}

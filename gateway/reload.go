@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/sentinel-gateway/sentinel/internal/config"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -51,13 +52,13 @@ func markLoaded(now time.Time) {
 // the adaptive section. It returns the changed keys it applied and those
 // that need a restart. An invalid configuration changes nothing and is
 // returned as the error.
-func (a *app) reload() (applied, restart []string, err error) {
+func (a *Gateway) Reload() (applied, restart []string, err error) {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
-	if a.load == nil {
+	if a.opts.Load == nil {
 		return nil, nil, errors.New("reload: this process cannot re-read its configuration")
 	}
-	next, err := a.load()
+	next, err := a.opts.Load()
 	if err != nil {
 		reloadFailed(err)
 		return nil, nil, err
@@ -99,7 +100,7 @@ func reloadFailed(err error) {
 // apply switches the parts whose keys changed to next's sections, all or
 // nothing: the parts that can refuse are built first (the routing staged,
 // the limiter and its catalog base set last), and only then switched.
-func (a *app) apply(next *Config, applied []string) error {
+func (a *Gateway) apply(next *Config, applied []string) error {
 	has := func(prefix string) bool {
 		return slices.ContainsFunc(applied, func(k string) bool { return strings.HasPrefix(k, prefix) })
 	}
@@ -121,8 +122,8 @@ func (a *app) apply(next *Config, applied []string) error {
 	if r != nil {
 		a.commitRouting(r, next)
 	}
-	if has("log.level") && a.logLevel != nil {
-		a.logLevel.Set(next.Log.SlogLevel())
+	if has("log.level") && a.opts.LogLevel != nil {
+		a.opts.LogLevel.Set(next.Log.SlogLevel())
 		a.cfg.Log.Level = next.Log.Level
 	}
 	return nil
@@ -130,7 +131,7 @@ func (a *app) apply(next *Config, applied []string) error {
 
 // applyLimits switches to a new limiter and catalog base for next's limits,
 // policies, tenants and rules.
-func (a *app) applyLimits(next *Config) error {
+func (a *Gateway) applyLimits(next *Config) error {
 	// next's policies were checked when it loaded; the sync applies them
 	// below, under the API's, and every limiter reads them from the sync.
 	// A new limiter starts without the old one's local buckets and cached
@@ -165,7 +166,7 @@ func (a *app) applyLimits(next *Config) error {
 func isReloadable(key string) bool {
 	t := reflect.TypeFor[Config]()
 	for i := 0; i < t.NumField(); i++ {
-		tag, squash, ok := fieldKey(t.Field(i))
+		tag, squash, ok := config.FieldKey(t.Field(i))
 		if !ok {
 			continue
 		}
@@ -221,12 +222,12 @@ func diffKeys(a, b map[string]string) []string {
 // a list or map counts as one value under its key.
 func flatten(cfg *Config) map[string]string {
 	out := make(map[string]string)
-	keyWalk{Visit: func(k configKey) bool {
+	config.KeyWalk{Visit: func(k config.Key) bool {
 		if !k.Section {
 			out[k.Name] = leafString(k.Value)
 		}
 		return k.Section
-	}}.walkValue(reflect.ValueOf(*cfg), "")
+	}}.WalkValue(reflect.ValueOf(*cfg), "")
 	return out
 }
 

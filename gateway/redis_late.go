@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"context"
@@ -46,7 +46,7 @@ func newRedisConn(connected bool) *redisConn {
 func (r *redisConn) close() { metrics.UnregisterSet(r.set, true) }
 
 // startWithout sets the pod up to start without its Redis.
-func (a *app) startWithout(err error) {
+func (a *Gateway) startWithout(err error) {
 	slog.Warn("starting without redis: deciding per limits.on_store_failure and connecting in the background",
 		"error", err, "on_store_failure", a.cfg.Limits.OnStoreFailure.String(), "expected_pods", a.cfg.Limits.ExpectedPods)
 	a.conn.store = store.NewLateStore()
@@ -55,12 +55,12 @@ func (a *app) startWithout(err error) {
 
 // pending reports whether the pod started without its Redis (and so runs
 // attachLoop).
-func (a *app) pending() bool { return a.conn != nil && a.conn.store != nil }
+func (a *Gateway) pending() bool { return a.conn != nil && a.conn.store != nil }
 
 // attachLoop connects to Redis until it answers or ctx ends, then attaches.
 // Each failure counts in sentinel_redis_connect_failures_total; the log says
 // when the error changes.
-func (a *app) attachLoop(ctx context.Context) {
+func (a *Gateway) attachLoop(ctx context.Context) {
 	last := ""
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		client, err := store.NewRedisClient(a.cfg.Redis)
@@ -83,7 +83,7 @@ func (a *app) attachLoop(ctx context.Context) {
 // breakers close on their next probe, and the permits spent while deciding
 // alone are reported to it), then the adaptive cluster view, then the
 // catalog sync, whose first load it retries until it works.
-func (a *app) attach(ctx context.Context, client rueidis.Client) {
+func (a *Gateway) attach(ctx context.Context, client rueidis.Client) {
 	a.redis = client // read by close only, once this goroutine has ended
 	a.conn.store.Attach(store.NewRedisStore(client, store.RedisStoreOptions{KeyPrefix: a.cfg.Redis.KeyPrefix}))
 	a.conn.connected.Store(true)
@@ -117,7 +117,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // readyUnconnected is readiness before Redis ever answered: ready unless the
 // failure policy refuses every request.
-func (a *app) readyUnconnected(onFailure limitconf.FailurePolicy) (bool, string) {
+func (a *Gateway) readyUnconnected(onFailure limitconf.FailurePolicy) (bool, string) {
 	reason := "store " + a.storeName + ": not connected since start"
 	if onFailure == limitconf.FailClosed {
 		return false, reason + " and limits.on_store_failure is closed"

@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"log/slog"
@@ -23,7 +23,7 @@ type routing struct {
 // limiters, the pools (unchanged ones kept) and the route table bound to
 // them. Nothing serves from it until commitRouting; on an error nothing
 // has changed.
-func (a *app) stageRouting(next *Config) (*routing, error) {
+func (a *Gateway) stageRouting(next *Config) (*routing, error) {
 	au, err := a.adaptive.Stage(next.Adaptive, slices.Sorted(maps.Keys(next.Upstreams)))
 	if err != nil {
 		return nil, err
@@ -46,7 +46,7 @@ func (r *routing) abort() { r.upstreams.Abort() }
 // commitRouting makes r serve: the limiters first, then the route table
 // that binds them, then the pools, whose replaced and removed ones retire
 // once their requests have finished.
-func (a *app) commitRouting(r *routing, next *Config) {
+func (a *Gateway) commitRouting(r *routing, next *Config) {
 	r.adaptive.Commit()
 	a.proxy.SetTable(r.table)
 	r.upstreams.Commit()
