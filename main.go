@@ -13,8 +13,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/VictoriaMetrics/metrics"
-
 	"github.com/sentinel-gateway/sentinel/gateway"
 	"github.com/sentinel-gateway/sentinel/internal/logx"
 )
@@ -46,7 +44,6 @@ Signals:
 `
 
 func run(args []string, environ []string) int {
-	metrics.ExposeMetadata(true) // # HELP and # TYPE lines on /metrics, as Prometheus tools expect
 	fs := flag.NewFlagSet("sentinel", flag.ContinueOnError)
 	configPath := fs.String("config", envOr(environ, "SENTINEL_CONFIG", "config.yaml"), "path of the YAML configuration file (env SENTINEL_CONFIG)")
 	showVersion := fs.Bool("version", false, "print the version and exit")

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/redis/rueidis"
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
@@ -42,6 +43,11 @@ type Options struct {
 	// them. It runs on the request path and must be quick (the fault suite
 	// records admissions with it).
 	OnDecision func(req *limit.Request, d limit.Decision, from, to time.Time)
+	// Store, when set and redis.addrs is empty, is the store the limits
+	// are counted in instead of a new in-memory one (a process that embeds
+	// the gateway and reads the store itself; the fault suite floods it).
+	// The gateway closes it.
+	Store *store.MemoryStore
 }
 
 // Gateway holds the wired parts of one gateway process.
@@ -80,6 +86,7 @@ type Gateway struct {
 // New wires the parts; nothing listens or runs in the background yet. On
 // an error, what was built is closed again.
 func New(cfg *Config, opts Options) (_ *Gateway, err error) {
+	metrics.ExposeMetadata(true) // # HELP and # TYPE lines on /metrics, as Prometheus tools expect
 	a := &Gateway{cfg: cfg, opts: opts, errc: make(chan error, 2)}
 	defer func() {
 		if err != nil {
@@ -132,8 +139,10 @@ func (a *Gateway) buildLimits(cfg *Config) (err error) {
 			a.store = store.NewRedisStore(a.redis, store.RedisStoreOptions{KeyPrefix: cfg.Redis.KeyPrefix})
 		}
 	} else {
-		a.store = store.NewMemoryStore(store.MemoryOptions{MaxKeys: cfg.Limits.MaxKeys})
-		a.storeName = "in-memory"
+		a.store, a.storeName = a.opts.Store, "in-memory"
+		if a.opts.Store == nil {
+			a.store = store.NewMemoryStore(store.MemoryOptions{MaxKeys: cfg.Limits.MaxKeys})
+		}
 	}
 	if a.catalog, err = catalog.NewCatalog(cfg.Plans, cfg.Tenants, cfg.Rules); err != nil {
 		return err

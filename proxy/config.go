@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
-	"github.com/sentinel-gateway/sentinel/internal/reply"
+	"github.com/sentinel-gateway/sentinel/reply"
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 )
 

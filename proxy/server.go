@@ -15,7 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/internal/deadline"
-	"github.com/sentinel-gateway/sentinel/internal/reply"
+	"github.com/sentinel-gateway/sentinel/reply"
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 	"github.com/sentinel-gateway/sentinel/proxy/hop"
 	"github.com/sentinel-gateway/sentinel/proxy/parseerr"

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/sentinel-gateway/sentinel/internal/reply"
+	"github.com/sentinel-gateway/sentinel/reply"
 	"github.com/sentinel-gateway/sentinel/limit"
 )
 
