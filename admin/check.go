@@ -8,9 +8,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/sentinel-gateway/sentinel/reply"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/reply"
 )
 
 // check serves POST /v1/ratelimit/check: one decision from the proxy's

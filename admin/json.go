@@ -8,8 +8,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/sentinel-gateway/sentinel/reply"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/reply"
 )
 
 var bodyTooLargeMsg = "larger than " + strconv.Itoa(MaxBody) + " bytes"

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
-	"github.com/sentinel-gateway/sentinel/reply"
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
+	"github.com/sentinel-gateway/sentinel/reply"
 )
 
 // Config is the proxy's part of the configuration file: the server, identity

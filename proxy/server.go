@@ -15,12 +15,12 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/internal/deadline"
-	"github.com/sentinel-gateway/sentinel/reply"
 	"github.com/sentinel-gateway/sentinel/internal/tlsconf"
 	"github.com/sentinel-gateway/sentinel/proxy/hop"
 	"github.com/sentinel-gateway/sentinel/proxy/parseerr"
 	"github.com/sentinel-gateway/sentinel/proxy/reqid"
 	"github.com/sentinel-gateway/sentinel/proxy/splice"
+	"github.com/sentinel-gateway/sentinel/reply"
 )
 
 // Server is the proxy listener: every request is identified, routed, passed
