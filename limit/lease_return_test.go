@@ -302,14 +302,16 @@ func TestStoreLearnsWhatTheLocalShareLetThrough(t *testing.T) {
 func TestLocalShareGetsUnusedPermitsBack(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := testLimitsConfig(func(c *Config) {
-		c.IP, c.Window, c.LeaseTTL, c.MaxLease, c.StoreTimeout = 100, time.Hour, 50*time.Millisecond, 8, 50*time.Millisecond
+		// A lease lifetime long enough to outlast any pause of a busy
+		// machine between the leases and the count of what they hold.
+		c.IP, c.Window, c.LeaseTTL, c.MaxLease, c.StoreTimeout = 100, time.Hour, 2*time.Second, 8, 50*time.Millisecond
 	})
 	pod := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
 	ip := []byte("10.9.9.9")
 	got, _ := allowN(pod, &Request{IP: ip}, 8) // leases of 1, 2, 4, then 8 of which 1 is used
 	require.Equal(t, 8, got)
 	require.Equal(t, int64(7), pod.heldPermits(ip))
-	time.Sleep(80 * time.Millisecond) // the 7 expire unused
+	time.Sleep(2100 * time.Millisecond) // the 7 expire unused
 	srv.Pause()
 	defer srv.Resume()
 	got, _ = allowN(pod, &Request{IP: ip}, 100)
