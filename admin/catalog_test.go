@@ -12,7 +12,6 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/catalogsync"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -81,7 +80,7 @@ func TestDeleteConfigEntryNamesTheField(t *testing.T) {
 	lim, err := limit.NewLimiter(lcfg, mem, limit.Options{Catalog: cat})
 	require.NoError(t, err)
 	t.Cleanup(lim.Close)
-	s, err := New(Deps{Config: provisioned(Config{Listen: "127.0.0.1:0"}), Limiter: lim, Catalog: cat, Writer: catalogsync.New(nil, cat, catalogsync.Options{})})
+	s, err := New(Deps{Config: provisioned(Config{Listen: "127.0.0.1:0"}), Limiter: lim, Catalog: cat, Writer: catalog.NewSync(nil, cat, catalog.SyncOptions{})})
 	require.NoError(t, err)
 	ln := fasthttputil.NewInmemoryListener()
 	go func() { _ = s.Serve(ln) }()

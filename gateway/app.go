@@ -21,7 +21,6 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/logx"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/catalogsync"
 	"github.com/sentinel-gateway/sentinel/limit/limitconf"
 	"github.com/sentinel-gateway/sentinel/limit/resets"
 	"github.com/sentinel-gateway/sentinel/limit/store"
@@ -51,8 +50,8 @@ type Gateway struct {
 	store     store.Store    // a *store.LateStore when Redis did not answer at start
 	storeName string
 	catalog   *catalog.Catalog
-	sync      *catalogsync.Sync // in-process only without Redis
-	resets    *resets.Bus       // counter resets to and from every pod
+	sync      *catalog.Sync // in-process only without Redis
+	resets    *resets.Bus   // counter resets to and from every pod
 	adaptive  *adaptive.Controller
 	limiter   *liveLimiter
 	upstreams *upstream.Set
@@ -140,7 +139,7 @@ func (a *Gateway) buildLimits(cfg *Config) (err error) {
 	}
 	a.catalog.SetRouteResources(routeResources(cfg.Proxy.Routes))
 	// Without Redis the sync keeps the same rules semantics in the process.
-	a.sync = catalogsync.New(a.redis, a.catalog, catalogsync.Options{
+	a.sync = catalog.NewSync(a.redis, a.catalog, catalog.SyncOptions{
 		KeyPrefix: cfg.Redis.KeyPrefix, Logf: logx.Printf(slog.LevelWarn),
 	})
 	// The limiter is built after the bus; a reset heard before it finds

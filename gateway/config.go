@@ -13,7 +13,6 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/logx"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 	"github.com/sentinel-gateway/sentinel/proxy"
 	"github.com/sentinel-gateway/sentinel/rls"
@@ -42,7 +41,7 @@ type Config struct {
 	Tenants   catalog.Tenants   `mapstructure:"tenants"`
 	Limits    limit.Config      `mapstructure:"limits"`
 	Rules     catalog.Rules     `mapstructure:"rules"`
-	Policies  policy.Section    `mapstructure:"policies"`
+	Policies  catalog.Policies  `mapstructure:"policies"`
 	Adaptive  adaptive.Config   `mapstructure:"adaptive"`
 	GRPC      rls.Config        `mapstructure:"grpc"`
 	Log       logx.Config       `mapstructure:"log"`
@@ -142,7 +141,7 @@ func (c *Config) validatePolicies(limitsOK bool) error {
 	if !limitsOK {
 		return nil
 	}
-	return policy.Check(c.Policies, c.Limits.PolicyDefaults())
+	return catalog.CheckPolicies(c.Policies, c.Limits.PolicyDefaults())
 }
 
 // validateCatalog checks tenants and rules as the catalog that build makes

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/internal/redistest"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -34,16 +34,16 @@ func TestNeverRefusedUnderTheLimit(t *testing.T) {
 	// A policy keyed by a header, and a calendar quota (offered 70% of its
 	// period's budget within the run).
 	t.Run("policy", func(t *testing.T) {
-		neverRefused(t, srv, store.SlidingWindow, limit, window, run, &policy.Limit{Limit: limit, Window: confutil.Duration(window)})
+		neverRefused(t, srv, store.SlidingWindow, limit, window, run, &catalog.PolicyLimit{Limit: limit, Window: confutil.Duration(window)})
 	})
 	t.Run("quota", func(t *testing.T) {
-		neverRefused(t, srv, store.SlidingWindow, limit, run, run, &policy.Limit{Limit: limit, Period: store.Year})
+		neverRefused(t, srv, store.SlidingWindow, limit, run, run, &catalog.PolicyLimit{Limit: limit, Period: store.Year})
 	})
 }
 
 // neverRefused runs the test under the tenant limit, or, with pl, under a
 // policy of that one limit keyed by X-User-Id.
-func neverRefused(t *testing.T, srv *redistest.Server, alg store.Algorithm, limit int64, window, run time.Duration, pl *policy.Limit) {
+func neverRefused(t *testing.T, srv *redistest.Server, alg store.Algorithm, limit int64, window, run time.Duration, pl *catalog.PolicyLimit) {
 	{
 		for _, pods := range []int{1, 3} {
 			for _, clients := range []int{1, 20} {
@@ -53,10 +53,10 @@ func neverRefused(t *testing.T, srv *redistest.Server, alg store.Algorithm, limi
 						c.Algorithm, c.Tenant, c.Window = alg, limit, window
 						c.StoreTimeout = 5 * time.Millisecond // the default: calls time out on a busy machine
 					})
-					var ps *policy.Set
+					var ps *catalog.PolicySet
 					if pl != nil {
 						cfg.Tenant = 0
-						ps = withPolicies(t, cfg, policy.Config{Name: "users", Key: []string{"header:X-User-Id"}, Limits: []policy.Limit{*pl}})
+						ps = withPolicies(t, cfg, catalog.Policy{Name: "users", Key: []string{"header:X-User-Id"}, Limits: []catalog.PolicyLimit{*pl}})
 					}
 					var limiters []*Limiter
 					for range pods {

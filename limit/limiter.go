@@ -12,7 +12,6 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/latency"
 	"github.com/sentinel-gateway/sentinel/limit/limitconf"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -38,8 +37,8 @@ type Limiter struct {
 	catalog  *catalog.Catalog
 	// shorthand are the limits section's shorthand limits and the rules,
 	// compiled into the policies they are; policies are the others.
-	shorthand []*policy.Compiled
-	policies  *policy.Set
+	shorthand []*catalog.CompiledPolicy
+	policies  *catalog.PolicySet
 	now       func() time.Time
 
 	table    *bucketTable
@@ -83,7 +82,7 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 		catalog:  opts.Catalog,
 		// The rules are looked up in the catalog for each request: a
 		// change of the catalog applies without a new limiter.
-		shorthand: policy.CompileShorthand(cfg.Shorthands(), cfg.PolicyDefaults(), opts.Catalog),
+		shorthand: catalog.CompileShorthand(cfg.Shorthands(), cfg.PolicyDefaults(), opts.Catalog),
 		policies:  opts.Policies,
 		now:       opts.Now,
 		table:     newBucketTable(cfg.MaxKeys),

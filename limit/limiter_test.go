@@ -15,11 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/internal/redistest"
 	"github.com/sentinel-gateway/sentinel/internal/spans"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/limitconf"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
-	"github.com/sentinel-gateway/sentinel/internal/redistest"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -312,12 +311,12 @@ func multiPodUnder(t *testing.T, addrs []string, duration time.Duration, slowPod
 		}
 	})
 	cat := testCatalog(t)
-	var ps *policy.Set
+	var ps *catalog.PolicySet
 	req := &Request{Tenant: "free", Plan: "FREE"}
 	if underPolicy {
 		cfg.Tenant = 0
-		ps = withPolicies(t, cfg, policy.Config{Name: "users", Key: []string{"header:X-User-Id"},
-			Limits: []policy.Limit{{Limit: limit, Window: confutil.Duration(window)}}})
+		ps = withPolicies(t, cfg, catalog.Policy{Name: "users", Key: []string{"header:X-User-Id"},
+			Limits: []catalog.PolicyLimit{{Limit: limit, Window: confutil.Duration(window)}}})
 		req.Attrs = headers{"X-User-Id": "u1"}
 	}
 	var stores []*countingStore

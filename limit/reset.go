@@ -3,7 +3,7 @@ package limit
 import (
 	"context"
 
-	"github.com/sentinel-gateway/sentinel/limit/policy"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -33,6 +33,6 @@ func (l *Limiter) Forget(key []byte) {
 // `policies` section (Set.Lookup's), for the budget of identity id
 // (AppendIdentity's or AppendIdentityOf's), as the limiter builds it:
 // {pol:<name>:<limit label>:<identity>} (Compiled.AppendKey).
-func PolicyKey(dst []byte, p *policy.Compiled, i int, id []byte) []byte {
+func PolicyKey(dst []byte, p *catalog.CompiledPolicy, i int, id []byte) []byte {
 	return p.AppendKey(dst, i, id, nil)
 }

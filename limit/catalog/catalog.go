@@ -17,7 +17,7 @@ import (
 // Readers see one immutable snapshot behind an atomic pointer, so the request
 // path never locks; writers build a new snapshot under a mutex and swap it.
 //
-// A catalogsync.Sync changes it: with Redis it writes through to Redis and
+// A Sync changes it: with Redis it writes through to Redis and
 // replaces the catalog's contents on every pod; without Redis it changes the
 // process only.
 type Catalog struct {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -199,14 +198,14 @@ func (s *IPScope) UnmarshalText(text []byte) error {
 
 // PolicyDefaults are what the section gives the policies: the default
 // algorithm and window, and the quotas' time zone.
-func (c *Config) PolicyDefaults() policy.Defaults {
-	return policy.Defaults{Algorithm: c.Algorithm, Window: c.Window, Zone: c.QuotaTimeZone.Location()}
+func (c *Config) PolicyDefaults() catalog.PolicyDefaults {
+	return catalog.PolicyDefaults{Algorithm: c.Algorithm, Window: c.Window, Zone: c.QuotaTimeZone.Location()}
 }
 
 // Shorthands are the section's shorthand limits (tenant, api_key, ip and
 // ip_scope), which the limiter compiles into the policies they are.
-func (c *Config) Shorthands() policy.Shorthands {
-	return policy.Shorthands{Tenant: c.Tenant, APIKey: c.APIKey, IP: c.IP, IPAnonymous: c.IPScope == IPScopeAnonymous}
+func (c *Config) Shorthands() catalog.Shorthands {
+	return catalog.Shorthands{Tenant: c.Tenant, APIKey: c.APIKey, IP: c.IP, IPAnonymous: c.IPScope == IPScopeAnonymous}
 }
 
 // FastPath reports whether local leases are on (local_fast_path).

@@ -7,7 +7,7 @@ import (
 )
 
 // ErrNotConnected is the answer of a LateStore before Attach, and of the
-// writes of a catalogsync.Sync still waiting for its Redis (Await): they are
+// writes of a catalog.Sync still waiting for its Redis (Await): they are
 // refused rather than kept in this process only, where the first load from
 // Redis would drop them.
 var ErrNotConnected = errors.New("limit: redis not connected yet")

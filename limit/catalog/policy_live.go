@@ -1,19 +1,19 @@
-package policy
+package catalog
 
 import "sync/atomic"
 
-// Live holds policies that change while limiters decide with them: the
-// admin API's policies over the file's. A limiter built with Live.Set
+// LivePolicies holds policies that change while limiters decide with them: the
+// admin API's policies over the file's. A limiter built with LivePolicies.Set
 // reads the set last stored at each decision (one atomic load), so that a
 // change applies from the next request without a new limiter.
-type Live struct {
-	cur  atomic.Pointer[Set]
-	view Set
+type LivePolicies struct {
+	cur  atomic.Pointer[PolicySet]
+	view PolicySet
 }
 
-// NewLive returns a Live that holds no policies.
-func NewLive() *Live {
-	l := &Live{}
+// NewLivePolicies returns a Live that holds no policies.
+func NewLivePolicies() *LivePolicies {
+	l := &LivePolicies{}
 	l.view.live = &l.cur
 	return l
 }
@@ -21,7 +21,7 @@ func NewLive() *Live {
 // Store makes ps the policies that apply (nil: none) and releases the set
 // it replaces, whose policies' metric series go unless ps has them too.
 // ps must not be a live set, nor be stored in another Live.
-func (l *Live) Store(ps *Set) {
+func (l *LivePolicies) Store(ps *PolicySet) {
 	if old := l.cur.Swap(ps); old != ps {
 		old.Release()
 	}
@@ -29,4 +29,4 @@ func (l *Live) Store(ps *Set) {
 
 // Set returns the live set: a Set whose methods answer with the policies
 // stored last.
-func (l *Live) Set() *Set { return &l.view }
+func (l *LivePolicies) Set() *PolicySet { return &l.view }
