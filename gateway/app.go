@@ -21,7 +21,6 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/logx"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/limitconf"
 	"github.com/sentinel-gateway/sentinel/limit/resets"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 	"github.com/sentinel-gateway/sentinel/proxy"
@@ -73,7 +72,7 @@ type Gateway struct {
 	// onStoreFailure is limits.on_store_failure as /readyz reads it, set
 	// at start and by every reload that changes the limits (readiness
 	// probes do not wait for a reload's lock).
-	onStoreFailure atomic.Pointer[limitconf.FailurePolicy]
+	onStoreFailure atomic.Pointer[limit.FailurePolicy]
 }
 
 // New wires the parts; nothing listens or runs in the background yet. On
@@ -371,7 +370,7 @@ func (a *Gateway) ready(ctx context.Context) (bool, string) {
 	switch {
 	case err == nil:
 		return true, "store " + a.storeName + " answers"
-	case onFailure == limitconf.FailClosed:
+	case onFailure == limit.FailClosed:
 		return false, fmt.Sprintf("store %s does not answer (%v) and limits.on_store_failure is closed", a.storeName, err)
 	default:
 		return true, fmt.Sprintf("store %s does not answer (%v); deciding per limits.on_store_failure: %v",

@@ -11,7 +11,6 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit/breaker"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/latency"
-	"github.com/sentinel-gateway/sentinel/limit/limitconf"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -24,8 +23,8 @@ import (
 // window; the lease size shrinks to 1 as the budget nears its end.
 type Limiter struct {
 	cfg      Config
-	alg      store.Algorithm         // limits.algorithm
-	policy   limitconf.FailurePolicy // limits.on_store_failure
+	alg      store.Algorithm // limits.algorithm
+	policy   FailurePolicy   // limits.on_store_failure
 	store    store.Store
 	fallback *store.MemoryStore // the local policy's per-pod limits
 	// shared: the store is another process's (Redis): it can fail (the

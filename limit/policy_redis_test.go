@@ -13,7 +13,6 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/internal/redistest"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/limitconf"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -93,7 +92,7 @@ func policiesOn(t *testing.T, addrs []string) {
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
 	st := store.NewRedisStore(cl, store.RedisStoreOptions{KeyPrefix: "pol"})
-	cfg := testLimitsConfig(func(c *Config) { c.IP, c.IPScope = 1000, limitconf.IPScopeAnonymous })
+	cfg := testLimitsConfig(func(c *Config) { c.IP, c.IPScope = 1000, IPScopeAnonymous })
 	bids := bidsPolicy(10, 25)
 	bids.Limits[0].Window = confutil.Duration(200 * time.Millisecond)
 	no := false

@@ -11,7 +11,6 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/limitconf"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -106,7 +105,7 @@ func TestPolicyTwoLimitsAllOrNothing(t *testing.T) {
 // TestIPScopeAnonymous: limits.ip_scope anonymous leaves requests with a
 // known API key to their key and tenant limits.
 func TestIPScopeAnonymous(t *testing.T) {
-	for _, scope := range []limitconf.IPScope{limitconf.IPScopeAll, limitconf.IPScopeAnonymous} {
+	for _, scope := range []IPScope{IPScopeAll, IPScopeAnonymous} {
 		cfg := testLimitsConfig(func(c *Config) { c.IP, c.IPScope = 2, scope })
 		l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: testCatalog(t)})
 		ctx := context.Background()
@@ -125,7 +124,7 @@ func TestIPScopeAnonymous(t *testing.T) {
 			}
 		}
 		assert.Equal(t, 2, anonPassed, "%s: an anonymous client is held by its IP", scope)
-		if scope == limitconf.IPScopeAll {
+		if scope == IPScopeAll {
 			assert.Equal(t, 2, passed, "all: the IP limit holds a known client too")
 		} else {
 			assert.Equal(t, 5, passed, "anonymous: a known client is not held by its IP")

@@ -17,7 +17,7 @@ import (
 // Policies is the `policies` section.
 type Policies []Policy
 
-// LiveKey reports that the section applies on a reload: the root compiles
+// LiveKey reports that the section applies on a reload: the gateway compiles
 // the new policies and the catalog swaps them in.
 func (Policies) LiveKey(string) bool { return true }
 
