@@ -6,7 +6,6 @@ import (
 	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/resets"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -64,7 +63,7 @@ type CatalogWriter interface {
 }
 
 // Resets tells every pod that a counter was reset, so that each drops what
-// it holds for the store key (DELETE /v1/counters). *resets.Bus implements
+// it holds for the store key (DELETE /v1/counters). *limit.ResetBus implements
 // it. Publish must return when ctx ends.
 type Resets interface {
 	Publish(ctx context.Context, key string) error
@@ -122,6 +121,6 @@ var (
 	_ Limiter       = (*limit.Limiter)(nil)
 	_ Catalog       = (*catalog.Catalog)(nil)
 	_ CatalogWriter = (*catalog.Sync)(nil)
-	_ Resets        = (*resets.Bus)(nil)
+	_ Resets        = (*limit.ResetBus)(nil)
 	_ Adaptive      = (*adaptive.Controller)(nil)
 )

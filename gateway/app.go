@@ -21,7 +21,6 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/logx"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/resets"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 	"github.com/sentinel-gateway/sentinel/proxy"
 	"github.com/sentinel-gateway/sentinel/rls"
@@ -49,8 +48,8 @@ type Gateway struct {
 	store     store.Store    // a *store.LateStore when Redis did not answer at start
 	storeName string
 	catalog   *catalog.Catalog
-	sync      *catalog.Sync // in-process only without Redis
-	resets    *resets.Bus   // counter resets to and from every pod
+	sync      *catalog.Sync   // in-process only without Redis
+	resets    *limit.ResetBus // counter resets to and from every pod
 	adaptive  *adaptive.Controller
 	limiter   *liveLimiter
 	upstreams *upstream.Set
@@ -143,7 +142,7 @@ func (a *Gateway) buildLimits(cfg *Config) (err error) {
 	})
 	// The limiter is built after the bus; a reset heard before it finds
 	// nothing to drop.
-	a.resets = resets.New(a.redis, cfg.Redis.KeyPrefix, func(key string) {
+	a.resets = limit.NewResetBus(a.redis, cfg.Redis.KeyPrefix, func(key string) {
 		if a.limiter != nil {
 			a.limiter.Forget(key)
 		}
