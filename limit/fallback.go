@@ -14,7 +14,7 @@ import (
 // pod's share of the limit has room (localShare) and, with a bucket b (its
 // mutex held) that the store answered within the last window, what that
 // answer left has room too (fallbackRoom); what passes is counted in b, for
-// the store (see bucket.addOwn). open tells that the store's breaker is
+// the store (see bucket.addUnleased). open tells that the store's breaker is
 // open (a failure that lasts), not that one call failed; now is b's time.
 func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b *bucket, open bool, now int64) verdict {
 	switch l.policy {
@@ -53,8 +53,8 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 		// Reported with the bucket's next call that reaches the store, so
 		// that the store, once it answers again, does not grant the
 		// window's whole budget on top of these.
-		b.addOwn(tokens, now, ownWidth(s.params.Window))
-		b.ownUntil = max(b.ownUntil, s.countsUntil(now))
+		b.addUnleased(tokens, now, unleasedWidth(s.params.Window))
+		b.unleasedUntil = max(b.unleasedUntil, s.countsUntil(now))
 		b.fallbackUsed += tokens
 	}
 	d := s.decision(allowed, res.Remaining, res.RetryAfter, int64(res.Reset))
@@ -155,7 +155,7 @@ func (l *Limiter) saturated(s *spec, b *bucket, now int64) bool {
 // the store's remaining budget can hold permits that they used, so this
 // pod keeps to its local share. The caller holds b.mu.
 func (l *Limiter) recovering(s *spec, b *bucket, now int64) bool {
-	last := max(b.ownAt, b.failedAt)
+	last := max(b.unleasedAt, b.failedAt)
 	return l.shared && l.policy == FailLocal && last > 0 && s.params.Window > 0 &&
 		now-last < int64(s.params.Window)
 }

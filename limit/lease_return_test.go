@@ -284,10 +284,10 @@ func TestStoreLearnsWhatTheLocalShareLetThrough(t *testing.T) {
 			// Past the breaker's cooldown (and the late answers' give-backs),
 			// the pod's next call reaches Redis and reports the 10.
 			time.Sleep(700 * time.Millisecond)
-			reported := reportedOwn.Get()
+			reported := reportedUnleased.Get()
 			d := pod.Allow(context.Background(), &Request{IP: ip})
 			assert.False(t, d.Allowed, "Redis granted on top of what the local share let through: %+v", d)
-			assert.Greater(t, reportedOwn.Get(), reported, "nothing reported")
+			assert.Greater(t, reportedUnleased.Get(), reported, "nothing reported")
 			other := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
 			got, _ = allowN(other, &Request{IP: ip}, 5)
 			assert.Zero(t, got, "another pod got permits of a limit the first one used up")
