@@ -72,7 +72,7 @@ func TestDeleteConfigEntryNamesTheField(t *testing.T) {
 	var lcfg limit.Config
 	lcfg.SetDefaults()
 	rule := catalog.Rule{Tenant: "acme", Resource: "bids", Limit: 5}
-	rule.SetDefaults(lcfg.Algorithm, lcfg.Window)
+	rule.SetDefaults(lcfg.CatalogDefaults())
 	cat, err := catalog.NewCatalog(nil, []catalog.Tenant{{ID: "acme", Plan: "FREE"}}, []catalog.Rule{rule})
 	require.NoError(t, err)
 	mem := store.NewMemoryStore(store.MemoryOptions{})

@@ -25,7 +25,7 @@ func TestCheckDecidesPolicies(t *testing.T) {
 	ps, err := catalog.CompilePolicies([]catalog.Policy{{
 		Name: "bids-per-user", Match: catalog.PolicyMatch{Methods: []string{"POST"}, Headers: map[string]string{"X-Env": "prod"}},
 		Key: []string{"header:X-User-Id", "query:region"}, Limits: []catalog.PolicyLimit{{Limit: 2}},
-	}}, lcfg.PolicyDefaults())
+	}}, lcfg.CatalogDefaults())
 	require.NoError(t, err)
 	mem := store.NewMemoryStore(store.MemoryOptions{})
 	t.Cleanup(mem.Close)

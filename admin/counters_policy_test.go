@@ -28,7 +28,7 @@ func policyAdmin(t *testing.T, policies ...catalog.Policy) *fasthttp.Client {
 	lcfg.SetDefaults()
 	cat := testTenants(t)
 	w := catalog.NewSync(nil, cat, catalog.SyncOptions{})
-	require.NoError(t, w.SetPolicyBase(policies, lcfg.PolicyDefaults()))
+	require.NoError(t, w.SetPolicyBase(policies, lcfg.CatalogDefaults()))
 	mem := store.NewMemoryStore(store.MemoryOptions{})
 	t.Cleanup(mem.Close)
 	lim, err := limit.NewLimiter(lcfg, mem, limit.Options{Catalog: cat, Policies: w.PolicySet()})

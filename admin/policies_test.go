@@ -30,7 +30,7 @@ func startPolicyAdmin(t *testing.T, await bool) *fasthttp.Client {
 	cat := testTenants(t)
 	w := catalog.NewSync(nil, cat, catalog.SyncOptions{})
 	file := catalog.Policy{Name: "per-ip", Key: []string{"ip"}, Limits: []catalog.PolicyLimit{{Limit: 10}}}
-	require.NoError(t, w.SetPolicyBase([]catalog.Policy{file}, lcfg.PolicyDefaults()))
+	require.NoError(t, w.SetPolicyBase([]catalog.Policy{file}, lcfg.CatalogDefaults()))
 	lim, err := limit.NewLimiter(lcfg, mem, limit.Options{Catalog: cat, Policies: w.PolicySet()})
 	require.NoError(t, err)
 	t.Cleanup(lim.Close)

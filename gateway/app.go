@@ -148,7 +148,7 @@ func (a *Gateway) buildLimits(cfg *Config) (err error) {
 		}
 	})
 	// The sync compiles the file's policies with the API's over them.
-	if err := a.sync.SetPolicyBase(cfg.Policies, cfg.Limits.PolicyDefaults()); err != nil {
+	if err := a.sync.SetPolicyBase(cfg.Policies, cfg.Limits.CatalogDefaults()); err != nil {
 		return err
 	}
 	if a.pending() {

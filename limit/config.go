@@ -196,10 +196,10 @@ func (s *IPScope) UnmarshalText(text []byte) error {
 	return confutil.UnmarshalName(s, text, ParseIPScope)
 }
 
-// PolicyDefaults are what the section gives the policies: the default
-// algorithm and window, and the quotas' time zone.
-func (c *Config) PolicyDefaults() catalog.PolicyDefaults {
-	return catalog.PolicyDefaults{Algorithm: c.Algorithm, Window: c.Window, Zone: c.QuotaTimeZone.Location()}
+// CatalogDefaults are what the section gives the rules and the policies:
+// the default algorithm and window, and the quotas' time zone.
+func (c *Config) CatalogDefaults() catalog.Defaults {
+	return catalog.Defaults{Algorithm: c.Algorithm, Window: c.Window, Zone: c.QuotaTimeZone.Location()}
 }
 
 // Shorthands are the section's shorthand limits (tenant, api_key, ip and

@@ -81,7 +81,7 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 		catalog:  opts.Catalog,
 		// The rules are looked up in the catalog for each request: a
 		// change of the catalog applies without a new limiter.
-		shorthand: catalog.CompileShorthand(cfg.Shorthands(), cfg.PolicyDefaults(), opts.Catalog),
+		shorthand: catalog.CompileShorthand(cfg.Shorthands(), cfg.CatalogDefaults(), opts.Catalog),
 		policies:  opts.Policies,
 		now:       opts.Now,
 		table:     newBucketTable(cfg.MaxKeys),

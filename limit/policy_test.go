@@ -43,7 +43,7 @@ func (h headers) Query([]byte) []byte    { return nil }
 // withPolicies compiles policies under the defaults of cfg.
 func withPolicies(t testing.TB, cfg Config, policies ...catalog.Policy) *catalog.PolicySet {
 	t.Helper()
-	ps, err := catalog.CompilePolicies(policies, cfg.PolicyDefaults())
+	ps, err := catalog.CompilePolicies(policies, cfg.CatalogDefaults())
 	require.NoError(t, err)
 	return ps
 }

@@ -58,7 +58,7 @@ func inProcessLimiter(tb testing.TB, cat *catalog.Catalog) *limit.Limiter {
 		{Name: "tenant-day", Match: catalog.PolicyMatch{Resources: []string{"api"}}, Key: []string{"tenant", "query:id"},
 			Limits: []catalog.PolicyLimit{{Limit: big, Period: store.Day}}},
 		{Name: "subnet", Key: []string{"ip/24", "method"}, Limits: []catalog.PolicyLimit{{Limit: big, Window: hour}}},
-	}, cfg.PolicyDefaults())
+	}, cfg.CatalogDefaults())
 	require.NoError(tb, err)
 	st := store.NewMemoryStore(store.MemoryOptions{})
 	l, err := limit.NewLimiter(cfg, st, limit.Options{Catalog: cat, Policies: ps})

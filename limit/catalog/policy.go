@@ -142,7 +142,7 @@ func (ps *PolicySet) For(resource string) (named, any []*CompiledPolicy) {
 // registers each limit's metric series, which a check must not leave
 // behind. Errors name the YAML key (policies[0].limits[1].period), one line
 // per bad key.
-func CheckPolicies(policies []Policy, def PolicyDefaults) error {
+func CheckPolicies(policies []Policy, def Defaults) error {
 	var errs []error
 	names := map[string]int{}
 	for i := range policies {
@@ -166,7 +166,7 @@ func CheckPolicies(policies []Policy, def PolicyDefaults) error {
 // merged with the API's, a list no single check has seen. The set holds
 // its policies' metric series until it is released: by the Live it was
 // stored in when another replaces it, else by Release.
-func CompilePolicies(policies []Policy, def PolicyDefaults) (*PolicySet, error) {
+func CompilePolicies(policies []Policy, def Defaults) (*PolicySet, error) {
 	if err := CheckPolicies(policies, def); err != nil {
 		return nil, err
 	}
@@ -200,7 +200,7 @@ func (ps *PolicySet) Release() {
 }
 
 // compile builds a valid policy's compiled form.
-func compile(p *Policy, def PolicyDefaults) *CompiledPolicy {
+func compile(p *Policy, def Defaults) *CompiledPolicy {
 	cp := &CompiledPolicy{Name: p.Name, Shadow: p.Shadow}
 	for _, k := range p.Key {
 		a, _ := ParseKeyAttr(k)

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/store"
@@ -113,18 +112,11 @@ type Unlimited struct {
 	CIDRs []string `mapstructure:"cidrs" json:"cidrs,omitempty"`
 }
 
-// PolicyDefaults are what the limits section gives the policies.
-type PolicyDefaults struct {
-	Algorithm store.Algorithm // limits.algorithm
-	Window    time.Duration   // limits.window
-	Zone      *time.Location  // limits.quota_time_zone (nil: UTC)
-}
-
 // Validate checks a policy; field is its YAML key (policies[0]), or "" for
 // the admin API (errors then name the JSON field alone: limits[1].period).
 // The error joins one line per bad key, each naming the policy in the file
 // (the API's path names it).
-func (p *Policy) Validate(field string, def PolicyDefaults) error {
+func (p *Policy) Validate(field string, def Defaults) error {
 	var errs []error
 	key := func(k string) string {
 		if field == "" {
@@ -201,15 +193,15 @@ func (p *Policy) validateMatch(bad func(k, msg string)) {
 
 // rule is l, a limit without a period, as a rule with the defaults
 // applied.
-func (l *PolicyLimit) rule(def PolicyDefaults) Rule {
+func (l *PolicyLimit) rule(def Defaults) Rule {
 	r := Rule{Algorithm: l.Algorithm, Limit: l.Limit, Window: l.Window, Capacity: l.Capacity, RefillRate: l.RefillRate}
-	r.SetDefaults(def.Algorithm, def.Window)
+	def.fill(&r.Algorithm, &r.Window)
 	return r
 }
 
 // validate returns what is wrong with l, each error naming its key
 // within the limit (limit, window, period, ...).
-func (l *PolicyLimit) validate(def PolicyDefaults) []*ValidationError {
+func (l *PolicyLimit) validate(def Defaults) []*ValidationError {
 	if l.Period != store.NoPeriod {
 		var errs []*ValidationError
 		bad := func(k, msg string) { errs = append(errs, &ValidationError{Field: k, Msg: msg}) }
@@ -243,7 +235,7 @@ func (l *PolicyLimit) validate(def PolicyDefaults) []*ValidationError {
 }
 
 // Params returns the store parameters of a valid limit.
-func (l *PolicyLimit) Params(def PolicyDefaults) store.Params {
+func (l *PolicyLimit) Params(def Defaults) store.Params {
 	if l.Period != store.NoPeriod {
 		return store.Params{Algorithm: store.Quota, Limit: l.Limit, Period: l.Period, Zone: def.Zone}
 	}
@@ -254,7 +246,7 @@ func (l *PolicyLimit) Params(def PolicyDefaults) store.Params {
 // Label names a valid limit within its policy: its window ("1s"), its
 // period ("day"), or "bucket" for a token bucket. It is the limit's
 // metric label and part of its store key.
-func (l *PolicyLimit) Label(def PolicyDefaults) string {
+func (l *PolicyLimit) Label(def Defaults) string {
 	p := l.Params(def)
 	switch {
 	case p.Algorithm == store.Quota:

@@ -19,7 +19,7 @@ func TestLiveSet(t *testing.T) {
 	assert.Empty(t, any)
 
 	ps, err := CompilePolicies([]Policy{{Name: "bids", Match: PolicyMatch{Resources: []string{"bids"}}, Key: []string{"ip"}, Limits: []PolicyLimit{{Limit: 5}}},
-		{Name: "all", Key: []string{"ip"}, Limits: []PolicyLimit{{Limit: 50}}}}, PolicyDefaults{Algorithm: store.SlidingWindow, Window: 1e9})
+		{Name: "all", Key: []string{"ip"}, Limits: []PolicyLimit{{Limit: 50}}}}, Defaults{Algorithm: store.SlidingWindow, Window: 1e9})
 	require.NoError(t, err)
 	l.Store(ps)
 	assert.Equal(t, 2, ls.Len())

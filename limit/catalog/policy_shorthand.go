@@ -49,7 +49,7 @@ type Source struct {
 
 // baseSource is the Source of a limit of the `limits` section, n per
 // window of def.
-func baseSource(n int64, def PolicyDefaults) *Source {
+func baseSource(n int64, def Defaults) *Source {
 	return &Source{base: n, window: def.Window, params: baseParams(n, def)}
 }
 
@@ -103,7 +103,7 @@ type Shorthands struct {
 // are, in the order a request decides them: the rules of cat (none when
 // it is nil), then tenant, api_key and ip. Their limits use the defaults'
 // algorithm and window.
-func CompileShorthand(sh Shorthands, def PolicyDefaults, cat *Catalog) []*CompiledPolicy {
+func CompileShorthand(sh Shorthands, def Defaults, cat *Catalog) []*CompiledPolicy {
 	var out []*CompiledPolicy
 	if cat != nil {
 		// {match: {resources: [R]}, key: [tenant, resource]} for each rule,
@@ -134,7 +134,7 @@ func CompileShorthand(sh Shorthands, def PolicyDefaults, cat *Catalog) []*Compil
 // shorthand compiles c, the policy a shorthand limit is. Its limits have
 // no item name nor counters of their own: answers name them by their
 // scope, as before policies.
-func shorthand(c *Policy, sh Shorthand, def PolicyDefaults, src *Source) *CompiledPolicy {
+func shorthand(c *Policy, sh Shorthand, def Defaults, src *Source) *CompiledPolicy {
 	cp := compile(c, def)
 	cp.Shorthand, cp.Source = sh, src
 	if src != nil && len(cp.Params) == 0 {
@@ -147,11 +147,11 @@ func shorthand(c *Policy, sh Shorthand, def PolicyDefaults, src *Source) *Compil
 
 // baseLimits are the limits of a shorthand of the `limits` section: n per
 // window (baseLimit).
-func baseLimits(n int64, def PolicyDefaults) PolicyLimits { return PolicyLimits{baseLimit(n, def)} }
+func baseLimits(n int64, def Defaults) PolicyLimits { return PolicyLimits{baseLimit(n, def)} }
 
 // baseParams are baseLimit's store parameters (its Params), derived
 // directly.
-func baseParams(n int64, def PolicyDefaults) store.Params {
+func baseParams(n int64, def Defaults) store.Params {
 	if def.Algorithm == store.TokenBucket {
 		return store.Params{Algorithm: store.TokenBucket, Capacity: n, RefillRate: float64(n) / def.Window.Seconds()}
 	}
@@ -160,7 +160,7 @@ func baseParams(n int64, def PolicyDefaults) store.Params {
 
 // baseLimit is n per window under the default algorithm; as a token
 // bucket, n tokens refilled over a window.
-func baseLimit(n int64, def PolicyDefaults) PolicyLimit {
+func baseLimit(n int64, def Defaults) PolicyLimit {
 	if def.Algorithm == store.TokenBucket {
 		return PolicyLimit{Algorithm: store.TokenBucket, Capacity: n, RefillRate: float64(n) / def.Window.Seconds()}
 	}

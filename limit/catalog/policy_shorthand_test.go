@@ -70,11 +70,11 @@ func TestShorthandLimits(t *testing.T) {
 	_, ok = ps[0].Limit(&p, 0, &Subject{Resource: "bids"}, 1, 1)
 	assert.False(t, ok, "the anonymous rule needs a client IP")
 
-	tb := PolicyDefaults{Algorithm: store.TokenBucket, Window: 2 * time.Second}
+	tb := Defaults{Algorithm: store.TokenBucket, Window: 2 * time.Second}
 	tenant := CompileShorthand(Shorthands{Tenant: 10}, tb, nil)[0]
 	tenant.Limit(&p, 0, known, 1.33, 0.5)
 	assert.Equal(t, store.Params{Algorithm: store.TokenBucket, Capacity: 6, RefillRate: 3}, p, "10 × 1.33 = 13, × 0.5 = 6 per 2s")
-	for _, def := range []PolicyDefaults{testDefaults, tb, {Algorithm: store.SlidingLog, Window: time.Minute}} {
+	for _, def := range []Defaults{testDefaults, tb, {Algorithm: store.SlidingLog, Window: time.Minute}} {
 		c := CompileShorthand(Shorthands{APIKey: 9}, def, nil)[0]
 		var p store.Params
 		c.Limit(&p, 0, &Subject{APIKey: []byte("k")}, 1, 1)

@@ -20,7 +20,7 @@ type mapAttrs struct{ headers, query map[string]string }
 func (m mapAttrs) Header(n []byte) []byte { return []byte(m.headers[string(n)]) }
 func (m mapAttrs) Query(n []byte) []byte  { return []byte(m.query[string(n)]) }
 
-var testDefaults = PolicyDefaults{Algorithm: store.SlidingWindow, Window: time.Second, Zone: time.UTC}
+var testDefaults = Defaults{Algorithm: store.SlidingWindow, Window: time.Second, Zone: time.UTC}
 
 func bidsPolicy() Policy {
 	return Policy{
@@ -131,7 +131,7 @@ func TestPolicyValidationNamesTheKey(t *testing.T) {
 // registers them.
 func TestCheckCompilesNothing(t *testing.T) {
 	policies := []Policy{{Name: "checked-only", Key: []string{"ip"}, Limits: []PolicyLimit{{Limit: 5}}}}
-	def := PolicyDefaults{Algorithm: store.SlidingWindow, Window: time.Second}
+	def := Defaults{Algorithm: store.SlidingWindow, Window: time.Second}
 	series := func() string {
 		var b strings.Builder
 		metrics.WritePrometheus(&b, false)

@@ -31,7 +31,7 @@ type PolicyEntry struct {
 type policyState struct {
 	base   []Policy
 	byName map[string]bool // names of base
-	def    PolicyDefaults
+	def    Defaults
 	api    map[string]Policy // guarded by Sync.mu
 	view   atomic.Pointer[[]PolicyEntry]
 	live   *LivePolicies // what the limiters decide with
@@ -96,7 +96,7 @@ func (s *Sync) PolicySet() *PolicySet { return s.pol.live.Set() }
 // algorithm, window and time zone from; the API's policies still override
 // the file's of the same name. Errors name the file's key
 // (policies[1].limits[0].period); nothing changes then.
-func (s *Sync) SetPolicyBase(policies []Policy, def PolicyDefaults) error {
+func (s *Sync) SetPolicyBase(policies []Policy, def Defaults) error {
 	if err := CheckPolicies(policies, def); err != nil {
 		return err
 	}
@@ -173,16 +173,14 @@ func (s *Sync) DeletePolicy(ctx context.Context, name string) error {
 
 // pinDefaults fills in each window limit's algorithm and window from def,
 // as compiling it would.
-func pinDefaults(p Policy, def PolicyDefaults) Policy {
+func pinDefaults(p Policy, def Defaults) Policy {
 	p.Limits = slices.Clone(p.Limits)
 	for i := range p.Limits {
 		l := &p.Limits[i]
 		if l.Period != store.NoPeriod {
 			continue
 		}
-		r := Rule{Algorithm: l.Algorithm, Window: l.Window}
-		r.SetDefaults(def.Algorithm, def.Window)
-		l.Algorithm, l.Window = r.Algorithm, r.Window
+		def.fill(&l.Algorithm, &l.Window)
 	}
 	return p
 }
@@ -193,7 +191,7 @@ func policyJSON(p Policy) string {
 }
 
 // decodePolicy reads a stored policy, valid under def.
-func decodePolicy(doc string, def PolicyDefaults) (Policy, error) {
+func decodePolicy(doc string, def Defaults) (Policy, error) {
 	var p Policy
 	if err := json.Unmarshal([]byte(doc), &p); err != nil {
 		return Policy{}, err

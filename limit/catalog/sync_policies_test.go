@@ -15,7 +15,7 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
-var policyDefaults = PolicyDefaults{Algorithm: store.SlidingWindow, Window: time.Second}
+var policyDefaults = Defaults{Algorithm: store.SlidingWindow, Window: time.Second}
 
 // filePolicy is the configuration file's policy of the tests.
 var filePolicy = Policy{Name: "per-ip", Key: []string{"ip"}, Limits: []PolicyLimit{{Limit: 10}}}
