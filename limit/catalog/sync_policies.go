@@ -94,12 +94,12 @@ func (s *Sync) PolicySet() *PolicySet { return s.pol.live.Set() }
 // SetPolicyBase replaces the policies of the configuration file (at start
 // and on a reload) and the defaults they and the API's take their
 // algorithm, window and time zone from; the API's policies still override
-// the file's of the same name. Errors name the file's key
-// (policies[1].limits[0].period); nothing changes then.
+// the file's of the same name. The file's policies were checked with
+// their section; compiling them under the API's checks the list they make
+// together, which no single check has seen. Errors name the policy's key
+// in that list (policies[1].limits[0].period: the file's come first, in
+// file order); nothing changes then.
 func (s *Sync) SetPolicyBase(policies []Policy, def Defaults) error {
-	if err := CheckPolicies(policies, def); err != nil {
-		return err
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, oldNames, oldDef := s.pol.base, s.pol.byName, s.pol.def
