@@ -60,9 +60,9 @@ func LoadConfig(path string, environ []string) (*Config, error) {
 
 // namePolicies puts the policy's name in each line about a key inside a
 // policy (policies[0].limits[1].period: policy "bids": ...), as
-// policy.Validate does for the keys it checks: a file's policies are found by
-// name more easily than by index, whether the decoder or Validate refuses
-// the value.
+// catalog.Policy.Validate does for the keys it checks: a file's policies
+// are found by name more easily than by index, whether the decoder or
+// Validate refuses the value.
 func namePolicies(lines []string, raw map[string]any) {
 	policies, _ := raw["policies"].([]any)
 	for i, line := range lines {

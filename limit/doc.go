@@ -41,12 +41,28 @@
 // (return, used, unleased, unleased_ago, unleased_before) and MemoryStore's
 // fields.
 //
-// The stores and the algorithms are in limit/store; the tenants, plans and
-// rules, and their lookup, in limit/catalog; the policies in limit/policy.
 // Every limit of a request is a policy's: limits.tenant, limits.api_key,
 // limits.ip and the rules compile into policies when the Limiter is built
-// (policy.CompileShorthand), and specs.go builds each request's limits from
+// (catalog.CompileShorthand), and specs.go builds each request's limits from
 // them and the `policies` section by one path.
+//
+// # Resets
+//
+// A reset makes one budget whole again on every pod (reset.go): ScopeKey
+// and PolicyKey name its store keys, Limiter.Reset has the store drop its
+// counts and this pod what it holds, and the ResetBus tells the other pods,
+// which Forget the key.
+//
+// # Layout
+//
+// Package limit is the limiter and the lease protocol, and owns the
+// configuration's limit sections (Sections: plans, tenants, limits, rules,
+// policies; Config is the limits section). Beside it, by concept:
+// limit/store is the Store contract, RedisStore running the Lua scripts,
+// MemoryStore and the algorithms; limit/catalog is the plans, tenants,
+// rules and policies and their sync across pods. limit/breaker (the store
+// breaker per node) and limit/latency (the decision time histogram) are
+// used by the limiter alone.
 //
 // A breaker per store node stops store calls after consecutive failures;
 // meanwhile the failure policy decides (each pod's share of the limit, allow,

@@ -49,7 +49,7 @@ func (l *Limiter) Forget(key []byte) {
 // PolicyKey appends the store key of limit i of policy p, one of the
 // `policies` section (PolicySet.Lookup's), for the budget of identity id
 // (AppendIdentity's or AppendIdentityOf's), as the limiter builds it:
-// {pol:<name>:<limit label>:<identity>} (Compiled.AppendKey).
+// {pol:<name>:<limit label>:<identity>} (CompiledPolicy.AppendKey).
 func PolicyKey(dst []byte, p *catalog.CompiledPolicy, i int, id []byte) []byte {
 	return p.AppendKey(dst, i, id, nil)
 }

@@ -96,16 +96,16 @@ type headerMatch struct {
 }
 
 // PolicySet is the compiled `policies` section. It is read-only; a live one
-// (Live.PolicySet) answers with the set its Live holds at each call.
+// (LivePolicies.Set) answers with the set its LivePolicies holds at each call.
 type PolicySet struct {
 	all         []*CompiledPolicy
 	byResource  map[string][]*CompiledPolicy // policies that match these resources
 	anyResource []*CompiledPolicy            // policies that match any resource
-	live        *atomic.Pointer[PolicySet]   // non-nil: the Live's current set
+	live        *atomic.Pointer[PolicySet]   // non-nil: the LivePolicies' current set
 	released    atomic.Bool                  // Release ran: its series are no longer held
 }
 
-// now is the set that applies: ps, or its Live's current one.
+// now is the set that applies: ps, or its LivePolicies' current one.
 func (ps *PolicySet) now() *PolicySet {
 	if ps != nil && ps.live != nil {
 		return ps.live.Load()
@@ -164,7 +164,7 @@ func CheckPolicies(policies []Policy, def Defaults) error {
 // CompilePolicies checks and compiles the `policies` section, with Check's errors.
 // It checks what it compiles because its input is the file's policies
 // merged with the API's, a list no single check has seen. The set holds
-// its policies' metric series until it is released: by the Live it was
+// its policies' metric series until it is released: by the LivePolicies it was
 // stored in when another replaces it, else by Release.
 func CompilePolicies(policies []Policy, def Defaults) (*PolicySet, error) {
 	if err := CheckPolicies(policies, def); err != nil {
@@ -262,7 +262,7 @@ func compile(p *Policy, def Defaults) *CompiledPolicy {
 }
 
 // Matches reports whether the policy applies to s (its resource aside,
-// which Set.For selects). It allocates nothing.
+// which PolicySet.For selects). It allocates nothing.
 func (p *CompiledPolicy) Matches(s *Subject) bool {
 	return p.matchAll || p.matches(s)
 }

@@ -11,7 +11,7 @@ type LivePolicies struct {
 	view PolicySet
 }
 
-// NewLivePolicies returns a Live that holds no policies.
+// NewLivePolicies returns a LivePolicies that holds no policies.
 func NewLivePolicies() *LivePolicies {
 	l := &LivePolicies{}
 	l.view.live = &l.cur
@@ -20,13 +20,13 @@ func NewLivePolicies() *LivePolicies {
 
 // Store makes ps the policies that apply (nil: none) and releases the set
 // it replaces, whose policies' metric series go unless ps has them too.
-// ps must not be a live set, nor be stored in another Live.
+// ps must not be a live set, nor be stored in another LivePolicies.
 func (l *LivePolicies) Store(ps *PolicySet) {
 	if old := l.cur.Swap(ps); old != ps {
 		old.Release()
 	}
 }
 
-// Set returns the live set: a Set whose methods answer with the policies
+// Set returns the live set: a PolicySet whose methods answer with the policies
 // stored last.
 func (l *LivePolicies) Set() *PolicySet { return &l.view }

@@ -27,7 +27,7 @@ type PolicyCounters struct {
 var decisions = [3]string{"allowed", "blocked", "shadow_blocked"}
 
 // seriesRegistry keeps the decision series of the policies that exist:
-// those of a compiled Set not yet released. A series is registered while
+// those of a compiled PolicySet not yet released. A series is registered while
 // a set holds it and unregistered when the last one is released, so that
 // a policy removed by a reload or the admin API leaves no series behind.
 // It also hands out the policy label values: a name keeps its value (its

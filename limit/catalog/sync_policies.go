@@ -141,7 +141,7 @@ func (s *Sync) Policy(name string) (PolicyEntry, bool) {
 // reports that no API policy had its name (a file policy it overrides
 // aside). A bad policy is a *ValidationError naming the JSON field
 // (limits[1].period), as the file's checks name its keys: both run
-// Config.Validate. The stored policy has the limits' algorithm and
+// Policy.Validate. The stored policy has the limits' algorithm and
 // window filled in from the defaults, so that it means the same on every
 // pod whatever its limits section says.
 func (s *Sync) PutPolicy(ctx context.Context, p Policy) (created bool, err error) {
