@@ -15,7 +15,6 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/catalogsync"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -64,7 +63,7 @@ func memServer(tb testing.TB, cfg Config, lcfg limit.Config) *Server {
 	require.NoError(tb, err)
 	tb.Cleanup(lim.Close)
 	cfg.SetDefaults() // as loading the configuration does
-	s, err := New(Deps{Config: cfg, Limiter: lim, Catalog: cat, Writer: catalogsync.New(nil, cat, catalogsync.Options{})})
+	s, err := New(Deps{Config: cfg, Limiter: lim, Catalog: cat, Writer: catalog.NewSync(nil, cat, catalog.SyncOptions{})})
 	require.NoError(tb, err)
 	return s
 }
@@ -107,7 +106,7 @@ func TestConfigRefusesAnExposedListenerWithoutToken(t *testing.T) {
 	err := exposed.Validate()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "server.admin_token: required")
-	_, err = New(Deps{Catalog: cat, Writer: catalogsync.New(nil, cat, catalogsync.Options{})})
+	_, err = New(Deps{Catalog: cat, Writer: catalog.NewSync(nil, cat, catalog.SyncOptions{})})
 	assert.EqualError(t, err, "admin: New needs a limiter")
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/catalogsync"
 )
 
 // writeTimeout bounds a rule or tenant write (a Redis round trip and a
@@ -172,7 +171,7 @@ func decodeNamed(ctx *fasthttp.RequestCtx, v any, field string, name *string, pa
 	return true
 }
 
-// configEntryError is catalogsync.ErrConfigEntry for one entry: field is the
+// configEntryError is catalog.ErrConfigEntry for one entry: field is the
 // config.yaml key that holds it, where the operator must look to remove it.
 type configEntryError struct {
 	field, msg string
@@ -182,10 +181,10 @@ type configEntryError struct {
 func (e *configEntryError) Error() string { return e.msg }
 func (e *configEntryError) Unwrap() error { return e.err }
 
-// fromConfig names the config key and the entry of a catalogsync.ErrConfigEntry
+// fromConfig names the config key and the entry of a catalog.ErrConfigEntry
 // (other errors pass through).
 func fromConfig(err error, field, entry string) error {
-	if !errors.Is(err, catalogsync.ErrConfigEntry) {
+	if !errors.Is(err, catalog.ErrConfigEntry) {
 		return err
 	}
 	return &configEntryError{field: field, err: err,
@@ -220,7 +219,7 @@ func (s *Server) answerChange(ctx *fasthttp.RequestCtx, err error, status int, b
 		writeError(ctx, fasthttp.StatusBadRequest, ve.Field, ve.Msg)
 	case errors.Is(err, catalog.ErrEntryNotFound):
 		writeError(ctx, fasthttp.StatusNotFound, "", "no such entry")
-	case errors.Is(err, catalogsync.ErrConfigEntry):
+	case errors.Is(err, catalog.ErrConfigEntry):
 		var ce *configEntryError
 		if errors.As(err, &ce) {
 			writeError(ctx, fasthttp.StatusConflict, ce.field, ce.msg)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/catalogsync"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -73,7 +72,7 @@ func TestDeleteConfigEntryNamesTheField(t *testing.T) {
 	var lcfg limit.Config
 	lcfg.SetDefaults()
 	rule := catalog.Rule{Tenant: "acme", Resource: "bids", Limit: 5}
-	rule.SetDefaults(lcfg.Algorithm, lcfg.Window)
+	rule.SetDefaults(lcfg.CatalogDefaults())
 	cat, err := catalog.NewCatalog(nil, []catalog.Tenant{{ID: "acme", Plan: "FREE"}}, []catalog.Rule{rule})
 	require.NoError(t, err)
 	mem := store.NewMemoryStore(store.MemoryOptions{})
@@ -81,7 +80,7 @@ func TestDeleteConfigEntryNamesTheField(t *testing.T) {
 	lim, err := limit.NewLimiter(lcfg, mem, limit.Options{Catalog: cat})
 	require.NoError(t, err)
 	t.Cleanup(lim.Close)
-	s, err := New(Deps{Config: provisioned(Config{Listen: "127.0.0.1:0"}), Limiter: lim, Catalog: cat, Writer: catalogsync.New(nil, cat, catalogsync.Options{})})
+	s, err := New(Deps{Config: provisioned(Config{Listen: "127.0.0.1:0"}), Limiter: lim, Catalog: cat, Writer: catalog.NewSync(nil, cat, catalog.SyncOptions{})})
 	require.NoError(t, err)
 	ln := fasthttputil.NewInmemoryListener()
 	go func() { _ = s.Serve(ln) }()

@@ -347,7 +347,7 @@ func jsonFieldError(err error) *catalog.ValidationError {
 		if typ.Field == "" {
 			return badField("body", "want a JSON object, got "+typ.Value)
 		}
-		// A list that names its entries' index (policy.Limits) gets its
+		// A list that names its entries' index (catalog.PolicyLimits) gets its
 		// own name put before it with a dot: limits.[1].period.
 		typ.Field = strings.ReplaceAll(typ.Field, ".[", "[")
 		want := jsonTypeName(typ.Type.Kind().String())

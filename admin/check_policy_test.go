@@ -12,8 +12,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/sentinel-gateway/sentinel/limit"
-	"github.com/sentinel-gateway/sentinel/limit/catalogsync"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -23,17 +22,17 @@ func TestCheckDecidesPolicies(t *testing.T) {
 	var lcfg limit.Config
 	lcfg.SetDefaults()
 	cat := testTenants(t)
-	ps, err := policy.Compile([]policy.Config{{
-		Name: "bids-per-user", Match: policy.Match{Methods: []string{"POST"}, Headers: map[string]string{"X-Env": "prod"}},
-		Key: []string{"header:X-User-Id", "query:region"}, Limits: []policy.Limit{{Limit: 2}},
-	}}, lcfg.PolicyDefaults())
+	ps, err := catalog.CompilePolicies([]catalog.Policy{{
+		Name: "bids-per-user", Match: catalog.PolicyMatch{Methods: []string{"POST"}, Headers: map[string]string{"X-Env": "prod"}},
+		Key: []string{"header:X-User-Id", "query:region"}, Limits: []catalog.PolicyLimit{{Limit: 2}},
+	}}, lcfg.CatalogDefaults())
 	require.NoError(t, err)
 	mem := store.NewMemoryStore(store.MemoryOptions{})
 	t.Cleanup(mem.Close)
 	lim, err := limit.NewLimiter(lcfg, mem, limit.Options{Catalog: cat, Policies: ps})
 	require.NoError(t, err)
 	t.Cleanup(lim.Close)
-	s, err := New(Deps{Config: Config{Listen: "127.0.0.1:0"}, Limiter: lim, Catalog: cat, Writer: catalogsync.New(nil, cat, catalogsync.Options{})})
+	s, err := New(Deps{Config: Config{Listen: "127.0.0.1:0"}, Limiter: lim, Catalog: cat, Writer: catalog.NewSync(nil, cat, catalog.SyncOptions{})})
 	require.NoError(t, err)
 	ln := fasthttputil.NewInmemoryListener()
 	go func() { _ = s.Serve(ln) }()

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/redistest"
 	"github.com/sentinel-gateway/sentinel/limit"
-	"github.com/sentinel-gateway/sentinel/limit/catalogsync"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -34,7 +34,7 @@ func BenchmarkCheckAPIRedis(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(lim.Close)
-	a, err := New(Deps{Config: provisioned(Config{Listen: "127.0.0.1:0"}), Limiter: lim, Catalog: cat, Writer: catalogsync.New(nil, cat, catalogsync.Options{})})
+	a, err := New(Deps{Config: provisioned(Config{Listen: "127.0.0.1:0"}), Limiter: lim, Catalog: cat, Writer: catalog.NewSync(nil, cat, catalog.SyncOptions{})})
 	require.NoError(b, err)
 	hc := &fasthttp.HostClient{Addr: serveLoopback(b, a), MaxConns: 64}
 	var mu sync.Mutex

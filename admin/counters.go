@@ -21,12 +21,6 @@ var counterScopes = map[string]limit.Scope{
 	"ip": limit.ScopeIP, "api_key": limit.ScopeAPIKey, "tenant": limit.ScopeTenant, "rule": limit.ScopeRule,
 }
 
-// storeScopes name the store keys of the derived limits' budgets, as the
-// limiter builds them (limit/specs.go): "{ip:<ip>}", "{key:<api key>}",
-// "{tenant:<id>}", "{rule:<tenant>:<resource>[:<ip>]}". The end-to-end
-// tests reset each and see the budget come back.
-var storeScopes = map[limit.Scope]string{limit.ScopeIP: "ip", limit.ScopeAPIKey: "key", limit.ScopeTenant: "tenant", limit.ScopeRule: "rule"}
-
 // resetCounts count the resets by scope (sentinel_limit_resets_total): a
 // policy's once, whatever its number of limits.
 var resetCounts = func() map[string]*metrics.Counter {
@@ -126,7 +120,7 @@ func (s *Server) counterTarget(args *fasthttp.Args) (counterTarget, int, *catalo
 	if fe != nil {
 		return counterTarget{}, status, fe
 	}
-	k := store.AppendKeyStrings(nil, "", storeScopes[scope], parts...)
+	k := limit.ScopeKey(nil, scope, parts...)
 	return counterTarget{scope: name, keys: [][]byte{k}, params: []store.Params{{}},
 		answer: map[string]any{"scope": name, "key": key},
 		log:    []any{"scope", name, "key", key, "store_key", string(k)}}, 0, nil

@@ -8,11 +8,10 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
 )
 
 // maxPolicyValueLen bounds one key value of a policy reset. A request's
-// value longer than policy.MaxValueLen counts under its hash, so a reset
+// value longer than catalog.MaxValueLen counts under its hash, so a reset
 // takes values well past it, up to what a URL of the admin listener holds.
 const maxPolicyValueLen = 2048
 
@@ -58,7 +57,7 @@ func (s *Server) policyTarget(args *fasthttp.Args) (counterTarget, int, *catalog
 
 // valueMsg says which key value is wrong when there are several.
 func valueMsg(err error, n int) string {
-	var ve *policy.ValueError
+	var ve *catalog.ValueError
 	if n > 1 && errors.As(err, &ve) && ve.Index >= 0 {
 		return "value " + strconv.Itoa(ve.Index+1) + " of " + strconv.Itoa(n) + ": " + ve.Msg
 	}

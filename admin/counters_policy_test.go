@@ -17,19 +17,18 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit"
-	"github.com/sentinel-gateway/sentinel/limit/catalogsync"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // policyAdmin serves the admin API over a limiter that decides with the
 // writer's policies, the file's being policies.
-func policyAdmin(t *testing.T, policies ...policy.Config) *fasthttp.Client {
+func policyAdmin(t *testing.T, policies ...catalog.Policy) *fasthttp.Client {
 	var lcfg limit.Config
 	lcfg.SetDefaults()
 	cat := testTenants(t)
-	w := catalogsync.New(nil, cat, catalogsync.Options{})
-	require.NoError(t, w.SetPolicyBase(policies, lcfg.PolicyDefaults()))
+	w := catalog.NewSync(nil, cat, catalog.SyncOptions{})
+	require.NoError(t, w.SetPolicyBase(policies, lcfg.CatalogDefaults()))
 	mem := store.NewMemoryStore(store.MemoryOptions{})
 	t.Cleanup(mem.Close)
 	lim, err := limit.NewLimiter(lcfg, mem, limit.Options{Catalog: cat, Policies: w.PolicySet()})
@@ -49,8 +48,8 @@ func policyAdmin(t *testing.T, policies ...policy.Config) *fasthttp.Client {
 // API is found as the file's are; bad input gets 400 naming the
 // parameter, an unknown policy 404.
 func TestResetPolicyCounter(t *testing.T) {
-	c := policyAdmin(t, policy.Config{Name: "bids-per-user", Key: []string{"header:X-User-Id", "query:region"},
-		Limits: []policy.Limit{{Limit: 3, Window: confutil.Duration(time.Minute)}, {Limit: 2, Period: store.Day}}})
+	c := policyAdmin(t, catalog.Policy{Name: "bids-per-user", Key: []string{"header:X-User-Id", "query:region"},
+		Limits: []catalog.PolicyLimit{{Limit: 3, Window: confutil.Duration(time.Minute)}, {Limit: 2, Period: store.Day}}})
 	auth := []string{"Authorization", "Bearer s3cret"}
 	check := func(user, region string) bool {
 		body := `{"tenant_id":"acme","resource":"bids","headers":{"X-User-Id":"` + user + `"},"query":{"region":"` + region + `"}}`

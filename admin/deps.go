@@ -6,9 +6,6 @@ import (
 	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/catalogsync"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
-	"github.com/sentinel-gateway/sentinel/limit/resets"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -45,7 +42,7 @@ type Catalog interface {
 
 // CatalogWriter changes rules, tenants and policies, and lists the
 // policies with their origin (the catalog holds them compiled only).
-// *catalogsync.Sync implements it: with Redis it writes through to Redis and
+// *catalog.Sync implements it: with Redis it writes through to Redis and
 // every pod applies the change within a second; without Redis it changes
 // the process's catalog. Put and Delete return a *catalog.ValidationError
 // for a bad rule, tenant or policy (the API answers 400 with its field) and
@@ -58,15 +55,15 @@ type CatalogWriter interface {
 	DeleteRule(ctx context.Context, tenant, resource string) error
 	PutTenant(ctx context.Context, t catalog.Tenant) error
 	DeleteTenant(ctx context.Context, id string) error
-	PutPolicy(ctx context.Context, p policy.Config) (created bool, err error)
+	PutPolicy(ctx context.Context, p catalog.Policy) (created bool, err error)
 	DeletePolicy(ctx context.Context, name string) error
-	Policies() []catalogsync.PolicyEntry
-	Policy(name string) (catalogsync.PolicyEntry, bool)
-	PolicySet() *policy.Set
+	Policies() []catalog.PolicyEntry
+	Policy(name string) (catalog.PolicyEntry, bool)
+	PolicySet() *catalog.PolicySet
 }
 
 // Resets tells every pod that a counter was reset, so that each drops what
-// it holds for the store key (DELETE /v1/counters). *resets.Bus implements
+// it holds for the store key (DELETE /v1/counters). *limit.ResetBus implements
 // it. Publish must return when ctx ends.
 type Resets interface {
 	Publish(ctx context.Context, key string) error
@@ -123,7 +120,7 @@ type Deps struct {
 var (
 	_ Limiter       = (*limit.Limiter)(nil)
 	_ Catalog       = (*catalog.Catalog)(nil)
-	_ CatalogWriter = (*catalogsync.Sync)(nil)
-	_ Resets        = (*resets.Bus)(nil)
+	_ CatalogWriter = (*catalog.Sync)(nil)
+	_ Resets        = (*limit.ResetBus)(nil)
 	_ Adaptive      = (*adaptive.Controller)(nil)
 )

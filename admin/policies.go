@@ -5,7 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/sentinel-gateway/sentinel/limit/policy"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 )
 
 // listPolicies answers GET /v1/policies: the file's and the API's, each
@@ -19,7 +19,7 @@ func (s *Server) listPolicies(ctx *fasthttp.RequestCtx) {
 // one. The body is a policy of the file's `policies` without the name (or
 // with the path's); the writer checks it as the file's are checked.
 func (s *Server) putPolicy(ctx *fasthttp.RequestCtx, name string) {
-	var p policy.Config
+	var p catalog.Policy
 	if !decodeNamed(ctx, &p, "name", &p.Name, name) {
 		return
 	}

@@ -12,8 +12,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/sentinel-gateway/sentinel/limit"
-	"github.com/sentinel-gateway/sentinel/limit/catalogsync"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -29,9 +28,9 @@ func startPolicyAdmin(t *testing.T, await bool) *fasthttp.Client {
 	mem := store.NewMemoryStore(store.MemoryOptions{})
 	t.Cleanup(func() { mem.Close() })
 	cat := testTenants(t)
-	w := catalogsync.New(nil, cat, catalogsync.Options{})
-	file := policy.Config{Name: "per-ip", Key: []string{"ip"}, Limits: []policy.Limit{{Limit: 10}}}
-	require.NoError(t, w.SetPolicyBase([]policy.Config{file}, lcfg.PolicyDefaults()))
+	w := catalog.NewSync(nil, cat, catalog.SyncOptions{})
+	file := catalog.Policy{Name: "per-ip", Key: []string{"ip"}, Limits: []catalog.PolicyLimit{{Limit: 10}}}
+	require.NoError(t, w.SetPolicyBase([]catalog.Policy{file}, lcfg.CatalogDefaults()))
 	lim, err := limit.NewLimiter(lcfg, mem, limit.Options{Catalog: cat, Policies: w.PolicySet()})
 	require.NoError(t, err)
 	t.Cleanup(lim.Close)
@@ -68,12 +67,12 @@ func TestPoliciesAPI(t *testing.T) {
 	resp = call(t, c, "PUT", "/v1/policies/tenant-daily", `{"name":"tenant-daily",`+body[1:], auth...)
 	assert.Equal(t, fasthttp.StatusOK, resp.StatusCode(), "a replace: %s", resp.Body())
 
-	var list struct{ Policies []catalogsync.PolicyEntry }
+	var list struct{ Policies []catalog.PolicyEntry }
 	resp = call(t, c, "GET", "/v1/policies", "", auth...)
 	require.NoError(t, json.Unmarshal(resp.Body(), &list))
 	require.Len(t, list.Policies, 2)
-	assert.Equal(t, [2]string{"per-ip", catalogsync.OriginFile}, [2]string{list.Policies[0].Name, list.Policies[0].Origin})
-	assert.Equal(t, [2]string{"tenant-daily", catalogsync.OriginAPI}, [2]string{list.Policies[1].Name, list.Policies[1].Origin})
+	assert.Equal(t, [2]string{"per-ip", catalog.OriginFile}, [2]string{list.Policies[0].Name, list.Policies[0].Origin})
+	assert.Equal(t, [2]string{"tenant-daily", catalog.OriginAPI}, [2]string{list.Policies[1].Name, list.Policies[1].Origin})
 
 	// The policy decides at once: 2 a minute for cheap (FREE: multiplier 1).
 	check := `{"tenant_id":"cheap","resource":"default"}`

@@ -22,9 +22,6 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/logx"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/catalogsync"
-	"github.com/sentinel-gateway/sentinel/limit/limitconf"
-	"github.com/sentinel-gateway/sentinel/limit/resets"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 	"github.com/sentinel-gateway/sentinel/proxy"
 	"github.com/sentinel-gateway/sentinel/rls"
@@ -57,8 +54,8 @@ type Gateway struct {
 	store     store.Store    // a *store.LateStore when Redis did not answer at start
 	storeName string
 	catalog   *catalog.Catalog
-	sync      *catalogsync.Sync // in-process only without Redis
-	resets    *resets.Bus       // counter resets to and from every pod
+	sync      *catalog.Sync   // in-process only without Redis
+	resets    *limit.ResetBus // counter resets to and from every pod
 	adaptive  *adaptive.Controller
 	limiter   *liveLimiter
 	upstreams *upstream.Set
@@ -80,7 +77,7 @@ type Gateway struct {
 	// onStoreFailure is limits.on_store_failure as /readyz reads it, set
 	// at start and by every reload that changes the limits (readiness
 	// probes do not wait for a reload's lock).
-	onStoreFailure atomic.Pointer[limitconf.FailurePolicy]
+	onStoreFailure atomic.Pointer[limit.FailurePolicy]
 }
 
 // New wires the parts; nothing listens or runs in the background yet. On
@@ -149,18 +146,18 @@ func (a *Gateway) buildLimits(cfg *Config) (err error) {
 	}
 	a.catalog.SetRouteResources(routeResources(cfg.Proxy.Routes))
 	// Without Redis the sync keeps the same rules semantics in the process.
-	a.sync = catalogsync.New(a.redis, a.catalog, catalogsync.Options{
+	a.sync = catalog.NewSync(a.redis, a.catalog, catalog.SyncOptions{
 		KeyPrefix: cfg.Redis.KeyPrefix, Logf: logx.Printf(slog.LevelWarn),
 	})
 	// The limiter is built after the bus; a reset heard before it finds
 	// nothing to drop.
-	a.resets = resets.New(a.redis, cfg.Redis.KeyPrefix, func(key string) {
+	a.resets = limit.NewResetBus(a.redis, cfg.Redis.KeyPrefix, func(key string) {
 		if a.limiter != nil {
 			a.limiter.Forget(key)
 		}
 	})
 	// The sync compiles the file's policies with the API's over them.
-	if err := a.sync.SetPolicyBase(cfg.Policies, cfg.Limits.PolicyDefaults()); err != nil {
+	if err := a.sync.SetPolicyBase(cfg.Policies, cfg.Limits.CatalogDefaults()); err != nil {
 		return err
 	}
 	if a.pending() {
@@ -381,7 +378,7 @@ func (a *Gateway) ready(ctx context.Context) (bool, string) {
 	switch {
 	case err == nil:
 		return true, "store " + a.storeName + " answers"
-	case onFailure == limitconf.FailClosed:
+	case onFailure == limit.FailClosed:
 		return false, fmt.Sprintf("store %s does not answer (%v) and limits.on_store_failure is closed", a.storeName, err)
 	default:
 		return true, fmt.Sprintf("store %s does not answer (%v); deciding per limits.on_store_failure: %v",

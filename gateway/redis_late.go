@@ -10,7 +10,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/redis/rueidis"
 
-	"github.com/sentinel-gateway/sentinel/limit/limitconf"
+	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -117,9 +117,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // readyUnconnected is readiness before Redis ever answered: ready unless the
 // failure policy refuses every request.
-func (a *Gateway) readyUnconnected(onFailure limitconf.FailurePolicy) (bool, string) {
+func (a *Gateway) readyUnconnected(onFailure limit.FailurePolicy) (bool, string) {
 	reason := "store " + a.storeName + ": not connected since start"
-	if onFailure == limitconf.FailClosed {
+	if onFailure == limit.FailClosed {
 		return false, reason + " and limits.on_store_failure is closed"
 	}
 	return true, reason + "; deciding per limits.on_store_failure: " + onFailure.String() +

@@ -146,7 +146,7 @@ func (a *Gateway) applyLimits(next *Config) error {
 		l.Close()
 		return err
 	}
-	if err := a.sync.SetPolicyBase(next.Policies, next.Limits.PolicyDefaults()); err != nil {
+	if err := a.sync.SetPolicyBase(next.Policies, next.Limits.CatalogDefaults()); err != nil {
 		l.Close()
 		return err
 	}

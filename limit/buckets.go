@@ -78,16 +78,16 @@ type bucket struct {
 	owed, owedRef, owedBy int64
 	// own counts the permits the local failure policy let through on this
 	// key since the last lease call that reached the store, by slots of a
-	// quarter window (ownWidth): own[ownSlot%ownSlots] is the
+	// quarter window (unleasedWidth): unleased[unleasedSlot%unleasedSlots] is the
 	// newest, the others the four before it; they go to the store with
-	// their times (LeaseRequest.Own and OwnBefore).
-	own     [ownSlots]int64
-	ownSlot int64 // unix nanos / ownWidth of the newest slot
-	ownAt   int64 // unix nanos: when the last of them was let through
-	// ownUntil is when the last of them stops counting in any window to
+	// their times (LeaseRequest.Unleased and UnleasedBefore).
+	unleased     [unleasedSlots]int64
+	unleasedSlot int64 // unix nanos / unleasedWidth of the newest slot
+	unleasedAt   int64 // unix nanos: when the last of them was let through
+	// unleasedUntil is when the last of them stops counting in any window to
 	// come (unix nanos; math.MaxInt64: never, a token bucket that does not
 	// refill): until then the sweep keeps the bucket.
-	ownUntil int64
+	unleasedUntil int64
 	// The last store answer for the key: when it came (unix nanos, 0:
 	// none yet; remaining is its budget) and the permits the local policy
 	// let through since (fallbackRoom).
@@ -224,7 +224,7 @@ func (b *bucket) holdsNothing() bool {
 		return false
 	}
 	defer b.mu.Unlock()
-	return b.fill == nil && !b.hasOwn() && b.permits == 0 && b.expired == 0 && b.owed == 0
+	return b.fill == nil && !b.hasUnleased() && b.permits == 0 && b.expired == 0 && b.owed == 0
 }
 
 // owe keeps n permits that the store counted at ref for a request another
@@ -243,7 +243,7 @@ func (b *bucket) owe(n, ref, until int64) bool {
 
 // sweep drops buckets unused since before idleBefore that have no call in
 // flight and no permits let through locally that still count (see
-// bucket.ownUntil; now is the time). An idle bound of two windows of the
+// bucket.unleasedUntil; now is the time). An idle bound of two windows of the
 // limits section does not cover the latter: a rule's window (or a token
 // bucket's refill time, or a quota's period) can be longer, and permits let
 // through alone while the store failed then still count in windows to come
@@ -261,7 +261,7 @@ func (t *bucketTable) sweep(now, idleBefore int64) {
 		sh.m.Range(func(k, v any) bool {
 			b := v.(*bucket)
 			if b.lastUsed.Load() < idleBefore && b.mu.TryLock() {
-				if b.fill == nil && (now >= b.ownUntil || !b.hasOwn()) {
+				if b.fill == nil && (now >= b.unleasedUntil || !b.hasUnleased()) {
 					sh.m.Delete(k)
 					sh.n--
 					t.count.Add(-1)

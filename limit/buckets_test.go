@@ -37,7 +37,7 @@ func TestBucketTableFloodKeepsBucketsThatHoldState(t *testing.T) {
 		case 1:
 			b.expired = 2
 		case 2:
-			b.own[0] = 1
+			b.unleased[0] = 1
 		case 3:
 			b.fill = &fill{done: make(chan struct{})}
 		case 4:
@@ -65,7 +65,7 @@ func TestBucketTableFloodKeepsBucketsThatHoldState(t *testing.T) {
 
 	// Buckets that hold nothing make room for new keys.
 	for _, b := range held {
-		b.permits, b.expired, b.own, b.fill = 0, 0, [ownSlots]int64{}, nil
+		b.permits, b.expired, b.unleased, b.fill = 0, 0, [unleasedSlots]int64{}, nil
 		b.late.Store(0)
 	}
 	for i := range 20_000 {
@@ -88,14 +88,14 @@ func (s *switchStore) Lease(ctx context.Context, req *store.LeaseRequest) (store
 	return s.Store.Lease(ctx, req)
 }
 
-// TestSweepKeepsUnreportedOwn: a rule's window can be longer than the time
+// TestSweepKeepsUnreportedUnleased: a rule's window can be longer than the time
 // after which the sweep drops an idle bucket. The permits the local policy
 // let through on such a key while the store failed still count in the
 // windows to come after the bucket has gone idle: the sweep keeps the
 // bucket until its next store call reports them (or they leave the
 // window), or the store, once it answers again, grants the whole window's
 // budget on top of them.
-func TestSweepKeepsUnreportedOwn(t *testing.T) {
+func TestSweepKeepsUnreportedUnleased(t *testing.T) {
 	const limit, window = 30, time.Minute
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
@@ -117,10 +117,10 @@ func TestSweepKeepsUnreportedOwn(t *testing.T) {
 	clock.Add(int64(20 * time.Second)) // idle past the sweep's bound, within the window
 	l.sweep()
 	st.down.Store(false)
-	reported := reportedOwn.Get()
+	reported := reportedUnleased.Get()
 	got, _ := allowN(l, req, limit)
 	assert.Zero(t, got, "the store granted the window's budget on top of %d permits let through alone %v before", own, 20*time.Second)
-	assert.Equal(t, uint64(limit), reportedOwn.Get()-reported, "the permits let through alone were reported")
+	assert.Equal(t, uint64(limit), reportedUnleased.Get()-reported, "the permits let through alone were reported")
 
 	// Once they have left the window, an idle bucket goes.
 	st.down.Store(true)
@@ -129,7 +129,7 @@ func TestSweepKeepsUnreportedOwn(t *testing.T) {
 	require.Positive(t, l.table.len())
 	clock.Add(int64(window + time.Second))
 	l.sweep()
-	assert.Zero(t, l.table.len(), "an idle bucket whose own permits have left every window to come was kept")
+	assert.Zero(t, l.table.len(), "an idle bucket whose unleased permits have left every window to come was kept")
 }
 
 // TestCountsUntil: how long the sweep keeps a bucket's unreported local

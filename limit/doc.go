@@ -5,7 +5,7 @@
 // tenant and resource), a local bucket of permits leased from a store.Store;
 // a request that finds permits is decided locally without allocating. An
 // empty bucket asks the store, in one atomic call, for a lease of up to k
-// permits; the store counts the request's own permits from the call and the
+// permits; the store counts the request's unleased permits from the call and the
 // rest of the lease until its expiry plus one window (until the pod's next
 // call reports them used), so no window of the algorithm's length ever holds
 // more approvals than the limit, whatever the number of pods. k is learned
@@ -31,17 +31,38 @@
 //   - report: a pod's next lease call for a key tells the store what happened
 //     since its last one: how many of the last lease's permits were used
 //     (store.LeaseRequest.Used: counted from now on, not until the lease
-//     expires), and how many permits the pod let through on its own while the
-//     store failed (store.LeaseRequest.Own and OwnBefore, dated when they were
-//     used), so that the store does not grant the window's whole budget on
-//     top of them (lease_report.go).
+//     expires), and how many permits the pod used without a lease, from
+//     its local share while the store failed: its unleased permits
+//     (store.LeaseRequest.Unleased, UnleasedAgo and UnleasedBefore, dated
+//     when they were used), so that the store does not grant the window's
+//     whole budget on top of them (lease_report.go).
 //
-// The stores and the algorithms are in limit/store; the tenants, plans and
-// rules, and their lookup, in limit/catalog; the policies in limit/policy.
+// The same words name these in the stores: the Lua scripts' arguments
+// (return, used, unleased, unleased_ago, unleased_before) and MemoryStore's
+// fields.
+//
 // Every limit of a request is a policy's: limits.tenant, limits.api_key,
 // limits.ip and the rules compile into policies when the Limiter is built
-// (policy.CompileShorthand), and specs.go builds each request's limits from
+// (catalog.CompileShorthand), and specs.go builds each request's limits from
 // them and the `policies` section by one path.
+//
+// # Resets
+//
+// A reset makes one budget whole again on every pod (reset.go): ScopeKey
+// and PolicyKey name its store keys, Limiter.Reset has the store drop its
+// counts and this pod what it holds, and the ResetBus tells the other pods,
+// which Forget the key.
+//
+// # Layout
+//
+// Package limit is the limiter and the lease protocol, and owns the
+// configuration's limit sections (Sections: plans, tenants, limits, rules,
+// policies; Config is the limits section). Beside it, by concept:
+// limit/store is the Store contract, RedisStore running the Lua scripts,
+// MemoryStore and the algorithms; limit/catalog is the plans, tenants,
+// rules and policies and their sync across pods. limit/breaker (the store
+// breaker per node) and limit/latency (the decision time histogram) are
+// used by the limiter alone.
 //
 // A breaker per store node stops store calls after consecutive failures;
 // meanwhile the failure policy decides (each pod's share of the limit, allow,

@@ -1,7 +1,7 @@
 package limit
 
 import (
-	"github.com/sentinel-gateway/sentinel/limit/policy"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -41,7 +41,7 @@ func (l *Limiter) withLimits(base []spec, req *Request, mult float64) []spec {
 		lim := &req.Limits[i]
 		out = append(out, spec{})
 		s := &out[len(out)-1]
-		s.scope, s.shadow, s.params, s.name = ScopeLimit, lim.Shadow, policy.Scale(lim.Params, mult), lim.Name
+		s.scope, s.shadow, s.params, s.name = ScopeLimit, lim.Shadow, catalog.Scale(lim.Params, mult), lim.Name
 		scope := lim.Scope
 		if scope == "" {
 			scope = defaultLimitScope

@@ -6,7 +6,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/sentinel-gateway/sentinel/limit/limitconf"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -15,14 +14,14 @@ import (
 // pod's share of the limit has room (localShare) and, with a bucket b (its
 // mutex held) that the store answered within the last window, what that
 // answer left has room too (fallbackRoom); what passes is counted in b, for
-// the store (see bucket.addOwn). open tells that the store's breaker is
+// the store (see bucket.addUnleased). open tells that the store's breaker is
 // open (a failure that lasts), not that one call failed; now is b's time.
 func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b *bucket, open bool, now int64) verdict {
 	switch l.policy {
-	case limitconf.FailOpen:
+	case FailOpen:
 		fallbackOpen.Inc()
 		return s.decision(true, s.limit, 0, 0)
-	case limitconf.FailClosed:
+	case FailClosed:
 		fallbackClosed.Inc()
 		d := s.decision(false, 0, l.cfg.BreakerCooldown, 0)
 		d.Unavailable = true
@@ -54,8 +53,8 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 		// Reported with the bucket's next call that reaches the store, so
 		// that the store, once it answers again, does not grant the
 		// window's whole budget on top of these.
-		b.addOwn(tokens, now, ownWidth(s.params.Window))
-		b.ownUntil = max(b.ownUntil, s.countsUntil(now))
+		b.addUnleased(tokens, now, unleasedWidth(s.params.Window))
+		b.unleasedUntil = max(b.unleasedUntil, s.countsUntil(now))
 		b.fallbackUsed += tokens
 	}
 	d := s.decision(allowed, res.Remaining, res.RetryAfter, int64(res.Reset))
@@ -156,8 +155,8 @@ func (l *Limiter) saturated(s *spec, b *bucket, now int64) bool {
 // the store's remaining budget can hold permits that they used, so this
 // pod keeps to its local share. The caller holds b.mu.
 func (l *Limiter) recovering(s *spec, b *bucket, now int64) bool {
-	last := max(b.ownAt, b.failedAt)
-	return l.shared && l.policy == limitconf.FailLocal && last > 0 && s.params.Window > 0 &&
+	last := max(b.unleasedAt, b.failedAt)
+	return l.shared && l.policy == FailLocal && last > 0 && s.params.Window > 0 &&
 		now-last < int64(s.params.Window)
 }
 
@@ -231,7 +230,7 @@ func (l *Limiter) localShare(s *spec) store.Params {
 // the window (a capped count would forget the last ones first). The leased
 // permits count from the lease's expiry, as the store counts them.
 func (l *Limiter) useLocally(ctx context.Context, s *spec, n int64) int64 {
-	if !l.shared || l.policy != limitconf.FailLocal || n <= 0 {
+	if !l.shared || l.policy != FailLocal || n <= 0 {
 		return 0
 	}
 	p := l.localShare(s)
@@ -248,7 +247,7 @@ func (l *Limiter) useLocally(ctx context.Context, s *spec, n int64) int64 {
 // its share when the store fails. Credited whether or not the store gets
 // its return: the permits were not used.
 func (l *Limiter) returnLocally(ctx context.Context, s *spec, n, ref int64) {
-	if !l.shared || l.policy != limitconf.FailLocal || n <= 0 {
+	if !l.shared || l.policy != FailLocal || n <= 0 {
 		return
 	}
 	_, _ = l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s), Return: n, ReturnRef: ref})

@@ -77,10 +77,10 @@ func TestRecoveredPodKeepsToItsShare(t *testing.T) {
 	assert.Equal(t, 10, got)
 }
 
-// TestLateCallTakesNoSpent: a call that Redis runs after its RunWithin (it
+// TestLateCallTakesNoUnleased: a call that Redis runs after its RunWithin (it
 // was paused) counts none of the permits it reports as let through locally:
 // run late, it would date them late; its caller reports them again.
-func TestLateCallTakesNoSpent(t *testing.T) {
+func TestLateCallTakesNoUnleased(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, alg := range []store.Algorithm{store.SlidingWindow, store.SlidingLog, store.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
@@ -95,7 +95,7 @@ func TestLateCallTakesNoSpent(t *testing.T) {
 			go func() {
 				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				defer cancel()
-				_, err := st.Lease(cctx, &store.LeaseRequest{Key: key, Params: p, Want: 1, Own: 50, RunWithin: 20 * time.Millisecond})
+				_, err := st.Lease(cctx, &store.LeaseRequest{Key: key, Params: p, Want: 1, Unleased: 50, RunWithin: 20 * time.Millisecond})
 				done <- err
 			}()
 			time.Sleep(200 * time.Millisecond)
@@ -108,11 +108,11 @@ func TestLateCallTakesNoSpent(t *testing.T) {
 	}
 }
 
-// TestSpentPartsKeepTheirTimes: what the local policy let through over a
+// TestUnleasedPartsKeepTheirTimes: what the local policy let through over a
 // failure longer than a window goes to the store as the last window's
 // permits, each part dated by its quarter of the window: none older than
 // the window, none dated earlier than it was let through.
-func TestSpentPartsKeepTheirTimes(t *testing.T) {
+func TestUnleasedPartsKeepTheirTimes(t *testing.T) {
 	s := &spec{params: store.Params{Algorithm: store.SlidingWindow, Limit: 100, Window: time.Second}}
 	b := &bucket{}
 	start := int64(1_000_000) * int64(time.Second)
@@ -120,11 +120,11 @@ func TestSpentPartsKeepTheirTimes(t *testing.T) {
 	var at []int64
 	for i := range 300 { // 3 s at 100/s
 		now := start + int64(i)*step
-		b.addOwn(1, now, ownWidth(time.Second))
+		b.addUnleased(1, now, unleasedWidth(time.Second))
 		at = append(at, now)
 	}
 	now := at[len(at)-1] + step
-	spent, ago, before := b.ownParts(now, s)
+	spent, ago, before := b.unleasedParts(now, s)
 	total := spent
 	for _, p := range before {
 		total += p.N
@@ -132,7 +132,7 @@ func TestSpentPartsKeepTheirTimes(t *testing.T) {
 		date := now - int64(p.Ago)
 		n := int64(0)
 		for _, a := range at {
-			if a <= date && a > date-ownWidth(time.Second) {
+			if a <= date && a > date-unleasedWidth(time.Second) {
 				n++
 			}
 		}
@@ -149,7 +149,7 @@ func TestSpentPartsKeepTheirTimes(t *testing.T) {
 	assert.LessOrEqual(t, total, int64(inWindow)+25, "permits older than the window reported (over a quarter window more)")
 	// Put back (the call did not land), they come out the same.
 	b.reportLater(now, &s.params, spent, ago, before)
-	spent2, ago2, before2 := b.ownParts(now, s)
+	spent2, ago2, before2 := b.unleasedParts(now, s)
 	assert.Equal(t, spent, spent2)
 	assert.Equal(t, ago, ago2)
 	assert.Equal(t, before, before2)

@@ -45,7 +45,7 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		if f := b.fill; f != nil {
 			if attempt >= 2 {
 				// The call in flight outlasted two waits: this request asks
-				// the store for its own tokens only and leaves the bucket's
+				// the store for its unleased tokens only and leaves the bucket's
 				// lease to that call. Stragglers that each asked for a full
 				// lease would, on a slow store, take the whole budget out
 				// on leases and refuse clients under their limit.
@@ -254,8 +254,8 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	if err != nil {
 		return l.leaseFailed(ctx, s, b, tokens, ret, err, now), use{}
 	}
-	if n := ret.ownTotal(); n > 0 {
-		reportedOwn.Add(int(n))
+	if n := ret.unleasedTotal(); n > 0 {
+		reportedUnleased.Add(int(n))
 	}
 	leaseSize.Update(float64(want))
 	b.remaining = res.Remaining
@@ -286,9 +286,9 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 // used, and returns the local share's count of the returned ones, whether
 // or not the answer arrives: a return is never sent twice.
 func (l *Limiter) callLease(ctx context.Context, s *spec, b *bucket, tokens, want int64, ret report) (*store.LeaseRequest, store.LeaseResult, callTimes, error) {
-	req := &store.LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.useWithin(s), Return: ret.unused, ReturnRef: ret.ref, Used: ret.used, Own: ret.own, OwnAgo: ret.ownAgo, OwnBefore: ret.ownBefore,
+	req := &store.LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.useWithin(s), Return: ret.unused, ReturnRef: ret.ref, Used: ret.used, Unleased: ret.unleased, UnleasedAgo: ret.unleasedAgo, UnleasedBefore: ret.unleasedBefore,
 		// Run after its caller gives up, the call would grant what only
-		// returns, and take own permits that the caller reports again.
+		// returns, and take unleased permits that the caller reports again.
 		RunWithin: l.cfg.StoreTimeout}
 	res, at, err := l.lease(ctx, s, req, b, ret.at)
 	if ret.unused > 0 {
@@ -311,7 +311,7 @@ func (l *Limiter) leaseFailed(ctx context.Context, s *spec, b *bucket, tokens in
 		// Not sent, or answered without them: the next call reports
 		// them. (A call given up on puts them back when it ends without
 		// an answer in time; see callStore.)
-		b.reportLater(ret.at, &s.params, ret.own, ret.ownAgo, ret.ownBefore)
+		b.reportLater(ret.at, &s.params, ret.unleased, ret.unleasedAgo, ret.unleasedBefore)
 	}
 	// The store's last answer counted these as this pod's (leased);
 	// unused, they are room the pod need not share.
@@ -355,7 +355,7 @@ func (l *Limiter) grantBeside(ctx context.Context, s *spec, b *bucket, req *stor
 // as its lease. The permits expire one lease lifetime after the call was
 // sent (before the store dated it); the store counts them until then plus
 // the window, and a return is worth sending until about half a window after
-// their expiry. The request's own permits count apart (UsedRef) when the
+// their expiry. The request's unleased permits count apart (UsedRef) when the
 // store dates them at the call: they are not part of the lease that
 // returns. The caller holds b.mu.
 func (l *Limiter) keepLease(ctx context.Context, s *spec, b *bucket, g grant, tokens, sent int64) {
@@ -465,7 +465,7 @@ type callTimes struct{ sent, answered int64 }
 // lease makes one store call under the deadline and the breaker; req gets
 // the spec's params. With a bucket, the permits of an answer that comes after
 // the deadline return to the store (see callStore).
-func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b *bucket, ownAt int64) (store.LeaseResult, callTimes, error) {
+func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b *bucket, unleasedAt int64) (store.LeaseResult, callTimes, error) {
 	start := l.now().UnixNano()
 	br := l.breakers.For(req.Key)
 	ok, probe := br.Allow(start)
@@ -474,7 +474,7 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b
 		return store.LeaseResult{}, callTimes{start, start}, ErrStoreUnavailable
 	}
 	req.Params = s.params
-	res, err := l.callStore(ctx, req, b, ownAt)
+	res, err := l.callStore(ctx, req, b, unleasedAt)
 	timedOut := errors.Is(err, errGaveUp) || errors.Is(err, store.ErrStoreLate) || errors.Is(err, context.DeadlineExceeded)
 	if err != nil {
 		storeErrors.Inc()

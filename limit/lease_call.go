@@ -41,14 +41,14 @@ func (l *Limiter) lateWait() time.Duration {
 // its caller gave up and b is not nil, the permits of its answer return to
 // the store in one more call (never retried), so a timed-out lease does not
 // hold budget nobody can use, and when no answer comes in time (the store
-// takes own permits only from a call it runs before the deadline) the
-// permits it reported as let through on the pod's own go back into b, for
-// the next call to report (their times are measured from ownAt). b.late counts such calls
+// takes unleased permits only from a call it runs before the deadline) the
+// unleased permits it reported go back into b, for
+// the next call to report (their times are measured from unleasedAt). b.late counts such calls
 // until then.
 //
 // An in-process store (MemoryStore) answers at once and cannot be late: it
 // is called directly, without the goroutine, channel and timer.
-func (l *Limiter) callStore(ctx context.Context, req *store.LeaseRequest, b *bucket, ownAt int64) (store.LeaseResult, error) {
+func (l *Limiter) callStore(ctx context.Context, req *store.LeaseRequest, b *bucket, unleasedAt int64) (store.LeaseResult, error) {
 	if !l.shared {
 		return l.store.Lease(ctx, req)
 	}
@@ -67,7 +67,7 @@ func (l *Limiter) callStore(ctx context.Context, req *store.LeaseRequest, b *buc
 		}
 		if err != nil {
 			b.mu.Lock()
-			b.reportLater(ownAt, &req.Params, req.Own, req.OwnAgo, req.OwnBefore)
+			b.reportLater(unleasedAt, &req.Params, req.Unleased, req.UnleasedAgo, req.UnleasedBefore)
 			b.mu.Unlock()
 		} else if res.Granted > 0 && l.returnGrant(req, res) {
 			lateReturns.Inc()

@@ -14,7 +14,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/internal/redistest"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -34,16 +34,16 @@ func TestNeverRefusedUnderTheLimit(t *testing.T) {
 	// A policy keyed by a header, and a calendar quota (offered 70% of its
 	// period's budget within the run).
 	t.Run("policy", func(t *testing.T) {
-		neverRefused(t, srv, store.SlidingWindow, limit, window, run, &policy.Limit{Limit: limit, Window: confutil.Duration(window)})
+		neverRefused(t, srv, store.SlidingWindow, limit, window, run, &catalog.PolicyLimit{Limit: limit, Window: confutil.Duration(window)})
 	})
 	t.Run("quota", func(t *testing.T) {
-		neverRefused(t, srv, store.SlidingWindow, limit, run, run, &policy.Limit{Limit: limit, Period: store.Year})
+		neverRefused(t, srv, store.SlidingWindow, limit, run, run, &catalog.PolicyLimit{Limit: limit, Period: store.Year})
 	})
 }
 
 // neverRefused runs the test under the tenant limit, or, with pl, under a
 // policy of that one limit keyed by X-User-Id.
-func neverRefused(t *testing.T, srv *redistest.Server, alg store.Algorithm, limit int64, window, run time.Duration, pl *policy.Limit) {
+func neverRefused(t *testing.T, srv *redistest.Server, alg store.Algorithm, limit int64, window, run time.Duration, pl *catalog.PolicyLimit) {
 	{
 		for _, pods := range []int{1, 3} {
 			for _, clients := range []int{1, 20} {
@@ -53,10 +53,10 @@ func neverRefused(t *testing.T, srv *redistest.Server, alg store.Algorithm, limi
 						c.Algorithm, c.Tenant, c.Window = alg, limit, window
 						c.StoreTimeout = 5 * time.Millisecond // the default: calls time out on a busy machine
 					})
-					var ps *policy.Set
+					var ps *catalog.PolicySet
 					if pl != nil {
 						cfg.Tenant = 0
-						ps = withPolicies(t, cfg, policy.Config{Name: "users", Key: []string{"header:X-User-Id"}, Limits: []policy.Limit{*pl}})
+						ps = withPolicies(t, cfg, catalog.Policy{Name: "users", Key: []string{"header:X-User-Id"}, Limits: []catalog.PolicyLimit{*pl}})
 					}
 					var limiters []*Limiter
 					for range pods {
@@ -284,10 +284,10 @@ func TestStoreLearnsWhatTheLocalShareLetThrough(t *testing.T) {
 			// Past the breaker's cooldown (and the late answers' give-backs),
 			// the pod's next call reaches Redis and reports the 10.
 			time.Sleep(700 * time.Millisecond)
-			reported := reportedOwn.Get()
+			reported := reportedUnleased.Get()
 			d := pod.Allow(context.Background(), &Request{IP: ip})
 			assert.False(t, d.Allowed, "Redis granted on top of what the local share let through: %+v", d)
-			assert.Greater(t, reportedOwn.Get(), reported, "nothing reported")
+			assert.Greater(t, reportedUnleased.Get(), reported, "nothing reported")
 			other := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
 			got, _ = allowN(other, &Request{IP: ip}, 5)
 			assert.Zero(t, got, "another pod got permits of a limit the first one used up")

@@ -11,8 +11,6 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit/breaker"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/latency"
-	"github.com/sentinel-gateway/sentinel/limit/limitconf"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -25,8 +23,8 @@ import (
 // window; the lease size shrinks to 1 as the budget nears its end.
 type Limiter struct {
 	cfg      Config
-	alg      store.Algorithm         // limits.algorithm
-	policy   limitconf.FailurePolicy // limits.on_store_failure
+	alg      store.Algorithm // limits.algorithm
+	policy   FailurePolicy   // limits.on_store_failure
 	store    store.Store
 	fallback *store.MemoryStore // the local policy's per-pod limits
 	// shared: the store is another process's (Redis): it can fail (the
@@ -38,8 +36,8 @@ type Limiter struct {
 	catalog  *catalog.Catalog
 	// shorthand are the limits section's shorthand limits and the rules,
 	// compiled into the policies they are; policies are the others.
-	shorthand []*policy.Compiled
-	policies  *policy.Set
+	shorthand []*catalog.CompiledPolicy
+	policies  *catalog.PolicySet
 	now       func() time.Time
 
 	table    *bucketTable
@@ -83,7 +81,7 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 		catalog:  opts.Catalog,
 		// The rules are looked up in the catalog for each request: a
 		// change of the catalog applies without a new limiter.
-		shorthand: policy.CompileShorthand(cfg.Shorthands(), cfg.PolicyDefaults(), opts.Catalog),
+		shorthand: catalog.CompileShorthand(cfg.Shorthands(), cfg.CatalogDefaults(), opts.Catalog),
 		policies:  opts.Policies,
 		now:       opts.Now,
 		table:     newBucketTable(cfg.MaxKeys),

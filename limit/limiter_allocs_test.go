@@ -11,7 +11,6 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -53,11 +52,11 @@ func TestPolicyFastPathAllocatesNothing(t *testing.T) {
 	big := int64(1 << 39)
 	cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "r", Algorithm: store.SlidingWindow, Limit: big, Window: confutil.Duration(time.Hour)})
 	ps := withPolicies(t, cfg,
-		policy.Config{Name: "per-user", Match: policy.Match{Methods: []string{"POST"}, Headers: map[string]string{"X-Env": "prod"}},
-			Key: []string{"header:X-User-Id"}, Limits: []policy.Limit{{Limit: big, Window: confutil.Duration(time.Hour)}}},
-		policy.Config{Name: "tenant-day", Key: []string{"tenant", "resource"}, Limits: []policy.Limit{{Limit: big, Period: store.Day}}},
-		policy.Config{Name: "subnet", Key: []string{"ip/24"}, Limits: []policy.Limit{{Limit: big, Window: confutil.Duration(time.Hour)}},
-			Unlimited: policy.Unlimited{Values: []string{"10.9.9.0/24"}, CIDRs: []string{"10.20.0.0/16"}}},
+		catalog.Policy{Name: "per-user", Match: catalog.PolicyMatch{Methods: []string{"POST"}, Headers: map[string]string{"X-Env": "prod"}},
+			Key: []string{"header:X-User-Id"}, Limits: []catalog.PolicyLimit{{Limit: big, Window: confutil.Duration(time.Hour)}}},
+		catalog.Policy{Name: "tenant-day", Key: []string{"tenant", "resource"}, Limits: []catalog.PolicyLimit{{Limit: big, Period: store.Day}}},
+		catalog.Policy{Name: "subnet", Key: []string{"ip/24"}, Limits: []catalog.PolicyLimit{{Limit: big, Window: confutil.Duration(time.Hour)}},
+			Unlimited: catalog.Unlimited{Values: []string{"10.9.9.0/24"}, CIDRs: []string{"10.20.0.0/16"}}},
 	)
 	l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: cat, Policies: ps, Adjuster: fixedAdjuster{1, false}})
 	req := &Request{IP: []byte("10.0.0.1"), APIKey: []byte("k1"), Tenant: "acme", Plan: "PREMIUM", Resource: "r",

@@ -18,8 +18,6 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/redistest"
 	"github.com/sentinel-gateway/sentinel/internal/spans"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/limitconf"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -312,12 +310,12 @@ func multiPodUnder(t *testing.T, addrs []string, duration time.Duration, slowPod
 		}
 	})
 	cat := testCatalog(t)
-	var ps *policy.Set
+	var ps *catalog.PolicySet
 	req := &Request{Tenant: "free", Plan: "FREE"}
 	if underPolicy {
 		cfg.Tenant = 0
-		ps = withPolicies(t, cfg, policy.Config{Name: "users", Key: []string{"header:X-User-Id"},
-			Limits: []policy.Limit{{Limit: limit, Window: confutil.Duration(window)}}})
+		ps = withPolicies(t, cfg, catalog.Policy{Name: "users", Key: []string{"header:X-User-Id"},
+			Limits: []catalog.PolicyLimit{{Limit: limit, Window: confutil.Duration(window)}}})
 		req.Attrs = headers{"X-User-Id": "u1"}
 	}
 	var stores []*countingStore
@@ -392,7 +390,7 @@ func multiPodUnder(t *testing.T, addrs []string, duration time.Duration, slowPod
 
 func TestLimiterStoreFailure(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, fp := range []limitconf.FailurePolicy{limitconf.FailLocal, limitconf.FailOpen, limitconf.FailClosed} {
+	for _, fp := range []FailurePolicy{FailLocal, FailOpen, FailClosed} {
 		policy := fp.String()
 		t.Run(policy, func(t *testing.T) {
 			st := newRedisStore(t, srv.Addr)
@@ -426,12 +424,12 @@ func TestLimiterStoreFailure(t *testing.T) {
 				}
 			}
 			switch fp {
-			case limitconf.FailLocal:
+			case FailLocal:
 				assert.Equal(t, 5, allowed, "each of 2 pods enforces half of the limit")
 				assert.Zero(t, unavailable)
-			case limitconf.FailOpen:
+			case FailOpen:
 				assert.Equal(t, 20, allowed)
-			case limitconf.FailClosed:
+			case FailClosed:
 				assert.Zero(t, allowed)
 				assert.Equal(t, 20, unavailable)
 			}

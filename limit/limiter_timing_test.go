@@ -15,7 +15,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/internal/redistest"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -133,10 +133,10 @@ func BenchmarkAllowPolicies(b *testing.B) {
 			cfg := testLimitsConfig(func(c *Config) {
 				c.IP, c.Tenant, c.Window, c.LeaseTTL, c.MaxLease = 1<<39, 1<<39, time.Hour, time.Minute, 1<<19
 			})
-			var policies []policy.Config
+			var policies []catalog.Policy
 			for i := range n {
-				policies = append(policies, policy.Config{Name: "p" + strconv.Itoa(i), Key: []string{"header:X-User-Id"},
-					Limits: []policy.Limit{{Limit: 1 << 39, Window: confutil.Duration(time.Hour)}}})
+				policies = append(policies, catalog.Policy{Name: "p" + strconv.Itoa(i), Key: []string{"header:X-User-Id"},
+					Limits: []catalog.PolicyLimit{{Limit: 1 << 39, Window: confutil.Duration(time.Hour)}}})
 			}
 			ps := withPolicies(b, cfg, policies...)
 			l := newTestLimiter(b, cfg, memStore(b), Options{Catalog: testCatalog(b), Policies: ps})

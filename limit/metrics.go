@@ -22,7 +22,7 @@ var (
 	expiredPermits    = metrics.NewCounter(`sentinel_limit_expired_permits_total`)
 	returnedPermits   = metrics.NewCounter(`sentinel_limit_returned_permits_total`)
 	reportedUsed      = metrics.NewCounter(`sentinel_limit_redated_permits_total`)
-	reportedOwn       = metrics.NewCounter(`sentinel_limit_fallback_permits_reported_total`)
+	reportedUnleased  = metrics.NewCounter(`sentinel_limit_fallback_permits_reported_total`)
 	lateReturns       = metrics.NewCounter(`sentinel_limit_late_lease_returns_total`)
 	cachedDenials     = metrics.NewCounter(`sentinel_limit_cached_denials_total`)
 	repeatsSpared     = metrics.NewCounter(`sentinel_limit_request_id_repeats_total{result="spared"}`)

@@ -1,25 +1,25 @@
 package limit
 
 import (
-	"github.com/sentinel-gateway/sentinel/limit/policy"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // subject is what the policies read of req.
-func subject(req *Request) policy.Subject {
-	return policy.Subject{IP: req.IP, APIKey: req.APIKey, Tenant: req.Tenant, Plan: req.Plan, Resource: req.Resource,
+func subject(req *Request) catalog.Subject {
+	return catalog.Subject{IP: req.IP, APIKey: req.APIKey, Tenant: req.Tenant, Plan: req.Plan, Resource: req.Resource,
 		Method: req.Method, Host: req.Host, Path: req.Path, Attrs: req.Attrs}
 }
 
 // scopes are the scopes of the shorthand limits' decisions; a policy
 // of the `policies` section is ScopePolicy.
-var scopes = [...]Scope{policy.NotShorthand: ScopePolicy, policy.ShorthandRule: ScopeRule,
-	policy.ShorthandTenant: ScopeTenant, policy.ShorthandAPIKey: ScopeAPIKey, policy.ShorthandIP: ScopeIP}
+var scopes = [...]Scope{catalog.NotShorthand: ScopePolicy, catalog.ShorthandRule: ScopeRule,
+	catalog.ShorthandTenant: ScopeTenant, catalog.ShorthandAPIKey: ScopeAPIKey, catalog.ShorthandIP: ScopeIP}
 
 // policySpec appends the specs of policy p when it applies to subj and
 // counts it (its key attributes present, not exempt); idBuf is room for
 // its identity. It allocates nothing while specs has room.
-func (l *Limiter) policySpec(specs []spec, p *policy.Compiled, subj *policy.Subject, req *Request, mult float64, idBuf []byte) []spec {
+func (l *Limiter) policySpec(specs []spec, p *catalog.CompiledPolicy, subj *catalog.Subject, req *Request, mult float64, idBuf []byte) []spec {
 	if !p.Matches(subj) {
 		return specs
 	}
@@ -48,7 +48,7 @@ func (l *Limiter) policySpec(specs []spec, p *policy.Compiled, subj *policy.Subj
 func (l *Limiter) policyBound(req *Request, bound func(p store.Params, sc Scope)) {
 	named, any := l.policies.For(req.Resource)
 	subj := subject(req)
-	for _, list := range [...][]*policy.Compiled{l.shorthand, named, any} {
+	for _, list := range [...][]*catalog.CompiledPolicy{l.shorthand, named, any} {
 		for _, p := range list {
 			if !p.Counts(&subj) {
 				continue
@@ -65,7 +65,7 @@ func (l *Limiter) policyBound(req *Request, bound func(p store.Params, sc Scope)
 
 // planOf is the plan multiplier of p's limits for req (1 unless the
 // policy takes it).
-func (l *Limiter) planOf(p *policy.Compiled, req *Request) float64 {
+func (l *Limiter) planOf(p *catalog.CompiledPolicy, req *Request) float64 {
 	if !p.PlanMultiplier || l.catalog == nil {
 		return 1
 	}

@@ -12,8 +12,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/internal/redistest"
-	"github.com/sentinel-gateway/sentinel/limit/limitconf"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -33,8 +32,8 @@ func TestPolicyQuotaThreePods(t *testing.T) {
 func quotaThreePods(t *testing.T, addrs []string) {
 	const quota = 200
 	cfg := testLimitsConfig(func(c *Config) { c.StoreTimeout = 100 * time.Millisecond })
-	ps := withPolicies(t, cfg, policy.Config{Name: "yearly", Key: []string{"header:X-User-Id"},
-		Limits: []policy.Limit{{Limit: 1000, Window: confutil.Duration(time.Second)}, {Limit: quota, Period: store.Year}}})
+	ps := withPolicies(t, cfg, catalog.Policy{Name: "yearly", Key: []string{"header:X-User-Id"},
+		Limits: []catalog.PolicyLimit{{Limit: 1000, Window: confutil.Duration(time.Second)}, {Limit: quota, Period: store.Year}}})
 	var pods []*Limiter
 	for range 3 {
 		cl, err := store.NewRedisClient(store.RedisConfig{Addrs: addrs})
@@ -93,15 +92,15 @@ func policiesOn(t *testing.T, addrs []string) {
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
 	st := store.NewRedisStore(cl, store.RedisStoreOptions{KeyPrefix: "pol"})
-	cfg := testLimitsConfig(func(c *Config) { c.IP, c.IPScope = 1000, limitconf.IPScopeAnonymous })
+	cfg := testLimitsConfig(func(c *Config) { c.IP, c.IPScope = 1000, IPScopeAnonymous })
 	bids := bidsPolicy(10, 25)
 	bids.Limits[0].Window = confutil.Duration(200 * time.Millisecond)
 	no := false
 	ps := withPolicies(t, cfg, bids,
-		policy.Config{Name: "every-attr", Match: policy.Match{Hosts: []string{"api.example.com"}, Headers: map[string]string{"X-Env": "*"}, Anonymous: &no},
+		catalog.Policy{Name: "every-attr", Match: catalog.PolicyMatch{Hosts: []string{"api.example.com"}, Headers: map[string]string{"X-Env": "*"}, Anonymous: &no},
 			Key:    []string{"ip", "ip/24", "ip/64", "api_key", "tenant", "plan", "resource", "method", "path", "header:X-User-Id", "query:page"},
-			Limits: []policy.Limit{{Limit: 1, Window: confutil.Duration(time.Hour)}}, PlanMultiplier: &no,
-			Unlimited: policy.Unlimited{CIDRs: []string{"10.20.0.0/16"}}})
+			Limits: []catalog.PolicyLimit{{Limit: 1, Window: confutil.Duration(time.Hour)}}, PlanMultiplier: &no,
+			Unlimited: catalog.Unlimited{CIDRs: []string{"10.20.0.0/16"}}})
 	l := newTestLimiter(t, cfg, &countingStore{Store: st}, Options{Catalog: testCatalog(t), Policies: ps})
 	ctx := context.Background()
 
@@ -170,7 +169,7 @@ func TestPolicyStoreFailure(t *testing.T) {
 	cfg := testLimitsConfig(func(c *Config) {
 		c.Window, c.StoreTimeout, c.BreakerFailures, c.BreakerCooldown = time.Hour, 50*time.Millisecond, 2, 100*time.Millisecond
 	})
-	ps := withPolicies(t, cfg, policy.Config{Name: "per-user", Key: []string{"header:X-User-Id"}, Limits: []policy.Limit{{Limit: 10}}})
+	ps := withPolicies(t, cfg, catalog.Policy{Name: "per-user", Key: []string{"header:X-User-Id"}, Limits: []catalog.PolicyLimit{{Limit: 10}}})
 	l := newTestLimiter(t, cfg, st, Options{LivePods: func() int { return 2 }, Policies: ps})
 	ctx := context.Background()
 	require.True(t, l.Allow(ctx, &Request{Attrs: headers{"X-User-Id": "warm"}}).Allowed)

@@ -10,8 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
-	"github.com/sentinel-gateway/sentinel/limit/limitconf"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -42,25 +41,25 @@ func (h headers) Header(n []byte) []byte { return []byte(h[string(n)]) }
 func (h headers) Query([]byte) []byte    { return nil }
 
 // withPolicies compiles policies under the defaults of cfg.
-func withPolicies(t testing.TB, cfg Config, policies ...policy.Config) *policy.Set {
+func withPolicies(t testing.TB, cfg Config, policies ...catalog.Policy) *catalog.PolicySet {
 	t.Helper()
-	ps, err := policy.Compile(policies, cfg.PolicyDefaults())
+	ps, err := catalog.CompilePolicies(policies, cfg.CatalogDefaults())
 	require.NoError(t, err)
 	return ps
 }
 
 // bidsPolicy is the documentation's example: per X-User-Id on POST bids,
 // perSecond a second and perDay a day.
-func bidsPolicy(perSecond, perDay int64) policy.Config {
-	return policy.Config{
+func bidsPolicy(perSecond, perDay int64) catalog.Policy {
+	return catalog.Policy{
 		Name:  "bids-per-user",
-		Match: policy.Match{Resources: []string{"bids"}, Methods: []string{"POST"}},
+		Match: catalog.PolicyMatch{Resources: []string{"bids"}, Methods: []string{"POST"}},
 		Key:   []string{"header:X-User-Id"},
-		Limits: []policy.Limit{
+		Limits: []catalog.PolicyLimit{
 			{Limit: perSecond, Window: confutil.Duration(time.Second)},
 			{Limit: perDay, Period: store.Day},
 		},
-		Unlimited: policy.Unlimited{Values: []string{"monitoring-bot"}},
+		Unlimited: catalog.Unlimited{Values: []string{"monitoring-bot"}},
 	}
 }
 
@@ -106,7 +105,7 @@ func TestPolicyTwoLimitsAllOrNothing(t *testing.T) {
 // TestIPScopeAnonymous: limits.ip_scope anonymous leaves requests with a
 // known API key to their key and tenant limits.
 func TestIPScopeAnonymous(t *testing.T) {
-	for _, scope := range []limitconf.IPScope{limitconf.IPScopeAll, limitconf.IPScopeAnonymous} {
+	for _, scope := range []IPScope{IPScopeAll, IPScopeAnonymous} {
 		cfg := testLimitsConfig(func(c *Config) { c.IP, c.IPScope = 2, scope })
 		l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: testCatalog(t)})
 		ctx := context.Background()
@@ -125,7 +124,7 @@ func TestIPScopeAnonymous(t *testing.T) {
 			}
 		}
 		assert.Equal(t, 2, anonPassed, "%s: an anonymous client is held by its IP", scope)
-		if scope == limitconf.IPScopeAll {
+		if scope == IPScopeAll {
 			assert.Equal(t, 2, passed, "all: the IP limit holds a known client too")
 		} else {
 			assert.Equal(t, 5, passed, "anonymous: a known client is not held by its IP")
@@ -138,10 +137,10 @@ func TestIPScopeAnonymous(t *testing.T) {
 func TestPolicyMatchAnonymousAndPrefix(t *testing.T) {
 	yes := true
 	cfg := testLimitsConfig(nil)
-	ps := withPolicies(t, cfg, policy.Config{
-		Name: "anon-subnet", Match: policy.Match{Anonymous: &yes}, Key: []string{"ip/24"},
-		Limits:    []policy.Limit{{Limit: 3}},
-		Unlimited: policy.Unlimited{CIDRs: []string{"198.51.100.0/24"}},
+	ps := withPolicies(t, cfg, catalog.Policy{
+		Name: "anon-subnet", Match: catalog.PolicyMatch{Anonymous: &yes}, Key: []string{"ip/24"},
+		Limits:    []catalog.PolicyLimit{{Limit: 3}},
+		Unlimited: catalog.Unlimited{CIDRs: []string{"198.51.100.0/24"}},
 	})
 	l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: testCatalog(t), Policies: ps})
 	ctx := context.Background()
@@ -186,12 +185,12 @@ func TestPolicyScaledAsOtherLimits(t *testing.T) {
 		}
 		return n
 	}
-	perTenant := policy.Config{Name: "per-tenant", Key: []string{"tenant"}, Limits: []policy.Limit{{Limit: 2}}}
+	perTenant := catalog.Policy{Name: "per-tenant", Key: []string{"tenant"}, Limits: []catalog.PolicyLimit{{Limit: 2}}}
 	premium := &Request{Tenant: "acme", Plan: "PREMIUM"}
 	l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: testCatalog(t), Policies: withPolicies(t, cfg, perTenant)})
 	assert.Equal(t, 6, passes(l, premium), "2 × PREMIUM's 3")
 
-	perUser := policy.Config{Name: "per-user", Key: []string{"header:X-User-Id"}, Limits: []policy.Limit{{Limit: 10}}}
+	perUser := catalog.Policy{Name: "per-user", Key: []string{"header:X-User-Id"}, Limits: []catalog.PolicyLimit{{Limit: 10}}}
 	user := &Request{Attrs: headers{"X-User-Id": "u1"}}
 	l = newTestLimiter(t, cfg, memStore(t), Options{Policies: withPolicies(t, cfg, perUser), Adjuster: fixedAdjuster{0.5, false}})
 	assert.Equal(t, 5, passes(l, user), "10 × the adaptive multiplier 0.5")

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
 )
 
 // Request is one decision as the request path asks it. The limiter does not
@@ -52,9 +51,9 @@ type Request struct {
 }
 
 // Attrs reads a request's headers and query parameters (see
-// policy.Attrs): the request path implements it over the request it
+// catalog.Attrs): the request path implements it over the request it
 // serves, the check API over its JSON fields.
-type Attrs = policy.Attrs
+type Attrs = catalog.Attrs
 
 // Scope names the limit a decision is about.
 type Scope uint8
@@ -191,7 +190,7 @@ type Options struct {
 	// multipliers default to 1).
 	Catalog *catalog.Catalog
 	// Policies are the compiled `policies` section (nil: none).
-	Policies *policy.Set
+	Policies *catalog.PolicySet
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/internal/redistest"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -81,7 +80,7 @@ func TestResetAcrossPods(t *testing.T) {
 func TestPolicyResetAcrossPods(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := testLimitsConfig(nil)
-	pc := policy.Config{Name: "per-user", Key: []string{"ip/24", "header:X-User-Id"}, Limits: []policy.Limit{
+	pc := catalog.Policy{Name: "per-user", Key: []string{"ip/24", "header:X-User-Id"}, Limits: []catalog.PolicyLimit{
 		{Limit: 6, Window: confutil.Duration(time.Hour)}, {Limit: 4, Period: store.Day}}}
 	ps := withPolicies(t, cfg, pc)
 	var pods []*Limiter
@@ -89,7 +88,7 @@ func TestPolicyResetAcrossPods(t *testing.T) {
 		pods = append(pods, newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{Policies: ps}))
 	}
 	ctx := context.Background()
-	long := strings.Repeat("u", policy.MaxValueLen+1)
+	long := strings.Repeat("u", catalog.MaxValueLen+1)
 	for _, user := range []string{"u1:a", long} {
 		req := &Request{IP: []byte("10.0.0.7"), Attrs: headers{"X-User-Id": user}}
 		other := &Request{IP: []byte("10.0.0.7"), Attrs: headers{"X-User-Id": "u2"}}

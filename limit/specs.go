@@ -3,7 +3,7 @@ package limit
 import (
 	"time"
 
-	"github.com/sentinel-gateway/sentinel/limit/policy"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -21,7 +21,7 @@ type spec struct {
 	ttl    time.Duration // lease lifetime
 	shadow bool
 	// counters count a policy limit's decisions (nil for other limits).
-	counters *policy.Counters
+	counters *catalog.PolicyCounters
 	useRID   bool // sliding_log with a trusted request ID: always ask the store
 	// The key is buf[:keyLen], or big when it did not fit. The spec never
 	// holds a slice of its own buf, so that it can stay on the stack.

@@ -15,11 +15,11 @@
 -- ARGV[8]  deadline in Redis time (microseconds), 0 for none: a call that
 --          runs later grants nothing (its caller has given up on it)
 -- ARGV[9]  used: unused here (a used permit counts in its period anyway)
--- ARGV[10] spent: permits the caller let through without the store
--- ARGV[11] spent_ago in ms (>= 0): how long before this call the last of
+-- ARGV[10] unleased: permits the caller used without a lease
+-- ARGV[11] unleased_ago in ms (>= 0): how long before this call the last of
 --          them was let through; they count when that is in this period
 -- ARGV[12] use_within: unused here
--- ARGV[13..20] spent_before: up to four more (permits, ms ago) pairs of
+-- ARGV[13..20] unleased_before: up to four more (permits, ms ago) pairs of
 --          permits let through without the store, each counted when its
 --          time is in this period
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
@@ -66,12 +66,12 @@ local status = 0
 if deadline > 0 and now_us > deadline then
   status = 2
 else
-  local function spend(n, ago)
+  local function count_unleased(n, ago)
     if n > 0 and now - ago >= start then count = count + n end
   end
-  spend(tonumber(ARGV[10]), tonumber(ARGV[11]))
+  count_unleased(tonumber(ARGV[10]), tonumber(ARGV[11]))
   for i = 13, 19, 2 do
-    if ARGV[i] then spend(tonumber(ARGV[i]), tonumber(ARGV[i + 1])) end
+    if ARGV[i] then count_unleased(tonumber(ARGV[i]), tonumber(ARGV[i + 1])) end
   end
 end
 

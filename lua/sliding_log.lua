@@ -27,9 +27,9 @@
 --          (0..1000): the members return_ref - return - used + 1 ..
 --          return_ref - return (the lease's permits before the returned
 --          ones) are dated now when that is earlier than their score
--- ARGV[11] spent: permits the caller let through without the store (its
+-- ARGV[11] unleased: permits the caller used without a lease (its
 --          own share while the store was unreachable; 0..1000)
--- ARGV[12] spent_ago in ms (>= 0): how long before this call the last of
+-- ARGV[12] unleased_ago in ms (>= 0): how long before this call the last of
 --          them was let through; they are scored then
 -- ARGV[13] use_within in ms (>= 0): the caller uses the need permits within
 --          this of the call (after it, it gives them back); they are scored
@@ -52,7 +52,7 @@
 --          the window; 0 when nothing is counted).
 -- All keys share one hash tag. A clock that moves backwards is treated as the
 -- newest time seen. The return and used are applied even past the deadline;
--- spent only before it (a call run late would date them late: its caller
+-- unleased only before it (a call run late would date them late: its caller
 -- reports them again with its next call).
 local log, meta, ids = KEYS[1], KEYS[2], KEYS[3]
 local limit = tonumber(ARGV[1])
@@ -64,9 +64,9 @@ local need = tonumber(ARGV[6])
 local ret = tonumber(ARGV[7])
 local ret_ref = tonumber(ARGV[8])
 local deadline = tonumber(ARGV[9])
-local moved = tonumber(ARGV[10])
-local spent = tonumber(ARGV[11])
-local spent_ago = tonumber(ARGV[12])
+local used = tonumber(ARGV[10])
+local unleased = tonumber(ARGV[11])
+local unleased_ago = tonumber(ARGV[12])
 local use_within = tonumber(ARGV[13])
 local id_retries = tonumber(ARGV[14])
 local id_window = tonumber(ARGV[15])
@@ -86,11 +86,11 @@ if ret > 0 then
 end
 
 redis.call('ZREMRANGEBYSCORE', log, '-inf', now - window)
-if moved > 0 then
+if used > 0 then
   -- The members of one lease share its expiry as their score: one ZSCORE
   -- tells whether they still count and would count later than now (as
   -- ZADD XX LT would, which needs Redis 6.2).
-  local first = ret_ref - ret - moved + 1
+  local first = ret_ref - ret - used + 1
   local score = tonumber(redis.call('ZSCORE', log, string.format('%d', first)))
   if score and score > now then
     local batch = {}
@@ -102,11 +102,11 @@ if moved > 0 then
   end
 end
 local late = deadline > 0 and now_us > deadline
-if spent > 0 and not late and now - spent_ago + window > now then
-  local last_seq = redis.call('HINCRBY', meta, 'seq', spent)
+if unleased > 0 and not late and now - unleased_ago + window > now then
+  local last_seq = redis.call('HINCRBY', meta, 'seq', unleased)
   local batch = {}
-  for m = last_seq - spent + 1, last_seq do
-    batch[#batch + 1] = now - spent_ago
+  for m = last_seq - unleased + 1, last_seq do
+    batch[#batch + 1] = now - unleased_ago
     batch[#batch + 1] = m
   end
   redis.call('ZADD', log, unpack(batch))
@@ -125,11 +125,11 @@ if rid ~= '' then
   end
 end
 if status == 0 and deadline > 0 and now_us > deadline then status = 2 end
-local used = redis.call('ZCARD', log)
+local counted = redis.call('ZCARD', log)
 
 local granted = 0
 if status == 0 then
-  granted = limit - used
+  granted = limit - counted
   if granted > want then granted = want end
   if granted < need then granted = 0 end
 end
@@ -144,7 +144,7 @@ if granted > 0 then
     batch[#batch + 1] = m
   end
   redis.call('ZADD', log, unpack(batch))
-  used = used + granted
+  counted = counted + granted
   -- A repeat past its allowance keeps the ID's record (forget time and
   -- spared count): re-recording it would spare its next repeats again.
   if rid ~= '' and not repeated and id_retries > 0 and id_window > 0 then
@@ -166,7 +166,7 @@ if granted == 0 and status ~= 1 then
   elseif need > limit then
     retry = -1
   else
-    local nth = used - limit + need - 1
+    local nth = counted - limit + need - 1
     if nth >= 0 then
       local r = redis.call('ZRANGE', log, nth, nth, 'WITHSCORES')
       retry = tonumber(r[2]) + window - now
@@ -192,6 +192,6 @@ if ids_written then
   local latest = redis.call('ZRANGE', ids, -1, -1, 'WITHSCORES')
   redis.call('PEXPIRE', ids, string.format('%d', math.floor(tonumber(latest[2]) / 16) - now + 1000))
 end
-local remaining = limit - used
+local remaining = limit - counted
 if remaining < 0 then remaining = 0 end
 return {granted, remaining, retry, reset, status, ref, now_us, used_ref, free}

@@ -20,16 +20,16 @@
 --          runs later grants nothing (its caller has given up on it)
 -- ARGV[10] used: permits of that earlier lease the caller has used by now
 --          (>= 0); they count from now instead of until its expiry
--- ARGV[11] spent: permits the caller let through without the store (its
+-- ARGV[11] unleased: permits the caller used without a lease (its
 --          own share while the store was unreachable)
--- ARGV[12] spent_ago in ms (>= 0): how long before this call the last of
+-- ARGV[12] unleased_ago in ms (>= 0): how long before this call the last of
 --          them was let through; they count from then, for a window
 -- ARGV[13] use_within in ms (>= 0): the caller uses the need permits within
 --          this of the call (after it, it gives them back); they count from
 --          now + use_within
--- ARGV[14..21] spent_before: up to four more (permits, ms ago) pairs of
---          permits let through without the store, earlier than spent's;
---          each counts from its own time, as spent does
+-- ARGV[14..21] unleased_before: up to four more (permits, ms ago) pairs of
+--          permits used without a lease, earlier than unleased's;
+--          each counts from its own time, as unleased does
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
 --          used_ref, free_ms}
 --          status 0, or 2 when past the deadline (nothing granted); ref is
@@ -51,9 +51,9 @@
 -- invariant holds. A lease used up early is re-dated by the caller's next
 -- call (used): its permits were counted from the grant until now, and count
 -- from now for a window, which covers every use made by now.
--- The return and used are applied even past the deadline; spent only before
--- it: a call that Redis runs late (it was paused) would date them when it
--- runs, a whole failure's worth at once, and refuse clients under their
+-- The return and used are applied even past the deadline; unleased only
+-- before it: a call that Redis runs late (it was paused) would date them
+-- when it runs, a whole failure's worth at once, and refuse clients under their
 -- limit; its caller reports them again with its next call. A clock that
 -- moves backwards is treated as the newest time seen.
 local key = KEYS[1]
@@ -65,9 +65,9 @@ local g = tonumber(ARGV[5])
 local need = tonumber(ARGV[6])
 local ret = tonumber(ARGV[7])
 local deadline = tonumber(ARGV[9])
-local moved = tonumber(ARGV[10])
-local spent = tonumber(ARGV[11])
-local spent_ago = tonumber(ARGV[12])
+local used = tonumber(ARGV[10])
+local unleased = tonumber(ARGV[11])
+local unleased_ago = tonumber(ARGV[12])
 local use_within = tonumber(ARGV[13])
 
 -- Numbers go to Redis through string.format('%d'): a Lua number given to
@@ -82,8 +82,9 @@ local now = math.floor(now_us / 1000)
 -- 40; reading and parsing them cost Redis more than the rest of the
 -- script: BenchmarkRedisHotKeyGrant). The counters are read only to drop
 -- the dead ones (when the oldest has left the window: once per sub-window),
--- to find a bound a return or a move removed, to list them when refusing,
--- and when the sum is missing (a new key, or one an older script wrote).
+-- to find a bound that a return or a report of used permits removed, to
+-- list them when refusing, and when the sum is missing (a new key, or one
+-- an older script wrote).
 local st = redis.call('HGET', key, 't')
 local last, n, lo, hi
 if st then
@@ -97,8 +98,8 @@ end
 if last and last > now then now = last end
 local horizon = now - window -- a counter at E is live while E > horizon
 if n and n <= 0 then n, lo, hi = 0, nil, nil end
--- lost_lo and lost_hi: a return or a move emptied the counter at that
--- bound; a later count at or beyond it is the bound again, else a scan
+-- lost_lo and lost_hi: a return or a report of used permits emptied the
+-- counter at that bound; a later count at or beyond it is the bound again, else a scan
 -- finds it.
 local lost_lo, lost_hi = false, false
 
@@ -168,14 +169,14 @@ local function count(e, c)
   n = n + c
 end
 
-if ret > 0 or moved > 0 then
+if ret > 0 or used > 0 then
   local cur = tonumber(redis.call('HGET', key, ARGV[8]))
   if cur then
     local from = tonumber(ARGV[8])
     local to = (math.floor(now / g) + 1) * g
     local r = math.min(ret, cur)
     local m = 0
-    if to < from then m = math.min(moved, cur - r) end
+    if to < from then m = math.min(used, cur - r) end
     if r + m >= cur then
       redis.call('HDEL', key, ARGV[8])
       if from == lo then lost_lo = true end
@@ -189,22 +190,22 @@ if ret > 0 or moved > 0 then
   end
 end
 
-local function spend(c, ago)
+local function count_unleased(c, ago)
   if c <= 0 then return end
   local at = (math.floor((now - ago) / g) + 1) * g
   if at > horizon then count(at, c) end
 end
 if not (deadline > 0 and now_us > deadline) then
-  spend(spent, spent_ago)
+  count_unleased(unleased, unleased_ago)
   for i = 14, 20, 2 do
-    if ARGV[i] then spend(tonumber(ARGV[i]), tonumber(ARGV[i + 1])) end
+    if ARGV[i] then count_unleased(tonumber(ARGV[i]), tonumber(ARGV[i + 1])) end
   end
 end
 
 local status = 0
 if deadline > 0 and now_us > deadline then status = 2 end
-local used = n
-local granted = limit - used
+local counted = n
+local granted = limit - counted
 if granted > want then granted = want end
 if granted < need or status ~= 0 then granted = 0 end
 local ref, used_ref = 0, 0
@@ -213,7 +214,7 @@ if granted > 0 then
   ref = (math.floor((now + lease) / g) + 1) * g
   count(used_ref, need)
   if granted > need then count(ref, granted - need) end
-  used = used + granted
+  counted = counted + granted
 end
 
 local retry = 0
@@ -224,7 +225,7 @@ if granted == 0 and limit > 0 and need <= limit then
   flush()
   scan(live)
   table.sort(live, function(a, b) return a[1] < b[1] end)
-  local want_free, freed = used - limit + need, 0
+  local want_free, freed = counted - limit + need, 0
   for _, b in ipairs(live) do
     freed = freed + b[2]
     if freed >= want_free then
@@ -250,7 +251,7 @@ if n > 0 then
 else
   redis.call('HSET', key, 't', fmt('%d 0 0 0', now))
 end
-local remaining = limit - used
+local remaining = limit - counted
 if remaining < 0 then remaining = 0 end
 
 local keep = reset

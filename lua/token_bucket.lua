@@ -14,10 +14,10 @@
 -- ARGV[8]  deadline in Redis time (microseconds), 0 for none: a call that
 --          runs later grants nothing (its caller has given up on it)
 -- ARGV[9]  used (unused: a taken token counts from the grant)
--- ARGV[10] spent: tokens the caller took without the store (its own share
+-- ARGV[10] unleased: tokens the caller used without a lease (its own share
 --          while the store was unreachable), taken from the bucket first
 --          (it does not go below 0)
--- ARGV[11] spent_ago (unused: the bucket refills from now)
+-- ARGV[11] unleased_ago (unused: the bucket refills from now)
 -- ARGV[12] use_within (unused: a taken token counts from the grant)
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, 0, now_us, 0, 0}
 --          granted = min(want, floor(tokens)) when that is >= need, else 0;
@@ -32,7 +32,7 @@
 -- days), or after a day when the rate is 0. Every value is computed before
 -- the first write, so an error never leaves a key without its TTL. A clock
 -- that moves backwards is treated as the newest time seen. The return is
--- applied even past the deadline; spent only before it (its caller reports
+-- applied even past the deadline; unleased only before it (its caller reports
 -- them again with its next call).
 local key = KEYS[1]
 local capacity = tonumber(ARGV[1])
@@ -41,7 +41,7 @@ local want = tonumber(ARGV[3])
 local need = tonumber(ARGV[5])
 local ret = tonumber(ARGV[6])
 local deadline = tonumber(ARGV[8])
-local spent = tonumber(ARGV[10])
+local unleased = tonumber(ARGV[10])
 local maxms = 1000000000000
 
 local t = redis.call('TIME')
@@ -56,7 +56,7 @@ end
 if ts > now then now = ts end
 tokens = tokens + (now - ts) * rate / 1000 + ret
 if tokens > capacity then tokens = capacity end
-if not (deadline > 0 and now_us > deadline) then tokens = tokens - spent end
+if not (deadline > 0 and now_us > deadline) then tokens = tokens - unleased end
 if tokens < 0 then tokens = 0 end
 
 local status = 0

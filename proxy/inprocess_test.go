@@ -11,7 +11,6 @@ import (
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -53,13 +52,13 @@ func inProcessLimiter(tb testing.TB, cat *catalog.Catalog) *limit.Limiter {
 	big := int64(1 << 39)
 	cfg.IP, cfg.APIKey, cfg.Tenant, cfg.Window, cfg.LeaseTTL, cfg.MaxLease = big, big, big, time.Hour, time.Minute, 1<<19
 	hour := confutil.Duration(time.Hour)
-	ps, err := policy.Compile([]policy.Config{
-		{Name: "per-user", Match: policy.Match{Methods: []string{"GET"}, Headers: map[string]string{"X-Env": "prod"}},
-			Key: []string{"header:X-User-Id"}, Limits: []policy.Limit{{Limit: big, Window: hour}}},
-		{Name: "tenant-day", Match: policy.Match{Resources: []string{"api"}}, Key: []string{"tenant", "query:id"},
-			Limits: []policy.Limit{{Limit: big, Period: store.Day}}},
-		{Name: "subnet", Key: []string{"ip/24", "method"}, Limits: []policy.Limit{{Limit: big, Window: hour}}},
-	}, cfg.PolicyDefaults())
+	ps, err := catalog.CompilePolicies([]catalog.Policy{
+		{Name: "per-user", Match: catalog.PolicyMatch{Methods: []string{"GET"}, Headers: map[string]string{"X-Env": "prod"}},
+			Key: []string{"header:X-User-Id"}, Limits: []catalog.PolicyLimit{{Limit: big, Window: hour}}},
+		{Name: "tenant-day", Match: catalog.PolicyMatch{Resources: []string{"api"}}, Key: []string{"tenant", "query:id"},
+			Limits: []catalog.PolicyLimit{{Limit: big, Period: store.Day}}},
+		{Name: "subnet", Key: []string{"ip/24", "method"}, Limits: []catalog.PolicyLimit{{Limit: big, Window: hour}}},
+	}, cfg.CatalogDefaults())
 	require.NoError(tb, err)
 	st := store.NewMemoryStore(store.MemoryOptions{})
 	l, err := limit.NewLimiter(cfg, st, limit.Options{Catalog: cat, Policies: ps})

@@ -35,7 +35,7 @@ func testLimiter(tb testing.TB) (*limit.Limiter, *catalog.Catalog) {
 	cfg.SetDefaults()
 	cfg.Tenant, cfg.IP = 5, 3
 	rule := catalog.Rule{Tenant: "acme", Resource: "search", Limit: 2}
-	rule.SetDefaults(cfg.Algorithm, cfg.Window)
+	rule.SetDefaults(cfg.CatalogDefaults())
 	cat, err := catalog.NewCatalog(nil, []catalog.Tenant{{ID: "acme", Plan: "FREE"}, {ID: "big", Plan: "PREMIUM"}}, []catalog.Rule{rule})
 	require.NoError(tb, err)
 	lim, err := limit.NewLimiter(cfg, store.NewMemoryStore(store.MemoryOptions{}), limit.Options{Catalog: cat})

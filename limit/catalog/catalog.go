@@ -17,7 +17,7 @@ import (
 // Readers see one immutable snapshot behind an atomic pointer, so the request
 // path never locks; writers build a new snapshot under a mutex and swap it.
 //
-// A catalogsync.Sync changes it: with Redis it writes through to Redis and
+// A Sync changes it: with Redis it writes through to Redis and
 // replaces the catalog's contents on every pod; without Redis it changes the
 // process only.
 type Catalog struct {
@@ -113,9 +113,27 @@ type CompiledRule struct {
 // a Catalog: one publishes its names as metric labels until Close, which a
 // check must not leave behind. Errors name the YAML key
 // (tenants[1].api_keys[0], rules[0].capacity), one line per bad key.
+//
+// It also refuses a rule for a tenant the file does not define (but
+// AnonymousTenant): the rules API refuses a rule for a tenant it does not
+// know (404), since it could never apply, and a file that means the same
+// must fail too. A tenant created through the API gets its rules through
+// the API.
 func Check(tenants []Tenant, rules []Rule) error {
 	_, err := buildSnapshot(nil, tenants, rules, "tenants", "rules")
-	return err
+	known := make(map[string]bool, len(tenants))
+	for _, t := range tenants {
+		known[t.ID] = true
+	}
+	errs := []error{err}
+	for i, r := range rules {
+		if r.Tenant != AnonymousTenant && r.Tenant != "" && !known[r.Tenant] {
+			errs = append(errs, &ValidationError{Field: fmt.Sprintf("rules[%d].tenant", i),
+				Msg: fmt.Sprintf("no tenant %q in tenants: a rule for it would never apply; add the tenant, or write the rule through the API for a tenant created there (%q: clients without an API key)",
+					r.Tenant, AnonymousTenant)})
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // NewCatalog indexes the configured plans (nil: DefaultPlans; validated

@@ -153,14 +153,26 @@ type Rule struct {
 	Shadow bool `mapstructure:"shadow" json:"shadow,omitempty"`
 }
 
-// SetDefaults fills the algorithm and window from the limits section
-// (limits.algorithm and limits.window).
-func (r *Rule) SetDefaults(algorithm store.Algorithm, window time.Duration) {
-	confutil.SetDefault(&r.Algorithm, algorithm)
-	if r.Algorithm != store.TokenBucket {
-		confutil.SetDefault(&r.Window, confutil.Duration(window))
+// Defaults are what the limits section gives the rules and the policies.
+type Defaults struct {
+	Algorithm store.Algorithm // limits.algorithm
+	Window    time.Duration   // limits.window
+	Zone      *time.Location  // limits.quota_time_zone (nil: UTC)
+}
+
+// fill sets an unset algorithm to limits.algorithm and, unless that makes
+// a token bucket, an unset window to limits.window: a rule's, or a
+// policy's limit without a period.
+func (d Defaults) fill(alg *store.Algorithm, window *confutil.Duration) {
+	confutil.SetDefault(alg, d.Algorithm)
+	if *alg != store.TokenBucket {
+		confutil.SetDefault(window, confutil.Duration(d.Window))
 	}
 }
+
+// SetDefaults fills the algorithm and window from the limits section
+// (limits.algorithm and limits.window).
+func (r *Rule) SetDefaults(def Defaults) { def.fill(&r.Algorithm, &r.Window) }
 
 // Validate checks a rule; field is its YAML key or an empty string for the
 // API (errors then name the JSON field alone). The error joins one line per

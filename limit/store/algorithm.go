@@ -102,7 +102,7 @@ func checkLease(req *LeaseRequest) error {
 		// A return alone: nothing is granted.
 	case req.Want == 0:
 		// A look changes no count, so it reports none.
-		if req.Used != 0 || req.Own != 0 || req.OwnBefore != ([OwnParts]OwnPart{}) || req.Need > MaxLimit {
+		if req.Used != 0 || req.Unleased != 0 || req.UnleasedBefore != ([UnleasedParts]UnleasedPart{}) || req.Need > MaxLimit {
 			return fmt.Errorf("limit: look at %q: a look takes and reports nothing, and needs at most %d", req.Key, int64(MaxLimit))
 		}
 	case req.Want < 1 || req.Want > MaxLimit || req.Want < req.need():
@@ -120,31 +120,31 @@ func checkLease(req *LeaseRequest) error {
 	if req.Return < 0 || req.Return > MaxLimit {
 		return fmt.Errorf("limit: lease for %q: return of %d permits is out of range", req.Key, req.Return)
 	}
-	if req.Used < 0 || req.Used > MaxLimit || req.Own < 0 || req.Own > MaxLimit {
-		return fmt.Errorf("limit: lease for %q: %d used or %d own permits is out of range", req.Key, req.Used, req.Own)
+	if req.Used < 0 || req.Used > MaxLimit || req.Unleased < 0 || req.Unleased > MaxLimit {
+		return fmt.Errorf("limit: lease for %q: %d used or %d unleased permits is out of range", req.Key, req.Used, req.Unleased)
 	}
 	if req.RequestIDRetries < 0 || req.RequestIDRetries > MaxRequestIDRetries || req.RequestIDWindow < 0 || req.RequestIDWindow > MaxWindow {
 		return fmt.Errorf("limit: lease for %q: request ID allowance of %d retries within %v is out of range 0..%d within [0, %v]",
 			req.Key, req.RequestIDRetries, req.RequestIDWindow, MaxRequestIDRetries, MaxWindow)
 	}
-	if err := checkOwn(req); err != nil {
+	if err := checkUnleased(req); err != nil {
 		return err
 	}
 	return checkParams(req)
 }
 
-// checkOwn validates the permits a request reports as let through on the
-// caller's own (Own, OwnAgo, OwnBefore).
-func checkOwn(req *LeaseRequest) error {
-	if req.OwnAgo < 0 || req.OwnAgo > MaxWindow {
-		return fmt.Errorf("limit: lease for %q: own permits %v ago is out of range [0, %v]", req.Key, req.OwnAgo, MaxWindow)
+// checkUnleased validates the unleased permits a request reports (Unleased,
+// UnleasedAgo, UnleasedBefore).
+func checkUnleased(req *LeaseRequest) error {
+	if req.UnleasedAgo < 0 || req.UnleasedAgo > MaxWindow {
+		return fmt.Errorf("limit: lease for %q: unleased permits %v ago is out of range [0, %v]", req.Key, req.UnleasedAgo, MaxWindow)
 	}
-	for _, part := range req.OwnBefore {
+	for _, part := range req.UnleasedBefore {
 		switch {
 		case part.N < 0 || part.N > MaxLimit || part.Ago < 0 || part.Ago > MaxWindow:
-			return fmt.Errorf("limit: lease for %q: %d own permits %v ago is out of range", req.Key, part.N, part.Ago)
+			return fmt.Errorf("limit: lease for %q: %d unleased permits %v ago is out of range", req.Key, part.N, part.Ago)
 		case part.N > 0 && req.Params.Algorithm != SlidingWindow && req.Params.Algorithm != Quota:
-			return fmt.Errorf("limit: lease for %q: own parts are for sliding_window and quota only", req.Key)
+			return fmt.Errorf("limit: lease for %q: unleased parts are for sliding_window and quota only", req.Key)
 		}
 	}
 	return nil
@@ -164,7 +164,7 @@ func checkParams(req *LeaseRequest) error {
 		if p.Limit < 0 || p.Limit > MaxLimit {
 			return fmt.Errorf("limit: lease for %q: limit %d is out of range 0..%d", req.Key, p.Limit, int64(MaxLimit))
 		}
-		if p.Algorithm == SlidingLog && (req.Want > MaxLogTokens || req.Return > MaxLogTokens || req.Used > MaxLogTokens || req.Own > MaxLogTokens) {
+		if p.Algorithm == SlidingLog && (req.Want > MaxLogTokens || req.Return > MaxLogTokens || req.Used > MaxLogTokens || req.Unleased > MaxLogTokens) {
 			return fmt.Errorf("limit: lease for %q: sliding_log grants and returns at most %d permits per call", req.Key, MaxLogTokens)
 		}
 	case TokenBucket:

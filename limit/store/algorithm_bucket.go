@@ -21,7 +21,7 @@ func (s *bucketState) lease(now, capacity int64, rate float64, q *leaseQuery) le
 	if tokens > c {
 		tokens = c
 	}
-	tokens = max(tokens-float64(q.spent), 0)
+	tokens = max(tokens-float64(q.unleased), 0)
 	granted := min(max(int64(math.Floor(tokens)), 0), q.want)
 	if granted < q.need {
 		granted = 0

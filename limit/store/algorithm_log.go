@@ -32,8 +32,8 @@ func (s *logState) lease(now int64, q *leaseQuery, rid []byte) leaseAnswer {
 	}
 	s.runs.expire(now - q.windowMS)
 	s.runs.move(q.retRef, now, q.used)
-	if at := now - q.spentAgoMS; q.spent > 0 && at+q.windowMS > now {
-		s.runs.add(at, q.spent)
+	if at := now - q.unleasedAgoMS; q.unleased > 0 && at+q.windowMS > now {
+		s.runs.add(at, q.unleased)
 	}
 	rec, seen := s.lookup(rid, now)
 	dup := seen && rec.spared < q.idRetries

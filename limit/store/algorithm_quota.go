@@ -38,17 +38,17 @@ func (s *quotaState) lease(now int64, p *Params, q *leaseQuery) leaseAnswer {
 	if q.ret > 0 && q.retRef == start {
 		s.count -= min(q.ret, s.count)
 	}
-	s.count += quotaOwn(now, start, q)
+	s.count += quotaUnleased(now, start, q)
 	return s.grant(now, start, end, q)
 }
 
-// quotaOwn is how many of the permits q reports as let through on the
-// caller's own were let through in the period from start: earlier ones
+// quotaUnleased is how many of the unleased permits q reports were used in
+// the period from start: earlier ones
 // count in a period that is over, where they no longer matter.
-func quotaOwn(now, start int64, q *leaseQuery) int64 {
+func quotaUnleased(now, start int64, q *leaseQuery) int64 {
 	var n int64
-	if q.spent > 0 && now-q.spentAgoMS >= start {
-		n += q.spent
+	if q.unleased > 0 && now-q.unleasedAgoMS >= start {
+		n += q.unleased
 	}
 	for _, part := range q.before {
 		if part[0] > 0 && now-part[1] >= start {

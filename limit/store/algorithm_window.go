@@ -17,9 +17,9 @@ func (s *windowState) lease(now int64, q *leaseQuery, g int64) leaseAnswer {
 		s.subs.unadd(q.retRef, q.ret)
 	}
 	s.subs.move(q.retRef, ((now/g)+1)*g, q.used)
-	s.spend(now, q.spent, q.spentAgoMS, q.windowMS, g)
+	s.countUnleased(now, q.unleased, q.unleasedAgoMS, q.windowMS, g)
 	for _, part := range q.before {
-		s.spend(now, part[0], part[1], q.windowMS, g)
+		s.countUnleased(now, part[0], part[1], q.windowMS, g)
 	}
 	s.last = now
 	s.subs.expire(now - q.windowMS)
@@ -48,9 +48,9 @@ func (s *windowState) lease(now int64, q *leaseQuery, g int64) leaseAnswer {
 	return a
 }
 
-// spend counts n permits let through agoMS before now, at the end of their
+// countUnleased counts n permits let through agoMS before now, at the end of their
 // sub-window, unless they are out of the window already.
-func (s *windowState) spend(now, n, agoMS, windowMS, g int64) {
+func (s *windowState) countUnleased(now, n, agoMS, windowMS, g int64) {
 	if at := (((now - agoMS) / g) + 1) * g; n > 0 && at+windowMS > now {
 		s.subs.add(at, n)
 	}

@@ -22,7 +22,7 @@ func init() {
 		confCase{"QuotaPods", confQuotaPods},
 		confCase{"QuotaBoundary", confQuotaBoundary},
 		confCase{"QuotaReturn", confQuotaReturn},
-		confCase{"QuotaOwn", confQuotaOwn},
+		confCase{"QuotaUnleased", confQuotaUnleased},
 		confCase{"QuotaInvalid", confQuotaInvalid},
 		confCase{"QuotaNodeClockOff", confQuotaClockOff},
 	)
@@ -157,20 +157,20 @@ func confQuotaReturn(t *testing.T, e *confEnv, key string) {
 	assert.Equal(t, int64(5), r.Granted, "a return to a period that is over added to the new one")
 }
 
-// confQuotaOwn: permits let through on the caller's own count in the
+// confQuotaUnleased: permits used without a lease count in the
 // period they were let through in; those of a period that is over count
 // nowhere.
-func confQuotaOwn(t *testing.T, e *confEnv, key string) {
+func confQuotaUnleased(t *testing.T, e *confEnv, key string) {
 	zone := e.hourEndingIn(t, time.Hour-10*time.Second) // the hour began about 10s ago
 	p := quotaParams(10, zone)
 	r, err := e.store.Lease(context.Background(), &LeaseRequest{Key: []byte(key), Params: p, Want: 10,
-		Own: 2, OwnAgo: time.Second,
-		OwnBefore: [OwnParts]OwnPart{{N: 3, Ago: 5 * time.Second}, {N: 100, Ago: 30 * time.Second}, {N: 100, Ago: 2 * time.Hour}}})
+		Unleased: 2, UnleasedAgo: time.Second,
+		UnleasedBefore: [UnleasedParts]UnleasedPart{{N: 3, Ago: 5 * time.Second}, {N: 100, Ago: 30 * time.Second}, {N: 100, Ago: 2 * time.Hour}}})
 	require.NoError(t, err)
-	assert.Equal(t, int64(5), r.Granted, "own permits of this period count, those of the last one do not")
-	r, err = e.store.Lease(context.Background(), &LeaseRequest{Key: []byte(key + ":old"), Params: p, Want: 10, Own: 7, OwnAgo: time.Minute})
+	assert.Equal(t, int64(5), r.Granted, "unleased permits of this period count, those of the last one do not")
+	r, err = e.store.Lease(context.Background(), &LeaseRequest{Key: []byte(key + ":old"), Params: p, Want: 10, Unleased: 7, UnleasedAgo: time.Minute})
 	require.NoError(t, err)
-	assert.Equal(t, int64(10), r.Granted, "own permits of a period that is over were counted")
+	assert.Equal(t, int64(10), r.Granted, "unleased permits of a period that is over were counted")
 }
 
 func confQuotaInvalid(t *testing.T, e *confEnv, key string) {
@@ -223,8 +223,8 @@ func TestQuotaCallArgs(t *testing.T) {
 	require.NoError(t, err)
 	at := time.Date(2026, 3, 29, 12, 0, 0, 0, berlin) // a 23-hour day
 	req := &LeaseRequest{Key: []byte("{key:abc}"), Params: Params{Algorithm: Quota, Limit: 2000, Period: Day, Zone: berlin},
-		Want: 5, Need: 2, Return: 1, ReturnRef: 7, Own: 3, OwnAgo: 4 * time.Millisecond,
-		OwnBefore: [OwnParts]OwnPart{{N: 1, Ago: 9 * time.Millisecond}}}
+		Want: 5, Need: 2, Return: 1, ReturnRef: 7, Unleased: 3, UnleasedAgo: 4 * time.Millisecond,
+		UnleasedBefore: [UnleasedParts]UnleasedPart{{N: 1, Ago: 9 * time.Millisecond}}}
 	c := getRedisCall()
 	script := c.build("p:", req, 42, at)
 	assert.Same(t, quotaScript, script)

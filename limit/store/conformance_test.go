@@ -91,9 +91,9 @@ var confCases = []confCase{
 	{"SlidingLogHeldAtTheLimit", confHeldAtLimit(SlidingLog)},
 	{"SlidingWindowUsedLeaseRedated", confRedate(SlidingWindow)},
 	{"SlidingLogUsedLeaseRedated", confRedate(SlidingLog)},
-	{"SlidingWindowSpent", confSpent(SlidingWindow)},
-	{"SlidingLogSpent", confSpent(SlidingLog)},
-	{"TokenBucketSpent", confSpent(TokenBucket)},
+	{"SlidingWindowUnleased", confUnleased(SlidingWindow)},
+	{"SlidingLogUnleased", confUnleased(SlidingLog)},
+	{"TokenBucketUnleased", confUnleased(TokenBucket)},
 	{"SlidingWindowBoundaryBurst", confBoundaryBurst(SlidingWindow)},
 	{"SlidingLogBoundaryBurst", confBoundaryBurst(SlidingLog)},
 	{"SlidingLogDuplicateRequestID", confDuplicateID},
@@ -381,36 +381,36 @@ func confRedate(alg Algorithm) func(*testing.T, *confEnv, string) {
 	}
 }
 
-// confSpent: permits a caller let through without the store are counted
+// confUnleased: permits a caller let through without the store are counted
 // from its next call, before anything is granted, even when nothing can be.
-func confSpent(alg Algorithm) func(*testing.T, *confEnv, string) {
+func confUnleased(alg Algorithm) func(*testing.T, *confEnv, string) {
 	return func(t *testing.T, e *confEnv, key string) {
 		const window = 200 * time.Millisecond
 		p := confParams(alg, 5, window)
 		ctx := context.Background()
-		r, err := e.store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 5, Own: 3})
+		r, err := e.store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 5, Unleased: 3})
 		require.NoError(t, err)
-		assert.Equal(t, int64(2), r.Granted, "the 3 spent permits were not counted")
-		r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 1, Own: 4})
+		assert.Equal(t, int64(2), r.Granted, "the 3 unleased permits were not counted")
+		r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: 1, Unleased: 4})
 		require.NoError(t, err)
 		assert.Zero(t, r.Granted)
 		assert.Zero(t, r.Remaining)
 		if alg != TokenBucket { // a bucket that refills over a window is not empty again a window later
 			e.sleep(window + 20*time.Millisecond)
-			assert.Equal(t, int64(5), e.lease(t, key, p, 5, 0, "").Granted, "spent permits count for one window")
+			assert.Equal(t, int64(5), e.lease(t, key, p, 5, 0, "").Granted, "unleased permits count for one window")
 
-			// SpentAgo dates them when the last was let through: a window
+			// UnleasedAgo dates them when the last was let through: a window
 			// from then, not from the report.
 			k2 := key + ":ago"
-			r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(k2), Params: p, Want: 5, Own: 3, OwnAgo: window - 40*time.Millisecond})
+			r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(k2), Params: p, Want: 5, Unleased: 3, UnleasedAgo: window - 40*time.Millisecond})
 			require.NoError(t, err)
 			assert.Equal(t, int64(2), r.Granted)
 			e.sleep(60 * time.Millisecond)
-			assert.Equal(t, int64(3), e.lease(t, k2, p, 5, 0, "").Granted, "spent permits counted past a window from their use")
+			assert.Equal(t, int64(3), e.lease(t, k2, p, 5, 0, "").Granted, "unleased permits counted past a window from their use")
 			k3 := key + ":old"
-			r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(k3), Params: p, Want: 5, Own: 3, OwnAgo: window + 10*time.Millisecond}) // past a window and a sub-window
+			r, err = e.store.Lease(ctx, &LeaseRequest{Key: []byte(k3), Params: p, Want: 5, Unleased: 3, UnleasedAgo: window + 10*time.Millisecond}) // past a window and a sub-window
 			require.NoError(t, err)
-			assert.Equal(t, int64(5), r.Granted, "permits spent a window ago no longer count")
+			assert.Equal(t, int64(5), r.Granted, "permits unleased a window ago no longer count")
 		}
 	}
 }
@@ -630,20 +630,20 @@ func confConcurrent(t *testing.T, e *confEnv, key string) {
 func confInvalid(t *testing.T, e *confEnv, key string) {
 	ok := Params{Algorithm: SlidingWindow, Limit: 1, Window: time.Second}
 	for name, req := range map[string]*LeaseRequest{
-		"nil":                      nil,
-		"no key":                   {Params: ok, Want: 1},
-		"negative want":            {Key: []byte(key), Params: ok, Want: -1},
-		"look that reports used":   {Key: []byte(key), Params: ok, Used: 1},
-		"look that reports own":    {Key: []byte(key), Params: ok, Own: 1},
-		"negative ttl":             {Key: []byte(key), Params: ok, Want: 1, LeaseTTL: -1},
-		"zero window":              {Key: []byte(key), Params: Params{Limit: 1}, Want: 1},
-		"negative rate":            {Key: []byte(key), Params: Params{Algorithm: TokenBucket, Capacity: 1, RefillRate: -1}, Want: 1},
-		"unknown alg":              {Key: []byte(key), Params: Params{Algorithm: 9, Limit: 1, Window: time.Second}, Want: 1},
-		"negative used":            {Key: []byte(key), Params: ok, Want: 1, Used: -1},
-		"negative use within":      {Key: []byte(key), Params: ok, Want: 1, UseWithin: -1},
-		"negative spent":           {Key: []byte(key), Params: ok, Want: 1, Own: -1},
-		"spent ago over its bound": {Key: []byte(key), Params: ok, Want: 1, Own: 1, OwnAgo: MaxWindow + 1},
-		"log spent over its bound": {Key: []byte(key), Params: Params{Algorithm: SlidingLog, Limit: 1, Window: time.Second}, Want: 1, Own: MaxLogTokens + 1},
+		"nil":                         nil,
+		"no key":                      {Params: ok, Want: 1},
+		"negative want":               {Key: []byte(key), Params: ok, Want: -1},
+		"look that reports used":      {Key: []byte(key), Params: ok, Used: 1},
+		"look that reports own":       {Key: []byte(key), Params: ok, Unleased: 1},
+		"negative ttl":                {Key: []byte(key), Params: ok, Want: 1, LeaseTTL: -1},
+		"zero window":                 {Key: []byte(key), Params: Params{Limit: 1}, Want: 1},
+		"negative rate":               {Key: []byte(key), Params: Params{Algorithm: TokenBucket, Capacity: 1, RefillRate: -1}, Want: 1},
+		"unknown alg":                 {Key: []byte(key), Params: Params{Algorithm: 9, Limit: 1, Window: time.Second}, Want: 1},
+		"negative used":               {Key: []byte(key), Params: ok, Want: 1, Used: -1},
+		"negative use within":         {Key: []byte(key), Params: ok, Want: 1, UseWithin: -1},
+		"negative unleased":           {Key: []byte(key), Params: ok, Want: 1, Unleased: -1},
+		"unleased ago over its bound": {Key: []byte(key), Params: ok, Want: 1, Unleased: 1, UnleasedAgo: MaxWindow + 1},
+		"log unleased over its bound": {Key: []byte(key), Params: Params{Algorithm: SlidingLog, Limit: 1, Window: time.Second}, Want: 1, Unleased: MaxLogTokens + 1},
 	} {
 		_, err := e.store.Lease(context.Background(), req)
 		assert.Error(t, err, name)
@@ -883,7 +883,7 @@ func confLook(alg Algorithm) func(*testing.T, *confEnv, string) {
 	}
 }
 
-// confReset: a reset makes a spent budget whole again, under any algorithm
+// confReset: a reset makes a used budget whole again, under any algorithm
 // the key was written with, and leaves other keys as they were.
 func confReset(alg Algorithm) func(*testing.T, *confEnv, string) {
 	return func(t *testing.T, e *confEnv, key string) {

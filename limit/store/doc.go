@@ -1,8 +1,8 @@
 // Package store is the contract between the limiter and the place where the
 // limits are counted, and its implementations. A Store grants permits of one
 // key atomically (Lease): it counts a lease whole, takes returned permits back
-// where it counted them, and counts the permits a caller reports it let
-// through on its own (see LeaseRequest).
+// where it counted them, and counts the permits a caller reports it used
+// without a lease, its unleased permits (see LeaseRequest).
 //
 // RedisStore runs one Lua script per call (lua/), with Redis' clock, on one
 // node or a cluster (every key of a call shares one hash-tagged slot; see the

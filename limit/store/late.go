@@ -7,7 +7,7 @@ import (
 )
 
 // ErrNotConnected is the answer of a LateStore before Attach, and of the
-// writes of a catalogsync.Sync still waiting for its Redis (Await): they are
+// writes of a catalog.Sync still waiting for its Redis (Await): they are
 // refused rather than kept in this process only, where the first load from
 // Redis would drop them.
 var ErrNotConnected = errors.New("limit: redis not connected yet")
@@ -17,7 +17,7 @@ var ErrNotConnected = errors.New("limit: redis not connected yet")
 // limits.on_store_failure decides, as during any outage; from Attach on it
 // passes every call to the attached store, with that store's nodes (a
 // cluster keeps its per-node breakers). Limiters built over it keep their
-// buckets across the attach, so the permits they spent while deciding
+// buckets across the attach, so the permits they used while deciding
 // alone are reported to the store like after any outage.
 type LateStore struct {
 	cur atomic.Pointer[Store]

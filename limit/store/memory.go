@@ -150,21 +150,21 @@ func (s *MemoryStore) Len() int {
 
 // leaseQuery is a lease request in the algorithms' integer milliseconds.
 type leaseQuery struct {
-	limit, windowMS, want, need, leaseMS int64
-	ret, retRef, used, spent, spentAgoMS int64
-	useWithinMS                          int64
-	idRetries, idWindowMS                int64              // the request ID allowance (sliding_log)
-	before                               [OwnParts][2]int64 // SpentBefore: permits, ms ago
+	limit, windowMS, want, need, leaseMS       int64
+	ret, retRef, used, unleased, unleasedAgoMS int64
+	useWithinMS                                int64
+	idRetries, idWindowMS                      int64                   // the request ID allowance (sliding_log)
+	before                                     [UnleasedParts][2]int64 // UnleasedBefore: permits, ms ago
 }
 
 func newLeaseQuery(req *LeaseRequest) leaseQuery {
 	q := leaseQuery{
 		limit: req.Params.Limit, windowMS: ceilMS(req.Params.Window), want: req.Want, need: req.need(),
-		leaseMS: ceilMS(req.LeaseTTL), ret: req.Return, retRef: req.ReturnRef, used: req.Used, spent: req.Own,
-		spentAgoMS: int64(req.OwnAgo / time.Millisecond), useWithinMS: ceilMS(req.UseWithin),
+		leaseMS: ceilMS(req.LeaseTTL), ret: req.Return, retRef: req.ReturnRef, used: req.Used, unleased: req.Unleased,
+		unleasedAgoMS: int64(req.UnleasedAgo / time.Millisecond), useWithinMS: ceilMS(req.UseWithin),
 		idRetries: req.RequestIDRetries, idWindowMS: ceilMS(req.RequestIDWindow),
 	}
-	for i, part := range req.OwnBefore {
+	for i, part := range req.UnleasedBefore {
 		q.before[i] = [2]int64{part.N, int64(part.Ago / time.Millisecond)}
 	}
 	return q

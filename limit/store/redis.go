@@ -286,12 +286,12 @@ func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64, at t
 		w := ceilMS(p.Window)
 		c.ints(p.Limit, w, req.Want, leaseMS, granularityMS(w, leaseMS))
 	}
-	c.ints(req.need(), req.Return, req.ReturnRef, deadline, req.Used, req.Own, int64(req.OwnAgo/time.Millisecond), ceilMS(req.UseWithin))
+	c.ints(req.need(), req.Return, req.ReturnRef, deadline, req.Used, req.Unleased, int64(req.UnleasedAgo/time.Millisecond), ceilMS(req.UseWithin))
 	if p.Algorithm == SlidingLog {
 		c.ints(req.RequestIDRetries, ceilMS(req.RequestIDWindow))
 	}
 	if p.Algorithm == SlidingWindow || p.Algorithm == Quota {
-		for _, part := range req.OwnBefore {
+		for _, part := range req.UnleasedBefore {
 			c.ints(part.N, int64(part.Ago/time.Millisecond))
 		}
 	}

@@ -58,7 +58,7 @@ type LeaseRequest struct {
 	// nothing and changes no count (so another caller can never be
 	// refused because of it) and answers the Remaining budget, and the
 	// RetryAfter of Need permits (0 when they remain); it reports nothing
-	// (Used, Own and OwnBefore are 0).
+	// (Used, Unleased and UnleasedBefore are 0).
 	Want int64
 	// Need is the fewest permits worth granting (0 means 1): when fewer are
 	// available the store grants none and takes nothing, so a request for n
@@ -80,35 +80,35 @@ type LeaseRequest struct {
 	// early then frees its budget a window after its use. At most the
 	// lease's permits beyond its Need, less Return.
 	Used int64
-	// Own reports how many permits the caller let through on its own while the
-	// store was unreachable (its share under the local failure policy): the
-	// store counts them from this call, so that when it answers again it
+	// Unleased reports how many permits the caller used without a lease
+	// while the store was unreachable (its share under the local failure
+	// policy), since its last call that reached the store: the store counts them from this call, so that when it answers again it
 	// does not grant the window's whole budget on top of them. Only a call
 	// that runs in time counts them (RedisStore: before its deadline): the
 	// caller of a call that failed reports them again. At most
 	// MaxLogTokens for sliding_log.
-	Own int64
-	// OwnAgo is how long before this call the last of the Own permits
-	// was let through (0..MaxWindow): the sliding algorithms count them from
+	Unleased int64
+	// UnleasedAgo is how long before this call the last of the Unleased
+	// permits was used (0..MaxWindow): the sliding algorithms count them from
 	// then, measured on the caller's clock as a duration, so the two clocks
 	// need not agree.
-	OwnAgo time.Duration
-	// OwnBefore are more permits let through on the caller's own, earlier
-	// than Own's, each part counted from its own Ago (0..MaxWindow): a
+	UnleasedAgo time.Duration
+	// UnleasedBefore are more permits used without a lease, earlier
+	// than Unleased's, each part counted from its own Ago (0..MaxWindow): a
 	// report after a long failure dates each part of the last window where
 	// it was used, so that the store neither forgets them nor counts a
 	// whole window of them as just used, which would refuse a client under
 	// its limit for a window. sliding_window and quota only (a quota counts
 	// each part in the current period when it was used in it): the other
-	// algorithms take all of them in Own.
-	OwnBefore [OwnParts]OwnPart
+	// algorithms take all of them in Unleased.
+	UnleasedBefore [UnleasedParts]UnleasedPart
 	// UseWithin is how long after the call the caller may still use the
 	// Need permits (the time it waits for the answer; later it returns
 	// them): the sliding algorithms count them from the call plus UseWithin.
 	// 0..1h.
 	UseWithin time.Duration
 	// RunWithin, when not 0, is how long after the call the store may still
-	// run it: a call run later grants nothing and counts no Own (as one
+	// run it: a call run later grants nothing and counts no Unleased (as one
 	// past ctx's deadline), so that a caller that stopped waiting for the
 	// answer at RunWithin knows that a call still running then will take
 	// nothing it reported. 0..1h; RedisStore only (the in-process store runs
@@ -137,12 +137,12 @@ type LeaseRequest struct {
 // MaxRequestIDRetries is the most repeats of one request ID a store spares.
 const MaxRequestIDRetries = 15
 
-// OwnParts is the number of parts of LeaseRequest.OwnBefore.
-const OwnParts = 4
+// UnleasedParts is the number of parts of LeaseRequest.UnleasedBefore.
+const UnleasedParts = 4
 
-// OwnPart is N permits let through on the caller's own, the last of them
-// Ago before the call.
-type OwnPart struct {
+// UnleasedPart is N permits used without a lease, the last of them Ago
+// before the call.
+type UnleasedPart struct {
 	N   int64
 	Ago time.Duration
 }

@@ -1,4 +1,4 @@
-package policy
+package catalog
 
 import (
 	"fmt"
@@ -28,18 +28,18 @@ func policySeries() map[string]bool {
 	return out
 }
 
-func compileTest(t *testing.T, policies ...Config) *Set {
+func compileTest(t *testing.T, policies ...Policy) *PolicySet {
 	t.Helper()
-	ps, err := Compile(policies, testDefaults)
+	ps, err := CompilePolicies(policies, testDefaults)
 	require.NoError(t, err)
 	return ps
 }
 
-func perIP(name string, limits ...Limit) Config {
+func perIP(name string, limits ...PolicyLimit) Policy {
 	if len(limits) == 0 {
-		limits = []Limit{{Limit: 5}}
+		limits = []PolicyLimit{{Limit: 5}}
 	}
-	return Config{Name: name, Key: []string{"ip"}, Limits: limits}
+	return Policy{Name: name, Key: []string{"ip"}, Limits: limits}
 }
 
 // TestRemovedPolicySeriesGo: the series of a policy removed from the set
@@ -48,8 +48,8 @@ func perIP(name string, limits ...Limit) Config {
 // a replacement set that has it is compiled; a set compiled and never
 // stored gives its series up on Release.
 func TestRemovedPolicySeriesGo(t *testing.T) {
-	second, day := Limit{Limit: 5, Window: confutil.Duration(time.Second)}, Limit{Limit: 50, Period: store.Day}
-	l := NewLive()
+	second, day := PolicyLimit{Limit: 5, Window: confutil.Duration(time.Second)}, PolicyLimit{Limit: 50, Period: store.Day}
+	l := NewLivePolicies()
 	a := compileTest(t, perIP("m-keep", second, day), perIP("m-gone"))
 	l.Store(a)
 	keep, _ := a.Lookup("m-keep")
@@ -94,11 +94,11 @@ func TestPolicyLabelsStable(t *testing.T) {
 	registry.mu.Lock()
 	free := maxPolicyLabels - registry.own // other tests' sets may hold names
 	registry.mu.Unlock()
-	var names []Config
+	var names []Policy
 	for i := range free {
 		names = append(names, perIP(fmt.Sprintf("s-%03d", i)))
 	}
-	l := NewLive()
+	l := NewLivePolicies()
 	t.Cleanup(func() { l.Store(nil) })
 	l.Store(compileTest(t, append(names[:len(names):len(names)], perIP("s-late"))...))
 	got := policySeries()
@@ -111,7 +111,7 @@ func TestPolicyLabelsStable(t *testing.T) {
 	// finds every label held (s-000 is still held while its replacement
 	// compiles) and s-late stays in other although it now has a lower
 	// position than the cap.
-	next := append([]Config{perIP("s-new")}, names[1:]...)
+	next := append([]Policy{perIP("s-new")}, names[1:]...)
 	l.Store(compileTest(t, append(next, perIP("s-late"))...))
 	got = policySeries()
 	assert.False(t, got["s-000/1s"], "removed")

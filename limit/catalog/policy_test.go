@@ -1,4 +1,4 @@
-package policy
+package catalog
 
 import (
 	"encoding/json"
@@ -22,12 +22,12 @@ func (m mapAttrs) Query(n []byte) []byte  { return []byte(m.query[string(n)]) }
 
 var testDefaults = Defaults{Algorithm: store.SlidingWindow, Window: time.Second, Zone: time.UTC}
 
-func bidsPolicy() Config {
-	return Config{
+func bidsPolicy() Policy {
+	return Policy{
 		Name:  "bids-per-user",
-		Match: Match{Resources: []string{"bids"}, Methods: []string{"POST"}, Hosts: []string{"api.example.com"}, Headers: map[string]string{"X-Env": "prod"}},
+		Match: PolicyMatch{Resources: []string{"bids"}, Methods: []string{"POST"}, Hosts: []string{"api.example.com"}, Headers: map[string]string{"X-Env": "prod"}},
 		Key:   []string{"header:X-User-Id"},
-		Limits: []Limit{
+		Limits: []PolicyLimit{
 			{Limit: 10, Window: confutil.Duration(time.Second)},
 			{Limit: 2000, Period: store.Day},
 		},
@@ -36,7 +36,7 @@ func bidsPolicy() Config {
 }
 
 func TestCompilePolicies(t *testing.T) {
-	ps, err := Compile([]Config{bidsPolicy()}, testDefaults)
+	ps, err := CompilePolicies([]Policy{bidsPolicy()}, testDefaults)
 	require.NoError(t, err)
 	named, other := ps.For("bids")
 	require.Len(t, named, 1)
@@ -81,11 +81,11 @@ func TestCompilePolicies(t *testing.T) {
 
 func TestPolicyKeyAttributes(t *testing.T) {
 	no := false
-	ps, err := Compile([]Config{{
+	ps, err := CompilePolicies([]Policy{{
 		Name:   "all",
-		Match:  Match{Anonymous: &no},
+		Match:  PolicyMatch{Anonymous: &no},
 		Key:    []string{"ip/24", "ip/64", "api_key", "tenant", "plan", "resource", "method", "path", "query:page"},
-		Limits: []Limit{{Limit: 5}},
+		Limits: []PolicyLimit{{Limit: 5}},
 	}}, testDefaults)
 	require.NoError(t, err)
 	p := ps.All()[0]
@@ -104,13 +104,13 @@ func TestPolicyKeyAttributes(t *testing.T) {
 }
 
 func TestPolicyValidationNamesTheKey(t *testing.T) {
-	_, err := Compile([]Config{
-		{Name: "a", Key: []string{"cookie"}, Limits: []Limit{{Limit: 1}}},
-		{Name: "b", Key: []string{"ip"}, Limits: []Limit{{Limit: 1}, {Limit: 2}}},
-		{Name: "c", Key: []string{"ip"}, Limits: []Limit{{Limit: 1, Period: store.Day, Algorithm: store.TokenBucket}}},
+	_, err := CompilePolicies([]Policy{
+		{Name: "a", Key: []string{"cookie"}, Limits: []PolicyLimit{{Limit: 1}}},
+		{Name: "b", Key: []string{"ip"}, Limits: []PolicyLimit{{Limit: 1}, {Limit: 2}}},
+		{Name: "c", Key: []string{"ip"}, Limits: []PolicyLimit{{Limit: 1, Period: store.Day, Algorithm: store.TokenBucket}}},
 		{Name: "d", Key: []string{"ip"}},
-		{Name: "e", Key: []string{"ip"}, Limits: []Limit{{Limit: 1}}, Unlimited: Unlimited{CIDRs: []string{"10/8"}}},
-		{Name: "f", Key: []string{"ip/129"}, Limits: []Limit{{Limit: 0}}},
+		{Name: "e", Key: []string{"ip"}, Limits: []PolicyLimit{{Limit: 1}}, Unlimited: Unlimited{CIDRs: []string{"10/8"}}},
+		{Name: "f", Key: []string{"ip/129"}, Limits: []PolicyLimit{{Limit: 0}}},
 	}, testDefaults)
 	require.Error(t, err)
 	for _, want := range []string{
@@ -130,16 +130,16 @@ func TestPolicyValidationNamesTheKey(t *testing.T) {
 // metric series, which only the policies that apply may have; Compile
 // registers them.
 func TestCheckCompilesNothing(t *testing.T) {
-	policies := []Config{{Name: "checked-only", Key: []string{"ip"}, Limits: []Limit{{Limit: 5}}}}
+	policies := []Policy{{Name: "checked-only", Key: []string{"ip"}, Limits: []PolicyLimit{{Limit: 5}}}}
 	def := Defaults{Algorithm: store.SlidingWindow, Window: time.Second}
 	series := func() string {
 		var b strings.Builder
 		metrics.WritePrometheus(&b, false)
 		return b.String()
 	}
-	require.NoError(t, Check(policies, def))
+	require.NoError(t, CheckPolicies(policies, def))
 	assert.NotContains(t, series(), `policy="checked-only"`)
-	_, err := Compile(policies, def)
+	_, err := CompilePolicies(policies, def)
 	require.NoError(t, err)
 	assert.Contains(t, series(), `policy="checked-only"`)
 }
@@ -148,9 +148,9 @@ func TestCheckCompilesNothing(t *testing.T) {
 // parsers (a period makes a quota; no algorithm name does), a bad value
 // names its index, and an unknown field is refused.
 func TestLimitsDecodeJSON(t *testing.T) {
-	var p Config
+	var p Policy
 	require.NoError(t, json.Unmarshal([]byte(`{"limits":[{"limit":5,"algorithm":"sliding_log"},{"limit":9,"period":"week"}]}`), &p))
-	assert.Equal(t, Limits{{Limit: 5, Algorithm: store.SlidingLog}, {Limit: 9, Period: store.Week}}, p.Limits)
+	assert.Equal(t, PolicyLimits{{Limit: 5, Algorithm: store.SlidingLog}, {Limit: 9, Period: store.Week}}, p.Limits)
 	var typ *json.UnmarshalTypeError
 	require.ErrorAs(t, json.Unmarshal([]byte(`{"limits":[{"limit":5},{"limit":9,"algorithm":"quota","period":"day"}]}`), &p), &typ)
 	assert.Equal(t, "limits.[1].algorithm", typ.Field)

@@ -1,4 +1,4 @@
-package catalogsync
+package catalog
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -36,14 +34,14 @@ func TestCatalogSyncAtScale(t *testing.T) {
 
 func catalogAtScale(t *testing.T, addrs []string, writes int) {
 	const pods = 3
-	cats := make([]*catalog.Catalog, pods)
+	cats := make([]*Catalog, pods)
 	syncs := make([]*Sync, pods)
 	for i := range pods {
 		cats[i] = testCatalog(t)
 		client, err := store.NewRedisClient(store.RedisConfig{Addrs: addrs})
 		require.NoError(t, err)
 		t.Cleanup(client.Close)
-		syncs[i] = New(client, cats[i], Options{KeyPrefix: "scale", Resync: time.Second, Logf: t.Logf})
+		syncs[i] = NewSync(client, cats[i], SyncOptions{KeyPrefix: "scale", Resync: time.Second, Logf: t.Logf})
 		require.NoError(t, syncs[i].Start(context.Background()))
 		t.Cleanup(syncs[i].Stop)
 	}
@@ -55,7 +53,7 @@ func catalogAtScale(t *testing.T, addrs []string, writes int) {
 	for p := range pods {
 		wg.Go(func() {
 			for i := p; i < writes; i += pods {
-				r := catalog.Rule{Tenant: "acme", Resource: fmt.Sprintf("scale-%d", i), Algorithm: store.SlidingWindow,
+				r := Rule{Tenant: "acme", Resource: fmt.Sprintf("scale-%d", i), Algorithm: store.SlidingWindow,
 					Limit: int64(i + 1), Window: confutil.Duration(time.Minute)}
 				if err := syncs[p].PutRule(context.Background(), r); err != nil {
 					t.Errorf("pod %d, rule %d: %v", p, i, err)

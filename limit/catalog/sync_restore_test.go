@@ -1,12 +1,10 @@
-package catalogsync
+package catalog
 
 import (
 	"context"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -18,13 +16,13 @@ import (
 
 // newSync is a pod's sync that is loaded once but not started: it reloads
 // only when the test says so (a pod that misses messages).
-func newSync(t *testing.T, addr string) (*catalog.Catalog, *Sync) {
+func newSync(t *testing.T, addr string) (*Catalog, *Sync) {
 	t.Helper()
 	cat := testCatalog(t)
 	client, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{addr}})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
-	s := New(client, cat, Options{KeyPrefix: "cs", Logf: t.Logf})
+	s := NewSync(client, cat, SyncOptions{KeyPrefix: "cs", Logf: t.Logf})
 	require.NoError(t, s.reload(context.Background()))
 	return cat, s
 }
@@ -62,8 +60,8 @@ func storedNames(t *testing.T, addr string) (rules, tenants []string) {
 }
 
 var (
-	newcoRule = catalog.Rule{Tenant: "newco", Resource: "bids", Algorithm: store.SlidingWindow, Limit: 3, Window: confutil.Duration(time.Minute)}
-	newco     = catalog.Tenant{ID: "newco", Plan: "STANDARD", APIKeys: []string{"nk"}}
+	newcoRule = Rule{Tenant: "newco", Resource: "bids", Algorithm: store.SlidingWindow, Limit: 3, Window: confutil.Duration(time.Minute)}
+	newco     = Tenant{ID: "newco", Plan: "STANDARD", APIKeys: []string{"nk"}}
 )
 
 // TestCatalogSyncRestoresAfterRedisLosesData: Redis restarts empty; the pods
@@ -91,7 +89,7 @@ func TestCatalogSyncRestoresAfterRedisLosesData(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(500 * time.Millisecond) // two more resyncs on each pod
-	for name, cat := range map[string]*catalog.Catalog{"A": catA, "B": catB} {
+	for name, cat := range map[string]*Catalog{"A": catA, "B": catB} {
 		_, ok := cat.Rule("newco", "bids")
 		assert.True(t, ok, "pod %s lost the rule", name)
 		_, ok = cat.LookupAPIKey([]byte("nk"))
@@ -111,7 +109,7 @@ func TestCatalogSyncDeletedEntryStaysDeleted(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, a.PutTenant(ctx, newco))
 	require.NoError(t, a.PutRule(ctx, newcoRule))
-	kept := catalog.Rule{Tenant: "newco", Resource: "kept", Algorithm: store.TokenBucket, Capacity: 2, RefillRate: 1}
+	kept := Rule{Tenant: "newco", Resource: "kept", Algorithm: store.TokenBucket, Capacity: 2, RefillRate: 1}
 	require.NoError(t, a.PutRule(ctx, kept))
 	require.NoError(t, b.reload(ctx))
 	require.NoError(t, a.DeleteRule(ctx, "newco", "bids")) // b misses it
@@ -138,7 +136,7 @@ func TestCatalogSyncDeletedEntryStaysDeleted(t *testing.T) {
 func TestCatalogSyncConcurrentRestores(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	cats, syncs := make([]*catalog.Catalog, 4), make([]*Sync, 4)
+	cats, syncs := make([]*Catalog, 4), make([]*Sync, 4)
 	for i := range syncs {
 		cats[i], syncs[i] = newSync(t, srv.Addr)
 	}
@@ -173,7 +171,7 @@ func TestCatalogSyncWriteIntoEmptyRedis(t *testing.T) {
 	require.NoError(t, a.PutRule(ctx, newcoRule))
 	srv.Restart()
 	require.Eventually(t, func() bool {
-		return a.PutRule(ctx, catalog.Rule{Tenant: "newco", Resource: "more", Algorithm: store.TokenBucket, Capacity: 1, RefillRate: 1}) == nil
+		return a.PutRule(ctx, Rule{Tenant: "newco", Resource: "more", Algorithm: store.TokenBucket, Capacity: 1, RefillRate: 1}) == nil
 	}, 5*time.Second, 20*time.Millisecond)
 	rules, tenants := storedNames(t, srv.Addr)
 	assert.ElementsMatch(t, []string{"newco:bids", "newco:more"}, rules)
@@ -188,19 +186,19 @@ func TestCatalogSyncWriteIntoEmptyRedis(t *testing.T) {
 func TestCatalogRulesNeedATenant(t *testing.T) {
 	srv := redistest.Start(t)
 	_, s := newSync(t, srv.Addr)
-	inProcess := New(nil, testCatalog(t), Options{})
+	inProcess := NewSync(nil, testCatalog(t), SyncOptions{})
 	ctx := context.Background()
-	for name, put := range map[string]func(catalog.Rule) error{
-		"redis":      func(r catalog.Rule) error { return s.PutRule(ctx, r) },
-		"in-process": func(r catalog.Rule) error { return inProcess.PutRule(ctx, r) },
+	for name, put := range map[string]func(Rule) error{
+		"redis":      func(r Rule) error { return s.PutRule(ctx, r) },
+		"in-process": func(r Rule) error { return inProcess.PutRule(ctx, r) },
 	} {
 		for _, tenant := range []string{"nosuch", "anonymous"} {
-			err := put(catalog.Rule{Tenant: tenant, Resource: "default", Algorithm: store.SlidingWindow, Limit: 1, Window: confutil.Duration(time.Second)})
-			assert.ErrorIs(t, err, catalog.ErrUnknownTenant, "%s: %s", name, tenant)
+			err := put(Rule{Tenant: tenant, Resource: "default", Algorithm: store.SlidingWindow, Limit: 1, Window: confutil.Duration(time.Second)})
+			assert.ErrorIs(t, err, ErrUnknownTenant, "%s: %s", name, tenant)
 			assert.ErrorContains(t, err, `"`+tenant+`"`, name)
 		}
-		assert.NoError(t, put(catalog.Rule{Tenant: catalog.AnonymousTenant, Resource: "default", Algorithm: store.SlidingWindow, Limit: 1, Window: confutil.Duration(time.Second)}), name)
+		assert.NoError(t, put(Rule{Tenant: AnonymousTenant, Resource: "default", Algorithm: store.SlidingWindow, Limit: 1, Window: confutil.Duration(time.Second)}), name)
 	}
-	var ve *catalog.ValidationError
-	assert.ErrorAs(t, s.PutRule(ctx, catalog.Rule{Tenant: "*x*", Resource: "default", Algorithm: store.SlidingWindow, Limit: 1, Window: confutil.Duration(time.Second)}), &ve)
+	var ve *ValidationError
+	assert.ErrorAs(t, s.PutRule(ctx, Rule{Tenant: "*x*", Resource: "default", Algorithm: store.SlidingWindow, Limit: 1, Window: confutil.Duration(time.Second)}), &ve)
 }

@@ -1,4 +1,4 @@
-package catalogsync
+package catalog
 
 import (
 	"context"
@@ -12,26 +12,24 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/internal/redistest"
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
-var policyDefaults = policy.Defaults{Algorithm: store.SlidingWindow, Window: time.Second}
+var policyDefaults = Defaults{Algorithm: store.SlidingWindow, Window: time.Second}
 
 // filePolicy is the configuration file's policy of the tests.
-var filePolicy = policy.Config{Name: "per-ip", Key: []string{"ip"}, Limits: []policy.Limit{{Limit: 10}}}
+var filePolicy = Policy{Name: "per-ip", Key: []string{"ip"}, Limits: []PolicyLimit{{Limit: 10}}}
 
 // startPolicySync is a started pod's sync with filePolicy as its file's
 // policies.
-func startPolicySync(t *testing.T, addr string, resync time.Duration) (*catalog.Catalog, *Sync) {
+func startPolicySync(t *testing.T, addr string, resync time.Duration) (*Catalog, *Sync) {
 	t.Helper()
 	cat := testCatalog(t)
 	client, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{addr}})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
-	s := New(client, cat, Options{KeyPrefix: "cs", Resync: resync, Logf: t.Logf})
-	require.NoError(t, s.SetPolicyBase([]policy.Config{filePolicy}, policyDefaults))
+	s := NewSync(client, cat, SyncOptions{KeyPrefix: "cs", Resync: resync, Logf: t.Logf})
+	require.NoError(t, s.SetPolicyBase([]Policy{filePolicy}, policyDefaults))
 	require.NoError(t, s.Start(context.Background()))
 	t.Cleanup(s.Stop)
 	return cat, s
@@ -53,7 +51,7 @@ func TestPoliciesAcrossPods(t *testing.T) {
 	ctx := context.Background()
 
 	// A write through A reaches B within a second, reading that entry only.
-	p := policy.Config{Name: "daily", Key: []string{"tenant"}, Limits: []policy.Limit{{Limit: 500, Period: store.Day}}}
+	p := Policy{Name: "daily", Key: []string{"tenant"}, Limits: []PolicyLimit{{Limit: 500, Period: store.Day}}}
 	read := syncEntriesRead.Get()
 	start := time.Now()
 	created, err := a.PutPolicy(ctx, p)
@@ -68,7 +66,7 @@ func TestPoliciesAcrossPods(t *testing.T) {
 
 	// An API policy of a file policy's name overrides it; deleting it brings
 	// the file's back, and the file's cannot be deleted.
-	over := policy.Config{Name: "per-ip", Key: []string{"ip"}, Limits: []policy.Limit{{Limit: 3}}}
+	over := Policy{Name: "per-ip", Key: []string{"ip"}, Limits: []PolicyLimit{{Limit: 3}}}
 	_, err = b.PutPolicy(ctx, over)
 	require.NoError(t, err)
 	waitFor(t, "override on pod A", func() bool { e, _ := a.Policy("per-ip"); return e.Origin == OriginAPI })
@@ -77,7 +75,7 @@ func TestPoliciesAcrossPods(t *testing.T) {
 	waitFor(t, "file policy back on pod B", func() bool { e, _ := b.Policy("per-ip"); return e.Origin == OriginFile })
 	assert.Equal(t, int64(10), compiledPolicy(t, b, "per-ip").Params[0].Limit)
 	assert.ErrorIs(t, a.DeletePolicy(ctx, "per-ip"), ErrConfigEntry)
-	assert.ErrorIs(t, a.DeletePolicy(ctx, "nope"), catalog.ErrEntryNotFound)
+	assert.ErrorIs(t, a.DeletePolicy(ctx, "nope"), ErrEntryNotFound)
 
 	// A new pod reads the API's policies back; a reload of the file keeps them.
 	_, c := startPolicySync(t, srv.Addr, time.Minute)
@@ -90,7 +88,7 @@ func TestPoliciesAcrossPods(t *testing.T) {
 }
 
 // compiledPolicy is the compiled policy name of s.
-func compiledPolicy(t *testing.T, s *Sync, name string) *policy.Compiled {
+func compiledPolicy(t *testing.T, s *Sync, name string) *CompiledPolicy {
 	t.Helper()
 	for _, p := range s.PolicySet().All() {
 		if p.Name == name {
@@ -108,9 +106,9 @@ func TestPoliciesRestoredAfterRedisLosesData(t *testing.T) {
 	_, a := startPolicySync(t, srv.Addr, 200*time.Millisecond)
 	_, b := startPolicySync(t, srv.Addr, 200*time.Millisecond)
 	ctx := context.Background()
-	_, err := a.PutPolicy(ctx, policy.Config{Name: "burst", Key: []string{"api_key"}, Limits: []policy.Limit{{Limit: 5}}})
+	_, err := a.PutPolicy(ctx, Policy{Name: "burst", Key: []string{"api_key"}, Limits: []PolicyLimit{{Limit: 5}}})
 	require.NoError(t, err)
-	require.NoError(t, a.PutRule(ctx, catalog.Rule{Tenant: "acme", Resource: "r", Algorithm: store.SlidingWindow, Limit: 2, Window: confutil.Duration(time.Second)}))
+	require.NoError(t, a.PutRule(ctx, Rule{Tenant: "acme", Resource: "r", Algorithm: store.SlidingWindow, Limit: 2, Window: confutil.Duration(time.Second)}))
 	waitFor(t, "policy on pod B", func() bool { return len(policyNames(b)) == 2 })
 
 	srv.Restart()
@@ -142,15 +140,15 @@ func TestPolicyChangesMatchRebuild(t *testing.T) {
 		}
 		switch op := rng.IntN(10); {
 		case op < 6:
-			p := policy.Config{Name: name, Key: []string{"ip"}, Limits: []policy.Limit{{Limit: int64(i + 1)}}}
+			p := Policy{Name: name, Key: []string{"ip"}, Limits: []PolicyLimit{{Limit: int64(i + 1)}}}
 			_, err := a.PutPolicy(ctx, p)
 			require.NoError(t, err)
 		case op < 9:
 			if err := a.DeletePolicy(ctx, name); err != nil {
-				require.True(t, err == ErrConfigEntry || err == catalog.ErrEntryNotFound, "%v", err)
+				require.True(t, err == ErrConfigEntry || err == ErrEntryNotFound, "%v", err)
 			}
 		default:
-			r := catalog.Rule{Tenant: "acme", Resource: name, Algorithm: store.SlidingWindow, Limit: int64(i + 1), Window: confutil.Duration(time.Second)}
+			r := Rule{Tenant: "acme", Resource: name, Algorithm: store.SlidingWindow, Limit: int64(i + 1), Window: confutil.Duration(time.Second)}
 			require.NoError(t, a.PutRule(ctx, r))
 		}
 	}

@@ -1,4 +1,4 @@
-package catalogsync
+package catalog
 
 import (
 	"context"
@@ -11,9 +11,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
 
 	"github.com/redis/rueidis"
 
@@ -29,13 +26,13 @@ var (
 	catalogRestore = rueidis.NewLuaScript(lua.CatalogRestore)
 )
 
-// ruleJSON is a rule as stored in Redis: the catalog.Rule's own JSON.
-func ruleJSON(r catalog.Rule) string {
+// ruleJSON is a rule as stored in Redis: the Rule's own JSON.
+func ruleJSON(r Rule) string {
 	b, _ := json.Marshal(r) // plain fields: never fails
 	return string(b)
 }
 
-func tenantJSON(t catalog.Tenant) string {
+func tenantJSON(t Tenant) string {
 	b, _ := json.Marshal(t) // plain fields: never fails
 	return string(b)
 }
@@ -44,9 +41,9 @@ func tenantJSON(t catalog.Tenant) string {
 type stored struct {
 	gen      int64
 	epoch    string
-	rules    map[ruleKey]catalog.Rule
-	tenants  map[string]catalog.Tenant
-	policies map[string]policy.Config
+	rules    map[ruleKey]Rule
+	tenants  map[string]Tenant
+	policies map[string]Policy
 }
 
 // reload reads the catalog and applies it; when Redis holds an older
@@ -113,8 +110,8 @@ func (s *Sync) read(ctx context.Context) (stored, error) {
 // does not decode is logged and skipped.
 func (s *Sync) decodeStored(st *stored, rules, tenants, policies map[string]string) {
 	syncEntriesRead.Add(len(rules) + len(tenants) + len(policies))
-	st.rules, st.tenants = map[ruleKey]catalog.Rule{}, map[string]catalog.Tenant{}
-	st.policies = map[string]policy.Config{}
+	st.rules, st.tenants = map[ruleKey]Rule{}, map[string]Tenant{}
+	st.policies = map[string]Policy{}
 	for f, doc := range rules {
 		if r, err := decodeRule(doc); err != nil {
 			s.opts.Logf("limit: catalog sync: skipping rule %s in %s: %v", f, s.keys()[0], err)
@@ -140,13 +137,13 @@ func (s *Sync) decodeStored(st *stored, rules, tenants, policies map[string]stri
 
 // decodeRule reads a stored rule. Rules stored by earlier versions spell
 // the window as integer milliseconds (window_ms); they are read too.
-func decodeRule(doc string) (catalog.Rule, error) {
-	var r catalog.Rule
+func decodeRule(doc string) (Rule, error) {
+	var r Rule
 	var old struct {
 		WindowMS int64 `json:"window_ms"`
 	}
 	if err := json.Unmarshal([]byte(doc), &r); err != nil {
-		return catalog.Rule{}, err
+		return Rule{}, err
 	}
 	if r.Window == 0 && json.Unmarshal([]byte(doc), &old) == nil && old.WindowMS > 0 {
 		r.Window = confutil.Duration(time.Duration(old.WindowMS) * time.Millisecond)
@@ -154,10 +151,10 @@ func decodeRule(doc string) (catalog.Rule, error) {
 	return r, r.Validate("")
 }
 
-func decodeTenant(doc string) (catalog.Tenant, error) {
-	var t catalog.Tenant
+func decodeTenant(doc string) (Tenant, error) {
+	var t Tenant
 	if err := json.Unmarshal([]byte(doc), &t); err != nil {
-		return catalog.Tenant{}, err
+		return Tenant{}, err
 	}
 	return t, t.Validate("")
 }
@@ -196,8 +193,8 @@ func (s *Sync) restoreLocked(ctx context.Context, found int64) (bool, error) {
 }
 
 // merged is the config entries overlaid with the API entries.
-func (s *Sync) merged(rules map[ruleKey]catalog.Rule, tenants map[string]catalog.Tenant) ([]catalog.Tenant, []catalog.Rule) {
-	var ts []catalog.Tenant
+func (s *Sync) merged(rules map[ruleKey]Rule, tenants map[string]Tenant) ([]Tenant, []Rule) {
+	var ts []Tenant
 	for _, t := range s.baseTenants {
 		if _, over := tenants[t.ID]; !over {
 			ts = append(ts, t)
@@ -206,7 +203,7 @@ func (s *Sync) merged(rules map[ruleKey]catalog.Rule, tenants map[string]catalog
 	for _, t := range tenants {
 		ts = append(ts, t)
 	}
-	var rs []catalog.Rule
+	var rs []Rule
 	for _, r := range s.baseRules {
 		if _, over := rules[ruleKey{r.Tenant, r.Resource}]; !over {
 			rs = append(rs, r)
@@ -299,30 +296,30 @@ func (s *Sync) applyEntry(name string) error {
 	if _, ok := isPolicy(name); ok {
 		return s.applyPolicies()
 	}
-	return s.cat.Apply([]catalog.Change{s.effective(name)})
+	return s.cat.Apply([]Change{s.effective(name)})
 }
 
 // effective is the catalog's change for the entry name ("rule:..." or
 // "tenant:..."): its API version, else its config version, else a delete
 // (s.mu held).
-func (s *Sync) effective(name string) catalog.Change {
+func (s *Sync) effective(name string) Change {
 	if id, ok := strings.CutPrefix(name, "tenant:"); ok {
 		if t, ok := s.tenants[id]; ok {
-			return catalog.TenantPut(t)
+			return TenantPut(t)
 		}
 		if t, ok := s.baseTenant[id]; ok {
-			return catalog.TenantPut(t)
+			return TenantPut(t)
 		}
-		return catalog.TenantDelete(id)
+		return TenantDelete(id)
 	}
 	n := ruleNameOf(name)
 	if r, ok := s.rules[n]; ok {
-		return catalog.RulePut(r)
+		return RulePut(r)
 	}
 	if r, ok := s.baseRule[n]; ok {
-		return catalog.RulePut(r)
+		return RulePut(r)
 	}
-	return catalog.RuleDelete(n.tenant, n.resource)
+	return RuleDelete(n.tenant, n.resource)
 }
 
 // newEpoch names a new catalog history.
@@ -333,9 +330,9 @@ func newEpoch() string {
 }
 
 // PutRule creates or replaces an API rule on every pod. Errors:
-// *catalog.ValidationError for a bad rule, catalog.ErrUnknownTenant for a tenant that does
+// *ValidationError for a bad rule, ErrUnknownTenant for a tenant that does
 // not exist, any other for Redis.
-func (s *Sync) PutRule(ctx context.Context, r catalog.Rule) error {
+func (s *Sync) PutRule(ctx context.Context, r Rule) error {
 	if err := errors.Join(r.Validate(""), checkSyncID("tenant", r.Tenant)); err != nil {
 		return err
 	}
@@ -351,7 +348,7 @@ func (s *Sync) PutRule(ctx context.Context, r catalog.Rule) error {
 
 // DeleteRule removes an API rule on every pod; the config rule of the same
 // name, if any, applies again. ErrConfigEntry for a rule that only the config
-// defines, catalog.ErrEntryNotFound when there is none.
+// defines, ErrEntryNotFound when there is none.
 func (s *Sync) DeleteRule(ctx context.Context, tenant, resource string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -359,7 +356,7 @@ func (s *Sync) DeleteRule(ctx context.Context, tenant, resource string) error {
 		if _, ok := s.baseRule[ruleKey{tenant, resource}]; ok {
 			return ErrConfigEntry
 		}
-		return catalog.ErrEntryNotFound
+		return ErrEntryNotFound
 	}
 	return s.write(ctx, "rule", ruleField(tenant, resource), "", ruleEntry(tenant, resource), func() {
 		delete(s.rules, ruleKey{tenant, resource})
@@ -367,8 +364,8 @@ func (s *Sync) DeleteRule(ctx context.Context, tenant, resource string) error {
 }
 
 // PutTenant creates or replaces an API tenant on every pod. An API key of
-// another tenant is a *catalog.ValidationError.
-func (s *Sync) PutTenant(ctx context.Context, t catalog.Tenant) error {
+// another tenant is a *ValidationError.
+func (s *Sync) PutTenant(ctx context.Context, t Tenant) error {
 	if err := errors.Join(t.Validate(""), checkSyncID("id", t.ID)); err != nil {
 		return err
 	}
@@ -376,7 +373,7 @@ func (s *Sync) PutTenant(ctx context.Context, t catalog.Tenant) error {
 	defer s.mu.Unlock()
 	for _, k := range t.APIKeys {
 		if other, ok := s.cat.LookupAPIKey([]byte(k)); ok && other.ID != t.ID {
-			return &catalog.ValidationError{Field: "api_keys", Msg: fmt.Sprintf("key %q already belongs to tenant %q", k, other.ID)}
+			return &ValidationError{Field: "api_keys", Msg: fmt.Sprintf("key %q already belongs to tenant %q", k, other.ID)}
 		}
 	}
 	return s.write(ctx, "tenant", t.ID, tenantJSON(t), tenantEntry(t.ID), func() { s.tenants[t.ID] = t })
@@ -391,7 +388,7 @@ func (s *Sync) DeleteTenant(ctx context.Context, id string) error {
 		if _, ok := s.baseTenant[id]; ok {
 			return ErrConfigEntry
 		}
-		return catalog.ErrEntryNotFound
+		return ErrEntryNotFound
 	}
 	return s.write(ctx, "tenant", id, "", tenantEntry(id), func() { delete(s.tenants, id) })
 }
@@ -399,7 +396,7 @@ func (s *Sync) DeleteTenant(ctx context.Context, id string) error {
 // SetBase replaces the entries that come from config.yaml (a configuration
 // reload) and applies them under the API's entries, which still override
 // them. Nothing changes when the merged set does not validate.
-func (s *Sync) SetBase(tenants []catalog.Tenant, rules []catalog.Rule) error {
+func (s *Sync) SetBase(tenants []Tenant, rules []Rule) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	oldT, oldR := s.baseTenants, s.baseRules

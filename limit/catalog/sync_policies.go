@@ -1,4 +1,4 @@
-package catalogsync
+package catalog
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -22,7 +20,7 @@ const (
 // PolicyEntry is a policy as the API shows it: the policy and where it
 // comes from.
 type PolicyEntry struct {
-	policy.Config
+	Policy
 	Origin string `json:"origin"`
 }
 
@@ -31,17 +29,17 @@ type PolicyEntry struct {
 // change so that reads never wait for a write's Redis round trip, and the
 // compiled set the limiters read.
 type policyState struct {
-	base   []policy.Config
+	base   []Policy
 	byName map[string]bool // names of base
-	def    policy.Defaults
-	api    map[string]policy.Config // guarded by Sync.mu
+	def    Defaults
+	api    map[string]Policy // guarded by Sync.mu
 	view   atomic.Pointer[[]PolicyEntry]
-	live   *policy.Live // what the limiters decide with
+	live   *LivePolicies // what the limiters decide with
 }
 
 // merged is the file's policies, each replaced by the API's policy of the
 // same name, then the API's other policies by name, with their origins.
-func (p *policyState) merged(api map[string]policy.Config) []PolicyEntry {
+func (p *policyState) merged(api map[string]Policy) []PolicyEntry {
 	out := make([]PolicyEntry, 0, len(p.base)+len(api))
 	for _, b := range p.base {
 		if a, over := api[b.Name]; over {
@@ -60,13 +58,13 @@ func (p *policyState) merged(api map[string]policy.Config) []PolicyEntry {
 
 // compile compiles the policies the API entries api make (nothing is
 // applied: see install).
-func (p *policyState) compile(api map[string]policy.Config) ([]PolicyEntry, *policy.Set, error) {
+func (p *policyState) compile(api map[string]Policy) ([]PolicyEntry, *PolicySet, error) {
 	entries := p.merged(api)
-	list := make([]policy.Config, len(entries))
+	list := make([]Policy, len(entries))
 	for i := range entries {
-		list[i] = entries[i].Config
+		list[i] = entries[i].Policy
 	}
-	ps, err := policy.Compile(list, p.def)
+	ps, err := CompilePolicies(list, p.def)
 	return entries, ps, err
 }
 
@@ -83,7 +81,7 @@ func (s *Sync) applyPolicies() error {
 
 // installPolicies makes compiled policies the limiters' and entries the
 // API's view of them (s.mu held).
-func (s *Sync) installPolicies(entries []PolicyEntry, ps *policy.Set) {
+func (s *Sync) installPolicies(entries []PolicyEntry, ps *PolicySet) {
 	s.pol.live.Store(ps)
 	s.pol.view.Store(&entries)
 }
@@ -91,17 +89,17 @@ func (s *Sync) installPolicies(entries []PolicyEntry, ps *policy.Set) {
 // PolicySet returns the policies that apply, the file's and the API's, as
 // a live set: limiters built with it decide with every change from the
 // next request on.
-func (s *Sync) PolicySet() *policy.Set { return s.pol.live.Set() }
+func (s *Sync) PolicySet() *PolicySet { return s.pol.live.Set() }
 
 // SetPolicyBase replaces the policies of the configuration file (at start
 // and on a reload) and the defaults they and the API's take their
 // algorithm, window and time zone from; the API's policies still override
-// the file's of the same name. Errors name the file's key
-// (policies[1].limits[0].period); nothing changes then.
-func (s *Sync) SetPolicyBase(policies []policy.Config, def policy.Defaults) error {
-	if err := policy.Check(policies, def); err != nil {
-		return err
-	}
+// the file's of the same name. The file's policies were checked with
+// their section; compiling them under the API's checks the list they make
+// together, which no single check has seen. Errors name the policy's key
+// in that list (policies[1].limits[0].period: the file's come first, in
+// file order); nothing changes then.
+func (s *Sync) SetPolicyBase(policies []Policy, def Defaults) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, oldNames, oldDef := s.pol.base, s.pol.byName, s.pol.def
@@ -141,12 +139,12 @@ func (s *Sync) Policy(name string) (PolicyEntry, bool) {
 
 // PutPolicy creates or replaces an API policy on every pod; created
 // reports that no API policy had its name (a file policy it overrides
-// aside). A bad policy is a *catalog.ValidationError naming the JSON field
+// aside). A bad policy is a *ValidationError naming the JSON field
 // (limits[1].period), as the file's checks name its keys: both run
-// policy.Config.Validate. The stored policy has the limits' algorithm and
+// Policy.Validate. The stored policy has the limits' algorithm and
 // window filled in from the defaults, so that it means the same on every
 // pod whatever its limits section says.
-func (s *Sync) PutPolicy(ctx context.Context, p policy.Config) (created bool, err error) {
+func (s *Sync) PutPolicy(ctx context.Context, p Policy) (created bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := p.Validate("", s.pol.def); err != nil {
@@ -160,7 +158,7 @@ func (s *Sync) PutPolicy(ctx context.Context, p policy.Config) (created bool, er
 
 // DeletePolicy removes an API policy on every pod; the file's policy of the
 // same name, if any, applies again. ErrConfigEntry for a policy that only
-// the file defines, catalog.ErrEntryNotFound when there is none.
+// the file defines, ErrEntryNotFound when there is none.
 func (s *Sync) DeletePolicy(ctx context.Context, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -168,37 +166,35 @@ func (s *Sync) DeletePolicy(ctx context.Context, name string) error {
 		if s.pol.byName[name] {
 			return ErrConfigEntry
 		}
-		return catalog.ErrEntryNotFound
+		return ErrEntryNotFound
 	}
 	return s.write(ctx, "policy", name, "", policyEntry(name), func() { delete(s.pol.api, name) })
 }
 
 // pinDefaults fills in each window limit's algorithm and window from def,
 // as compiling it would.
-func pinDefaults(p policy.Config, def policy.Defaults) policy.Config {
+func pinDefaults(p Policy, def Defaults) Policy {
 	p.Limits = slices.Clone(p.Limits)
 	for i := range p.Limits {
 		l := &p.Limits[i]
 		if l.Period != store.NoPeriod {
 			continue
 		}
-		r := catalog.Rule{Algorithm: l.Algorithm, Window: l.Window}
-		r.SetDefaults(def.Algorithm, def.Window)
-		l.Algorithm, l.Window = r.Algorithm, r.Window
+		def.fill(&l.Algorithm, &l.Window)
 	}
 	return p
 }
 
-func policyJSON(p policy.Config) string {
+func policyJSON(p Policy) string {
 	b, _ := json.Marshal(p) // plain fields: never fails
 	return string(b)
 }
 
 // decodePolicy reads a stored policy, valid under def.
-func decodePolicy(doc string, def policy.Defaults) (policy.Config, error) {
-	var p policy.Config
+func decodePolicy(doc string, def Defaults) (Policy, error) {
+	var p Policy
 	if err := json.Unmarshal([]byte(doc), &p); err != nil {
-		return policy.Config{}, err
+		return Policy{}, err
 	}
 	return p, p.Validate("", def)
 }

@@ -1,4 +1,4 @@
-package limitconf
+package limit
 
 import (
 	"testing"
@@ -29,13 +29,6 @@ func TestConfigValidateNamesEveryBadKey(t *testing.T) {
 		"limits.request_id_retries: 16 is out of range 0 (none)..15", "limits.request_id_window: -1s is out of range"} {
 		assert.Contains(t, err.Error(), want)
 	}
-}
-
-func testLimitsConfig(mod func(*Config)) Config {
-	var c Config
-	c.SetDefaults()
-	mod(&c)
-	return c
 }
 
 func TestFailurePolicyNames(t *testing.T) {

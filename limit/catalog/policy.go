@@ -1,4 +1,4 @@
-package policy
+package catalog
 
 import (
 	"bytes"
@@ -12,8 +12,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"unsafe"
-
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -57,9 +55,9 @@ func (s *Subject) addr() netip.Addr {
 // of any size.
 const MaxValueLen = 128
 
-// Compiled is a validated policy, compiled once so that the request
+// CompiledPolicy is a validated policy, compiled once so that the request
 // path parses and allocates nothing. It is read-only.
-type Compiled struct {
+type CompiledPolicy struct {
 	Name string
 	// Params are the store parameters of each limit, Labels their names.
 	Params []store.Params
@@ -71,7 +69,7 @@ type Compiled struct {
 	Items []string
 	// Counters count each limit's decisions
 	// (sentinel_limit_policy_decisions_total).
-	Counters []*Counters
+	Counters []*PolicyCounters
 	Attrs    []KeyAttr
 	// PlanMultiplier: the limits are multiplied by the plan's multiplier.
 	PlanMultiplier bool
@@ -97,18 +95,18 @@ type headerMatch struct {
 	name, value []byte // value nil: any value
 }
 
-// Set is the compiled `policies` section. It is read-only; a live one
-// (Live.Set) answers with the set its Live holds at each call.
-type Set struct {
-	all         []*Compiled
-	byResource  map[string][]*Compiled // policies that match these resources
-	anyResource []*Compiled            // policies that match any resource
-	live        *atomic.Pointer[Set]   // non-nil: the Live's current set
-	released    atomic.Bool            // Release ran: its series are no longer held
+// PolicySet is the compiled `policies` section. It is read-only; a live one
+// (LivePolicies.Set) answers with the set its LivePolicies holds at each call.
+type PolicySet struct {
+	all         []*CompiledPolicy
+	byResource  map[string][]*CompiledPolicy // policies that match these resources
+	anyResource []*CompiledPolicy            // policies that match any resource
+	live        *atomic.Pointer[PolicySet]   // non-nil: the LivePolicies' current set
+	released    atomic.Bool                  // Release ran: its series are no longer held
 }
 
-// now is the set that applies: ps, or its Live's current one.
-func (ps *Set) now() *Set {
+// now is the set that applies: ps, or its LivePolicies' current one.
+func (ps *PolicySet) now() *PolicySet {
 	if ps != nil && ps.live != nil {
 		return ps.live.Load()
 	}
@@ -116,7 +114,7 @@ func (ps *Set) now() *Set {
 }
 
 // Len returns the number of policies.
-func (ps *Set) Len() int {
+func (ps *PolicySet) Len() int {
 	if ps = ps.now(); ps == nil {
 		return 0
 	}
@@ -124,7 +122,7 @@ func (ps *Set) Len() int {
 }
 
 // All returns the policies in configuration order.
-func (ps *Set) All() []*Compiled {
+func (ps *PolicySet) All() []*CompiledPolicy {
 	if ps = ps.now(); ps == nil {
 		return nil
 	}
@@ -133,18 +131,18 @@ func (ps *Set) All() []*Compiled {
 
 // For returns the policies that may match a request on resource: those
 // that name it, then those for any resource. It allocates nothing.
-func (ps *Set) For(resource string) (named, any []*Compiled) {
+func (ps *PolicySet) For(resource string) (named, any []*CompiledPolicy) {
 	if ps = ps.now(); ps == nil {
 		return nil, nil
 	}
 	return ps.byResource[resource], ps.anyResource
 }
 
-// Check validates the `policies` section without compiling it: compiling
+// CheckPolicies validates the `policies` section without compiling it: compiling
 // registers each limit's metric series, which a check must not leave
 // behind. Errors name the YAML key (policies[0].limits[1].period), one line
 // per bad key.
-func Check(policies []Config, def Defaults) error {
+func CheckPolicies(policies []Policy, def Defaults) error {
 	var errs []error
 	names := map[string]int{}
 	for i := range policies {
@@ -155,7 +153,7 @@ func Check(policies []Config, def Defaults) error {
 			continue
 		}
 		if j, dup := names[p.Name]; dup {
-			errs = append(errs, &catalog.ValidationError{Field: field + ".name", Msg: fmt.Sprintf("policy %q is also policies[%d]", p.Name, j)})
+			errs = append(errs, &ValidationError{Field: field + ".name", Msg: fmt.Sprintf("policy %q is also policies[%d]", p.Name, j)})
 			continue
 		}
 		names[p.Name] = i
@@ -163,16 +161,16 @@ func Check(policies []Config, def Defaults) error {
 	return errors.Join(errs...)
 }
 
-// Compile checks and compiles the `policies` section, with Check's errors.
+// CompilePolicies checks and compiles the `policies` section, with Check's errors.
 // It checks what it compiles because its input is the file's policies
 // merged with the API's, a list no single check has seen. The set holds
-// its policies' metric series until it is released: by the Live it was
+// its policies' metric series until it is released: by the LivePolicies it was
 // stored in when another replaces it, else by Release.
-func Compile(policies []Config, def Defaults) (*Set, error) {
-	if err := Check(policies, def); err != nil {
+func CompilePolicies(policies []Policy, def Defaults) (*PolicySet, error) {
+	if err := CheckPolicies(policies, def); err != nil {
 		return nil, err
 	}
-	ps := &Set{byResource: map[string][]*Compiled{}}
+	ps := &PolicySet{byResource: map[string][]*CompiledPolicy{}}
 	for i := range policies {
 		cp := compile(&policies[i], def)
 		cp.Counters = registry.acquire(cp)
@@ -192,7 +190,7 @@ func Compile(policies []Config, def Defaults) (*Set, error) {
 // label value is free again. Counting into a released set's counters is
 // harmless but unseen. A live set and nil are not released; a second call
 // does nothing.
-func (ps *Set) Release() {
+func (ps *PolicySet) Release() {
 	if ps == nil || ps.live != nil || !ps.released.CompareAndSwap(false, true) {
 		return
 	}
@@ -202,8 +200,8 @@ func (ps *Set) Release() {
 }
 
 // compile builds a valid policy's compiled form.
-func compile(p *Config, def Defaults) *Compiled {
-	cp := &Compiled{Name: p.Name, Shadow: p.Shadow}
+func compile(p *Policy, def Defaults) *CompiledPolicy {
+	cp := &CompiledPolicy{Name: p.Name, Shadow: p.Shadow}
 	for _, k := range p.Key {
 		a, _ := ParseKeyAttr(k)
 		cp.Attrs = append(cp.Attrs, a)
@@ -264,13 +262,13 @@ func compile(p *Config, def Defaults) *Compiled {
 }
 
 // Matches reports whether the policy applies to s (its resource aside,
-// which Set.For selects). It allocates nothing.
-func (p *Compiled) Matches(s *Subject) bool {
+// which PolicySet.For selects). It allocates nothing.
+func (p *CompiledPolicy) Matches(s *Subject) bool {
 	return p.matchAll || p.matches(s)
 }
 
 // matches is Matches for a policy with a match.
-func (p *Compiled) matches(s *Subject) bool {
+func (p *CompiledPolicy) matches(s *Subject) bool {
 	if p.anonymous != 0 && s.Anonymous() != (p.anonymous > 0) {
 		return false
 	}
@@ -298,7 +296,7 @@ func (p *Compiled) matches(s *Subject) bool {
 
 // Counts reports whether the policy applies to s and counts it (its key
 // attributes present, not exempt). It allocates nothing.
-func (p *Compiled) Counts(s *Subject) bool {
+func (p *CompiledPolicy) Counts(s *Subject) bool {
 	var buf [2 * MaxValueLen]byte
 	if !p.Matches(s) {
 		return false
@@ -310,7 +308,7 @@ func (p *Compiled) Counts(s *Subject) bool {
 // LimitParams returns the store parameters of limit i multiplied by a
 // plan's multiplier, as limits.tenant is: rounded down, at least 1, at
 // most MaxLimit.
-func (p *Compiled) LimitParams(i int, plan float64) store.Params {
+func (p *CompiledPolicy) LimitParams(i int, plan float64) store.Params {
 	lp := p.Params[i]
 	if plan == 1 {
 		return lp
@@ -346,7 +344,7 @@ func hostOnly(h []byte) []byte {
 // hash that no escaped value can equal. A shorthand appends nothing: its
 // key holds the values as it always did (AppendKey). It allocates only
 // when dst is too small.
-func (p *Compiled) AppendIdentity(dst []byte, s *Subject) (out []byte, ok bool) {
+func (p *CompiledPolicy) AppendIdentity(dst []byte, s *Subject) (out []byte, ok bool) {
 	if p.Shorthand != NotShorthand {
 		return dst, p.keyed(s) // its key is built from the values (AppendKey)
 	}
@@ -354,7 +352,7 @@ func (p *Compiled) AppendIdentity(dst []byte, s *Subject) (out []byte, ok bool) 
 }
 
 // appendIdentity is AppendIdentity for a policy of the `policies` section.
-func (p *Compiled) appendIdentity(dst []byte, s *Subject) (out []byte, ok bool) {
+func (p *CompiledPolicy) appendIdentity(dst []byte, s *Subject) (out []byte, ok bool) {
 	if len(p.cidrs) > 0 {
 		if a := s.addr(); a.IsValid() && slices.ContainsFunc(p.cidrs, func(c netip.Prefix) bool { return c.Contains(a.Unmap()) }) {
 			return dst, false
@@ -405,7 +403,7 @@ func appendValue(dst, v []byte) []byte {
 }
 
 // keyed reports whether s has the value a shorthand's key holds.
-func (p *Compiled) keyed(s *Subject) bool {
+func (p *CompiledPolicy) keyed(s *Subject) bool {
 	switch p.Shorthand {
 	case ShorthandTenant:
 		return s.Tenant != ""

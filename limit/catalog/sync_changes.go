@@ -1,12 +1,9 @@
-package catalogsync
+package catalog
 
 import (
 	"context"
 	"fmt"
 	"strings"
-
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
 
 	"github.com/redis/rueidis"
 )
@@ -64,9 +61,9 @@ func (s *Sync) updateLocked(ctx context.Context) error {
 // deleted), or its value before a change, to undo it.
 type entryChange struct {
 	name string
-	rule *catalog.Rule
-	ten  *catalog.Tenant
-	pol  *policy.Config
+	rule *Rule
+	ten  *Tenant
+	pol  *Policy
 }
 
 // decodeChanges reads the change log's (name, document) pairs; an entry
@@ -118,7 +115,7 @@ func (s *Sync) decodeEntry(c *entryChange, doc string) error {
 // policies compiled before anything is applied.
 func (s *Sync) applyChanges(api []entryChange) error {
 	undos := make([]entryChange, 0, len(api))
-	changes := make([]catalog.Change, 0, len(api))
+	changes := make([]Change, 0, len(api))
 	policies := false
 	for _, c := range api {
 		undos = append(undos, s.setAPIEntry(c))
@@ -129,7 +126,7 @@ func (s *Sync) applyChanges(api []entryChange) error {
 		}
 	}
 	var entries []PolicyEntry
-	var ps *policy.Set
+	var ps *PolicySet
 	var err error
 	if policies {
 		entries, ps, err = s.pol.compile(s.pol.api)

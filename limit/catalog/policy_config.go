@@ -1,4 +1,4 @@
-package policy
+package catalog
 
 import (
 	"bytes"
@@ -8,33 +8,30 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
-
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
-// Section is the `policies` section.
-type Section []Config
+// Policies is the `policies` section.
+type Policies []Policy
 
-// LiveKey reports that the section applies on a reload: the root compiles
+// LiveKey reports that the section applies on a reload: the gateway compiles
 // the new policies and the catalog swaps them in.
-func (Section) LiveKey(string) bool { return true }
+func (Policies) LiveKey(string) bool { return true }
 
-// Config is one entry of the `policies` section: which requests it applies
+// Policy is one entry of the `policies` section: which requests it applies
 // to (Match), what identifies a budget (Key), and the limits that all must
 // pass for each budget.
-type Config struct {
+type Policy struct {
 	// Name identifies the policy: in its store keys, in metrics and in the
 	// RateLimit-Policy header. Unique; letters, digits, '-', '_', '.'.
-	Name  string `mapstructure:"name" json:"name"`
-	Match Match  `mapstructure:"match" json:"match"`
+	Name  string      `mapstructure:"name" json:"name"`
+	Match PolicyMatch `mapstructure:"match" json:"match"`
 	// Key lists the attributes whose values make one budget (see
 	// ParseKeyAttr). A request without one of them is not counted.
-	Key    []string `mapstructure:"key" json:"key"`
-	Limits Limits   `mapstructure:"limits" json:"limits"`
+	Key    []string     `mapstructure:"key" json:"key"`
+	Limits PolicyLimits `mapstructure:"limits" json:"limits"`
 	// PlanMultiplier multiplies the limits by the plan's multiplier. nil:
 	// true when Key includes tenant or api_key, else false.
 	PlanMultiplier *bool `mapstructure:"plan_multiplier" json:"plan_multiplier,omitempty"`
@@ -43,9 +40,9 @@ type Config struct {
 	Unlimited Unlimited `mapstructure:"unlimited" json:"unlimited"`
 }
 
-// Match selects the requests of a policy; every field present must
+// PolicyMatch selects the requests of a policy; every field present must
 // match, and an empty match selects every request.
-type Match struct {
+type PolicyMatch struct {
 	Resources []string `mapstructure:"resources" json:"resources,omitempty"`
 	Methods   []string `mapstructure:"methods" json:"methods,omitempty"`
 	// Hosts match the Host header without its port, ignoring case.
@@ -58,9 +55,9 @@ type Match struct {
 	Anonymous *bool `mapstructure:"anonymous" json:"anonymous,omitempty"`
 }
 
-// Limit is one limit of a policy: a window (sliding_window,
+// PolicyLimit is one limit of a policy: a window (sliding_window,
 // sliding_log), a token bucket, or a calendar quota (Period).
-type Limit struct {
+type PolicyLimit struct {
 	// Limit is the permits per Window, or per Period.
 	Limit int64 `mapstructure:"limit" json:"limit,omitempty"`
 	// Window is a sliding limit's window (default limits.window).
@@ -75,20 +72,20 @@ type Limit struct {
 	RefillRate float64 `mapstructure:"refill_rate" json:"refill_rate,omitempty"`
 }
 
-// Limits are a policy's limits. From JSON they decode one by one, so that a
+// PolicyLimits are a policy's limits. From JSON they decode one by one, so that a
 // value that does not decode is named with its index (limits[1].period), as
 // Validate names it: encoding/json names a field by its path without the
 // indexes of the lists on it.
-type Limits []Limit
+type PolicyLimits []PolicyLimit
 
 // UnmarshalJSON decodes a JSON array of limits; unknown fields are errors,
 // as they are in the rest of a policy.
-func (ls *Limits) UnmarshalJSON(b []byte) error {
+func (ls *PolicyLimits) UnmarshalJSON(b []byte) error {
 	var raw []json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil || raw == nil {
 		return err
 	}
-	out := make(Limits, len(raw))
+	out := make(PolicyLimits, len(raw))
 	for i, r := range raw {
 		dec := json.NewDecoder(bytes.NewReader(r))
 		dec.DisallowUnknownFields()
@@ -115,18 +112,11 @@ type Unlimited struct {
 	CIDRs []string `mapstructure:"cidrs" json:"cidrs,omitempty"`
 }
 
-// Defaults are what the limits section gives the policies.
-type Defaults struct {
-	Algorithm store.Algorithm // limits.algorithm
-	Window    time.Duration   // limits.window
-	Zone      *time.Location  // limits.quota_time_zone (nil: UTC)
-}
-
 // Validate checks a policy; field is its YAML key (policies[0]), or "" for
 // the admin API (errors then name the JSON field alone: limits[1].period).
 // The error joins one line per bad key, each naming the policy in the file
 // (the API's path names it).
-func (p *Config) Validate(field string, def Defaults) error {
+func (p *Policy) Validate(field string, def Defaults) error {
 	var errs []error
 	key := func(k string) string {
 		if field == "" {
@@ -138,9 +128,9 @@ func (p *Config) Validate(field string, def Defaults) error {
 		if p.Name != "" && field != "" {
 			msg = fmt.Sprintf("policy %q: %s", p.Name, msg)
 		}
-		errs = append(errs, &catalog.ValidationError{Field: key(k), Msg: msg})
+		errs = append(errs, &ValidationError{Field: key(k), Msg: msg})
 	}
-	if err := catalog.CheckName(key("name"), p.Name); err != nil {
+	if err := CheckName(key("name"), p.Name); err != nil {
 		errs = append(errs, err)
 	}
 	if len(p.Key) == 0 {
@@ -178,10 +168,10 @@ func (p *Config) Validate(field string, def Defaults) error {
 	return errors.Join(errs...)
 }
 
-func (p *Config) validateMatch(bad func(k, msg string)) {
+func (p *Policy) validateMatch(bad func(k, msg string)) {
 	for i, r := range p.Match.Resources {
-		if err := catalog.CheckName("", r); err != nil {
-			bad(fmt.Sprintf("match.resources[%d]", i), err.(*catalog.ValidationError).Msg)
+		if err := CheckName("", r); err != nil {
+			bad(fmt.Sprintf("match.resources[%d]", i), err.(*ValidationError).Msg)
 		}
 	}
 	for i, m := range p.Match.Methods {
@@ -203,18 +193,18 @@ func (p *Config) validateMatch(bad func(k, msg string)) {
 
 // rule is l, a limit without a period, as a rule with the defaults
 // applied.
-func (l *Limit) rule(def Defaults) catalog.Rule {
-	r := catalog.Rule{Algorithm: l.Algorithm, Limit: l.Limit, Window: l.Window, Capacity: l.Capacity, RefillRate: l.RefillRate}
-	r.SetDefaults(def.Algorithm, def.Window)
+func (l *PolicyLimit) rule(def Defaults) Rule {
+	r := Rule{Algorithm: l.Algorithm, Limit: l.Limit, Window: l.Window, Capacity: l.Capacity, RefillRate: l.RefillRate}
+	def.fill(&r.Algorithm, &r.Window)
 	return r
 }
 
 // validate returns what is wrong with l, each error naming its key
 // within the limit (limit, window, period, ...).
-func (l *Limit) validate(def Defaults) []*catalog.ValidationError {
+func (l *PolicyLimit) validate(def Defaults) []*ValidationError {
 	if l.Period != store.NoPeriod {
-		var errs []*catalog.ValidationError
-		bad := func(k, msg string) { errs = append(errs, &catalog.ValidationError{Field: k, Msg: msg}) }
+		var errs []*ValidationError
+		bad := func(k, msg string) { errs = append(errs, &ValidationError{Field: k, Msg: msg}) }
 		if l.Algorithm != 0 {
 			bad("algorithm", fmt.Sprintf("a period makes a calendar quota: algorithm %q does not apply", l.Algorithm))
 		}
@@ -232,10 +222,10 @@ func (l *Limit) validate(def Defaults) []*catalog.ValidationError {
 	}
 	r := l.rule(def)
 	r.Tenant, r.Resource = "policy", "policy" // names are the policy's to check
-	var errs []*catalog.ValidationError
+	var errs []*ValidationError
 	if err := r.Validate(""); err != nil {
 		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-			var ve *catalog.ValidationError
+			var ve *ValidationError
 			if errors.As(e, &ve) {
 				errs = append(errs, ve)
 			}
@@ -245,7 +235,7 @@ func (l *Limit) validate(def Defaults) []*catalog.ValidationError {
 }
 
 // Params returns the store parameters of a valid limit.
-func (l *Limit) Params(def Defaults) store.Params {
+func (l *PolicyLimit) Params(def Defaults) store.Params {
 	if l.Period != store.NoPeriod {
 		return store.Params{Algorithm: store.Quota, Limit: l.Limit, Period: l.Period, Zone: def.Zone}
 	}
@@ -256,7 +246,7 @@ func (l *Limit) Params(def Defaults) store.Params {
 // Label names a valid limit within its policy: its window ("1s"), its
 // period ("day"), or "bucket" for a token bucket. It is the limit's
 // metric label and part of its store key.
-func (l *Limit) Label(def Defaults) string {
+func (l *PolicyLimit) Label(def Defaults) string {
 	p := l.Params(def)
 	switch {
 	case p.Algorithm == store.Quota:

@@ -1,4 +1,4 @@
-package policy
+package catalog
 
 import (
 	"strings"
@@ -14,7 +14,7 @@ import (
 // naming the value's index.
 func TestAppendIdentityOf(t *testing.T) {
 	keys := []string{"ip", "ip/24", "ip/64", "api_key", "tenant", "plan", "resource", "method", "path", "header:X-User", "query:q"}
-	ps, err := Compile([]Config{{Name: "all", Key: keys, Limits: []Limit{{Limit: 1}}}}, testDefaults)
+	ps, err := CompilePolicies([]Policy{{Name: "all", Key: keys, Limits: []PolicyLimit{{Limit: 1}}}}, testDefaults)
 	require.NoError(t, err)
 	p, ok := ps.Lookup("all")
 	require.True(t, ok)
@@ -31,7 +31,7 @@ func TestAppendIdentityOf(t *testing.T) {
 		assert.Equal(t, string(want), string(got), prefix)
 	}
 
-	one, err := Compile([]Config{{Name: "v6", Key: []string{"ip/48", "api_key"}, Limits: []Limit{{Limit: 1}}}}, testDefaults)
+	one, err := CompilePolicies([]Policy{{Name: "v6", Key: []string{"ip/48", "api_key"}, Limits: []PolicyLimit{{Limit: 1}}}}, testDefaults)
 	require.NoError(t, err)
 	v6 := one.All()[0]
 	want, _ = v6.AppendIdentity(nil, &Subject{IP: []byte("2001:db8:1:2::9"), APIKey: []byte("k")})

@@ -1,4 +1,4 @@
-package resets
+package limit
 
 import (
 	"context"
@@ -18,12 +18,12 @@ import (
 func TestPublishReachesEveryPod(t *testing.T) {
 	srv := redistest.Start(t)
 	heard := make(chan string, 8)
-	var buses []*Bus
+	var buses []*ResetBus
 	for range 3 {
 		client, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
 		require.NoError(t, err)
 		t.Cleanup(client.Close)
-		b := New(client, "t", func(key string) { heard <- key })
+		b := NewResetBus(client, "t", func(key string) { heard <- key })
 		b.Start()
 		t.Cleanup(b.Stop)
 		buses = append(buses, b)
@@ -41,7 +41,7 @@ func TestPublishReachesEveryPod(t *testing.T) {
 	t.Logf("every pod heard the reset after %v", time.Since(start).Round(time.Millisecond))
 
 	var local []string
-	b := New(nil, "", func(key string) { local = append(local, key) })
+	b := NewResetBus(nil, "", func(key string) { local = append(local, key) })
 	b.Start()
 	require.NoError(t, b.Publish(context.Background(), "{tenant:acme}"))
 	assert.Equal(t, []string{"{tenant:acme}"}, local)

@@ -1,4 +1,4 @@
-package catalogsync
+package catalog
 
 import (
 	"encoding/json"
@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -17,7 +16,7 @@ import (
 // the window as text; rules stored with window_ms by earlier versions are
 // still read.
 func TestRuleJSON(t *testing.T) {
-	r := catalog.Rule{Tenant: "acme", Resource: "bids", Algorithm: store.SlidingWindow, Limit: 5, Window: confutil.Duration(10 * time.Second)}
+	r := Rule{Tenant: "acme", Resource: "bids", Algorithm: store.SlidingWindow, Limit: 5, Window: confutil.Duration(10 * time.Second)}
 	b, err := json.Marshal(r)
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"tenant":"acme","resource":"bids","algorithm":"sliding_window","limit":5,"window":"10s"}`, string(b))
@@ -29,7 +28,7 @@ func TestRuleJSON(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, r, got)
 
-	tb := catalog.Rule{Tenant: "acme", Resource: "bids", Algorithm: store.TokenBucket, Capacity: 3, RefillRate: 1}
+	tb := Rule{Tenant: "acme", Resource: "bids", Algorithm: store.TokenBucket, Capacity: 3, RefillRate: 1}
 	b, _ = json.Marshal(tb)
 	assert.NotContains(t, string(b), "window", "a token bucket has no window")
 }

@@ -1,4 +1,4 @@
-package policy
+package catalog
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 )
 
 // Lookup returns the policy named name among those that apply now.
-func (ps *Set) Lookup(name string) (*Compiled, bool) {
+func (ps *PolicySet) Lookup(name string) (*CompiledPolicy, bool) {
 	for _, p := range ps.All() {
 		if p.Name == name {
 			return p, true
@@ -34,7 +34,7 @@ func (e *ValueError) Error() string { return e.Msg }
 // the IPv4 address), an ip/N one an address within the prefix or the
 // prefix itself (10.1.2.0/24). A wrong count of values, an empty value or
 // an address that does not parse is a *ValueError.
-func (p *Compiled) AppendIdentityOf(dst []byte, values []string) ([]byte, error) {
+func (p *CompiledPolicy) AppendIdentityOf(dst []byte, values []string) ([]byte, error) {
 	if len(values) != len(p.Attrs) {
 		return dst, &ValueError{Index: -1, Msg: fmt.Sprintf("policy %q has %d key attributes (%s), got %d values",
 			p.Name, len(p.Attrs), p.keyNames(), len(values))}
@@ -123,7 +123,7 @@ func (a KeyAttr) String() string {
 }
 
 // keyNames is the policy's key as its configuration writes it.
-func (p *Compiled) keyNames() string {
+func (p *CompiledPolicy) keyNames() string {
 	names := make([]string, len(p.Attrs))
 	for i := range p.Attrs {
 		names[i] = p.Attrs[i].String()

@@ -1,4 +1,4 @@
-package catalogsync
+package catalog
 
 import (
 	"context"
@@ -10,15 +10,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
-	"github.com/sentinel-gateway/sentinel/limit/policy"
-
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/redis/rueidis"
 )
 
-// Options configures a Sync. Zero values take the defaults.
-type Options struct {
+// SyncOptions configures a Sync. Zero values take the defaults.
+type SyncOptions struct {
 	// KeyPrefix goes before every key, with a ':' (redis.key_prefix).
 	// Default "sentinel": rules live in the hash sentinel:{catalog}:rules,
 	// tenants in sentinel:{catalog}:tenants.
@@ -33,7 +30,7 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
-func (o *Options) setDefaults() {
+func (o *SyncOptions) setDefaults() {
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = "sentinel"
 	}
@@ -48,7 +45,7 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// Sync keeps a catalog.Catalog equal on every pod: rules, tenants and
+// Sync keeps a Catalog equal on every pod: rules, tenants and
 // policies written through the admin API are stored in Redis and applied by every pod within a
 // second.
 //
@@ -92,22 +89,22 @@ func (o *Options) setDefaults() {
 // config entries overlaid with one consistent view of Redis.
 type Sync struct {
 	client rueidis.Client
-	cat    *catalog.Catalog
-	opts   Options
+	cat    *Catalog
+	opts   SyncOptions
 
-	baseRules   []catalog.Rule   // from config.yaml (SetBase changes them)
-	baseTenants []catalog.Tenant // from config.yaml
-	baseRule    map[ruleKey]catalog.Rule
-	baseTenant  map[string]catalog.Tenant
+	baseRules   []Rule   // from config.yaml (SetBase changes them)
+	baseTenants []Tenant // from config.yaml
+	baseRule    map[ruleKey]Rule
+	baseTenant  map[string]Tenant
 	pol         policyState // the policies: the file's, the API's, their view
 
 	// mu serializes writes and reloads, and guards rules, tenants and seen.
 	mu      sync.Mutex
-	rules   map[ruleKey]catalog.Rule  // API rules, as last read from Redis or written
-	tenants map[string]catalog.Tenant // API tenants, by ID
-	seen    int64                     // newest generation read, written or restored
-	epoch   string                    // the history seen belongs to ("": none yet)
-	failing bool                      // the last reload failed (log throttling)
+	rules   map[ruleKey]Rule  // API rules, as last read from Redis or written
+	tenants map[string]Tenant // API tenants, by ID
+	seen    int64             // newest generation read, written or restored
+	epoch   string            // the history seen belongs to ("": none yet)
+	failing bool              // the last reload failed (log throttling)
 	// awaiting: the Redis did not answer yet; writes are refused (Await).
 	awaiting bool
 
@@ -131,20 +128,20 @@ var (
 	syncRestores       = metrics.NewCounter(`sentinel_catalog_restores_total`)
 )
 
-// New returns a sync between cat and Redis. With a nil client it
+// NewSync returns a sync between cat and Redis. With a nil client it
 // keeps the same semantics (config entries as the base, API entries over
 // them) in this process only. The catalog's current
 // rules and tenants (those of config.yaml) become the base that Redis entries
 // override. Nothing runs until Start.
-func New(client rueidis.Client, cat *catalog.Catalog, opts Options) *Sync {
+func NewSync(client rueidis.Client, cat *Catalog, opts SyncOptions) *Sync {
 	opts.setDefaults()
 	s := &Sync{
 		client:  client,
 		cat:     cat,
 		opts:    opts,
-		rules:   map[ruleKey]catalog.Rule{},
-		tenants: map[string]catalog.Tenant{},
-		pol:     policyState{api: map[string]policy.Config{}, live: policy.NewLive()},
+		rules:   map[ruleKey]Rule{},
+		tenants: map[string]Tenant{},
+		pol:     policyState{api: map[string]Policy{}, live: NewLivePolicies()},
 		changed: make(chan struct{}, 1),
 		helloc:  make(chan struct{}, 1),
 	}
@@ -153,13 +150,13 @@ func New(client rueidis.Client, cat *catalog.Catalog, opts Options) *Sync {
 }
 
 // setBase keeps the config entries, as lists and by name.
-func (s *Sync) setBase(tenants []catalog.Tenant, rules []catalog.Rule) {
+func (s *Sync) setBase(tenants []Tenant, rules []Rule) {
 	s.baseTenants, s.baseRules = tenants, rules
-	s.baseTenant = make(map[string]catalog.Tenant, len(tenants))
+	s.baseTenant = make(map[string]Tenant, len(tenants))
 	for _, t := range tenants {
 		s.baseTenant[t.ID] = t
 	}
-	s.baseRule = make(map[ruleKey]catalog.Rule, len(rules))
+	s.baseRule = make(map[ruleKey]Rule, len(rules))
 	for _, r := range rules {
 		s.baseRule[ruleKey{r.Tenant, r.Resource}] = r
 	}
@@ -367,7 +364,7 @@ func policyEntry(name string) string           { return "policy:" + name }
 // checkSyncID rejects tenant IDs that would make entry names ambiguous.
 func checkSyncID(field, id string) error {
 	if strings.ContainsAny(id, ":{}") {
-		return &catalog.ValidationError{Field: field, Msg: fmt.Sprintf("%q contains ':', '{' or '}', which Redis key names reserve", id)}
+		return &ValidationError{Field: field, Msg: fmt.Sprintf("%q contains ':', '{' or '}', which Redis key names reserve", id)}
 	}
 	return nil
 }

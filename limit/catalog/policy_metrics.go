@@ -1,11 +1,9 @@
-package policy
+package catalog
 
 import (
 	"sync"
 
 	"github.com/VictoriaMetrics/metrics"
-
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
 )
 
 // maxPolicyLabels bounds the policies that get a label value of their own;
@@ -17,8 +15,8 @@ const maxPolicyLabels = 200
 // otherPolicy is the label value of the policies past maxPolicyLabels.
 const otherPolicy = "other"
 
-// Counters count the decisions of one limit of one policy.
-type Counters struct {
+// PolicyCounters count the decisions of one limit of one policy.
+type PolicyCounters struct {
 	// Allowed: the limit passed the request (a later limit may still
 	// refuse it); Blocked: the limit refused it; ShadowBlocked: it would
 	// have, in shadow mode.
@@ -29,7 +27,7 @@ type Counters struct {
 var decisions = [3]string{"allowed", "blocked", "shadow_blocked"}
 
 // seriesRegistry keeps the decision series of the policies that exist:
-// those of a compiled Set not yet released. A series is registered while
+// those of a compiled PolicySet not yet released. A series is registered while
 // a set holds it and unregistered when the last one is released, so that
 // a policy removed by a reload or the admin API leaves no series behind.
 // It also hands out the policy label values: a name keeps its value (its
@@ -56,7 +54,7 @@ var registry = seriesRegistry{names: map[string]*nameUse{}, holders: map[string]
 
 // acquire registers the series of cp's limits for one more set and
 // returns their counters.
-func (r *seriesRegistry) acquire(cp *Compiled) []*Counters {
+func (r *seriesRegistry) acquire(cp *CompiledPolicy) []*PolicyCounters {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	u := r.names[cp.Name]
@@ -69,7 +67,7 @@ func (r *seriesRegistry) acquire(cp *Compiled) []*Counters {
 		r.names[cp.Name] = u
 	}
 	u.sets++
-	out := make([]*Counters, len(cp.Labels))
+	out := make([]*PolicyCounters, len(cp.Labels))
 	for i, limit := range cp.Labels {
 		var c [3]*metrics.Counter
 		for j, d := range decisions {
@@ -77,7 +75,7 @@ func (r *seriesRegistry) acquire(cp *Compiled) []*Counters {
 			r.holders[name]++
 			c[j] = metrics.GetOrCreateCounter(name)
 		}
-		out[i] = &Counters{Allowed: c[0], Blocked: c[1], ShadowBlocked: c[2]}
+		out[i] = &PolicyCounters{Allowed: c[0], Blocked: c[1], ShadowBlocked: c[2]}
 	}
 	return out
 }
@@ -85,7 +83,7 @@ func (r *seriesRegistry) acquire(cp *Compiled) []*Counters {
 // release drops one set's hold on cp's series, unregistering those that
 // no set holds any more, and frees the name's label value with its last
 // set.
-func (r *seriesRegistry) release(cp *Compiled) {
+func (r *seriesRegistry) release(cp *CompiledPolicy) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	u := r.names[cp.Name]
@@ -111,14 +109,14 @@ func (r *seriesRegistry) release(cp *Compiled) {
 
 // seriesName is the series of one decision of one limit of a policy.
 func seriesName(policy, limit, decision string) string {
-	return `sentinel_limit_policy_decisions_total{policy="` + catalog.EscapeLabel(policy) +
-		`",limit="` + catalog.EscapeLabel(limit) + `",decision="` + decision + `"}`
+	return `sentinel_limit_policy_decisions_total{policy="` + EscapeLabel(policy) +
+		`",limit="` + EscapeLabel(limit) + `",decision="` + decision + `"}`
 }
 
 // Count counts one decision of the limit: allowed, or refused (in shadow
 // mode or not). A nil Counters (a limit that is not a policy's) counts
 // nothing.
-func (c *Counters) Count(allowed, shadow bool) {
+func (c *PolicyCounters) Count(allowed, shadow bool) {
 	switch {
 	case c == nil:
 	case allowed:

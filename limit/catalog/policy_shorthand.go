@@ -1,11 +1,10 @@
-package policy
+package catalog
 
 import (
 	"math"
 	"time"
 	"unsafe"
 
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -41,7 +40,7 @@ const (
 type Source struct {
 	// rules, when not nil, holds the rule of the request's tenant (or
 	// *anonymous*, for a request without one) and resource.
-	rules *catalog.Catalog
+	rules *Catalog
 	// Else the limit is base per window: params under no multiplier.
 	base   int64
 	window time.Duration
@@ -104,25 +103,25 @@ type Shorthands struct {
 // are, in the order a request decides them: the rules of cat (none when
 // it is nil), then tenant, api_key and ip. Their limits use the defaults'
 // algorithm and window.
-func CompileShorthand(sh Shorthands, def Defaults, cat *catalog.Catalog) []*Compiled {
-	var out []*Compiled
+func CompileShorthand(sh Shorthands, def Defaults, cat *Catalog) []*CompiledPolicy {
+	var out []*CompiledPolicy
 	if cat != nil {
 		// {match: {resources: [R]}, key: [tenant, resource]} for each rule,
 		// looked up in the catalog by (tenant, resource), not compiled one
 		// by one: the catalog holds many and changes at run time.
-		out = append(out, shorthand(&Config{Name: "rules"}, ShorthandRule, def, &Source{rules: cat}))
+		out = append(out, shorthand(&Policy{Name: "rules"}, ShorthandRule, def, &Source{rules: cat}))
 	}
 	if sh.Tenant > 0 {
-		c := &Config{Name: "tenant", Key: []string{"tenant"}, Limits: baseLimits(sh.Tenant, def)}
+		c := &Policy{Name: "tenant", Key: []string{"tenant"}, Limits: baseLimits(sh.Tenant, def)}
 		out = append(out, shorthand(c, ShorthandTenant, def, baseSource(sh.Tenant, def)))
 	}
 	if sh.APIKey > 0 {
 		no := false
-		c := &Config{Name: "api_key", Key: []string{"api_key"}, Limits: baseLimits(sh.APIKey, def), PlanMultiplier: &no}
+		c := &Policy{Name: "api_key", Key: []string{"api_key"}, Limits: baseLimits(sh.APIKey, def), PlanMultiplier: &no}
 		out = append(out, shorthand(c, ShorthandAPIKey, def, baseSource(sh.APIKey, def)))
 	}
 	if sh.IP > 0 {
-		c := &Config{Name: "ip", Key: []string{"ip"}, Limits: baseLimits(sh.IP, def)}
+		c := &Policy{Name: "ip", Key: []string{"ip"}, Limits: baseLimits(sh.IP, def)}
 		if sh.IPAnonymous {
 			yes := true
 			c.Match.Anonymous = &yes
@@ -135,20 +134,20 @@ func CompileShorthand(sh Shorthands, def Defaults, cat *catalog.Catalog) []*Comp
 // shorthand compiles c, the policy a shorthand limit is. Its limits have
 // no item name nor counters of their own: answers name them by their
 // scope, as before policies.
-func shorthand(c *Config, sh Shorthand, def Defaults, src *Source) *Compiled {
+func shorthand(c *Policy, sh Shorthand, def Defaults, src *Source) *CompiledPolicy {
 	cp := compile(c, def)
 	cp.Shorthand, cp.Source = sh, src
 	if src != nil && len(cp.Params) == 0 {
 		cp.Params, cp.Labels = []store.Params{{}}, []string{""}
 	}
 	cp.Items = make([]string, len(cp.Params))
-	cp.Counters = make([]*Counters, len(cp.Params))
+	cp.Counters = make([]*PolicyCounters, len(cp.Params))
 	return cp
 }
 
 // baseLimits are the limits of a shorthand of the `limits` section: n per
 // window (baseLimit).
-func baseLimits(n int64, def Defaults) Limits { return Limits{baseLimit(n, def)} }
+func baseLimits(n int64, def Defaults) PolicyLimits { return PolicyLimits{baseLimit(n, def)} }
 
 // baseParams are baseLimit's store parameters (its Params), derived
 // directly.
@@ -161,11 +160,11 @@ func baseParams(n int64, def Defaults) store.Params {
 
 // baseLimit is n per window under the default algorithm; as a token
 // bucket, n tokens refilled over a window.
-func baseLimit(n int64, def Defaults) Limit {
+func baseLimit(n int64, def Defaults) PolicyLimit {
 	if def.Algorithm == store.TokenBucket {
-		return Limit{Algorithm: store.TokenBucket, Capacity: n, RefillRate: float64(n) / def.Window.Seconds()}
+		return PolicyLimit{Algorithm: store.TokenBucket, Capacity: n, RefillRate: float64(n) / def.Window.Seconds()}
 	}
-	return Limit{Algorithm: def.Algorithm, Limit: n}
+	return PolicyLimit{Algorithm: def.Algorithm, Limit: n}
 }
 
 // Scale applies the adaptive multiplier mult, in (0, 1], to p's budget.
@@ -200,7 +199,7 @@ func scale(limit int64, mult float64) int64 {
 // it), and mult, the adaptive one. It returns whether the limit only
 // counts, and ok false when none applies (a Source may have none for s;
 // dst is then left as it was). It allocates nothing.
-func (p *Compiled) Limit(dst *store.Params, i int, s *Subject, plan, mult float64) (shadow, ok bool) {
+func (p *CompiledPolicy) Limit(dst *store.Params, i int, s *Subject, plan, mult float64) (shadow, ok bool) {
 	if p.Source != nil {
 		shadow, ok = p.Source.Resolve(dst, s, plan, mult)
 		return shadow || p.Shadow, ok
@@ -213,7 +212,7 @@ func (p *Compiled) Limit(dst *store.Params, i int, s *Subject, plan, mult float6
 // AppendKey appends the store key of limit i for s to dst: id is the
 // identity AppendIdentity gave. A shorthand's key is the one it had
 // before policies; it allocates only when dst is too small.
-func (p *Compiled) AppendKey(dst []byte, i int, id []byte, s *Subject) []byte {
+func (p *CompiledPolicy) AppendKey(dst []byte, i int, id []byte, s *Subject) []byte {
 	switch p.Shorthand {
 	case ShorthandRule:
 		if s.Tenant != "" {
@@ -221,7 +220,7 @@ func (p *Compiled) AppendKey(dst []byte, i int, id []byte, s *Subject) []byte {
 		}
 		// The IP is read as a string for this call only: no copy.
 		ip := unsafe.String(unsafe.SliceData(s.IP), len(s.IP))
-		return store.AppendKeyStrings(dst, "", "rule", catalog.AnonymousTenant, s.Resource, ip)
+		return store.AppendKeyStrings(dst, "", "rule", AnonymousTenant, s.Resource, ip)
 	case ShorthandTenant:
 		return store.AppendKeyStrings(dst, "", "tenant", s.Tenant)
 	case ShorthandAPIKey:

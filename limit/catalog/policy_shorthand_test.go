@@ -1,4 +1,4 @@
-package policy
+package catalog
 
 import (
 	"strings"
@@ -9,15 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
-func shorthandCatalog(t *testing.T) *catalog.Catalog {
+func shorthandCatalog(t *testing.T) *Catalog {
 	t.Helper()
-	c, err := catalog.NewCatalog(nil, []catalog.Tenant{{ID: "acme", Plan: "PREMIUM"}}, []catalog.Rule{
+	c, err := NewCatalog(nil, []Tenant{{ID: "acme", Plan: "PREMIUM"}}, []Rule{
 		{Tenant: "acme", Resource: "bids", Algorithm: store.SlidingWindow, Limit: 20, Window: confutil.Duration(time.Minute), Shadow: true},
-		{Tenant: catalog.AnonymousTenant, Resource: "bids", Algorithm: store.TokenBucket, Capacity: 5, RefillRate: 1},
+		{Tenant: AnonymousTenant, Resource: "bids", Algorithm: store.TokenBucket, Capacity: 5, RefillRate: 1},
 	})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
@@ -34,14 +33,14 @@ func TestShorthandKeysAreTheirOwn(t *testing.T) {
 	long := []byte(strings.Repeat("k", 300))
 	known := &Subject{IP: []byte("10.0.0.1"), APIKey: long, Tenant: "acme", Plan: "PREMIUM", Resource: "bids"}
 	anon := &Subject{IP: []byte("10.0.0.1"), Resource: "bids"}
-	key := func(p *Compiled, s *Subject) string {
+	key := func(p *CompiledPolicy, s *Subject) string {
 		id, ok := p.AppendIdentity(nil, s)
 		require.True(t, ok, p.Name)
 		require.Empty(t, id, "a shorthand's key holds its values")
 		return string(p.AppendKey(nil, 0, id, s))
 	}
 	assert.Equal(t, string(store.AppendKeyStrings(nil, "", "rule", "acme", "bids")), key(ps[0], known))
-	assert.Equal(t, string(store.AppendKeyStrings(nil, "", "rule", catalog.AnonymousTenant, "bids", "10.0.0.1")), key(ps[0], anon))
+	assert.Equal(t, string(store.AppendKeyStrings(nil, "", "rule", AnonymousTenant, "bids", "10.0.0.1")), key(ps[0], anon))
 	assert.Equal(t, string(store.AppendKeyStrings(nil, "", "tenant", "acme")), key(ps[1], known))
 	assert.Equal(t, string(store.AppendKey(nil, "", "key", long)), key(ps[2], known), "not hashed")
 	assert.Equal(t, string(store.AppendKey(nil, "", "ip", []byte("10.0.0.1"))), key(ps[3], known))

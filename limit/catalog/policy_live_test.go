@@ -1,4 +1,4 @@
-package policy
+package catalog
 
 import (
 	"testing"
@@ -11,15 +11,15 @@ import (
 // TestLiveSet: a live set answers with the policies stored last, none
 // before the first.
 func TestLiveSet(t *testing.T) {
-	l := NewLive()
+	l := NewLivePolicies()
 	ls := l.Set()
 	assert.Equal(t, 0, ls.Len())
 	named, any := ls.For("bids")
 	assert.Empty(t, named)
 	assert.Empty(t, any)
 
-	ps, err := Compile([]Config{{Name: "bids", Match: Match{Resources: []string{"bids"}}, Key: []string{"ip"}, Limits: []Limit{{Limit: 5}}},
-		{Name: "all", Key: []string{"ip"}, Limits: []Limit{{Limit: 50}}}}, Defaults{Algorithm: store.SlidingWindow, Window: 1e9})
+	ps, err := CompilePolicies([]Policy{{Name: "bids", Match: PolicyMatch{Resources: []string{"bids"}}, Key: []string{"ip"}, Limits: []PolicyLimit{{Limit: 5}}},
+		{Name: "all", Key: []string{"ip"}, Limits: []PolicyLimit{{Limit: 50}}}}, Defaults{Algorithm: store.SlidingWindow, Window: 1e9})
 	require.NoError(t, err)
 	l.Store(ps)
 	assert.Equal(t, 2, ls.Len())
