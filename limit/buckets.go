@@ -242,7 +242,7 @@ func (b *bucket) owe(n, ref, until int64) bool {
 }
 
 // sweep drops buckets unused since before idleBefore that have no call in
-// flight and no permits let through locally that still count (see
+// flight and no unleased permits that still count (see
 // bucket.unleasedUntil; now is the time). An idle bound of two windows of the
 // limits section does not cover the latter: a rule's window (or a token
 // bucket's refill time, or a quota's period) can be longer, and permits let

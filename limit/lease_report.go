@@ -10,7 +10,7 @@ import (
 // lease's unused permits, which it returns to the store, and how many of
 // its permits were used (LeaseRequest.Used: the store counts them from the
 // call rather than until the lease expires); and the permits the pod let
-// through on its own since its last call that reached the store
+// through without a lease since its last call that reached the store
 // (LeaseRequest.Unleased, UnleasedAgo, UnleasedBefore).
 type report struct {
 	unused, used, ref, unleased int64
@@ -54,7 +54,7 @@ func (b *bucket) nextReport(s *spec, now int64) report {
 	return ret
 }
 
-// unleasedTotal is the permits ret reports as let through without the store.
+// unleasedTotal is the permits ret reports as used without a lease.
 func (ret *report) unleasedTotal() int64 {
 	n := ret.unleased
 	for _, p := range ret.unleasedBefore {
@@ -74,7 +74,7 @@ func unleasedWidth(window time.Duration) int64 {
 	return int64(window) / store.UnleasedParts
 }
 
-// hasUnleased tells whether b holds permits let through locally that the
+// hasUnleased tells whether b holds unleased permits that the
 // store has not been told of. The caller holds b.mu.
 func (b *bucket) hasUnleased() bool {
 	for _, n := range b.unleased {

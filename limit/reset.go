@@ -1,17 +1,5 @@
 package limit
 
-// A reset makes one budget whole again on every pod. The admin API names the
-// budget (ScopeKey, PolicyKey); Limiter.Reset drops its counts in the store
-// (store.Store.Reset, which runs the store's own command) and what this pod
-// holds for it; the ResetBus then tells every pod, and each drops what it
-// holds for the key (Limiter.Forget): its leased permits and a cached
-// refusal, counted against a budget the store no longer holds.
-//
-// A bus message is not stored: a pod whose subscription is down when it is
-// sent keeps its leased permits until they expire (a lease lifetime) and a
-// cached refusal at most a second, then asks the store, which holds the
-// reset budget.
-
 import (
 	"context"
 	"fmt"
@@ -71,8 +59,14 @@ func ScopeKey(dst []byte, scope Scope, parts ...string) []byte {
 	return store.AppendKeyStrings(dst, "", scopeKeys[scope], parts...)
 }
 
-// ResetBus publishes resets and hears them. Without a client it is this
-// process's alone: Publish calls Apply at once.
+// ResetBus publishes resets and hears them: every pod drops what it holds
+// for a reset key (Limiter.Forget), its leased permits and a cached
+// refusal, counted against a budget the store no longer holds. A message
+// is not stored: a pod whose subscription is down when it is sent keeps
+// its leased permits until they expire (a lease lifetime) and a cached
+// refusal at most a second, then asks the store, which holds the reset
+// budget. Without a client it is this process's alone: Publish applies
+// the reset at once.
 type ResetBus struct {
 	channel string
 	apply   func(key string)

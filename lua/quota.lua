@@ -20,7 +20,7 @@
 --          them was let through; they count when that is in this period
 -- ARGV[12] use_within: unused here
 -- ARGV[13..20] unleased_before: up to four more (permits, ms ago) pairs of
---          permits let through without the store, each counted when its
+--          permits used without a lease, each counted when its
 --          time is in this period
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
 --          used_ref, free_ms}

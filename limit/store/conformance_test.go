@@ -381,7 +381,7 @@ func confRedate(alg Algorithm) func(*testing.T, *confEnv, string) {
 	}
 }
 
-// confUnleased: permits a caller let through without the store are counted
+// confUnleased: permits a caller used without a lease are counted
 // from its next call, before anything is granted, even when nothing can be.
 func confUnleased(alg Algorithm) func(*testing.T, *confEnv, string) {
 	return func(t *testing.T, e *confEnv, key string) {
