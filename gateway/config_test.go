@@ -1,16 +1,17 @@
-package gateway
+package gateway_test
 
 import (
-	"bufio"
 	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/gateway"
+	"github.com/sentinel-gateway/sentinel/test/harness"
 
 	"github.com/sentinel-gateway/sentinel/adaptive"
 	"github.com/sentinel-gateway/sentinel/internal/config"
@@ -25,28 +26,16 @@ func TestBadConfigs(t *testing.T) {
 	require.NotEmpty(t, files)
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
-			want := wantLine(t, file)
-			_, err := LoadConfig(file, nil)
+			want := harness.WantLine(t, file)
+			_, err := gateway.LoadConfig(file, nil)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), want)
 		})
 	}
 }
 
-func wantLine(t *testing.T, file string) string {
-	t.Helper()
-	f, err := os.Open(file)
-	require.NoError(t, err)
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	require.True(t, sc.Scan())
-	want, ok := strings.CutPrefix(sc.Text(), "# want: ")
-	require.True(t, ok, "%s: the first line must be '# want: <message>'", file)
-	return want
-}
-
 func TestRootConfigIsValid(t *testing.T) {
-	cfg, err := LoadConfig("../config.yaml", nil)
+	cfg, err := gateway.LoadConfig("../config.yaml", nil)
 	require.NoError(t, err)
 	assert.Empty(t, cfg.Redis.Addrs, "the root config runs on the in-memory store")
 	assert.Equal(t, 3.0, cfg.Plans["PREMIUM"])
@@ -64,7 +53,7 @@ func TestEnvOverrides(t *testing.T) {
 		"SENTINEL_UPSTREAMS_API_PIPELINE=2", // a key the file does not have, of a pool it names
 		"PATH=/usr/bin",
 	}
-	cfg, err := LoadConfig("testdata/config/good_minimal.yaml", env)
+	cfg, err := gateway.LoadConfig("testdata/config/good_minimal.yaml", env)
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:9999", cfg.Proxy.Server.Listen)
 	assert.Equal(t, 7*time.Second, cfg.Proxy.Server.ReadTimeout)
@@ -75,13 +64,13 @@ func TestEnvOverrides(t *testing.T) {
 }
 
 func TestEnvUnknownKeyIsAnError(t *testing.T) {
-	_, err := LoadConfig("testdata/config/good_minimal.yaml", []string{"SENTINEL_SERVER_LISTN=:1"})
+	_, err := gateway.LoadConfig("testdata/config/good_minimal.yaml", []string{"SENTINEL_SERVER_LISTN=:1"})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "SENTINEL_SERVER_LISTN")
 }
 
 func TestMissingConfigFile(t *testing.T) {
-	_, err := LoadConfig("testdata/config/does-not-exist.yaml", nil)
+	_, err := gateway.LoadConfig("testdata/config/does-not-exist.yaml", nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "does-not-exist.yaml")
 }
@@ -90,14 +79,14 @@ func TestMissingConfigFile(t *testing.T) {
 // server section, from the file and from the environment, and land in
 // admin.Config with their defaults.
 func TestAdminKeysUnderServer(t *testing.T) {
-	cfg, err := LoadConfig("testdata/config/good_minimal.yaml", nil)
+	cfg, err := gateway.LoadConfig("testdata/config/good_minimal.yaml", nil)
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:9090", cfg.Admin.Listen)
 	assert.Equal(t, 5*time.Second, cfg.Admin.ReadTimeout)
 	assert.Equal(t, 30*time.Second, cfg.Admin.WriteTimeout)
 	assert.Equal(t, 60*time.Second, cfg.Admin.IdleTimeout)
 
-	cfg, err = LoadConfig("testdata/config/good_minimal.yaml", []string{
+	cfg, err = gateway.LoadConfig("testdata/config/good_minimal.yaml", []string{
 		"SENTINEL_SERVER_ADMIN_LISTEN=0.0.0.0:9191",
 		"SENTINEL_SERVER_ADMIN_TOKEN=s3cret",
 		"SENTINEL_SERVER_METRICS_REQUIRE_TOKEN=true",
@@ -121,7 +110,7 @@ routes: [{path_prefix: /, upstream: api, bogus: 1}]
 upstreams: {api: {targets: ["http://127.0.0.1:9000"], tiemout: 1s}}
 limts: {ip: 1}
 `), 0o600))
-	_, err := LoadConfig(path, nil)
+	_, err := gateway.LoadConfig(path, nil)
 	require.Error(t, err)
 	for _, key := range []string{"limts", "server.lisen", "routes[0].bogus", "upstreams.api.tiemout"} {
 		assert.Contains(t, err.Error(), key+": unknown key")
@@ -147,19 +136,19 @@ func TestPlanNamesAgree(t *testing.T) {
 // TestEnvValueErrorNamesTheVariable: a bad value from the environment names
 // the variable and the key it sets.
 func TestEnvValueErrorNamesTheVariable(t *testing.T) {
-	_, err := LoadConfig("testdata/config/good_minimal.yaml", []string{"SENTINEL_LIMITS_IP=ten"})
+	_, err := gateway.LoadConfig("testdata/config/good_minimal.yaml", []string{"SENTINEL_LIMITS_IP=ten"})
 	require.Error(t, err)
 	assert.Equal(t, "limits.ip: `ten` is not a whole number, e.g. 100 (from SENTINEL_LIMITS_IP)", err.Error())
-	_, err = LoadConfig("testdata/config/good_minimal.yaml", []string{"SENTINEL_SERVER_DRAIN_DELAY=3"})
+	_, err = gateway.LoadConfig("testdata/config/good_minimal.yaml", []string{"SENTINEL_SERVER_DRAIN_DELAY=3"})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "server.drain_delay: `3` is a bare number, not a duration")
-	cfg, err := LoadConfig("testdata/config/good_minimal.yaml", []string{"SENTINEL_SERVER_DRAIN_DELAY=0"})
+	cfg, err := gateway.LoadConfig("testdata/config/good_minimal.yaml", []string{"SENTINEL_SERVER_DRAIN_DELAY=0"})
 	require.NoError(t, err)
 	assert.Zero(t, *cfg.Proxy.Server.DrainDelay, "0 is a duration without a unit")
 }
 
 func TestSuggest(t *testing.T) {
-	known := config.KnownKeys(reflect.TypeFor[Config]())
+	known := config.KnownKeys(reflect.TypeFor[gateway.Config]())
 	for unknown, want := range map[string]string{
 		"limits.windw":          "limits.window",
 		"limts":                 "limits",
@@ -185,11 +174,11 @@ func TestEnvErrorsNameTheVariable(t *testing.T) {
 		"SENTINEL_LOG_LEVEL=loud":                   `log.level: "loud" is not one of debug, info, warn, error (from SENTINEL_LOG_LEVEL)`,
 		"SENTINEL_LIMITS_TENANT=2.5":                "limits.tenant: `2.5` is not a whole number, e.g. 100 (from SENTINEL_LIMITS_TENANT)",
 	} {
-		_, err := LoadConfig("testdata/config/good_minimal.yaml", []string{env})
+		_, err := gateway.LoadConfig("testdata/config/good_minimal.yaml", []string{env})
 		require.Error(t, err, env)
 		assert.Contains(t, err.Error(), want, env)
 	}
-	_, err := LoadConfig("testdata/config/bad_failure_policy.yaml", []string{"SENTINEL_LOG_LEVEL=debug"})
+	_, err := gateway.LoadConfig("testdata/config/bad_failure_policy.yaml", []string{"SENTINEL_LOG_LEVEL=debug"})
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "(from", "a key from the file names no variable")
 }
