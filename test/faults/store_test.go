@@ -416,7 +416,14 @@ func TestFaultClusterMasterKilled(t *testing.T) {
 	assert.Equal(t, liveTally.get()[http.StatusOK], len(approved.of(live, time.Time{}, time.Time{})), "200s seen as approvals")
 	assert.LessOrEqual(t, deadWorst, overLimit, "busiest second of the tenant on the killed master")
 	assert.LessOrEqual(t, liveWorst, faultLimit, "the tenant on a live master: exact")
-	assert.GreaterOrEqual(t, liveAfter, 3*faultLimit*90/100, "the tenant on a live master got its limit (not a share of it)")
+	// Its limit, not a share of it: a third of the limit per pod would
+	// come to the limit too under round-robin, so the share is caught by
+	// the refusals' X-RateLimit-Limit below; this bound catches a tenant
+	// decided by the fallback or refused outright. Below the limit by at
+	// most a fifth: leases that expire unused while a loaded machine delays
+	// their pod count for their window (the protocol's under-use), 2 to 10%
+	// in runs on a 2-core machine under -race.
+	assert.GreaterOrEqual(t, liveAfter, 3*faultLimit*80/100, "the tenant on a live master got its limit (not a share of it)")
 	// A refusal under the local share (X-RateLimit-Limit 33) is the
 	// fallback's, which decides only a request whose own store call failed
 	// (its node's breaker stays closed, asserted below). On a loaded machine
