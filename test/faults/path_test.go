@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -137,8 +136,8 @@ func TestFaultRequestIDReplay(t *testing.T) {
 func streamUpstream(t *testing.T, chunk []byte, interval, total, stall time.Duration) (url string, wrote *atomic.Int64) {
 	t.Helper()
 	wrote = new(atomic.Int64)
-	mux := http.NewServeMux()
-	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
+	u := harness.StartUpstream(t)
+	u.Handle("/stream", func(w http.ResponseWriter, r *http.Request) {
 		f := w.(http.Flusher)
 		for end := time.Now().Add(total); time.Now().Before(end); {
 			n, err := w.Write(chunk)
@@ -154,7 +153,7 @@ func streamUpstream(t *testing.T, chunk []byte, interval, total, stall time.Dura
 			}
 		}
 	})
-	mux.HandleFunc("/trickle", func(w http.ResponseWriter, r *http.Request) {
+	u.Handle("/trickle", func(w http.ResponseWriter, r *http.Request) {
 		n := int(total / interval)
 		w.Header().Set("Content-Length", strconv.Itoa(n))
 		for range n {
@@ -169,7 +168,7 @@ func streamUpstream(t *testing.T, chunk []byte, interval, total, stall time.Dura
 			}
 		}
 	})
-	mux.HandleFunc("/stall", func(w http.ResponseWriter, r *http.Request) {
+	u.Handle("/stall", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(chunk)
 		w.(http.Flusher).Flush()
 		select {
@@ -177,9 +176,7 @@ func streamUpstream(t *testing.T, chunk []byte, interval, total, stall time.Dura
 		case <-r.Context().Done():
 		}
 	})
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	return srv.URL, wrote
+	return u.URL, wrote
 }
 
 // TestFaultLongAnswer: the upstream timeout bounds the wait for the
