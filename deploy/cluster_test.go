@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sentinel-gateway/sentinel/test/harness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/test/harness"
 )
 
 // TestMakeCluster runs deploy/cluster.sh (make cluster) on free loopback

@@ -9,10 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sentinel-gateway/sentinel/test/harness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/sentinel-gateway/sentinel/test/harness"
 )
 
 // The alert rules select the scrape job by name; each scrape config of the

@@ -7,9 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sentinel-gateway/sentinel/test/harness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/test/harness"
 )
 
 // TestReadmeInOrder follows the documentation as a reader does, from the

@@ -5,9 +5,10 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/sentinel-gateway/sentinel/test/harness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/test/harness"
 )
 
 // TestCheckAPIAllOrNothing: a check for more tokens than remain is refused

@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sentinel-gateway/sentinel/test/harness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/test/harness"
 
 	"github.com/sentinel-gateway/sentinel/internal/redistest"
 )

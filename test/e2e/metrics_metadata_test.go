@@ -10,11 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/sentinel-gateway/sentinel/admin"
 	"github.com/sentinel-gateway/sentinel/docs"
 	"github.com/sentinel-gateway/sentinel/test/harness"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // TestMetricsMetadata scrapes a started gateway's /metrics and checks that every metric family comes with a non-empty

@@ -6,9 +6,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sentinel-gateway/sentinel/test/harness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/test/harness"
 )
 
 // TestPipelinedUpstream sends GETs from many clients through a pool with

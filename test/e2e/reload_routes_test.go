@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sentinel-gateway/sentinel/test/harness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/test/harness"
 )
 
 // routingConfig has the upstreams one and two, with health checks, and the

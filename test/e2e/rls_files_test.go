@@ -7,10 +7,11 @@ import (
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/sentinel-gateway/sentinel/gateway"
-	"github.com/sentinel-gateway/sentinel/test/harness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/gateway"
+	"github.com/sentinel-gateway/sentinel/test/harness"
 )
 
 // envoyFile is an envoyproxy/ratelimit configuration of domain "edge" with

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sentinel-gateway/sentinel/test/harness"
 	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/test/harness"
 )
 
 // saturationConns is the closed loop of the overload scenario's phase (e):

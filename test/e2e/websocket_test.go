@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
-	"github.com/sentinel-gateway/sentinel/test/harness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
+
+	"github.com/sentinel-gateway/sentinel/test/harness"
 
 	"github.com/sentinel-gateway/sentinel/loadtest/demobackend"
 )

@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sentinel-gateway/sentinel/test/harness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/test/harness"
 )
 
 // These tests hold the concurrency limit to its promise: the backend is shed
