@@ -1,0 +1,51 @@
+package gateway_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/gateway"
+)
+
+// TestEveryMistakeInOneRun: a file's values that do not decode, its
+// unknown keys and the values its sections refuse are all reported by one
+// load (a fraction in limits.tenant hid limits.ip: -3, and a bad limits
+// section hid the policies' mistakes), and the value put in place of one
+// that did not decode is not reported.
+func TestEveryMistakeInOneRun(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+server: {listen: "127.0.0.1:0", read_timeout: 10, max_request_body: -5}
+upstreams: {api: {targets: ["http://127.0.0.1:9000"]}}
+routes:
+  - {path_prefix: /, upstream: apii, resource: default}
+limits: {algorithm: sliding, tenant: 100.5, ip: -3, tennant: 1}
+tenants: [{id: demo, plan: FREE, api_keys: [k1]}]
+rules: [{tenant: demo, resource: default, algorithm: token_bucket}]
+policies:
+  - {name: p1, key: [ip], limits: [{limit: 0, window: 1m}]}
+`), 0o600))
+	_, err := gateway.LoadConfig(path, nil)
+	require.Error(t, err)
+	msg := err.Error()
+	for _, want := range []string{
+		"server.read_timeout: `10` is a bare number",
+		"limits.algorithm: \"sliding\" is not one of",
+		"limits.tenant: `100.5` is not a whole number",
+		"limits.tennant: unknown key; did you mean limits.tenant?",
+		"server.max_request_body: -5 is not a size",
+		"routes[0].upstream: \"apii\" is not a configured upstream",
+		"limits.ip: -3 is out of range",
+		"rules[0].capacity: missing",
+		"policies[0].limits[0].limit: policy \"p1\": missing: a limit of 1..1000000000000 is required for sliding_window",
+	} {
+		assert.Contains(t, msg, want)
+	}
+	assert.Equal(t, 1, strings.Count(msg, "limits.tenant:"), "the tenant limit put in place of 100.5 is not reported: %s", msg)
+	assert.Equal(t, 1, strings.Count(msg, "server.read_timeout:"), "%s", msg)
+}
