@@ -49,3 +49,14 @@ policies:
 	assert.Equal(t, 1, strings.Count(msg, "limits.tenant:"), "the tenant limit put in place of 100.5 is not reported: %s", msg)
 	assert.Equal(t, 1, strings.Count(msg, "server.read_timeout:"), "%s", msg)
 }
+
+// TestEnvUnknownKeySuggests: a mistyped variable is named with the one it
+// may mean, as a mistyped file key is.
+func TestEnvUnknownKeySuggests(t *testing.T) {
+	_, err := gateway.LoadConfig("testdata/config/good_minimal.yaml",
+		[]string{"SENTINEL_LIMITS_IPP=3", "SENTINEL_SERVER_LISTN=:1", "SENTINEL_NOTHING_LIKE_IT=1"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "environment: SENTINEL_LIMITS_IPP names no config key; did you mean SENTINEL_LIMITS_IP?")
+	assert.Contains(t, err.Error(), "environment: SENTINEL_SERVER_LISTN names no config key; did you mean SENTINEL_SERVER_LISTEN?")
+	assert.Contains(t, err.Error(), "environment: SENTINEL_NOTHING_LIKE_IT names no config key\n")
+}

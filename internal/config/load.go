@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/agnivade/levenshtein"
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 )
@@ -175,7 +176,7 @@ func applyEnv(v *viper.Viper, environ []string, prefix string, t reflect.Type) (
 	seen := make(map[string]bool, len(keys))
 	fromEnv := make(map[string]string)
 	for _, key := range keys {
-		name := prefix + "_" + strings.ToUpper(strings.NewReplacer(".", "_").Replace(key))
+		name := envName(prefix, key)
 		if val, ok := env[name]; ok && !seen[name] {
 			seen[name] = true
 			fromEnv[key] = name
@@ -189,10 +190,40 @@ func applyEnv(v *viper.Viper, environ []string, prefix string, t reflect.Type) (
 		}
 	}
 	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return nil, fmt.Errorf("environment: %s names no config key", strings.Join(unknown, ", "))
+		return nil, unknownEnvError(unknown, keys, prefix)
 	}
 	return fromEnv, nil
+}
+
+// unknownEnvError names the variables that name no key, one a line, each
+// with the variable closest to it (within two edits) that does, as a
+// mistyped file key is named with the key it may mean.
+func unknownEnvError(unknown, keys []string, prefix string) error {
+	sort.Strings(unknown)
+	names := make([]string, 0, len(keys))
+	for _, key := range keys {
+		names = append(names, envName(prefix, key))
+	}
+	lines := make([]string, len(unknown))
+	for i, name := range unknown {
+		lines[i] = "environment: " + name + " names no config key"
+		best, bestD := "", 3
+		for _, n := range names {
+			if d := levenshtein.ComputeDistance(name, n); d > 0 && d < bestD {
+				best, bestD = n, d
+			}
+		}
+		if best != "" {
+			lines[i] += "; did you mean " + best + "?"
+		}
+	}
+	return errors.New(strings.Join(lines, "\n"))
+}
+
+// envName is the variable that overrides key: SENTINEL_SERVER_LISTEN for
+// server.listen.
+func envName(prefix, key string) string {
+	return prefix + "_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 }
 
 // mapEntryKeys lists the keys of the entries that the file names in t's
