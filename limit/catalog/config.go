@@ -140,8 +140,7 @@ func subKey(field, k string) string {
 type Rule struct {
 	Tenant   string `mapstructure:"tenant" json:"tenant"`
 	Resource string `mapstructure:"resource" json:"resource"`
-	// Algorithm is required in the API; in the configuration it defaults
-	// to limits.algorithm.
+	// Algorithm defaults to limits.algorithm, in the file and in the API.
 	Algorithm store.Algorithm `mapstructure:"algorithm" json:"algorithm"`
 	// Limit and Window apply to sliding_window and sliding_log.
 	Limit  int64             `mapstructure:"limit" json:"limit,omitempty"`
