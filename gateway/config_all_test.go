@@ -60,3 +60,32 @@ func TestEnvUnknownKeySuggests(t *testing.T) {
 	assert.Contains(t, err.Error(), "environment: SENTINEL_SERVER_LISTN names no config key; did you mean SENTINEL_SERVER_LISTEN?")
 	assert.Contains(t, err.Error(), "environment: SENTINEL_NOTHING_LIKE_IT names no config key\n")
 }
+
+// TestResourceNoRouteServes: a policy or rule of the file naming a
+// resource that no route serves is refused (it would never apply to a
+// proxied request), with the served resource it may mean; listed in
+// limits.check_resources, a resource the check API alone uses is accepted.
+func TestResourceNoRouteServes(t *testing.T) {
+	yaml := `
+upstreams: {api: {targets: ["http://127.0.0.1:9000"]}}
+routes: [{path_prefix: /, upstream: api, resource: net}]
+tenants: [{id: acme, plan: FREE}]
+rules: [{tenant: acme, resource: search, limit: 3}]
+policies:
+  - {name: p1, key: [ip], match: {resources: [net, nett]}, limits: [{limit: 5, window: 1m}]}
+`
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(yaml), 0o600))
+	_, err := gateway.LoadConfig(path, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `rules[0].resource: no route serves resource "search" (routes serve net)`)
+	assert.Contains(t, err.Error(), `policies[0].match.resources[1]: policy "p1": no route serves resource "nett" (routes serve net), so it would never apply to a proxied request (did you mean net?); list it in limits.check_resources if only the check API uses it`)
+	assert.NotContains(t, err.Error(), "resources[0]")
+
+	cfg, err := gateway.LoadConfig(path, []string{"SENTINEL_LIMITS_CHECK_RESOURCES=search,nett"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"search", "nett"}, cfg.Limits.CheckResources)
+	_, err = gateway.LoadConfig(path, []string{"SENTINEL_LIMITS_CHECK_RESOURCES=search,n tt"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "limits.check_resources[1]:")
+}
