@@ -29,7 +29,7 @@ func TestDeclaredBodyOverLimitRefusedAtOnce(t *testing.T) {
 			conn, err := net.Dial("tcp", strings.TrimPrefix(p.url, "http://"))
 			require.NoError(t, err)
 			defer conn.Close() // a failure ends the connection, and Shutdown does not wait for it
-			require.NoError(t, conn.SetDeadline(time.Now().Add(time.Minute)))
+			require.NoError(t, conn.SetDeadline(time.Now().Add(30*time.Second)))
 			_, err = conn.Write([]byte("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 20971520\r\n" + expect + "\r\n"))
 			require.NoError(t, err)
 			br := bufio.NewReader(conn)
