@@ -178,8 +178,8 @@ func TestShouldRateLimitInvalidNamesTheField(t *testing.T) {
 		req  *rlsv3.RateLimitRequest
 		want string
 	}{
-		{&rlsv3.RateLimitRequest{}, "domain: missing"},
-		{&rlsv3.RateLimitRequest{Domain: "d", HitsAddend: MaxHits + 1}, "hits_addend: must be at most 1000000"},
+		{&rlsv3.RateLimitRequest{Domain: "d", HitsAddend: MaxHits + 1, Descriptors: []*commonv3.RateLimitDescriptor{descriptor("tenant", "a")}},
+			"hits_addend: must be at most 1000000"},
 		{&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("tenant", "")}},
 			"descriptors[0].entries[0].value: missing"},
 		{&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("tenant", "a"), descriptor("key", string(long))}},
@@ -191,6 +191,20 @@ func TestShouldRateLimitInvalidNamesTheField(t *testing.T) {
 		st, _ := status.FromError(err)
 		assert.Equal(t, codes.InvalidArgument, st.Code(), tc.want)
 		assert.Contains(t, st.Message(), tc.want)
+	}
+	// No domain, or no descriptor: refused as envoyproxy/ratelimit refuses
+	// them, in every domain.
+	for _, tc := range []struct {
+		req  *rlsv3.RateLimitRequest
+		want string
+	}{
+		{&rlsv3.RateLimitRequest{Descriptors: []*commonv3.RateLimitDescriptor{descriptor("tenant", "a")}}, "rate limit domain must not be empty"},
+		{&rlsv3.RateLimitRequest{Domain: "d"}, "rate limit descriptor list must not be empty"},
+	} {
+		_, err := c.ShouldRateLimit(context.Background(), tc.req)
+		st, _ := status.FromError(err)
+		assert.Equal(t, codes.Unknown, st.Code(), tc.want)
+		assert.Equal(t, tc.want, st.Message())
 	}
 }
 

@@ -279,7 +279,9 @@ func headers(d *limit.Decision) []*corev3.HeaderValue {
 func validate(req *rlsv3.RateLimitRequest) error {
 	switch {
 	case req.GetDomain() == "":
-		return invalid("domain", "missing; want a non-empty string")
+		return errEmptyDomain
+	case len(req.GetDescriptors()) == 0:
+		return errNoDescriptors
 	case len(req.GetDomain()) > maxNameLen:
 		return invalid("domain", strconv.Itoa(len(req.GetDomain()))+" bytes long; at most "+strconv.Itoa(maxNameLen)+" allowed")
 	case len(req.GetDescriptors()) > MaxDescriptors:
@@ -307,6 +309,14 @@ func validate(req *rlsv3.RateLimitRequest) error {
 	}
 	return nil
 }
+
+// A request without a domain or without descriptors is refused as
+// envoyproxy/ratelimit refuses it: gRPC code Unknown (its error is not a
+// gRPC status), with its text.
+var (
+	errEmptyDomain   = status.Error(codes.Unknown, "rate limit domain must not be empty")
+	errNoDescriptors = status.Error(codes.Unknown, "rate limit descriptor list must not be empty")
+)
 
 func invalid(field, msg string) error {
 	return status.Error(codes.InvalidArgument, field+": "+msg)
