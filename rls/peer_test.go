@@ -132,17 +132,22 @@ func TestPeerAnswers(t *testing.T) {
 		if testing.Short() {
 			t.Skip("needs redis-server")
 		}
-		srv := redistest.Start(t)
-		client, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
-		require.NoError(t, err)
-		t.Cleanup(client.Close)
-		c := peerClient(t, store.NewRedisStore(client, store.RedisStoreOptions{KeyPrefix: "peer"}), time.Now)
+		c := peerClient(t, redisStore(t, "peer"), time.Now)
 		for _, call := range script.Calls {
 			if !call.SameSecond {
 				replayPeerCall(t, c, &call)
 			}
 		}
 	})
+}
+
+// redisStore is a store on a fresh redis-server, its keys under prefix.
+func redisStore(t *testing.T, prefix string) store.Store {
+	srv := redistest.Start(t)
+	client, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	return store.NewRedisStore(client, store.RedisStoreOptions{KeyPrefix: prefix})
 }
 
 // peerClient serves the peer's files with the default configuration on st.

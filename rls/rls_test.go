@@ -289,11 +289,21 @@ func TestCurrentLimitUnits(t *testing.T) {
 		{5, 2 * time.Second, 150, rlsv3.RateLimitResponse_RateLimit_MINUTE},
 		{100, time.Minute, 100, rlsv3.RateLimitResponse_RateLimit_MINUTE},
 		{10, 500 * time.Millisecond, 20, rlsv3.RateLimitResponse_RateLimit_SECOND},
-		{7, 48 * time.Hour, 3, rlsv3.RateLimitResponse_RateLimit_DAY},
+		{7, 48 * time.Hour, 24, rlsv3.RateLimitResponse_RateLimit_WEEK},
+		{50, 23 * time.Hour, 50, rlsv3.RateLimitResponse_RateLimit_DAY}, // a day across a clock change
+		{50, 7 * 24 * time.Hour, 50, rlsv3.RateLimitResponse_RateLimit_WEEK},
+		{50, 28 * 24 * time.Hour, 50, rlsv3.RateLimitResponse_RateLimit_MONTH},
+		{50, 31 * 24 * time.Hour, 50, rlsv3.RateLimitResponse_RateLimit_MONTH},
+		{50, 366 * 24 * time.Hour, 50, rlsv3.RateLimitResponse_RateLimit_YEAR},
+		{50, 2 * 365 * 24 * time.Hour, 25, rlsv3.RateLimitResponse_RateLimit_YEAR},
 	} {
 		rl := currentLimit(&limit.Decision{Scope: limit.ScopeTenant, Limit: tc.limit, Window: tc.window})
 		assert.Equal(t, tc.per, rl.RequestsPerUnit, "%d/%v", tc.limit, tc.window)
 		assert.Equal(t, tc.unit, rl.Unit, "%d/%v", tc.limit, tc.window)
+	}
+	for w, want := range map[time.Duration]string{time.Second: "1s", time.Minute: "1m", 90 * time.Minute: "1h30m",
+		time.Hour: "1h", 25 * time.Hour: "25h", 30 * 24 * time.Hour: "30d", 500 * time.Millisecond: "500ms", 0: "0"} {
+		assert.Equal(t, want, windowText(w))
 	}
 }
 
