@@ -105,12 +105,13 @@ func loadPeerScript(t *testing.T) *peerScript {
 //	  DEBUG_HOST=127.0.0.1 DEBUG_PORT=16070 REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:16379 \
 //	  RUNTIME_ROOT=/tmp/rlspeer/runtime RUNTIME_SUBDIRECTORY=. RUNTIME_WATCH_ROOT=false \
 //	  /tmp/rlspeer/ratelimit &
-//	go test ./rls -run TestPeerAnswers -record-peer 127.0.0.1:18081
+//	redis-cli -p 16379 flushall
+//	go test ./rls -count=1 -run TestPeerAnswers -record-peer 127.0.0.1:18081
 //
 // The last command is this test in recording mode: it sends the calls to
 // the peer, waiting for a minute's or a second's boundary where a call says
 // so, and writes the answers, the error codes and the calls' times into
-// calls.json.
+// calls.json (a minute or two). A call's Differs is written by hand.
 func TestPeerAnswers(t *testing.T) {
 	script := loadPeerScript(t)
 	if *recordPeer != "" {
