@@ -174,6 +174,10 @@ func (l *Limiter) keepShare(ctx context.Context, s *spec, req *store.LeaseReques
 		keep = 0
 	}
 	switch {
+	case local.NoRoom:
+		// No local state for the key and no room for it: the store's
+		// answer decides, whatever the local table holds.
+		return res, 0, false
 	case keep >= res.Granted:
 		return res, local.Ref, true
 	case keep < tokens:
@@ -234,10 +238,11 @@ func (l *Limiter) useLocally(ctx context.Context, s *spec, n int64) int64 {
 		return 0
 	}
 	p := l.localShare(s)
+	share := p.Limit // a key whose share is used up is kept through a flood
 	if p.Algorithm != store.TokenBucket {
 		p.Limit = store.MaxLimit // count, never refuse
 	}
-	res, _ := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: n, LeaseTTL: s.ttl, UseWithin: l.shareSlack()})
+	res, _ := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: n, LeaseTTL: s.ttl, UseWithin: l.shareSlack(), ExhaustedAt: share})
 	return res.Ref
 }
 

@@ -107,6 +107,11 @@ type LeaseRequest struct {
 	// them): the sliding algorithms count them from the call plus UseWithin.
 	// 0..1h.
 	UseWithin time.Duration
+	// ExhaustedAt, when above 0 and below Params.Limit, is the count at
+	// which a MemoryStore that only counts the key (a Limit it never
+	// reaches) holds it exhausted and so never evicts it for room. The
+	// Redis store ignores it.
+	ExhaustedAt int64
 	// RunWithin, when not 0, is how long after the call the store may still
 	// run it: a call run later grants nothing and counts no Unleased (as one
 	// past ctx's deadline), so that a caller that stopped waiting for the
@@ -160,6 +165,10 @@ type LeaseResult struct {
 	FirstFree time.Duration
 	Duplicate bool // RequestID repeats within its allowance: nothing new was taken
 	Repeated  bool // RequestID repeats past its allowance: counted as a new request
+	// NoRoom tells that a MemoryStore refused a new key for want of room
+	// (every key it holds is exhausted, twice MaxKeys of them), not for its
+	// budget: nothing was counted.
+	NoRoom bool
 	// Ref says where the grant's leased permits (Granted - Need, those the
 	// caller may hold) were counted, for a later Return; opaque.
 	Ref int64
