@@ -38,7 +38,8 @@ func TestLimiterBytesPerKey(t *testing.T) {
 
 func limiterBytesPerKey(t *testing.T, st store.Store, most float64) {
 	const keys = 100_000
-	cfg := testLimitsConfig(func(c *Config) { c.MaxKeys = 1 << 20 })
+	// limits.window 1h: idle buckets are swept after 2 h, so all are held.
+	cfg := testLimitsConfig(func(c *Config) { c.MaxKeys, c.Window = 1<<20, time.Hour })
 	ps := withPolicies(t, cfg, catalog.Policy{Name: "per-user", Key: []string{"header:X-User-Id"},
 		Limits: []catalog.PolicyLimit{{Limit: 5, Window: confutil.Duration(time.Hour)}}})
 	var before, after runtime.MemStats
