@@ -238,11 +238,11 @@ func (l *Limiter) useLocally(ctx context.Context, s *spec, n int64) int64 {
 		return 0
 	}
 	p := l.localShare(s)
-	share := p.Limit // a key whose share is used up is kept through a flood
 	if p.Algorithm != store.TokenBucket {
 		p.Limit = store.MaxLimit // count, never refuse
 	}
-	res, _ := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: n, LeaseTTL: s.ttl, UseWithin: l.shareSlack(), ExhaustedAt: share})
+	res, _ := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: n, LeaseTTL: s.ttl, UseWithin: l.shareSlack(),
+		ExhaustedAt: s.limit}) // kept through a flood once the pod alone used the whole limit
 	return res.Ref
 }
 

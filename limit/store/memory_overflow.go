@@ -29,7 +29,9 @@ import (
 //     room as soon as a key's budget is whole again or expires. A fresh
 //     budget that is not kept would disable the limit for every key that
 //     came after, so the store refuses instead; the limiter's local share
-//     leaves such a key to Redis while Redis answers.
+//     leaves such a key to Redis while Redis answers. (The local share
+//     counts a key exhausted only once the pod alone counted its whole
+//     limit: LeaseRequest.ExhaustedAt.)
 
 // evictSample is how many keys of a full shard are looked at for one to
 // evict: map order is random, so the sample is too.
