@@ -512,65 +512,76 @@ func TestFaultStoreSlowed(t *testing.T) {
 	}
 }
 
-// TestFaultKeyFloodServesNewUsers: a gateway with limits.max_keys 1,000
-// and a policy of 5 per hour per X-User-Id, on the in-memory store and on
-// Redis. 50 users use up their limit, then 7,000 new IDs (6,000 past
-// max_keys) pass once each. Afterwards the 50 are all still refused and 50
-// users never seen are all served: a full table charges no new key to a
-// budget that other keys spent. On Redis the same holds while Redis is
-// paused (store timeouts, then the open breaker: the pod's local share
-// decides, and its table is as full as the flood made it).
+// TestFaultKeyFloodServesNewUsers: gateways with limits.max_keys 1,000 and
+// a policy of 5 per hour per X-User-Id: one on the in-memory store, one on
+// Redis, three on one Redis. 50 users use up their limit (each through one
+// gateway), then 7,000 new IDs (6,000 past max_keys) pass once each, spread
+// over the gateways. Afterwards the 50 are all still refused and 50 users
+// never seen are all served: a full table charges no new key to a budget
+// that other keys spent. On Redis the same holds while Redis is paused
+// (store timeouts, then the open breaker: each pod's local share decides,
+// and its table is as full as the flood made it).
 func TestFaultKeyFloodServesNewUsers(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
-		g := startFloodGateway(t, "")
-		keyFlood(t, g)
-		assertFloodAnswers(t, g, "after")
-		assert.Positive(t, harness.Scrape(t, g.Admin, "sentinel_limit_memory_evictions_total", "table", "store"))
+		gws := startFloodGateways(t, "", 1)
+		keyFlood(t, gws)
+		assertFloodAnswers(t, gws, "after")
+		assert.Positive(t, harness.Scrape(t, gws[0].Admin, "sentinel_limit_memory_evictions_total", "table", "store"))
 	})
-	t.Run("redis", func(t *testing.T) {
-		srv := redistest.Start(t)
-		g := startFloodGateway(t, fmt.Sprintf("{addrs: [%q]}", srv.Addr))
-		keyFlood(t, g)
-		assertFloodAnswers(t, g, "after")
-		srv.Pause()
-		defer srv.Resume()
-		assertFloodAnswers(t, g, "paused")
-		assert.Positive(t, harness.Scrape(t, g.Admin, "sentinel_limit_fallback_decisions_total", "policy", "local"))
-		assert.Positive(t, harness.Scrape(t, g.Admin, "sentinel_limit_memory_evictions_total", "table", "local_share"))
-	})
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprintf("redis-%dpods", n), func(t *testing.T) {
+			srv := redistest.Start(t)
+			gws := startFloodGateways(t, fmt.Sprintf("{addrs: [%q]}", srv.Addr), n)
+			keyFlood(t, gws)
+			assertFloodAnswers(t, gws, "after")
+			srv.Pause()
+			defer srv.Resume()
+			assertFloodAnswers(t, gws, "paused")
+			assert.Positive(t, harness.Scrape(t, gws[0].Admin, "sentinel_limit_fallback_decisions_total", "policy", "local"))
+			assert.Positive(t, harness.Scrape(t, gws[0].Admin, "sentinel_limit_memory_evictions_total", "table", "local_share"))
+		})
+	}
 }
 
 // floodLimit is the per-user limit of the key flood, per hour.
 const floodLimit = 5
 
-func startFloodGateway(t *testing.T, redis string) *harness.Gateway {
+// startFloodGateways starts n gateways (on redis, or each on its own
+// in-memory store when redis is empty) that see each other, and uses up
+// the limit of 50 users, user i through gateway i mod n.
+func startFloodGateways(t *testing.T, redis string, n int) []*harness.Gateway {
 	up := harness.StartUpstream(t)
-	opts := []harness.ConfigOption{
-		harness.WithSection("limits", "{ip: 0, tenant: 0, max_keys: 1000, store_timeout: 100ms, breaker_cooldown: 1m, on_store_failure: local}"),
-		harness.WithExtra(fmt.Sprintf("policies:\n  - {name: per-user, key: [header:X-User-Id], limits: [{limit: %d, window: 1h}]}\n", floodLimit)),
+	opts := faultSections(redis, "{ip: 0, tenant: 0, max_keys: 1000, store_timeout: 100ms, breaker_cooldown: 1m, on_store_failure: local}")
+	if redis == "" {
+		opts = opts[:1]
+		opts = append(opts, harness.WithSection("limits", "{ip: 0, tenant: 0, max_keys: 1000}"))
 	}
-	if redis != "" {
-		opts = append(opts, harness.WithSection("redis", redis))
+	opts = append(opts, harness.WithExtra(fmt.Sprintf("policies:\n  - {name: per-user, key: [header:X-User-Id], limits: [{limit: %d, window: 1h}]}\n", floodLimit)))
+	var gws []*harness.Gateway
+	for range n {
+		gws = append(gws, harness.Start(t, harness.Config(up.URL, opts...)))
 	}
-	g := harness.Start(t, harness.Config(up.URL, opts...))
+	harness.Eventually(t, 5*time.Second, "the pods see each other", func() bool { return gws[0].LivePods(t) == n })
 	for i := range 50 {
+		g := gws[i%n]
 		for range floodLimit {
 			require.Equal(t, 200, harness.Status("GET", g.URL+"/x", "X-User-Id", "held-"+strconv.Itoa(i)))
 		}
 		require.Equal(t, 429, harness.Status("GET", g.URL+"/x", "X-User-Id", "held-"+strconv.Itoa(i)))
 	}
-	return g
+	return gws
 }
 
-// keyFlood sends 7,000 new IDs once each; every one is under its limit.
-func keyFlood(t *testing.T, g *harness.Gateway) {
+// keyFlood sends 7,000 new IDs once each, round robin over the gateways;
+// every one is under its limit.
+func keyFlood(t *testing.T, gws []*harness.Gateway) {
 	const ids, workers = 7000, 4
 	var refused atomic.Int64
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < ids; i += workers {
-				if harness.Status("GET", g.URL+"/x", "X-User-Id", "flood-"+strconv.Itoa(i)) != 200 {
+				if harness.Status("GET", gws[i%len(gws)].URL+"/x", "X-User-Id", "flood-"+strconv.Itoa(i)) != 200 {
 					refused.Add(1)
 				}
 			}
@@ -580,12 +591,13 @@ func keyFlood(t *testing.T, g *harness.Gateway) {
 	assert.Zero(t, refused.Load(), "new IDs of the flood refused under their limit")
 }
 
-// assertFloodAnswers: the 50 exhausted users are refused and 50 users
-// never seen (named by phase) are served.
-func assertFloodAnswers(t *testing.T, g *harness.Gateway, phase string) {
+// assertFloodAnswers: the 50 exhausted users are refused by the gateway
+// they used, and 50 users never seen (named by phase) are served.
+func assertFloodAnswers(t *testing.T, gws []*harness.Gateway, phase string) {
 	time.Sleep(100 * time.Millisecond) // past the cached refusals: the requests ask again
 	refused, served := 0, 0
 	for i := range 50 {
+		g := gws[i%len(gws)]
 		if harness.Status("GET", g.URL+"/x", "X-User-Id", "held-"+strconv.Itoa(i)) == 429 {
 			refused++
 		}
@@ -593,8 +605,9 @@ func assertFloodAnswers(t *testing.T, g *harness.Gateway, phase string) {
 			served++
 		}
 	}
-	keys := harness.Scrape(t, g.Admin, "sentinel_limit_memory_keys")
-	t.Logf("faults: key flood (%s): %d of 50 exhausted users refused, %d of 50 new users served; %.0f keys in memory (max_keys 1000)", phase, refused, served, keys)
+	keys := harness.Scrape(t, gws[0].Admin, "sentinel_limit_memory_keys")
+	t.Logf("faults: key flood (%d pods, %s): %d of 50 exhausted users refused, %d of 50 new users served; %.0f keys in the in-memory tables of the process (max_keys 1000 each)",
+		len(gws), phase, refused, served, keys)
 	assert.Equal(t, 50, refused, "exhausted users served after the flood (%s)", phase)
 	assert.Equal(t, 50, served, "new users refused after the flood (%s)", phase)
 }
