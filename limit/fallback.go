@@ -174,10 +174,6 @@ func (l *Limiter) keepShare(ctx context.Context, s *spec, req *store.LeaseReques
 		keep = 0
 	}
 	switch {
-	case local.NoRoom:
-		// No local state for the key and no room for it: the store's
-		// answer decides, whatever the local table holds.
-		return res, 0, false
 	case keep >= res.Granted:
 		return res, local.Ref, true
 	case keep < tokens:
@@ -241,8 +237,7 @@ func (l *Limiter) useLocally(ctx context.Context, s *spec, n int64) int64 {
 	if p.Algorithm != store.TokenBucket {
 		p.Limit = store.MaxLimit // count, never refuse
 	}
-	res, _ := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: n, LeaseTTL: s.ttl, UseWithin: l.shareSlack(),
-		ExhaustedAt: s.limit}) // kept through a flood once the pod alone used the whole limit
+	res, _ := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: n, LeaseTTL: s.ttl, UseWithin: l.shareSlack()})
 	return res.Ref
 }
 

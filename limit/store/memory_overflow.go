@@ -28,10 +28,14 @@ import (
 //     second (LeaseResult.NoRoom), charged to no budget, and retries find
 //     room as soon as a key's budget is whole again or expires. A fresh
 //     budget that is not kept would disable the limit for every key that
-//     came after, so the store refuses instead; the limiter's local share
-//     leaves such a key to Redis while Redis answers. (The local share
-//     counts a key exhausted only once the pod alone counted its whole
-//     limit: LeaseRequest.ExhaustedAt.)
+//     came after, so the store refuses instead.
+//
+// The limiter's local share (RoleLocalShare) counts each key against this
+// pod's share of its limit, which one permit can use up on many pods: it
+// keeps no key for being exhausted, so it never grows past MaxKeys nor
+// refuses for want of room, and a key it drops under a flood may get its
+// share again should the store then fail (a key the store said was spent
+// stays refused by its local bucket, which is kept).
 
 // evictSample is how many keys of a full shard are looked at for one to
 // evict: map order is random, so the sample is too.
@@ -53,18 +57,20 @@ const (
 	RoleLocalShare                   // a limiter's per-pod share of each limit
 )
 
-// memoryEvictions are the metrics of full tables, by role.
+// memoryEvictions are how a role's full table makes room, and its metrics.
 type memoryEvictions struct {
+	keepExhausted                 bool
 	whole, partial, grown, noRoom *metrics.Counter
 }
 
 var evictionsByRole = func() (m [len(memoryRoles)]memoryEvictions) {
 	for i, role := range memoryRoles {
 		m[i] = memoryEvictions{
-			whole:   metrics.NewCounter(`sentinel_limit_memory_evictions_total{table="` + role + `",kind="whole"}`),
-			partial: metrics.NewCounter(`sentinel_limit_memory_evictions_total{table="` + role + `",kind="partial"}`),
-			grown:   metrics.NewCounter(`sentinel_limit_memory_unevictable_total{table="` + role + `",result="grown"}`),
-			noRoom:  metrics.NewCounter(`sentinel_limit_memory_unevictable_total{table="` + role + `",result="no_room"}`),
+			keepExhausted: MemoryRole(i) == RoleStore,
+			whole:         metrics.NewCounter(`sentinel_limit_memory_evictions_total{table="` + role + `",kind="whole"}`),
+			partial:       metrics.NewCounter(`sentinel_limit_memory_evictions_total{table="` + role + `",kind="partial"}`),
+			grown:         metrics.NewCounter(`sentinel_limit_memory_unevictable_total{table="` + role + `",result="grown"}`),
+			noRoom:        metrics.NewCounter(`sentinel_limit_memory_unevictable_total{table="` + role + `",result="no_room"}`),
 		}
 	}
 	return m
@@ -88,7 +94,7 @@ func (sh *memoryShard) makeRoom(now int64, limit int, ev *memoryEvictions) bool 
 			ev.whole.Inc()
 			return true
 		}
-		if used := e.full - e.left; e.left >= 1 && used < least {
+		if used := e.full - e.left; (e.left >= 1 || !ev.keepExhausted) && used < least {
 			victim, least, found = k, used, true
 		}
 	}
@@ -111,17 +117,12 @@ func noRoom() LeaseResult {
 }
 
 // keep notes what the entry's last answer to req left, for makeRoom: the
-// budget left, the whole budget (req.ExhaustedAt when it is the lower), and
-// when it is whole again (ms).
+// budget left, the whole budget, and when it is whole again (ms).
 func (e *memoryEntry) keep(now int64, req *LeaseRequest, a *leaseAnswer) {
 	p := &req.Params
 	e.left, e.full = a.remaining, p.Limit
 	if p.Algorithm == TokenBucket {
 		e.full = p.Capacity
-	}
-	if req.ExhaustedAt > 0 && req.ExhaustedAt < e.full {
-		e.left -= e.full - req.ExhaustedAt
-		e.full = req.ExhaustedAt
 	}
 	e.wholeAt = math.MaxInt64
 	if a.resetMS >= 0 {

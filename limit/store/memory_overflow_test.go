@@ -109,21 +109,19 @@ func TestMemoryStoreLowerMaxKeys(t *testing.T) {
 	assert.LessOrEqual(t, s.Len(), before)
 }
 
-// TestMemoryStoreExhaustedAtKeepsCountedKeys: a key only counted (a Limit
-// it never reaches, as the limiter counts store grants in its local share)
-// is kept through a flood once its count reaches ExhaustedAt.
-func TestMemoryStoreExhaustedAtKeepsCountedKeys(t *testing.T) {
+// TestMemoryStoreLocalShareNeverFull: the limiter's local share keeps no
+// key for being exhausted: a table full of used-up shares drops the least
+// used for a new key, and never refuses one for want of room.
+func TestMemoryStoreLocalShareNeverFull(t *testing.T) {
 	clock := newConfClock()
-	s := NewMemoryStore(MemoryOptions{Now: clock.Now, MaxKeys: memoryShards, SweepInterval: time.Hour})
+	s := NewMemoryStore(MemoryOptions{Now: clock.Now, MaxKeys: memoryShards, SweepInterval: time.Hour, Role: RoleLocalShare})
 	defer s.Close()
 	k := sameShardKeys(20)
-	count := Params{Algorithm: SlidingWindow, Limit: MaxLimit, Window: time.Hour}
-	r, err := s.Lease(t.Context(), &LeaseRequest{Key: []byte(k[0]), Params: count, Want: 5, ExhaustedAt: 5})
-	require.NoError(t, err)
-	require.Equal(t, int64(5), r.Granted)
-	for _, key := range k[1:] {
-		memLease(t, s, key, count, 1, 0)
+	share := Params{Algorithm: SlidingWindow, Limit: 1, Window: time.Hour}
+	for _, key := range k {
+		r := memLease(t, s, key, share, 1, 0)
+		require.Equal(t, int64(1), r.Granted, "a new key gets its share")
+		require.False(t, r.NoRoom)
 	}
-	share := Params{Algorithm: SlidingWindow, Limit: 5, Window: time.Hour}
-	assert.Zero(t, memLease(t, s, k[0], share, 1, 0).Granted, "the counted key was evicted")
+	assert.Len(t, s.shards[0].m, 1)
 }

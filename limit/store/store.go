@@ -107,11 +107,6 @@ type LeaseRequest struct {
 	// them): the sliding algorithms count them from the call plus UseWithin.
 	// 0..1h.
 	UseWithin time.Duration
-	// ExhaustedAt, when above 0 and below Params.Limit, is the count at
-	// which a MemoryStore that only counts the key (a Limit it never
-	// reaches) holds it exhausted and so never evicts it for room. The
-	// Redis store ignores it.
-	ExhaustedAt int64
 	// RunWithin, when not 0, is how long after the call the store may still
 	// run it: a call run later grants nothing and counts no Unleased (as one
 	// past ctx's deadline), so that a caller that stopped waiting for the
