@@ -81,6 +81,8 @@
  *                   used; every tick re-dates what is still unreported
  *   -DNO_RESERVE    the store keeps no share for the other pods (a cut-off
  *                   pod's share is taken by the others)
+ *   -DHELD_WHEN_CUT the store keeps a pod's share only once it is cut off
+ *                   (noticed at once), not before
  *   -DNO_NOTICE     an emptied store is taken at face value
  *   -DNOTICE_OWN    only a pod whose own permits still count notices that
  *                   the store lost its data (the others take its budget)
@@ -127,6 +129,19 @@ bit brk[NPODS];       /* 0 closed, 1 open */
 bit fly[NPODS];
 byte fg[NPODS];
 bit frec[NPODS];
+#if defined(HELD_WHEN_CUT) || defined(NO_RESERVE)
+/* Without the share kept in the store, the gateway's recovery rule
+ * (Limiter.recovering): for a window after a pod decided alone, it trims
+ * its grants to its share. */
+byte rf[NPODS];
+#define RECOVERING(p) (frec[p] || rf[p] > 0)
+#define FAILED(p) rf[p] = WIN
+#define COOL(i) if :: rf[i] > 0 -> rf[i]-- :: else fi
+#else
+#define RECOVERING(p) frec[p]
+#define FAILED(p) skip
+#define COOL(i) skip
+#endif
 byte slost = WIN;
 /* The network: 0 every pod reaches the store, 1 the store is down for all
  * (stopped, paused), 2+p pod p is cut off from it. */
@@ -160,6 +175,7 @@ inline refused(p) {
 
 /* fallbackDecision: the local share decides. */
 inline fallback(p) {
+	FAILED(p);
 	if
 	:: win(led, p) + 1 <= FALLBACK_SHARE ->
 		printf("pod%d: admits alone (its share: %d of %d used)\n", p, win(led, p), FALLBACK_SHARE);
@@ -181,7 +197,12 @@ inline reserved(p) {
 	do
 	:: q < NPODS ->
 		if
+#ifndef HELD_WHEN_CUT
 		:: q != p -> res = res + ((win(sc, q) > SHARE) -> win(sc, q) : SHARE)
+#else
+		:: q != p && net == 2 + q -> res = res + ((win(sc, q) > SHARE) -> win(sc, q) : SHARE)
+		:: q != p && net != 2 + q -> res = res + win(sc, q)
+#endif
 		:: else
 		fi;
 		q++
@@ -251,7 +272,7 @@ inline callFailed(p) {
 inline answered(p) {
 	brk[p] = CLOSED;
 	if
-	:: frec[p] && fg[p] > 0 ->
+	:: RECOVERING(p) && fg[p] > 0 ->
 		if
 		:: win(led, p) + 1 > SHARE ->
 			dec(sc[W2(p)], fg[p]);
@@ -358,6 +379,7 @@ active proctype world() {
 			unl[W2(i)] = 0;
 			xp[i] = held[i]; held[i] = 0;
 			brk[i] = CLOSED;
+			COOL(i);
 			i++
 		:: else -> break
 		od;

@@ -120,12 +120,13 @@ func TestLeaseProtocolHolds(t *testing.T) {
 // invariant named (I1 is the window's uses, I2 the refusal's room), with
 // the shortest counterexample kept in testdata/NAME.trail.
 var wrong = []struct{ name, invariant string }{
-	{"WHOLE_SHARE", "use[0]+use[1]"},  // the fallback share is the whole limit
-	{"REPORT_NOW", "total+1"},         // reports dated when sent
-	{"NO_RESERVE", "use[0]+use[1]"},   // no share kept for a pod deciding alone
-	{"NO_NOTICE", "use[0]+use[1]"},    // an emptied store taken at face value
-	{"NOTICE_OWN", "use[0]+use[1]"},   // only pods with permits counting notice
-	{"RELOAD_RESET", "use[0]+use[1]"}, // a reload starts empty
+	{"WHOLE_SHARE", "use[0]+use[1]"},   // the fallback share is the whole limit
+	{"REPORT_NOW", "total+1"},          // reports dated when sent
+	{"NO_RESERVE", "use[0]+use[1]"},    // no share kept for a pod deciding alone
+	{"HELD_WHEN_CUT", "use[0]+use[1]"}, // the share kept only once its pod is cut off
+	{"NO_NOTICE", "use[0]+use[1]"},     // an emptied store taken at face value
+	{"NOTICE_OWN", "use[0]+use[1]"},    // only pods with permits counting notice
+	{"RELOAD_RESET", "use[0]+use[1]"},  // a reload starts empty
 }
 
 // TestWrongVariantsBreakTheInvariants shows that the check can fail: each
