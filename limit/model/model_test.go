@@ -45,7 +45,7 @@ func verify(t *testing.T, macros ...string) (string, string) {
 	run(t, dir, "gcc", append(macros, cc...)...)
 	start := time.Now()
 	out := run(t, dir, "./pan", "-m1000000")
-	t.Logf("pan %s ran %s: %s", strings.Join(macros, " "), time.Since(start).Round(time.Millisecond), summary(out))
+	t.Logf("pan %s ran %s: %s", strings.Join(append([]string{"lease.pml"}, macros...), " "), time.Since(start).Round(time.Millisecond), summary(out))
 	return out, dir
 }
 
