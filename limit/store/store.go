@@ -98,9 +98,13 @@ type LeaseRequest struct {
 	// report after a long failure dates each part of the last window where
 	// it was used, so that the store neither forgets them nor counts a
 	// whole window of them as just used, which would refuse a client under
-	// its limit for a window. sliding_window and quota only (a quota counts
-	// each part in the current period when it was used in it): the other
-	// algorithms take all of them in Unleased.
+	// its limit for a window. Every algorithm places each part at its time:
+	// sliding_window in that time's sub-window, sliding_log as members
+	// scored then (Unleased and the parts together at most MaxLogTokens),
+	// token_bucket by taking the parts from the bucket in the order of
+	// their times, refilled up to each (a part older than the bucket's
+	// last call is taken then), and a quota in the current period when it
+	// was used in it.
 	UnleasedBefore [UnleasedParts]UnleasedPart
 	// UseWithin is how long after the call the caller may still use the
 	// Need permits (the time it waits for the answer; later it returns
