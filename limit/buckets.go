@@ -120,7 +120,7 @@ var unkeptBuckets = metrics.NewCounter(`sentinel_limit_local_buckets_unkept_tota
 // a lock and without allocating. (A read lock would write a word that every
 // core's requests for a hot key share, once to take it and once to drop it.)
 type bucketTable struct {
-	perShard int
+	perShard atomic.Int64 // limits.max_keys ÷ bucketShards, at least 1
 	shards   [bucketShards]bucketShard
 	count    atomic.Int64
 }
@@ -132,7 +132,25 @@ type bucketShard struct {
 }
 
 func newBucketTable(maxKeys int) *bucketTable {
-	return &bucketTable{perShard: max(1, maxKeys/bucketShards)}
+	t := &bucketTable{}
+	t.setMaxKeys(maxKeys)
+	return t
+}
+
+// setMaxKeys bounds the table at about maxKeys buckets: a smaller bound
+// takes no new buckets until there is room, it drops none.
+func (t *bucketTable) setMaxKeys(maxKeys int) {
+	t.perShard.Store(int64(max(1, maxKeys/bucketShards)))
+}
+
+// each calls f with every bucket of the table.
+func (t *bucketTable) each(f func(b *bucket)) {
+	for i := range t.shards {
+		t.shards[i].m.Range(func(_, v any) bool {
+			f(v.(*bucket))
+			return true
+		})
+	}
 }
 
 // find returns key's bucket (nil: none); remove takes it out of the table.
@@ -172,7 +190,7 @@ func (t *bucketTable) get(key []byte, now int64) *bucket {
 	if v, ok := sh.m.Load(k); ok {
 		return v.(*bucket)
 	}
-	if sh.n >= t.perShard && !t.makeRoom(sh) {
+	if int64(sh.n) >= t.perShard.Load() && !t.makeRoom(sh) {
 		// Full of buckets that hold state: this key is decided with a
 		// bucket that is not kept. A new bucket leases only what its
 		// request needs, so it wastes nothing; the key only loses the
