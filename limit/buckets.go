@@ -83,6 +83,10 @@ type bucket struct {
 	// their times (LeaseRequest.Unleased and UnleasedBefore).
 	unleased     [unleasedSlots]int64
 	unleasedSlot int64 // unix nanos / unleasedWidth of the newest slot
+	// unleasedWidth is the width of the slots (nanos; 0: one slot), as the
+	// limit was when they were filled: a rule or a reload may change the
+	// limit's window under the same key (see bucket.addUnleased).
+	unleasedWidth int64
 	unleasedAt   int64 // unix nanos: when the last of them was let through
 	// unleasedUntil is when the last of them stops counting in any window to
 	// come (unix nanos; math.MaxInt64: never, a token bucket that does not
@@ -104,7 +108,7 @@ type bucket struct {
 }
 
 // bucketPad rounds a bucket up to a whole number of cache lines.
-const bucketPad = 52
+const bucketPad = 44
 
 // fill is one in-flight lease call; requests that find the bucket empty while
 // it runs wait for it instead of calling the store themselves.

@@ -263,3 +263,27 @@ func TestFallbackWaitsForTheBudgetToLeave(t *testing.T) {
 		used[len(used)-1].To.Sub(used[0].From).Round(time.Millisecond), len(got), window+window/2, early)
 	assert.NotEmpty(t, got, "once the budget has left, the local share lets clients through")
 }
+
+// TestUnleasedSlotsFollowAChangedWindow: a key's window changes (a rule
+// written, a reload) while it holds permits let through alone: they move to
+// slots of the new width, none lost, none dated earlier than it was used.
+func TestUnleasedSlotsFollowAChangedWindow(t *testing.T) {
+	before := &spec{params: store.Params{Algorithm: store.SlidingWindow, Limit: 100, Window: time.Second}}
+	after := &spec{params: store.Params{Algorithm: store.SlidingWindow, Limit: 100, Window: 10 * time.Second}}
+	b := &bucket{}
+	start := int64(1_000_000) * int64(time.Second)
+	step := int64(10 * time.Millisecond)
+	for i := range 100 { // the last second at 100/s
+		b.addUnleased(1, start+int64(i)*step, unleasedWidth(&before.params))
+	}
+	now := start + 100*step
+	b.addUnleased(1, now, unleasedWidth(&after.params))
+	spent, ago, parts := b.unleasedParts(now, after)
+	total := spent
+	for _, p := range parts {
+		total += p.N
+		assert.GreaterOrEqual(t, now-int64(p.Ago), start, "part %+v dated before the first permit", p)
+	}
+	assert.Equal(t, int64(101), total, "permits lost when the window changed")
+	assert.Zero(t, ago)
+}

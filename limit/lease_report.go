@@ -118,6 +118,9 @@ func (b *bucket) hasUnleased() bool {
 // addUnleased counts n permits the local policy let through at now. The
 // caller holds b.mu.
 func (b *bucket) addUnleased(n, now, width int64) {
+	if width != b.unleasedWidth {
+		b.rewidth(width)
+	}
 	k := int64(0)
 	if width > 0 {
 		k = now / width
@@ -135,6 +138,24 @@ func (b *bucket) addUnleased(n, now, width int64) {
 	b.unleasedAt = max(b.unleasedAt, now)
 }
 
+// rewidth moves the unleased slots to slots of width (the limit's window
+// changed under the key): each slot's permits go to the new slot of its
+// end (of its last permit for the newest), later than any of them, never
+// earlier. The caller holds b.mu.
+func (b *bucket) rewidth(width int64) {
+	old, slot, last := b.unleased, b.unleasedSlot, b.unleasedAt
+	oldWidth := b.unleasedWidth
+	b.unleased, b.unleasedSlot, b.unleasedWidth = [unleasedSlots]int64{}, 0, width
+	for i := unleasedSlots - 1; i >= 1; i-- {
+		if k := slot - int64(i); k >= 0 && old[k%unleasedSlots] > 0 {
+			b.addUnleased(old[k%unleasedSlots], (k+1)*oldWidth-1, width)
+		}
+	}
+	if n := old[slot%unleasedSlots]; n > 0 {
+		b.addUnleased(n, last, width)
+	}
+}
+
 // unleasedParts empties the unleased slots into what a lease call reports at now:
 // the newest slot as Unleased, dated by its last permit, and the earlier ones
 // each dated by the end of its slot (later than any of its permits), for
@@ -142,8 +163,8 @@ func (b *bucket) addUnleased(n, now, width int64) {
 // longer count (a window old or more; for a token bucket, a refill time) are
 // dropped. The caller holds b.mu.
 func (b *bucket) unleasedParts(now int64, s *spec) (unleased int64, ago time.Duration, before [store.UnleasedParts]store.UnleasedPart) {
-	width := unleasedWidth(&s.params)
-	window := width * store.UnleasedParts
+	width := b.unleasedWidth // the slots' (see rewidth)
+	window := unleasedWidth(&s.params) * store.UnleasedParts
 	for i := 1; i < unleasedSlots; i++ {
 		k := b.unleasedSlot - int64(i)
 		if k < 0 {
