@@ -87,7 +87,7 @@ type bucket struct {
 	// limit was when they were filled: a rule or a reload may change the
 	// limit's window under the same key (see bucket.addUnleased).
 	unleasedWidth int64
-	unleasedAt   int64 // unix nanos: when the last of them was let through
+	unleasedAt    int64 // unix nanos: when the last of them was let through
 	// unleasedUntil is when the last of them stops counting in any window to
 	// come (unix nanos; math.MaxInt64: never, a token bucket that does not
 	// refill): until then the sweep keeps the bucket.
