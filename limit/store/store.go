@@ -85,13 +85,13 @@ type LeaseRequest struct {
 	// policy), since its last call that reached the store: the store counts them from this call, so that when it answers again it
 	// does not grant the window's whole budget on top of them. Only a call
 	// that runs in time counts them (RedisStore: before its deadline): the
-	// caller of a call that failed reports them again. At most
-	// MaxLogTokens for sliding_log.
+	// caller of a call that failed reports them again. For sliding_log,
+	// Unleased and UnleasedBefore together at most MaxLogTokens.
 	Unleased int64
 	// UnleasedAgo is how long before this call the last of the Unleased
-	// permits was used (0..MaxWindow): the sliding algorithms count them from
-	// then, measured on the caller's clock as a duration, so the two clocks
-	// need not agree.
+	// permits was used (0..MaxWindow): every algorithm counts them from
+	// then (a token bucket takes them then), measured on the caller's clock
+	// as a duration, so the two clocks need not agree.
 	UnleasedAgo time.Duration
 	// UnleasedBefore are more permits used without a lease, earlier
 	// than Unleased's, each part counted from its own Ago (0..MaxWindow): a
