@@ -132,7 +132,9 @@ func TestFaultResumeEveryAlgorithm(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	took := time.Since(start) + 2*time.Second
-	t.Logf("faults: rotation %d (SENTINEL_FAULT_ROTATION replays it); redis paused %v", rot, pauses)
+	t.Logf("faults: rotation %d (SENTINEL_FAULT_ROTATION replays it); redis paused %v; local refusals by the share %.0f, by the last answer %.0f (all tenants, the process's)",
+		rot, pauses, harness.Scrape(t, gws[0].Admin, "sentinel_limit_fallback_denials_total", "reason", "local_share"),
+		harness.Scrape(t, gws[0].Admin, "sentinel_limit_fallback_denials_total", "reason", "last_answer"))
 	for i, tn := range resumeTenants {
 		frac := resumeFractions[(i+rot)%len(resumeFractions)]
 		codes := tallies[i].get()
