@@ -83,7 +83,11 @@ type bucket struct {
 	// their times (LeaseRequest.Unleased and UnleasedBefore).
 	unleased     [unleasedSlots]int64
 	unleasedSlot int64 // unix nanos / unleasedWidth of the newest slot
-	unleasedAt   int64 // unix nanos: when the last of them was let through
+	// unleasedWidth is the width of the slots (nanos; 0: one slot), as the
+	// limit was when they were filled: a rule or a reload may change the
+	// limit's window under the same key (see bucket.addUnleased).
+	unleasedWidth int64
+	unleasedAt    int64 // unix nanos: when the last of them was let through
 	// unleasedUntil is when the last of them stops counting in any window to
 	// come (unix nanos; math.MaxInt64: never, a token bucket that does not
 	// refill): until then the sweep keeps the bucket.
@@ -104,7 +108,7 @@ type bucket struct {
 }
 
 // bucketPad rounds a bucket up to a whole number of cache lines.
-const bucketPad = 52
+const bucketPad = 44
 
 // fill is one in-flight lease call; requests that find the bucket empty while
 // it runs wait for it instead of calling the store themselves.
@@ -120,7 +124,7 @@ var unkeptBuckets = metrics.NewCounter(`sentinel_limit_local_buckets_unkept_tota
 // a lock and without allocating. (A read lock would write a word that every
 // core's requests for a hot key share, once to take it and once to drop it.)
 type bucketTable struct {
-	perShard int
+	perShard atomic.Int64 // limits.max_keys ÷ bucketShards, at least 1
 	shards   [bucketShards]bucketShard
 	count    atomic.Int64
 }
@@ -132,7 +136,25 @@ type bucketShard struct {
 }
 
 func newBucketTable(maxKeys int) *bucketTable {
-	return &bucketTable{perShard: max(1, maxKeys/bucketShards)}
+	t := &bucketTable{}
+	t.setMaxKeys(maxKeys)
+	return t
+}
+
+// setMaxKeys bounds the table at about maxKeys buckets: a smaller bound
+// takes no new buckets until there is room, it drops none.
+func (t *bucketTable) setMaxKeys(maxKeys int) {
+	t.perShard.Store(int64(max(1, maxKeys/bucketShards)))
+}
+
+// each calls f with every bucket of the table.
+func (t *bucketTable) each(f func(b *bucket)) {
+	for i := range t.shards {
+		t.shards[i].m.Range(func(_, v any) bool {
+			f(v.(*bucket))
+			return true
+		})
+	}
 }
 
 // find returns key's bucket (nil: none); remove takes it out of the table.
@@ -172,7 +194,7 @@ func (t *bucketTable) get(key []byte, now int64) *bucket {
 	if v, ok := sh.m.Load(k); ok {
 		return v.(*bucket)
 	}
-	if sh.n >= t.perShard && !t.makeRoom(sh, now) {
+	if int64(sh.n) >= t.perShard.Load() && !t.makeRoom(sh, now) {
 		// Full of buckets that hold state: this key is decided with a
 		// bucket that is not kept. A new bucket leases only what its
 		// request needs, so it wastes nothing; the key only loses the

@@ -53,7 +53,7 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 		// Reported with the bucket's next call that reaches the store, so
 		// that the store, once it answers again, does not grant the
 		// window's whole budget on top of these.
-		b.addUnleased(tokens, now, unleasedWidth(s.params.Window))
+		b.addUnleased(tokens, now, unleasedWidth(&s.params))
 		b.unleasedUntil = max(b.unleasedUntil, s.countsUntil(now))
 		b.fallbackUsed += tokens
 	}

@@ -41,6 +41,7 @@ type Limiter struct {
 	now       func() time.Time
 
 	table    *bucketTable
+	kept     *kept        // table and fallback, which a reload's limiter takes over
 	breakers *breaker.Set // one per store node
 	nodes    store.NodeMap
 	rtt      atomic.Int64 // moving average of a store call, nanos
@@ -75,7 +76,6 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 		alg:      cfg.Algorithm,
 		policy:   cfg.OnStoreFailure,
 		store:    st,
-		fallback: store.NewMemoryStore(store.MemoryOptions{MaxKeys: cfg.MaxKeys, Now: opts.Now, Role: store.RoleLocalShare}),
 		adj:      opts.Adjuster,
 		livePods: opts.LivePods,
 		catalog:  opts.Catalog,
@@ -84,12 +84,17 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 		shorthand: catalog.CompileShorthand(cfg.Shorthands(), cfg.CatalogDefaults(), opts.Catalog),
 		policies:  opts.Policies,
 		now:       opts.Now,
-		table:     newBucketTable(cfg.MaxKeys),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
 	l.nodes, _ = st.(store.NodeMap)
 	l.breakers = breaker.NewSet(int64(cfg.BreakerFailures), cfg.BreakerCooldown, l.nodes)
+	if opts.Succeeds != nil {
+		l.succeed(opts.Succeeds)
+	} else {
+		l.kept = newKept(&cfg, &opts)
+		l.table, l.fallback = l.kept.table, l.kept.fallback
+	}
 	_, local := st.(*store.MemoryStore)
 	l.shared = !local
 	live.Store(l, struct{}{})
@@ -103,7 +108,7 @@ func (l *Limiter) Close() {
 	l.stopOnce.Do(func() {
 		close(l.stop)
 		<-l.done
-		l.fallback.Close()
+		l.release()
 		l.breakers.Close()
 		live.Delete(l)
 	})

@@ -193,4 +193,8 @@ type Options struct {
 	Policies *catalog.PolicySet
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// Succeeds is the limiter this one replaces (a reload), or nil: the new
+	// one goes on from what it knows of the keys (see Limiter.succeed).
+	// Both may decide at once until the old one is closed.
+	Succeeds *Limiter
 }

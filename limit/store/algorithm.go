@@ -143,11 +143,21 @@ func checkUnleased(req *LeaseRequest) error {
 		switch {
 		case part.N < 0 || part.N > MaxLimit || part.Ago < 0 || part.Ago > MaxWindow:
 			return fmt.Errorf("limit: lease for %q: %d unleased permits %v ago is out of range", req.Key, part.N, part.Ago)
-		case part.N > 0 && req.Params.Algorithm != SlidingWindow && req.Params.Algorithm != Quota:
-			return fmt.Errorf("limit: lease for %q: unleased parts are for sliding_window and quota only", req.Key)
 		}
 	}
+	if req.Params.Algorithm == SlidingLog && unleasedTotal(req) > MaxLogTokens {
+		return fmt.Errorf("limit: lease for %q: sliding_log counts at most %d unleased permits per call", req.Key, MaxLogTokens)
+	}
 	return nil
+}
+
+// unleasedTotal is the permits req reports as used without a lease.
+func unleasedTotal(req *LeaseRequest) int64 {
+	n := req.Unleased
+	for _, part := range req.UnleasedBefore {
+		n += part.N
+	}
+	return n
 }
 
 // checkParams validates a request's params, and its counts against them.

@@ -220,10 +220,10 @@ func parseAnswer(resp rueidis.RedisResult) (leaseAnswer, int64, error) {
 // over buf, valid only for the call.
 type redisCall struct {
 	buf    []byte
-	ends   [24]int // ends of the pieces written into buf
+	ends   [26]int // ends of the pieces written into buf
 	n      int
 	keyArr [3]string
-	argArr [21]string
+	argArr [23]string
 	keys   []string
 	args   []string
 }
@@ -241,7 +241,7 @@ func putRedisCall(c *redisCall) {
 	if cap(c.buf) > 4096 {
 		return
 	}
-	c.keyArr, c.argArr = [3]string{}, [21]string{}
+	c.keyArr, c.argArr = [3]string{}, [23]string{}
 	c.keys, c.args = nil, nil
 	redisCallPool.Put(c)
 }
@@ -290,10 +290,8 @@ func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64, at t
 	if p.Algorithm == SlidingLog {
 		c.ints(req.RequestIDRetries, ceilMS(req.RequestIDWindow))
 	}
-	if p.Algorithm == SlidingWindow || p.Algorithm == Quota {
-		for _, part := range req.UnleasedBefore {
-			c.ints(part.N, int64(part.Ago/time.Millisecond))
-		}
+	for _, part := range req.UnleasedBefore {
+		c.ints(part.N, int64(part.Ago/time.Millisecond))
 	}
 	c.strings(nkeys)
 	return script

@@ -85,22 +85,26 @@ type LeaseRequest struct {
 	// policy), since its last call that reached the store: the store counts them from this call, so that when it answers again it
 	// does not grant the window's whole budget on top of them. Only a call
 	// that runs in time counts them (RedisStore: before its deadline): the
-	// caller of a call that failed reports them again. At most
-	// MaxLogTokens for sliding_log.
+	// caller of a call that failed reports them again. For sliding_log,
+	// Unleased and UnleasedBefore together at most MaxLogTokens.
 	Unleased int64
 	// UnleasedAgo is how long before this call the last of the Unleased
-	// permits was used (0..MaxWindow): the sliding algorithms count them from
-	// then, measured on the caller's clock as a duration, so the two clocks
-	// need not agree.
+	// permits was used (0..MaxWindow): every algorithm counts them from
+	// then (a token bucket takes them then), measured on the caller's clock
+	// as a duration, so the two clocks need not agree.
 	UnleasedAgo time.Duration
 	// UnleasedBefore are more permits used without a lease, earlier
 	// than Unleased's, each part counted from its own Ago (0..MaxWindow): a
 	// report after a long failure dates each part of the last window where
 	// it was used, so that the store neither forgets them nor counts a
 	// whole window of them as just used, which would refuse a client under
-	// its limit for a window. sliding_window and quota only (a quota counts
-	// each part in the current period when it was used in it): the other
-	// algorithms take all of them in Unleased.
+	// its limit for a window. Every algorithm places each part at its time:
+	// sliding_window in that time's sub-window, sliding_log as members
+	// scored then (Unleased and the parts together at most MaxLogTokens),
+	// token_bucket by taking the parts from the bucket in the order of
+	// their times, refilled up to each (a part older than the bucket's
+	// last call is taken then), and a quota in the current period when it
+	// was used in it.
 	UnleasedBefore [UnleasedParts]UnleasedPart
 	// UseWithin is how long after the call the caller may still use the
 	// Need permits (the time it waits for the answer; later it returns
