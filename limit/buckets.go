@@ -94,6 +94,14 @@ type bucket struct {
 	answeredAt   int64
 	fallbackUsed int64
 	failedAt     int64 // unix nanos of the last store call for the key that failed
+	// failingSince is when the key's store calls began to fail (unix nanos:
+	// the first failure after an answer); see Limiter.heldRamp.
+	failingSince int64
+	// born is the store's birth mark of the key in its last answer, and
+	// ownUntil when the last permit the store granted this pod for it
+	// stops counting: an answer with another mark before then comes from
+	// a store that lost the key's counts (see Limiter.checkBorn).
+	born, ownUntil int64
 
 	lastUsed atomic.Int64 // unix nanos
 	// late counts this bucket's store calls whose caller gave up and whose
@@ -104,7 +112,7 @@ type bucket struct {
 }
 
 // bucketPad rounds a bucket up to a whole number of cache lines.
-const bucketPad = 52
+const bucketPad = 28
 
 // fill is one in-flight lease call; requests that find the bucket empty while
 // it runs wait for it instead of calling the store themselves.
