@@ -93,3 +93,32 @@ func (l *Limiter) heldRamp(s *spec, b *bucket, now int64, open bool) float64 {
 	}
 	return min(1, float64(now-from)/float64(max(s.window, time.Millisecond)))
 }
+
+// storeEmptied counts the answers that showed a store that lost a key's
+// counts while this pod still had permits counting in them.
+var storeEmptied = metrics.NewCounter(`sentinel_limit_store_emptied_total`)
+
+// checkBorn compares the key's birth mark in a store answer res (a call
+// sent at sent, answered at now) with the last one b saw: a store makes a
+// key anew only once no permit of it counts any more, so a new mark while
+// permits this pod was granted still count means the store lost the counts
+// (emptied, or a replica promoted before it had them). The pod then treats
+// the key as recovering from a failure (see recovering): for a window its
+// grants are trimmed to its local share, which counted every permit the
+// store granted it before the loss, so the pods together stay within the
+// limit. The caller holds b.mu.
+func (l *Limiter) checkBorn(s *spec, b *bucket, res store.LeaseResult, sent, now int64) {
+	if res.Born == 0 {
+		return
+	}
+	if b.born != 0 && res.Born != b.born && now < b.ownUntil {
+		storeEmptied.Inc()
+		b.failedAt = now
+	}
+	b.born = res.Born
+	if res.Granted > 0 && s.params.Window > 0 {
+		// A margin of a tenth of the window for the store's sub-windows
+		// and clock: a mark changed later than that is no loss.
+		b.ownUntil = max(b.ownUntil, sent+int64(s.params.Window)*9/10)
+	}
+}

@@ -30,8 +30,12 @@
 -- ARGV[14..21] unleased_before: up to four more (permits, ms ago) pairs of
 --          permits used without a lease, earlier than unleased's;
 --          each counts from its own time, as unleased does
+-- Field "b" is the key's birth mark: Redis time (ms) when the key was
+-- created. It changes only when the key is made anew (every counter dead, or
+-- a store that lost the key), so a caller that still has permits counting
+-- sees a new mark only from a store that lost its counts.
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
---          used_ref, free_ms}
+--          used_ref, free_ms, born}
 --          status 0, or 2 when past the deadline (nothing granted); ref is
 --          the field E of the leased permits (granted - need), used_ref the
 --          field of the need permits; retry_after_ms is 0 when granted > 0,
@@ -85,7 +89,8 @@ local now = math.floor(now_us / 1000)
 -- to find a bound that a return or a report of used permits removed, to
 -- list them when refusing, and when the sum is missing (a new key, or one
 -- an older script wrote).
-local st = redis.call('HGET', key, 't')
+local marks = redis.call('HMGET', key, 't', 'b')
+local st, born = marks[1], tonumber(marks[2])
 local last, n, lo, hi
 if st then
   local a, b, c, d = string.match(st, '^(%d+) (%d+) (%d+) (%d+)$')
@@ -111,7 +116,7 @@ local function scan(list)
   n, lo, hi, lost_lo, lost_hi = 0, nil, nil, false, false
   for i = 1, #raw, 2 do
     local f = raw[i]
-    if f ~= 't' then
+    if f ~= 't' and f ~= 'b' then
       local e, c = tonumber(f), tonumber(raw[i + 1])
       if e and c and e > horizon then
         n = n + c
@@ -129,7 +134,7 @@ if n and n > 0 and hi and hi <= horizon then
   -- Every counter is dead (a key too rare for them to stay live): the
   -- hash holds nothing else worth reading, and is written anew below.
   redis.call('DEL', key)
-  n, lo, hi = 0, nil, nil
+  n, lo, hi, born = 0, nil, nil, nil
 elseif not st then
   n = 0 -- no key: every script writes "t"
 elseif not n or (n > 0 and not (lo and hi and lo > horizon)) then
@@ -243,6 +248,10 @@ if lost_lo or lost_hi then
   scan()
 end
 
+if not born then
+  born = now
+  redis.call('HSET', key, 'b', fmt('%d', born))
+end
 local reset, free = 0, 0
 if n > 0 then
   reset = hi + window - now
@@ -257,4 +266,4 @@ if remaining < 0 then remaining = 0 end
 local keep = reset
 if keep < window then keep = window end
 redis.call('PEXPIRE', key, fmt('%d', keep + 1000))
-return {granted, remaining, retry, reset, status, ref, now_us, used_ref, free}
+return {granted, remaining, retry, reset, status, ref, now_us, used_ref, free, born}
