@@ -78,20 +78,40 @@ func (l *Limiter) storeParams(s *spec, now int64) store.Params {
 // heldRamp is how much of its share (0..1) a pod whose calls for b's
 // contested key fail may grant beyond what the store's last answer left it:
 // none before the other pods can have noticed that its heartbeats stopped
-// (peerNotice after its calls began to fail) and started to hold its share,
-// then growing over one window (the window before they noticed may hold
-// their grants of the whole limit), and none once their hold may be over.
-// A pod whose breaker is still closed gets none: its failure is one slow
-// call among answered ones. The caller holds b.mu.
+// (peerNotice after its last heartbeat reached the store; unknown, after its
+// calls for the key began to fail) and started to hold its share, then
+// growing over one window (the window before they noticed may hold their
+// grants of the whole limit), and none once their hold may be over. A pod
+// whose heartbeats still reach the store while its calls time out gets none:
+// the others count it live and hold nothing for it. A pod whose breaker is
+// still closed gets none: its failure is one slow call among answered ones.
+// The caller holds b.mu.
 func (l *Limiter) heldRamp(s *spec, b *bucket, now int64, open bool) float64 {
-	if !open || now > b.answeredAt+int64(partitionHold-l.peerNotice-time.Second) {
+	if !open {
 		return 0
 	}
 	from := b.failingSince + int64(l.peerNotice)
-	if now <= from {
+	end := b.answeredAt + int64(partitionHold-l.peerNotice-time.Second)
+	if beat := l.lastBeat(); beat > 0 {
+		from = max(beat+int64(l.peerNotice), b.failingSince)
+		end = beat + int64(partitionHold-2*time.Second)
+	}
+	if now <= from || now > end {
 		return 0
 	}
 	return min(1, float64(now-from)/float64(max(s.window, time.Millisecond)))
+}
+
+// lastBeat is when this pod's last heartbeat reached the store (unix
+// nanos; 0: unknown).
+func (l *Limiter) lastBeat() int64 {
+	if l.heartbeatAt == nil {
+		return 0
+	}
+	if at := l.heartbeatAt(); !at.IsZero() {
+		return at.UnixNano()
+	}
+	return 0
 }
 
 // storeEmptied counts the answers that showed a store that lost a key's

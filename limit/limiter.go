@@ -47,8 +47,9 @@ type Limiter struct {
 	// podCount is the most pods seen live lately (see storeParams);
 	// peerNotice is how long the other pods may take to stop counting
 	// this one once it cannot reach the store (Options.PeerNotice).
-	podCount   podCount
-	peerNotice time.Duration
+	podCount    podCount
+	peerNotice  time.Duration
+	heartbeatAt func() time.Time
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -84,8 +85,8 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 		adj:      opts.Adjuster,
 		livePods: opts.LivePods,
 		// A pod cut off from the store stops sending heartbeats with it.
-		peerNotice: opts.PeerNotice,
-		catalog:    opts.Catalog,
+		peerNotice: opts.PeerNotice, heartbeatAt: opts.HeartbeatAt,
+		catalog: opts.Catalog,
 		// The rules are looked up in the catalog for each request: a
 		// change of the catalog applies without a new limiter.
 		shorthand: catalog.CompileShorthand(cfg.Shorthands(), cfg.CatalogDefaults(), opts.Catalog),

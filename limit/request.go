@@ -191,6 +191,10 @@ type Options struct {
 	// or two): a pod cut off from the store grants more of a contested
 	// key than the store's last answer left it only after that (0: at once).
 	PeerNotice time.Duration
+	// HeartbeatAt is when this pod's last heartbeat reached the store (nil
+	// or zero: unknown; then the time its calls for a key began to fail
+	// stands in): the others count it live until then plus PeerNotice.
+	HeartbeatAt func() time.Time
 	// Catalog holds the tenants' plans and the rules (nil: no rules; plan
 	// multipliers default to 1).
 	Catalog *catalog.Catalog
