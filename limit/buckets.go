@@ -97,11 +97,12 @@ type bucket struct {
 	// failingSince is when the key's store calls began to fail (unix nanos:
 	// the first failure after an answer); see Limiter.heldRamp.
 	failingSince int64
-	// born is the store's birth mark of the key in its last answer, and
-	// ownUntil when the last permit the store granted this pod for it
-	// stops counting: an answer with another mark before then comes from
-	// a store that lost the key's counts (see Limiter.checkBorn).
-	born, ownUntil int64
+	// seq is the highest call number of the key the store answered
+	// (seqAt: when that answer came, unix nanos), and ownUntil when the last
+	// permit the store granted this pod for it stops counting: a call sent
+	// later that gets a number no greater, before then, talks to a store
+	// that lost writes (see Limiter.checkSeq).
+	seq, seqAt, ownUntil int64
 
 	lastUsed atomic.Int64 // unix nanos
 	// late counts this bucket's store calls whose caller gave up and whose
@@ -112,7 +113,7 @@ type bucket struct {
 }
 
 // bucketPad rounds a bucket up to a whole number of cache lines.
-const bucketPad = 28
+const bucketPad = 20
 
 // fill is one in-flight lease call; requests that find the bucket empty while
 // it runs wait for it instead of calling the store themselves.

@@ -259,7 +259,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		reportedUnleased.Add(int(n))
 	}
 	leaseSize.Update(float64(want))
-	l.checkBorn(s, b, res, sent, now)
+	l.checkSeq(s, b, res, sent, now)
 	b.remaining = res.Remaining
 	b.answeredAt, b.fallbackUsed = now, 0
 	b.resetAt = now + int64(res.Reset)
@@ -446,9 +446,7 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 	countRepeat(&res)
 	if b != nil && res.Granted >= tokens {
 		b.mu.Lock()
-		now := l.now().UnixNano()
-		l.checkBorn(s, b, res, now, now)
-		recovering := l.recovering(s, b, now)
+		recovering := l.recovering(s, b, l.now().UnixNano())
 		b.mu.Unlock()
 		if recovering {
 			var kept bool

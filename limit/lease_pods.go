@@ -118,27 +118,33 @@ func (l *Limiter) lastBeat() int64 {
 // counts while this pod still had permits counting in them.
 var storeEmptied = metrics.NewCounter(`sentinel_limit_store_emptied_total`)
 
-// checkBorn compares the key's birth mark in a store answer res (a call
-// sent at sent, answered at now) with the last one b saw: a store makes a
-// key anew only once no permit of it counts any more, so a new mark while
-// permits this pod was granted still count means the store lost the counts
-// (emptied, or a replica promoted before it had them). The pod then treats
-// the key as recovering from a failure (see recovering): for a window its
-// grants are trimmed to its local share, which counted every permit the
-// store granted it before the loss, so the pods together stay within the
-// limit. The caller holds b.mu.
-func (l *Limiter) checkBorn(s *spec, b *bucket, res store.LeaseResult, sent, now int64) {
-	if res.Born == 0 {
+// checkSeq compares the key's call number in a store answer res (a call
+// sent at sent, answered at now) with the highest one b saw: a store numbers
+// a key's calls one more each time, and starts again only with a key made
+// anew, once no permit of it counts. A call sent after that answer came and
+// numbered no higher, while permits the store granted this pod still count,
+// talks to a store that lost writes (emptied, or a replica promoted before
+// it had them). The pod then treats the key as recovering from a failure
+// (see recovering): for a window its grants are trimmed to its local share,
+// which counted every permit the store granted it before the loss, so the
+// pods together stay within the limit. The caller holds b.mu.
+func (l *Limiter) checkSeq(s *spec, b *bucket, res store.LeaseResult, sent, now int64) {
+	if res.Seq == 0 {
 		return
 	}
-	if b.born != 0 && res.Born != b.born && now < b.ownUntil {
-		storeEmptied.Inc()
-		b.failedAt = now
+	switch {
+	case sent > b.seqAt:
+		if b.seq > 0 && res.Seq <= b.seq && now < b.ownUntil {
+			storeEmptied.Inc()
+			b.failedAt = now
+		}
+		b.seq, b.seqAt = res.Seq, now
+	case res.Seq > b.seq: // sent before the last answer came: no order to check
+		b.seq, b.seqAt = res.Seq, now
 	}
-	b.born = res.Born
 	if res.Granted > 0 && s.params.Window > 0 {
 		// A margin of a tenth of the window for the store's sub-windows
-		// and clock: a mark changed later than that is no loss.
+		// and clock: a key made anew later than that is no loss.
 		b.ownUntil = max(b.ownUntil, sent+int64(s.params.Window)*9/10)
 	}
 }

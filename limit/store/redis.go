@@ -197,7 +197,7 @@ func (s *RedisStore) Ping(ctx context.Context) error {
 func (s *RedisStore) Close() {}
 
 // parseAnswer reads {granted, remaining, retry_after_ms, reset_ms, status,
-// ref, now_us, used_ref, free_ms[, born]} and returns the answer and Redis'
+// ref, now_us, used_ref, free_ms[, seq]} and returns the answer and Redis'
 // clock.
 func parseAnswer(resp rueidis.RedisResult) (leaseAnswer, int64, error) {
 	msgs, err := resp.ToArray()
@@ -214,7 +214,7 @@ func parseAnswer(resp rueidis.RedisResult) (leaseAnswer, int64, error) {
 		}
 	}
 	return leaseAnswer{granted: v[0], remaining: v[1], retryMS: v[2], resetMS: v[3],
-		duplicate: v[4] == 1, late: v[4] == 2, repeated: v[4] == 3, stale: v[4] == 4, ref: v[5], usedRef: v[7], freeMS: v[8], born: v[9]}, v[6], nil
+		duplicate: v[4] == 1, late: v[4] == 2, repeated: v[4] == 3, stale: v[4] == 4, ref: v[5], usedRef: v[7], freeMS: v[8], seq: v[9]}, v[6], nil
 }
 
 // redisCall holds one call's keys and arguments. They are zero-copy strings

@@ -170,14 +170,13 @@ type LeaseResult struct {
 	// of a period counts until its end). Opaque; Need permits returned go
 	// there.
 	UsedRef int64
-	// Born marks the key's counters as the store holds them: the store's
-	// time (ms) when it created the key. It changes only when the key is
-	// made anew, which a store does only once no permit of it counts any
-	// more, unless it lost its data (emptied, or a replica promoted before
-	// it had the counts). 0 when the store does not mark its keys (the
-	// in-process store, which cannot lose them; algorithms other than
-	// sliding_window).
-	Born int64
+	// Seq numbers the store's calls for the key: one more than the last
+	// call's, from 1 when the key is made anew, which a store does only once
+	// no permit of it counts any more, unless it lost writes (emptied, or a
+	// replica promoted before it had them). 0 when the store does not number
+	// them (the in-process store, which cannot lose them; algorithms other
+	// than sliding_window).
+	Seq int64
 }
 
 // Store grants permits atomically for one key. Implementations must be safe
