@@ -98,6 +98,15 @@ type bucket struct {
 	answeredAt   int64
 	fallbackUsed int64
 	failedAt     int64 // unix nanos of the last store call for the key that failed
+	// failingSince is when the key's store calls began to fail (unix nanos:
+	// the first failure after an answer); see Limiter.heldRamp.
+	failingSince int64
+	// seq is the highest call number of the key the store answered
+	// (seqAt: when that answer came, unix nanos), and ownUntil when the last
+	// permit the store granted this pod for it stops counting: a call sent
+	// later that gets a number no greater, before then, talks to a store
+	// that lost writes (see Limiter.checkSeq).
+	seq, seqAt, ownUntil int64
 
 	lastUsed atomic.Int64 // unix nanos
 	// late counts this bucket's store calls whose caller gave up and whose
@@ -108,7 +117,7 @@ type bucket struct {
 }
 
 // bucketPad rounds a bucket up to a whole number of cache lines.
-const bucketPad = 44
+const bucketPad = 12
 
 // fill is one in-flight lease call; requests that find the bucket empty while
 // it runs wait for it instead of calling the store themselves.

@@ -287,3 +287,38 @@ func TestUnleasedSlotsFollowAChangedWindow(t *testing.T) {
 	assert.Equal(t, int64(101), total, "permits lost when the window changed")
 	assert.Zero(t, ago)
 }
+
+// TestFailedProbeSharesLikeAnOpenBreaker: a client at 70% of its limit,
+// through three pods, is never refused while Redis is paused: neither the
+// calls that time
+// out before the breaker opens, nor the half-open probes that fail every
+// cooldown, are decided with less room than the calls the open breaker
+// skips.
+func TestFailedProbeSharesLikeAnOpenBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	const limit = 60 // a share of 20 per pod
+	cfg := testLimitsConfig(func(c *Config) {
+		c.IP, c.Window, c.StoreTimeout = limit, time.Second, 50*time.Millisecond
+		c.BreakerFailures, c.BreakerCooldown = 2, 100*time.Millisecond
+	})
+	pods := threeOf(t, cfg, srv.Addr)
+	ip := []byte("10.6.6.6")
+	send := func(d time.Duration) (refused int) {
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			for _, p := range pods {
+				if !p.Allow(context.Background(), &Request{IP: ip}).Allowed {
+					refused++
+				}
+			}
+			time.Sleep(70 * time.Millisecond) // 14 a second a pod: 70% of the share
+		}
+		return refused
+	}
+	require.Zero(t, send(time.Second), "refused with the store answering")
+	srv.Pause()
+	defer srv.Resume()
+	probes := storeCallsTimeout.Get()
+	refused := send(3 * time.Second)
+	t.Logf("store calls timed out during the pause (the first ones and the probes): %d", storeCallsTimeout.Get()-probes)
+	assert.Zero(t, refused, "a client at 70% of its limit refused while Redis was paused")
+}

@@ -45,6 +45,12 @@ type Limiter struct {
 	breakers *breaker.Set // one per store node
 	nodes    store.NodeMap
 	rtt      atomic.Int64 // moving average of a store call, nanos
+	// podCount is the most pods seen live lately (see storeParams);
+	// peerNotice is how long the other pods may take to stop counting
+	// this one once it cannot reach the store (Options.PeerNotice).
+	podCount    podCount
+	peerNotice  time.Duration
+	heartbeatAt func() time.Time
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -78,7 +84,9 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 		store:    st,
 		adj:      opts.Adjuster,
 		livePods: opts.LivePods,
-		catalog:  opts.Catalog,
+		// A pod cut off from the store stops sending heartbeats with it.
+		peerNotice: opts.PeerNotice, heartbeatAt: opts.HeartbeatAt,
+		catalog: opts.Catalog,
 		// The rules are looked up in the catalog for each request: a
 		// change of the catalog applies without a new limiter.
 		shorthand: catalog.CompileShorthand(cfg.Shorthands(), cfg.CatalogDefaults(), opts.Catalog),
@@ -132,6 +140,7 @@ func (l *Limiter) sweepLoop() {
 // clock (the one the buckets' times are in).
 func (l *Limiter) sweep() {
 	now := l.now()
+	l.pods(now.UnixNano()) // a missing pod's hold counts from when it was last seen
 	l.table.sweep(now.UnixNano(), now.Add(-max(10*time.Second, 2*l.cfg.Window)).UnixNano())
 }
 

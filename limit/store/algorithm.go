@@ -25,6 +25,7 @@ type leaseAnswer struct {
 	ref                int64 // where the leased permits (granted - need) were counted, for a return
 	usedRef            int64 // where the need permits were counted; 0: with the rest, at ref
 	keepMS             int64 // how long the state must be kept (the key's TTL)
+	seq                int64 // the key's call number (LeaseResult.Seq)
 }
 
 func (a *leaseAnswer) result() LeaseResult {
@@ -38,6 +39,7 @@ func (a *leaseAnswer) result() LeaseResult {
 		Repeated:   a.repeated,
 		Ref:        a.ref,
 		UsedRef:    a.usedRef,
+		Seq:        a.seq,
 	}
 }
 

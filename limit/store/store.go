@@ -178,6 +178,13 @@ type LeaseResult struct {
 	// of a period counts until its end). Opaque; Need permits returned go
 	// there.
 	UsedRef int64
+	// Seq numbers the store's calls for the key: one more than the last
+	// call's, from 1 when the key is made anew, which a store does only once
+	// no permit of it counts any more, unless it lost writes (emptied, or a
+	// replica promoted before it had them). 0 when the store does not number
+	// them (the in-process store, which cannot lose them; algorithms other
+	// than sliding_window).
+	Seq int64
 }
 
 // Store grants permits atomically for one key. Implementations must be safe
