@@ -1,0 +1,186 @@
+package faults
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sentinel-gateway/sentinel/internal/spans"
+)
+
+// What the harness asserts after each schedule, on the decisions the pods
+// made (their spans: from entering the limiter to its answer):
+//
+// I1, no window holds more than the limit + 2%: for every key (the two
+// tenants, each user of the per-user policy), the approvals whose whole span
+// lies in a window of chaosWindow number at most limit + 2%, at every
+// window position (the windows starting at each approval's span start: the
+// busiest is among them). For a token bucket of capacity C refilled at R,
+// every interval T of 250 ms, 500 ms, 1 s and 2 s holds at most C + R·T + 2%
+// of C. Counting only the spans wholly inside a window, no scheduling delay
+// can make a window look fuller than it was.
+//
+// I2, a client under its limit whose pod's share has room is not refused:
+// for the steady tenant (30-70% of its limit, round robin over the pods) and
+// every new user of a key flood (one request each), a refusal at span end b
+// breaks it when the key's approvals touching (b-window, b] number at most
+// limit-1 (the client was under its limit, counted generously: any approval
+// that may lie in that window counts) and the refusing pod's own approvals
+// there number at most its share-1 (the limit ÷ the schedule's pods, at
+// least 1). Refusals where the pod's share was spent are listed apart:
+// the share is what a pod may decide alone when the store fails.
+
+// chaosKey is what a key of the schedule is held to.
+type chaosKey struct {
+	limit     int
+	checkI2   bool
+	decisions []chaosDecision
+}
+
+// chaosFindings are one schedule's figures and broken promises.
+type chaosFindings struct {
+	figures    []string
+	violations []string
+}
+
+func (f *chaosFindings) figure(format string, args ...any) {
+	f.figures = append(f.figures, fmt.Sprintf(format, args...))
+}
+
+func (f *chaosFindings) violation(format string, args ...any) {
+	f.violations = append(f.violations, fmt.Sprintf(format, args...))
+}
+
+// keys groups the recorded decisions by key.
+func (r *chaosRun) keys() map[string]*chaosKey {
+	r.rec.mu.Lock()
+	defer r.rec.mu.Unlock()
+	keys := map[string]*chaosKey{}
+	for _, d := range r.rec.list {
+		k := keys[d.key]
+		if k == nil {
+			k = &chaosKey{limit: r.s.Limit, checkI2: d.key == "steady"}
+			if strings.HasPrefix(d.key, "user:") {
+				k.limit, k.checkI2 = userLimit, strings.HasPrefix(d.key, "user:new-")
+			}
+			keys[d.key] = k
+		}
+		k.decisions = append(k.decisions, d)
+	}
+	return keys
+}
+
+// group is the name a key is reported under: the tenant, or the new users
+// and the heavy users together.
+func group(key string) string {
+	switch {
+	case strings.HasPrefix(key, "user:new-"):
+		return "new users"
+	case strings.HasPrefix(key, "user:heavy-"):
+		return "heavy users"
+	}
+	return key
+}
+
+// check asserts both promises on every key and logs the figures.
+func (r *chaosRun) check() {
+	var f chaosFindings
+	keys := r.keys()
+	names := slices.Sorted(maps.Keys(keys))
+	worst := map[string][3]int{} // group: busiest certain, its bound, touching
+	refused := map[string][2]int{}
+	for _, name := range names {
+		k := keys[name]
+		w := r.checkI1(&f, name, k)
+		g := group(name)
+		if old, ok := worst[g]; !ok || w[0]-w[1] > old[0]-old[1] {
+			worst[g] = w
+		}
+		n, under := r.checkI2(&f, name, k)
+		refused[g] = [2]int{refused[g][0] + n, refused[g][1] + under}
+	}
+	for _, g := range slices.Sorted(maps.Keys(worst)) {
+		f.figure("%s: busiest window %d (bound %d; %d counting every approval that touches it), %d refused, %d of them under the limit and the pod's share",
+			g, worst[g][0], worst[g][1], worst[g][2], refused[g][0], refused[g][1])
+	}
+	answers := r.answersSeen()
+	r.t.Logf("chaos: seed %d: events %v", r.s.Seed, r.events)
+	r.t.Logf("chaos: seed %d: answers %v; %s", r.s.Seed, answers, strings.Join(f.figures, "; "))
+	for _, v := range f.violations[:min(len(f.violations), 20)] {
+		r.t.Errorf("chaos: seed %d (%v): %s", r.s.Seed, r.s.Faults, v)
+	}
+	if len(f.violations) > 20 {
+		r.t.Errorf("chaos: seed %d: %d more violations", r.s.Seed, len(f.violations)-20)
+	}
+	if n := others(answers) - answers[0]; n > 0 {
+		r.t.Errorf("chaos: seed %d: %d answers other than 200, 429 and a connection error: %v", r.s.Seed, n, answers)
+	}
+	if answers[http.StatusOK] == 0 {
+		r.t.Errorf("chaos: seed %d: no request passed", r.s.Seed)
+	}
+}
+
+// checkI1 checks that no window of the key's approvals holds more than its
+// bound, and returns the busiest against its bound: certain, bound,
+// touching.
+func (r *chaosRun) checkI1(f *chaosFindings, name string, k *chaosKey) [3]int {
+	var approved []span
+	for _, d := range k.decisions {
+		if d.allowed {
+			approved = append(approved, d.span)
+		}
+	}
+	lengths := []time.Duration{chaosWindow}
+	if r.s.Algorithm == "token_bucket" {
+		lengths = []time.Duration{chaosWindow / 4, chaosWindow / 2, chaosWindow, 2 * chaosWindow}
+	}
+	worst := [3]int{0, k.limit, 0}
+	for _, l := range lengths {
+		bound := k.limit + k.limit*2/100
+		if r.s.Algorithm == "token_bucket" {
+			bound += int(int64(k.limit) * int64(l) / int64(chaosWindow))
+		}
+		certain, at, touching := spans.Busiest(approved, l)
+		if certain-bound > worst[0]-worst[1] {
+			worst = [3]int{certain, bound, touching}
+		}
+		if certain > bound {
+			f.violation("I1: %s: %d approvals in the %v from %v (bound %d)", name, certain, l, at.Sub(r.start).Round(time.Millisecond), bound)
+		}
+	}
+	return worst
+}
+
+// checkI2 checks the key's refusals against its approvals around them, and
+// returns how many refusals there were and how many broke I2.
+func (r *chaosRun) checkI2(f *chaosFindings, name string, k *chaosKey) (refused, under int) {
+	share := max(1, k.limit/r.s.Pods)
+	for _, d := range k.decisions {
+		if d.allowed {
+			continue
+		}
+		refused++
+		if !k.checkI2 {
+			continue
+		}
+		from, to := d.span.To.Add(-chaosWindow), d.span.To
+		all, own := 0, 0
+		for _, a := range k.decisions {
+			if a.allowed && !a.span.To.Before(from) && !a.span.From.After(to) {
+				all++
+				if a.pod == d.pod {
+					own++
+				}
+			}
+		}
+		if all+1 <= k.limit && own+1 <= share {
+			under++
+			f.violation("I2: %s refused by pod %d at %v with %d approvals in the window before (limit %d), %d by that pod (share %d)",
+				name, d.pod, d.span.To.Sub(r.start).Round(time.Millisecond), all, k.limit, own, share)
+		}
+	}
+	return refused, under
+}
