@@ -19,8 +19,9 @@ import (
 // lies in a window of chaosWindow number at most limit + 2%, at every
 // window position (the windows starting at each approval's span start: the
 // busiest is among them). For a token bucket of capacity C refilled at R,
-// every interval T of 250 ms, 500 ms, 1 s and 2 s holds at most C + R·T + 2%
-// of C. Counting only the spans wholly inside a window, no scheduling delay
+// every interval T of 250 ms, 500 ms, 1, 2, 4 and 8 s holds at most
+// C + R·T + 2% of C (the long intervals catch a rate above R that the
+// capacity hides in a short one). Counting only the spans wholly inside a window, no scheduling delay
 // can make a window look fuller than it was.
 //
 // I2, a client under its limit whose pod's share has room is not refused:
@@ -43,15 +44,19 @@ type chaosKey struct {
 // chaosFindings are one schedule's figures and broken promises.
 type chaosFindings struct {
 	figures    []string
-	violations []string
+	violations map[string][]string // by group
 }
 
 func (f *chaosFindings) figure(format string, args ...any) {
 	f.figures = append(f.figures, fmt.Sprintf(format, args...))
 }
 
-func (f *chaosFindings) violation(format string, args ...any) {
-	f.violations = append(f.violations, fmt.Sprintf(format, args...))
+func (f *chaosFindings) violation(key, format string, args ...any) {
+	if f.violations == nil {
+		f.violations = map[string][]string{}
+	}
+	g := group(key)
+	f.violations[g] = append(f.violations[g], fmt.Sprintf(format, args...))
 }
 
 // keys groups the recorded decisions by key.
@@ -109,11 +114,14 @@ func (r *chaosRun) check() {
 	answers := r.answersSeen()
 	r.t.Logf("chaos: seed %d: events %v", r.s.Seed, r.events)
 	r.t.Logf("chaos: seed %d: answers %v; %s", r.s.Seed, answers, strings.Join(f.figures, "; "))
-	for _, v := range f.violations[:min(len(f.violations), 20)] {
-		r.t.Errorf("chaos: seed %d (%v): %s", r.s.Seed, r.s.Faults, v)
-	}
-	if len(f.violations) > 20 {
-		r.t.Errorf("chaos: seed %d: %d more violations", r.s.Seed, len(f.violations)-20)
+	for _, g := range slices.Sorted(maps.Keys(f.violations)) {
+		vs := f.violations[g]
+		for _, v := range vs[:min(len(vs), 3)] {
+			r.t.Errorf("chaos: seed %d (%v): %s", r.s.Seed, r.s.Faults, v)
+		}
+		if len(vs) > 3 {
+			r.t.Errorf("chaos: seed %d: %s: %d more keys broke a promise", r.s.Seed, g, len(vs)-3)
+		}
 	}
 	if n := others(answers) - answers[0]; n > 0 {
 		r.t.Errorf("chaos: seed %d: %d answers other than 200, 429 and a connection error: %v", r.s.Seed, n, answers)
@@ -135,29 +143,50 @@ func (r *chaosRun) checkI1(f *chaosFindings, name string, k *chaosKey) [3]int {
 	}
 	lengths := []time.Duration{chaosWindow}
 	if r.s.Algorithm == "token_bucket" {
-		lengths = []time.Duration{chaosWindow / 4, chaosWindow / 2, chaosWindow, 2 * chaosWindow}
+		lengths = []time.Duration{chaosWindow / 4, chaosWindow / 2, chaosWindow, 2 * chaosWindow, 4 * chaosWindow, 8 * chaosWindow}
 	}
-	worst := [3]int{0, k.limit, 0}
-	for _, l := range lengths {
+	var worst [3]int
+	for i, l := range lengths {
 		bound := k.limit + k.limit*2/100
 		if r.s.Algorithm == "token_bucket" {
 			bound += int(int64(k.limit) * int64(l) / int64(chaosWindow))
 		}
 		certain, at, touching := spans.Busiest(approved, l)
-		if certain-bound > worst[0]-worst[1] {
+		if i == 0 || certain-bound > worst[0]-worst[1] {
 			worst = [3]int{certain, bound, touching}
 		}
 		if certain > bound {
-			f.violation("I1: %s: %d approvals in the %v from %v (bound %d)", name, certain, l, at.Sub(r.start).Round(time.Millisecond), bound)
+			f.violation(name, "I1: %s: %d approvals in the %v from %v (bound %d)%s",
+				name, certain, l, at.Sub(r.start).Round(time.Millisecond), bound, r.listed(k, at, l))
 		}
 	}
 	return worst
 }
 
+// listed is, for a window of few approvals, when each was decided (its
+// span, since the load began) and by which pod.
+func (r *chaosRun) listed(k *chaosKey, at time.Time, l time.Duration) string {
+	var out []string
+	for _, d := range k.decisions {
+		if d.allowed && !d.span.From.Before(at) && d.span.To.Before(at.Add(l)) {
+			out = append(out, fmt.Sprintf("%v+%v@%d", d.span.From.Sub(r.start).Round(time.Millisecond),
+				d.span.To.Sub(d.span.From).Round(100*time.Microsecond), d.pod))
+		}
+	}
+	if len(out) > 12 {
+		return ""
+	}
+	return ": " + strings.Join(out, " ")
+}
+
 // checkI2 checks the key's refusals against its approvals around them, and
-// returns how many refusals there were and how many broke I2.
+// returns how many refusals there were and how many broke I2 (reported as
+// one violation per key: how many, when, by which pods, the first's counts).
 func (r *chaosRun) checkI2(f *chaosFindings, name string, k *chaosKey) (refused, under int) {
 	share := max(1, k.limit/r.s.Pods)
+	var first string
+	var last time.Duration
+	pods := map[int]bool{}
 	for _, d := range k.decisions {
 		if d.allowed {
 			continue
@@ -166,21 +195,36 @@ func (r *chaosRun) checkI2(f *chaosFindings, name string, k *chaosKey) (refused,
 		if !k.checkI2 {
 			continue
 		}
-		from, to := d.span.To.Add(-chaosWindow), d.span.To
-		all, own := 0, 0
-		for _, a := range k.decisions {
-			if a.allowed && !a.span.To.Before(from) && !a.span.From.After(to) {
-				all++
-				if a.pod == d.pod {
-					own++
-				}
-			}
+		all, own := approvedAround(k.decisions, d)
+		if all+1 > k.limit || own+1 > share {
+			continue
 		}
-		if all+1 <= k.limit && own+1 <= share {
-			under++
-			f.violation("I2: %s refused by pod %d at %v with %d approvals in the window before (limit %d), %d by that pod (share %d)",
-				name, d.pod, d.span.To.Sub(r.start).Round(time.Millisecond), all, k.limit, own, share)
+		under++
+		pods[d.pod] = true
+		last = d.span.To.Sub(r.start).Round(time.Millisecond)
+		if first == "" {
+			first = fmt.Sprintf("the first by pod %d at %v with %d approvals in the window before (limit %d), %d by that pod (share %d)",
+				d.pod, last, all, k.limit, own, share)
 		}
 	}
+	if under > 0 {
+		f.violation(name, "I2: %s: %d refusals under the limit and the pod's share, until %v, by pods %v; %s",
+			name, under, last, slices.Sorted(maps.Keys(pods)), first)
+	}
 	return refused, under
+}
+
+// approvedAround counts the approvals that touch the window before the
+// refusal d's answer: of every pod, and of d's pod.
+func approvedAround(decisions []chaosDecision, d chaosDecision) (all, own int) {
+	from, to := d.span.To.Add(-chaosWindow), d.span.To
+	for _, a := range decisions {
+		if a.allowed && !a.span.To.Before(from) && !a.span.From.After(to) {
+			all++
+			if a.pod == d.pod {
+				own++
+			}
+		}
+	}
+	return all, own
 }

@@ -85,7 +85,7 @@ func (r *chaosRun) config(i int) string {
 	}
 	rules := fmt.Sprintf("  - {tenant: steady, resource: default, %s}\n  - {tenant: flood, resource: default, %s}\n",
 		limitOf(r.s.Limit), limitOf(r.s.Limit))
-	limits := fmt.Sprintf("{ip: 0, tenant: 0, expected_pods: %d, max_keys: 2000, max_lease: %d}", r.s.Pods, r.lease.Load())
+	limits := fmt.Sprintf("{ip: 0, tenant: 0, expected_pods: %d, max_keys: 100, max_lease: %d}", r.s.Pods, r.lease.Load())
 	return harness.Config(r.upURL, append(faultSections(fmt.Sprintf("{addrs: [%q]}", r.links[i].Addr()), limits),
 		harness.WithSection("tenants", "  - {id: steady, plan: FREE, api_keys: [steady-key]}\n  - {id: flood, plan: FREE, api_keys: [flood-key]}\n"),
 		harness.WithSection("rules", rules),
@@ -277,7 +277,7 @@ func (r *chaosRun) reload() {
 func (r *chaosRun) keyFlood(wg *sync.WaitGroup, stop <-chan struct{}) {
 	r.event("key flood begins")
 	seed := r.s.Seed
-	r.offer(wg, stop, 300, 4, "X-User-Id", func(i int) string {
+	r.offer(wg, stop, 300, 8, "X-User-Id", func(i int) string {
 		r.newIDs.Add(1)
 		return fmt.Sprintf("new-%d-%d", seed, i)
 	})
