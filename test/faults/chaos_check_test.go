@@ -95,21 +95,21 @@ func (r *chaosRun) check() {
 	var f chaosFindings
 	keys := r.keys()
 	names := slices.Sorted(maps.Keys(keys))
-	worst := map[string][3]int{} // group: busiest certain, its bound, touching
+	worst := map[string]chaosBusiest{}
 	refused := map[string][2]int{}
 	for _, name := range names {
 		k := keys[name]
 		w := r.checkI1(&f, name, k)
 		g := group(name)
-		if old, ok := worst[g]; !ok || w[0]-w[1] > old[0]-old[1] {
+		if old, ok := worst[g]; !ok || w.certain-w.bound > old.certain-old.bound {
 			worst[g] = w
 		}
 		n, under := r.checkI2(&f, name, k)
 		refused[g] = [2]int{refused[g][0] + n, refused[g][1] + under}
 	}
 	for _, g := range slices.Sorted(maps.Keys(worst)) {
-		f.figure("%s: busiest window %d (bound %d; %d counting every approval that touches it), %d refused, %d of them under the limit and the pod's share",
-			g, worst[g][0], worst[g][1], worst[g][2], refused[g][0], refused[g][1])
+		f.figure("%s: busiest %v %d (bound %d; %d counting every approval that touches it), %d refused, %d of them under the limit and the pod's share",
+			g, worst[g].length, worst[g].certain, worst[g].bound, worst[g].touching, refused[g][0], refused[g][1])
 	}
 	answers := r.answersSeen()
 	r.t.Logf("chaos: seed %d: events %v", r.s.Seed, r.events)
@@ -131,10 +131,15 @@ func (r *chaosRun) check() {
 	}
 }
 
+// chaosBusiest is the busiest interval of a length, against its bound.
+type chaosBusiest struct {
+	length                   time.Duration
+	certain, bound, touching int
+}
+
 // checkI1 checks that no window of the key's approvals holds more than its
-// bound, and returns the busiest against its bound: certain, bound,
-// touching.
-func (r *chaosRun) checkI1(f *chaosFindings, name string, k *chaosKey) [3]int {
+// bound, and returns the busiest against its bound.
+func (r *chaosRun) checkI1(f *chaosFindings, name string, k *chaosKey) chaosBusiest {
 	var approved []span
 	for _, d := range k.decisions {
 		if d.allowed {
@@ -145,15 +150,15 @@ func (r *chaosRun) checkI1(f *chaosFindings, name string, k *chaosKey) [3]int {
 	if r.s.Algorithm == "token_bucket" {
 		lengths = []time.Duration{chaosWindow / 4, chaosWindow / 2, chaosWindow, 2 * chaosWindow, 4 * chaosWindow, 8 * chaosWindow}
 	}
-	var worst [3]int
+	var worst chaosBusiest
 	for i, l := range lengths {
 		bound := k.limit + k.limit*2/100
 		if r.s.Algorithm == "token_bucket" {
 			bound += int(int64(k.limit) * int64(l) / int64(chaosWindow))
 		}
 		certain, at, touching := spans.Busiest(approved, l)
-		if i == 0 || certain-bound > worst[0]-worst[1] {
-			worst = [3]int{certain, bound, touching}
+		if i == 0 || certain-bound > worst.certain-worst.bound {
+			worst = chaosBusiest{l, certain, bound, touching}
 		}
 		if certain > bound {
 			f.violation(name, "I1: %s: %d approvals in the %v from %v (bound %d)%s",

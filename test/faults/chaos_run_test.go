@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,7 +26,8 @@ import (
 type chaosRun struct {
 	t       *testing.T
 	s       chaosSchedule
-	srv     *redistest.Server
+	srv     *redistest.Server            // one redis-server, or
+	cl      *redistest.ReplicatedCluster // the cluster (Schedule.Cluster)
 	upURL   string
 	links   []*harness.Link
 	pods    podSet
@@ -86,10 +89,22 @@ func (r *chaosRun) config(i int) string {
 	rules := fmt.Sprintf("  - {tenant: steady, resource: default, %s}\n  - {tenant: flood, resource: default, %s}\n",
 		limitOf(r.s.Limit), limitOf(r.s.Limit))
 	limits := fmt.Sprintf("{ip: 0, tenant: 0, expected_pods: %d, max_keys: 100, max_lease: %d}", r.s.Pods, r.lease.Load())
-	return harness.Config(r.upURL, append(faultSections(fmt.Sprintf("{addrs: [%q]}", r.links[i].Addr()), limits),
+	return harness.Config(r.upURL, append(faultSections(r.redisSection(i), limits),
 		harness.WithSection("tenants", "  - {id: steady, plan: FREE, api_keys: [steady-key]}\n  - {id: flood, plan: FREE, api_keys: [flood-key]}\n"),
 		harness.WithSection("rules", rules),
 		harness.WithExtra(fmt.Sprintf("policies:\n  - {name: per-user, key: [header:X-User-Id], limits: [{%s}]}\n", limitOf(userLimit))))...)
+}
+
+// redisSection is pod i's redis section: its link, or the cluster.
+func (r *chaosRun) redisSection(i int) string {
+	if r.cl == nil {
+		return fmt.Sprintf("{addrs: [%q]}", r.links[i].Addr())
+	}
+	quoted := make([]string, len(r.cl.Addrs))
+	for i, a := range r.cl.Addrs {
+		quoted[i] = strconv.Quote(a)
+	}
+	return fmt.Sprintf("{addrs: [%s], cluster: true}", strings.Join(quoted, ", "))
 }
 
 // startPod starts pod i on its configuration, its decisions recorded.
@@ -100,13 +115,18 @@ func (r *chaosRun) startPod(i int) *harness.Gateway {
 // runSchedule runs s: the pods, the load, the faults at their times, then
 // the check of both promises.
 func runSchedule(t *testing.T, s chaosSchedule) {
-	r := &chaosRun{t: t, s: s, srv: redistest.Start(t), rec: &chaosRecord{}, answers: map[int]int{}}
+	r := &chaosRun{t: t, s: s, rec: &chaosRecord{}, answers: map[int]int{}}
+	if s.Cluster {
+		r.cl = redistest.StartReplicatedCluster(t)
+	} else {
+		r.srv = redistest.Start(t)
+		for range s.Pods {
+			r.links = append(r.links, harness.Listen(t, r.srv.Addr))
+		}
+	}
 	r.upURL = harness.StartUpstream(t).URL
 	r.lease.Store(1024)
 	r.pods = podSet{gws: make([]*harness.Gateway, s.Pods), down: make([]bool, s.Pods)}
-	for range s.Pods {
-		r.links = append(r.links, harness.Listen(t, r.srv.Addr))
-	}
 	for i := range s.Pods {
 		r.pods.set(i, r.startPod(i), false)
 	}
@@ -213,6 +233,8 @@ func (r *chaosRun) steps(f chaosFault) []chaosAction {
 		return one(func() { r.restart(f.Pod) })
 	case "reload":
 		return one(r.reload)
+	case "failover":
+		return one(func() { r.killMaster([]string{"steady", "flood"}[f.Pod%2]) })
 	case "keyflood":
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -245,6 +267,23 @@ func (r *chaosRun) flush() {
 		err = rc.Do(ctx, rc.B().Flushall().Build()).Error()
 		r.event("FLUSHALL answered (%v)", err)
 	}()
+}
+
+// killMaster kills the master that holds the counter of tenant (steady
+// or flood); its replica takes its slots over once the other masters
+// agree it failed.
+func (r *chaosRun) killMaster(tenant string) {
+	rc, err := store.NewRedisClient(store.RedisConfig{Addrs: r.cl.Addrs, Cluster: true})
+	require.NoError(r.t, err)
+	defer rc.Close()
+	nodeOf := func(tenant string) int {
+		slot, err := rc.Do(context.Background(), rc.B().ClusterKeyslot().Key("{rule:"+tenant+":default}").Build()).AsInt64()
+		require.NoError(r.t, err)
+		return int(slot) * 3 / 16384
+	}
+	i := nodeOf(tenant)
+	r.cl.Masters[i].Stop()
+	r.event("master %d killed, with the counters of %s (steady's on master %d, flood's on %d)", i, tenant, nodeOf("steady"), nodeOf("flood"))
 }
 
 // restart shuts pod i down, as SIGTERM does, and starts a new one on the

@@ -27,7 +27,12 @@ import (
 // every kind.
 
 // chaosKinds are the faults a schedule draws from.
-var chaosKinds = []string{"pause", "slow", "partition", "flush", "restart", "reload", "keyflood"}
+var chaosKinds = []string{"pause", "slow", "partition", "flush", "restart", "reload", "keyflood", "failover"}
+
+// chaosClusterKinds are the faults a schedule on the replicated cluster
+// draws besides its failover (the others act on the one redis-server or on
+// the pods' links to it).
+var chaosClusterKinds = []string{"restart", "reload", "keyflood"}
 
 // chaosCovered are the kinds CI draws from: those the gateway is known to
 // hold both promises under (docs/reliability.md lists which and why).
@@ -64,6 +69,8 @@ func (f chaosFault) String() string {
 	switch f.Kind {
 	case "partition", "restart":
 		s += fmt.Sprintf(" of pod %d", f.Pod)
+	case "failover":
+		s += " of the master of " + []string{"steady", "flood"}[f.Pod%2]
 	case "slow":
 		s += fmt.Sprintf(" by %v a read", f.Delay)
 	}
@@ -84,26 +91,42 @@ type chaosSchedule struct {
 	Steady    int
 	Faults    []chaosFault
 	Length    time.Duration
+	Cluster   bool // on the replicated cluster, without links
 }
 
 func (s chaosSchedule) String() string {
-	return fmt.Sprintf("seed %d: %d pods, %s, limit %d per %v, steady at %d%%, flood at 300%%, faults %v, %v of load",
-		s.Seed, s.Pods, s.Algorithm, s.Limit, chaosWindow, s.Steady, s.Faults, s.Length)
+	store := "one redis-server"
+	if s.Cluster {
+		store = "a cluster of 3 masters and 3 replicas"
+	}
+	return fmt.Sprintf("seed %d: %d pods on %s, %s, limit %d per %v, steady at %d%%, flood at 300%%, faults %v, %v of load",
+		s.Seed, s.Pods, store, s.Algorithm, s.Limit, chaosWindow, s.Steady, s.Faults, s.Length)
 }
 
 // drawSchedule draws the schedule of seed from kinds: 3 to 6 pods, one
 // algorithm, a limit of 50 or 100, a steady tenant at 30 to 70% of it,
 // and one or two faults of different kinds (which may overlap: a reload
-// in an outage), with
-// 2.5 s of load after the last one ends.
+// in an outage), with 2.5 s of load after the last one ends. A schedule
+// with a failover runs on the replicated cluster (a quarter of those drawn
+// from kinds with failover), its other fault drawn from chaosClusterKinds.
 func drawSchedule(seed uint64, kinds []string) chaosSchedule {
 	r := rand.New(rand.NewPCG(seed, 0x5e171ae1))
 	s := chaosSchedule{
 		Seed: seed, Pods: 3 + r.IntN(4), Algorithm: chaosAlgorithms[r.IntN(len(chaosAlgorithms))],
 		Limit: 50 * (1 + r.IntN(2)), Steady: 30 + r.IntN(41),
 	}
+	if slices.Contains(kinds, "failover") && (len(kinds) == 1 || r.IntN(4) == 0) {
+		s.Cluster = true
+		kinds = slices.DeleteFunc(slices.Clone(chaosClusterKinds), func(k string) bool { return !slices.Contains(kinds, k) })
+		s.Faults = []chaosFault{{Kind: "failover", At: 2*time.Second + time.Duration(r.IntN(2000))*time.Millisecond, For: 4 * time.Second, Pod: r.IntN(2)}}
+	} else {
+		kinds = slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return k == "failover" })
+	}
 	end := time.Duration(0)
-	for range min(1+r.IntN(2), len(kinds)) {
+	for _, f := range s.Faults {
+		end = max(end, f.At+f.For)
+	}
+	for range min(1+r.IntN(2)-len(s.Faults), len(kinds)) {
 		f := drawFault(r, kinds, s.Pods)
 		for slices.ContainsFunc(s.Faults, func(g chaosFault) bool { return g.Kind == f.Kind }) {
 			f = drawFault(r, kinds, s.Pods) // two of a kind would undo each other
