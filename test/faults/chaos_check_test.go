@@ -178,7 +178,7 @@ func (r *chaosRun) listed(k *chaosKey, at time.Time, l time.Duration) string {
 				d.span.To.Sub(d.span.From).Round(100*time.Microsecond), d.pod))
 		}
 	}
-	if len(out) > 12 {
+	if len(out) > 16 {
 		return ""
 	}
 	return ": " + strings.Join(out, " ")

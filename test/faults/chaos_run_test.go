@@ -38,6 +38,8 @@ type chaosRun struct {
 	answers map[int]int // client side, by status (0: transport error)
 	events  []string
 	newIDs  atomic.Int64
+	done    chan struct{} // closed when the schedule ends, however it ends
+	wg      sync.WaitGroup
 }
 
 // podSet is the pods serving now; a pod being restarted is skipped.
@@ -115,7 +117,7 @@ func (r *chaosRun) startPod(i int) *harness.Gateway {
 // runSchedule runs s: the pods, the load, the faults at their times, then
 // the check of both promises.
 func runSchedule(t *testing.T, s chaosSchedule) {
-	r := &chaosRun{t: t, s: s, rec: &chaosRecord{}, answers: map[int]int{}}
+	r := &chaosRun{t: t, s: s, rec: &chaosRecord{}, answers: map[int]int{}, done: make(chan struct{})}
 	if s.Cluster {
 		r.cl = redistest.StartReplicatedCluster(t)
 	} else {
@@ -138,29 +140,28 @@ func runSchedule(t *testing.T, s chaosSchedule) {
 		}
 		return true
 	})
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	end := sync.OnceFunc(func() { close(r.done); r.wg.Wait() })
+	defer end() // a fault that fails the test stops the load too
 	r.rec.on.Store(true)
 	r.start = time.Now()
-	r.offer(&wg, stop, s.Limit*s.Steady/100, 3, "X-API-Key", func(int) string { return "steady-key" })
-	r.offer(&wg, stop, 3*s.Limit, 6, "X-API-Key", func(int) string { return "flood-key" })
+	r.offer(nil, s.Limit*s.Steady/100, 3, "X-API-Key", func(int) string { return "steady-key" })
+	r.offer(nil, 3*s.Limit, 6, "X-API-Key", func(int) string { return "flood-key" })
 	r.runFaults()
 	if left := s.Length - time.Since(r.start); left > 0 {
 		time.Sleep(left)
 	}
-	close(stop)
-	wg.Wait()
+	end()
 	r.rec.on.Store(false)
 	r.check()
 }
 
 // offer sends requests at perSecond from workers paced by a ticker each,
 // round robin over the pods up, with header set to value(i) for the i-th
-// request of a worker, until stop is closed.
-func (r *chaosRun) offer(wg *sync.WaitGroup, stop <-chan struct{}, perSecond, workers int, header string, value func(int) string) {
+// request of a worker, until stop is closed or the schedule ends.
+func (r *chaosRun) offer(stop <-chan struct{}, perSecond, workers int, header string, value func(int) string) {
 	period := time.Duration(workers) * time.Second / time.Duration(max(perSecond, 1))
 	for w := range workers {
-		wg.Go(func() {
+		r.wg.Go(func() {
 			tick := time.NewTicker(period)
 			defer tick.Stop()
 			for i := 0; ; i++ {
@@ -170,6 +171,8 @@ func (r *chaosRun) offer(wg *sync.WaitGroup, stop <-chan struct{}, perSecond, wo
 				r.mu.Unlock()
 				select {
 				case <-stop:
+					return
+				case <-r.done:
 					return
 				case <-tick.C:
 				}
@@ -237,8 +240,7 @@ func (r *chaosRun) steps(f chaosFault) []chaosAction {
 		return one(func() { r.killMaster([]string{"steady", "flood"}[f.Pod%2]) })
 	case "keyflood":
 		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		return two(func() { r.keyFlood(&wg, stop) }, func() { close(stop); wg.Wait(); r.event("key flood ends, %d new IDs", r.newIDs.Load()) })
+		return two(func() { r.keyFlood(stop) }, func() { close(stop); r.event("key flood ends, %d new IDs", r.newIDs.Load()) })
 	}
 	r.t.Fatalf("chaos: no such fault %q", f.Kind)
 	return nil
@@ -281,9 +283,9 @@ func (r *chaosRun) killMaster(tenant string) {
 		require.NoError(r.t, err)
 		return int(slot) * 3 / 16384
 	}
-	i := nodeOf(tenant)
+	i, steady, flood := nodeOf(tenant), nodeOf("steady"), nodeOf("flood")
 	r.cl.Masters[i].Stop()
-	r.event("master %d killed, with the counters of %s (steady's on master %d, flood's on %d)", i, tenant, nodeOf("steady"), nodeOf("flood"))
+	r.event("master %d killed, with the counters of %s (steady's on master %d, flood's on %d)", i, tenant, steady, flood)
 }
 
 // restart shuts pod i down, as SIGTERM does, and starts a new one on the
@@ -313,15 +315,15 @@ func (r *chaosRun) reload() {
 // keyFlood sends requests with new X-User-Id values (one each, each under
 // its limit) at 300/s, and two heavy users at 3× the per-user limit, until
 // stop is closed.
-func (r *chaosRun) keyFlood(wg *sync.WaitGroup, stop <-chan struct{}) {
+func (r *chaosRun) keyFlood(stop <-chan struct{}) {
 	r.event("key flood begins")
 	seed := r.s.Seed
-	r.offer(wg, stop, 300, 8, "X-User-Id", func(i int) string {
+	r.offer(stop, 300, 8, "X-User-Id", func(i int) string {
 		r.newIDs.Add(1)
 		return fmt.Sprintf("new-%d-%d", seed, i)
 	})
 	for u := range 2 {
-		r.offer(wg, stop, 3*userLimit, 1, "X-User-Id", func(int) string { return fmt.Sprintf("heavy-%d-%d", seed, u) })
+		r.offer(stop, 3*userLimit, 1, "X-User-Id", func(int) string { return fmt.Sprintf("heavy-%d-%d", seed, u) })
 	}
 }
 
