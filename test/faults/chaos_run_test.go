@@ -47,18 +47,29 @@ type podSet struct {
 	mu   sync.Mutex
 	gws  []*harness.Gateway
 	down []bool
+	turn int
 }
 
-// url is the proxy of pod i, or of the next pod up.
+// url is the proxy of pod i or, while it is down, of the pods up in turn
+// (so that no one pod takes its share on top of its own).
 func (p *podSet) url(i int) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for k := range len(p.gws) {
-		if j := (i + k) % len(p.gws); !p.down[j] {
-			return p.gws[j].URL
+	i %= len(p.gws)
+	if !p.down[i] {
+		return p.gws[i].URL
+	}
+	var up []int
+	for j, d := range p.down {
+		if !d {
+			up = append(up, j)
 		}
 	}
-	return p.gws[i%len(p.gws)].URL
+	if len(up) == 0 {
+		return p.gws[i].URL
+	}
+	p.turn++
+	return p.gws[up[p.turn%len(up)]].URL
 }
 
 func (p *podSet) set(i int, g *harness.Gateway, down bool) {
