@@ -244,7 +244,7 @@ func (r *chaosRun) steps(f chaosFault) []chaosAction {
 	case "flush":
 		return one(r.flush)
 	case "restart":
-		return one(func() { r.restart(f.Pod) })
+		return one(func() { r.wg.Go(func() { r.restart(f.Pod) }) })
 	case "reload":
 		return one(r.reload)
 	case "failover":
@@ -299,8 +299,9 @@ func (r *chaosRun) killMaster(tenant string) {
 	r.event("master %d killed, with the counters of %s (steady's on master %d, flood's on %d)", i, tenant, steady, flood)
 }
 
-// restart shuts pod i down, as SIGTERM does, and starts a new one on the
-// same configuration.
+// restart shuts pod i down, as SIGTERM does (its drain takes up to
+// seconds, so it runs beside the other faults' steps), and starts a new one
+// on the same configuration.
 func (r *chaosRun) restart(i int) {
 	r.pods.set(i, nil, true)
 	_ = r.pods.get(i).Shutdown(5 * time.Second)
