@@ -39,6 +39,7 @@ type chaosRun struct {
 	events  []string
 	newIDs  atomic.Int64
 	done    chan struct{} // closed when the schedule ends, however it ends
+	podsMu  sync.Mutex    // held by a reload, and by a restart while it takes its pod down
 	wg      sync.WaitGroup
 }
 
@@ -79,6 +80,12 @@ func (p *podSet) set(i int, g *harness.Gateway, down bool) {
 		p.gws[i] = g
 	}
 	p.down[i] = down
+}
+
+func (p *podSet) state(i int) (*harness.Gateway, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gws[i], p.down[i]
 }
 
 func (p *podSet) get(i int) *harness.Gateway {
@@ -303,18 +310,26 @@ func (r *chaosRun) killMaster(tenant string) {
 // seconds, so it runs beside the other faults' steps), and starts a new one
 // on the same configuration.
 func (r *chaosRun) restart(i int) {
+	r.podsMu.Lock()
 	r.pods.set(i, nil, true)
+	r.podsMu.Unlock()
 	_ = r.pods.get(i).Shutdown(5 * time.Second)
 	r.event("pod %d shut down", i)
 	r.pods.set(i, r.startPod(i), false)
 	r.event("pod %d started again", i)
 }
 
-// reload changes limits.max_lease in every pod's file and reloads each.
+// reload changes limits.max_lease in every pod's file and reloads each
+// (a pod being restarted starts on the new file).
 func (r *chaosRun) reload() {
+	r.podsMu.Lock()
+	defer r.podsMu.Unlock()
 	r.lease.Store(1536 - r.lease.Load()) // 1024 ↔ 512
 	for i := range r.s.Pods {
-		g := r.pods.get(i)
+		g, down := r.pods.state(i)
+		if down {
+			continue
+		}
 		require.NoError(r.t, os.WriteFile(g.Path, []byte(r.config(i)), 0o600))
 		applied, restart, err := g.Reload()
 		require.NoError(r.t, err, "pod %d's reload", i)
