@@ -20,8 +20,8 @@ import (
 // window position (the windows starting at each approval's span start: the
 // busiest is among them). For a token bucket of capacity C refilled at R,
 // every interval T of 250 ms, 500 ms, 1, 2, 4 and 8 s holds at most
-// C + R·T + 2% of C (the long intervals catch a rate above R that the
-// capacity hides in a short one). Counting only the spans wholly inside a window, no scheduling delay
+// C + R·T, + 2% (the long intervals catch a rate above R that the capacity
+// hides in a short one). Counting only the spans wholly inside a window, no scheduling delay
 // can make a window look fuller than it was.
 //
 // I2, a client under its limit whose pod's share has room is not refused:
@@ -152,10 +152,11 @@ func (r *chaosRun) checkI1(f *chaosFindings, name string, k *chaosKey) chaosBusi
 	}
 	var worst chaosBusiest
 	for i, l := range lengths {
-		bound := k.limit + k.limit*2/100
+		limit := k.limit // a token bucket's over l: C + R·l
 		if r.s.Algorithm == "token_bucket" {
-			bound += int(int64(k.limit) * int64(l) / int64(chaosWindow))
+			limit += int(int64(k.limit) * int64(l) / int64(chaosWindow))
 		}
+		bound := limit + limit*2/100
 		certain, at, touching := spans.Busiest(approved, l)
 		if i == 0 || certain-bound > worst.certain-worst.bound {
 			worst = chaosBusiest{l, certain, bound, touching}
