@@ -151,6 +151,8 @@ func drawFault(r *rand.Rand, kinds []string, pods int) chaosFault {
 		f.For = ms(3000, 8000)
 	case "keyflood":
 		f.For = ms(2000, 4000)
+	case "restart":
+		f.For = ms(3000, 5000) // the drain (up to 5 s) and the new pod's first seconds
 	}
 	return f
 }
