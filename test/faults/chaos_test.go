@@ -14,7 +14,8 @@ import (
 // The randomized fault harness: schedules of faults drawn at random from a
 // seed, each run on 3 to 6 real gateways in this process in front of a real
 // redis-server (every pod reaches it through a link of its own that the
-// schedule can cut or slow), under load at several fractions of the limit,
+// schedule can cut or slow) or a Redis Cluster of 3 masters with a replica
+// each (for a failover), under load at several fractions of the limit,
 // for one algorithm drawn per schedule. After each schedule both promises are
 // checked on every window of every key from the gateways' decision spans
 // (chaos_check_test.go): no window holds more than the limit + 2% (I1), and
@@ -35,7 +36,8 @@ var chaosKinds = []string{"pause", "slow", "partition", "flush", "restart", "rel
 var chaosClusterKinds = []string{"restart", "reload", "keyflood"}
 
 // chaosCovered are the kinds CI draws from: those the gateway is known to
-// hold both promises under (docs/reliability.md lists which and why).
+// hold both promises under; docs/reliability.md lists what the others still
+// break. A kind joins once its schedules pass.
 var chaosCovered = []string{"reload"}
 
 // chaosCISchedules is how many schedules a run without SCHEDULES draws.
