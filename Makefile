@@ -11,7 +11,7 @@ LDFLAGS        := -s -w -X main.version=$(VERSION)
 TEST_TIMEOUT   ?= 20m
 
 .DEFAULT_GOAL := help
-.PHONY: help build run cluster test test-faults test-chaos test-short bench bench-compare bench-sidebyside profile lint fmt vet check loadtest loadtest-overload k6 loadtest-k6 loadtest-overload-k6 docker clean
+.PHONY: help build run cluster test test-faults test-chaos test-short model bench bench-compare bench-sidebyside profile lint fmt vet check loadtest loadtest-overload k6 loadtest-k6 loadtest-overload-k6 docker clean
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -46,6 +46,9 @@ SCHEDULES      ?= $(if $(SEED),1,20)
 CHAOS_FAULTS   ?= all
 test-chaos: ## Run SCHEDULES=N randomized fault schedules (default 20, ~15 s each; SEED=n replays that one schedule; CHAOS_FAULTS=pause,flush,... narrows the faults; see docs/reliability.md).
 	SEED=$(SEED) SCHEDULES=$(SCHEDULES) CHAOS_FAULTS=$(CHAOS_FAULTS) $(GO) test -race -count=1 -timeout 0 -v -run '^TestFaultRandomSchedules$$' ./test/faults
+
+model: ## Check the model of the lease protocol exhaustively with spin (limit/model/lease.pml; needs spin and gcc), and that its known-wrong variants fail.
+	$(GO) test -count=1 -v ./limit/model/
 
 test-short: ## Run the tests without -race (faster local loop).
 	$(GO) test -timeout $(TEST_TIMEOUT) ./...

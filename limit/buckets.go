@@ -172,7 +172,7 @@ func (t *bucketTable) get(key []byte, now int64) *bucket {
 	if v, ok := sh.m.Load(k); ok {
 		return v.(*bucket)
 	}
-	if sh.n >= t.perShard && !t.makeRoom(sh) {
+	if sh.n >= t.perShard && !t.makeRoom(sh, now) {
 		// Full of buckets that hold state: this key is decided with a
 		// bucket that is not kept. A new bucket leases only what its
 		// request needs, so it wastes nothing; the key only loses the
@@ -194,18 +194,21 @@ func (t *bucketTable) get(key []byte, now int64) *bucket {
 // shard's (map order is random) and reports whether it dropped any. A bucket
 // holds something when it has a store call in flight or given up on
 // (fill, late), permits the local failure policy let through and not yet
-// reported to the store (own), or leased permits not yet used or
-// returned (permits, expired): dropping the first would let a limit be
-// exceeded, dropping the second would keep budget counted in the store that
-// nobody can use. The caller holds sh.mu.
-func (t *bucketTable) makeRoom(sh *bucketShard) bool {
+// reported to the store (own), leased permits not yet used or returned
+// (permits, expired), or the store's answer that the key's budget is spent
+// until resetAt: dropping the first would let a limit be exceeded, the
+// second would keep budget counted in the store that nobody can use, and
+// the third would let an exhausted key through on the pod's local share
+// should the store fail (a flood of new keys would free the clients that
+// used up their limit). The caller holds sh.mu; now is the time.
+func (t *bucketTable) makeRoom(sh *bucketShard, now int64) bool {
 	const sample, most = 32, 4
 	seen, dropped := 0, 0
 	sh.m.Range(func(k, v any) bool {
 		if seen++; seen > sample || dropped == most {
 			return false
 		}
-		if v.(*bucket).holdsNothing() {
+		if v.(*bucket).holdsNothing(now) {
 			sh.m.Delete(k)
 			sh.n--
 			t.count.Add(-1)
@@ -219,12 +222,13 @@ func (t *bucketTable) makeRoom(sh *bucketShard) bool {
 // holdsNothing reports whether b can be dropped without losing anything
 // but its cached answers (see makeRoom). It does not wait for b.mu: a
 // bucket in use is not dropped.
-func (b *bucket) holdsNothing() bool {
+func (b *bucket) holdsNothing(now int64) bool {
 	if b.late.Load() > 0 || !b.mu.TryLock() {
 		return false
 	}
 	defer b.mu.Unlock()
-	return b.fill == nil && !b.hasUnleased() && b.permits == 0 && b.expired == 0 && b.owed == 0
+	spent := b.answeredAt > 0 && b.remaining <= 0 && now < b.resetAt
+	return b.fill == nil && !b.hasUnleased() && b.permits == 0 && b.expired == 0 && b.owed == 0 && !spent
 }
 
 // owe keeps n permits that the store counted at ref for a request another

@@ -75,7 +75,7 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 		alg:      cfg.Algorithm,
 		policy:   cfg.OnStoreFailure,
 		store:    st,
-		fallback: store.NewMemoryStore(store.MemoryOptions{MaxKeys: cfg.MaxKeys, Now: opts.Now}),
+		fallback: store.NewMemoryStore(store.MemoryOptions{MaxKeys: cfg.MaxKeys, Now: opts.Now, Role: store.RoleLocalShare}),
 		adj:      opts.Adjuster,
 		livePods: opts.LivePods,
 		catalog:  opts.Catalog,

@@ -160,6 +160,10 @@ type LeaseResult struct {
 	FirstFree time.Duration
 	Duplicate bool // RequestID repeats within its allowance: nothing new was taken
 	Repeated  bool // RequestID repeats past its allowance: counted as a new request
+	// NoRoom tells that a MemoryStore refused a new key for want of room
+	// (every key it holds is exhausted, twice MaxKeys of them), not for its
+	// budget: nothing was counted.
+	NoRoom bool
 	// Ref says where the grant's leased permits (Granted - Need, those the
 	// caller may hold) were counted, for a later Return; opaque.
 	Ref int64
