@@ -88,7 +88,10 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 		r.B().Pexpire().Key(v.key).Milliseconds(v.ttl.Milliseconds()).Build(),
 		r.B().Hgetall().Key(v.key).Build())
 	if res[0].Error() == nil {
-		v.beat.Store(now.UnixNano())
+		// Stored once the count below is (or the exchange failed): a
+		// reader that sees the heartbeat sees a count of pods seen, not
+		// the one assumed before the first exchange.
+		defer v.beat.Store(now.UnixNano())
 	}
 	all, err := res[2].AsStrMap()
 	for _, x := range res[:2] {

@@ -33,6 +33,12 @@ type podCount struct {
 // each stores a count some reader saw.
 func (l *Limiter) pods(now int64) (live, seen int64) {
 	live = int64(max(1, l.livePods()))
+	if l.heartbeatAt != nil && l.heartbeatAt().IsZero() {
+		// No heartbeat of this pod has reached the store yet: the count
+		// is limits.expected_pods, assumed, not pods seen; a pod assumed
+		// and never seen is not one to hold a share for.
+		return live, live
+	}
 	most := l.podCount.most.Load()
 	if live >= most || now-l.podCount.mostAt.Load() > int64(partitionHold) {
 		l.podCount.most.Store(live)

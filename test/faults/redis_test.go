@@ -106,7 +106,8 @@ func TestStartsWhenRedisComesUpLate(t *testing.T) {
 // TestRedisLosesItsData: a tenant and a rule created through the admin API
 // survive a Redis that shuts down without saving and comes back empty on the
 // same port: a pod writes them back within one resync, and both pods go on
-// enforcing them.
+// enforcing them. The rule's window (2s) has passed by then, so the budget is
+// whole again; a loss within the window is TestFaultRedisEmptiedMidWindow's.
 func TestRedisLosesItsData(t *testing.T) {
 	srv := redistest.Start(t)
 	up := harness.StartUpstream(t)
@@ -116,12 +117,13 @@ func TestRedisLosesItsData(t *testing.T) {
 	cfg := harness.ConfigYAML(up.URL, fmt.Sprintf("redis: {addrs: [%q]}\nlimits: {ip: 0, tenant: 0, store_timeout: 1s}\n", srv.Addr))
 	a, b := harness.Start(t, cfg), harness.Start(t, cfg)
 	require.Equal(t, http.StatusOK, harness.Do(t, "PUT", a.Admin+"/v1/tenants/lostco", `{"plan":"STANDARD","api_keys":["lostco-key"]}`).Status)
-	resp := harness.Do(t, "PUT", a.Admin+"/v1/rules/lostco/default", `{"algorithm":"sliding_window","limit":3,"window":"1m"}`)
+	resp := harness.Do(t, "PUT", a.Admin+"/v1/rules/lostco/default", `{"algorithm":"sliding_window","limit":3,"window":"2s"}`)
 	require.Equal(t, http.StatusOK, resp.Status, "%s", resp.Body)
 	harness.Eventually(t, 3*time.Second, "rule on pod B", func() bool {
 		return harness.Do(t, "GET", b.Admin+"/v1/rules/lostco/default", "").Status == http.StatusOK
 	})
 	require.Equal(t, 3, harness.Passed(t, []*harness.Gateway{a, b}, 6, "lostco-key"), "the rule holds before")
+	counted := time.Now()
 	restores := harness.Scrape(t, a.Admin, "sentinel_catalog_restores_total")
 
 	rc, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
@@ -145,8 +147,10 @@ func TestRedisLosesItsData(t *testing.T) {
 		require.Equal(t, http.StatusOK, harness.Do(t, "GET", g.Admin+"/v1/tenants/lostco", "").Status, "pod %s", name)
 		require.Equal(t, http.StatusOK, harness.Do(t, "GET", g.Admin+"/v1/rules/lostco/default", "").Status, "pod %s", name)
 	}
-	// The counters went with Redis' data: the budget is whole again, and
-	// still enforced by both pods together.
+	// The counters went with Redis' data and the window they counted in
+	// has passed (its permits, leases included, counted no longer): the
+	// budget is whole again, and still enforced by both pods together.
+	time.Sleep(time.Until(counted.Add(4 * time.Second)))
 	assert.Equal(t, 3, harness.Passed(t, []*harness.Gateway{a, b}, 6, "lostco-key"), "the rule holds after")
 	// A pod started now reads them from Redis.
 	c := harness.Start(t, cfg)
