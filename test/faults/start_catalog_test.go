@@ -83,6 +83,30 @@ func TestFaultStartCatalogReadFails(t *testing.T) {
 	checkLoadedAfter(t, b)
 }
 
+// TestFaultStartRedisClosesConnections: the pod's Redis (reached through a
+// link) answers the connection at build, then closes every connection
+// before the first load of the catalog: the pod starts, serves with its
+// configuration's rules, and loads the API's rule once Redis answers again.
+func TestFaultStartRedisClosesConnections(t *testing.T) {
+	srv := redistest.Start(t)
+	link := harness.Listen(t, srv.Addr)
+	up := harness.StartUpstream(t)
+	cfg := harness.Config(up.URL, append(faultSections(`{addrs: ["`+link.Addr()+`"]}`, "{ip: 0, tenant: 0}"),
+		harness.WithSection("tenants", "  - {id: t0, plan: FREE, api_keys: [t0-key]}\n"))...)
+	putAPIRule(t, cfg)
+
+	b := harness.StartWith(t, cfg, harness.Options{BeforeServe: link.Cut})
+	checkServesWithoutCatalog(t, b, cfg)
+
+	link.Restore()
+	took := harness.Eventually(t, 10*time.Second, "the catalog loads once Redis answers", func() bool {
+		return catalogLoaded(t, b.Admin) == "1"
+	})
+	t.Logf("faults: catalog loaded %v after the link came back", took.Round(time.Millisecond))
+	assert.Equal(t, http.StatusOK, harness.Do(t, "GET", b.Admin+"/v1/rules/apico/default", "").Status, "the API's rule applies")
+	checkLoadedAfter(t, b)
+}
+
 // putAPIRule writes tenant apico and its rule through a pod on cfg, which
 // then stops (the next pod is a restart).
 func putAPIRule(t *testing.T, cfg string) {
