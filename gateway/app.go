@@ -256,12 +256,9 @@ func (a *Gateway) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	ctx, a.cancel = context.WithCancel(ctx)
 	a.resets.Start()
 	if err := a.sync.Start(ctx); err != nil {
-		ln.Close()
-		adminLn.Close()
-		if grpcLn != nil {
-			grpcLn.Close()
-		}
-		return fmt.Errorf("cannot load rules and tenants from redis: %w", err)
+		a.loadLater(ctx, err)
+	} else if a.conn != nil && !a.pending() {
+		a.conn.loaded.Store(true)
 	}
 	a.upstreams.Start(ctx)
 	a.adaptive.Start(ctx)

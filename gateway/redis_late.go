@@ -26,6 +26,7 @@ type redisConn struct {
 	store     *store.LateStore // nil: Redis answered at start
 	set       *metrics.Set     // this pod's series, registered until close
 	connected atomic.Bool      // sentinel_redis_connected
+	loaded    atomic.Bool      // sentinel_catalog_loaded
 	failures  *metrics.Counter // failed background connection attempts
 }
 
@@ -39,6 +40,12 @@ func newRedisConn(connected bool) *redisConn {
 		return 0
 	})
 	r.failures = r.set.NewCounter(`sentinel_redis_connect_failures_total`)
+	r.set.NewGauge(`sentinel_catalog_loaded`, func() float64 {
+		if r.loaded.Load() {
+			return 1
+		}
+		return 0
+	})
 	metrics.RegisterSet(r.set)
 	return r
 }
@@ -82,7 +89,7 @@ func (a *Gateway) attachLoop(ctx context.Context) {
 // attach makes client the pod's Redis: the store first (the limiters'
 // breakers close on their next probe, and the permits spent while deciding
 // alone are reported to it), then the adaptive cluster view, then the
-// catalog sync, whose first load it retries until it works.
+// catalog sync, whose first load it retries until it works (loadCatalog).
 func (a *Gateway) attach(ctx context.Context, client rueidis.Client) {
 	a.redis = client // read by close only, once this goroutine has ended
 	a.conn.store.Attach(store.NewRedisStore(client, store.RedisStoreOptions{KeyPrefix: a.cfg.Redis.KeyPrefix}))
@@ -90,9 +97,29 @@ func (a *Gateway) attach(ctx context.Context, client rueidis.Client) {
 	slog.Info("redis answers: the store decides the limits from now on", "redis", a.storeName)
 	a.adaptive.AttachRedis(client)
 	a.resets.Attach(client)
+	a.loadCatalog(ctx, client)
+}
+
+// loadLater is a start whose Redis answered but whose first load of the
+// catalog failed (the master of its slot down, an error, a closed
+// connection): the pod serves with the configuration file's rules and
+// tenants, refuses writes through the API, and loads in the background.
+func (a *Gateway) loadLater(ctx context.Context, err error) {
+	slog.Warn("cannot load rules and tenants from redis: serving with the configuration file's and loading in the background",
+		"error", err)
+	a.sync.Await()
+	client := a.redis
+	a.attaching.Go(func() { a.loadCatalog(ctx, client) })
+}
+
+// loadCatalog starts the catalog sync on client, retrying its first load
+// until it works or ctx ends (each failure counts in
+// sentinel_catalog_sync_errors_total), and sets sentinel_catalog_loaded.
+func (a *Gateway) loadCatalog(ctx context.Context, client rueidis.Client) {
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		err := a.sync.Attach(ctx, client)
 		if err == nil {
+			a.conn.loaded.Store(true)
 			slog.Info("rules and tenants loaded from redis")
 			return
 		}

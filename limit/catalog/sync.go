@@ -187,13 +187,15 @@ func (s *Sync) Attach(ctx context.Context, client rueidis.Client) error {
 
 // Start loads the rules and tenants from Redis into the catalog, subscribes
 // to the change channel and starts the periodic resync. It returns an error
-// when the first load fails; the background work stops with ctx or Stop.
+// (counted in sentinel_catalog_sync_errors_total) when the first load fails;
+// the background work stops with ctx or Stop.
 func (s *Sync) Start(ctx context.Context) error {
 	if s.client == nil {
 		return nil // in-process only: nothing to load or follow
 	}
 	syncReloadsFull.Inc()
 	if err := s.reload(ctx); err != nil {
+		syncErrors.Inc()
 		return err
 	}
 	ctx, s.cancel = context.WithCancel(ctx)

@@ -33,6 +33,10 @@ type Options struct {
 	OnDecision func(req *limit.Request, d limit.Decision, from, to time.Time)
 	// Store is the in-memory store the gateway counts in (gateway.Options.Store).
 	Store *store.MemoryStore
+	// BeforeServe runs between building the gateway (which connects its
+	// store) and serving it (which loads the catalog), for a fault between
+	// the two.
+	BeforeServe func()
 }
 
 // Start loads configYAML (plus environment overrides, "NAME=value"),
@@ -57,6 +61,9 @@ func StartWith(t testing.TB, configYAML string, o Options) *Gateway {
 	require.NoError(t, err)
 	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	if o.BeforeServe != nil {
+		o.BeforeServe()
+	}
 	require.NoError(t, gw.Serve(context.Background(), ln, adminLn))
 	g := &Gateway{gw: gw, Path: path, URL: "http://" + ln.Addr().String(), Admin: "http://" + adminLn.Addr().String(), token: cfg.Admin.Token}
 	t.Cleanup(g.Stop)
