@@ -298,20 +298,23 @@ func TestStoreLearnsWhatTheLocalShareLetThrough(t *testing.T) {
 // TestLocalShareGetsUnusedPermitsBack: the local share counts a lease when
 // Redis grants it, and the lease's unused permits, given back to Redis, are
 // given back to the share too: when Redis then fails the pod lets through
-// its share less what it used, not less what it leased.
+// its share less what it used, not less what it leased. The limiter's clock
+// is the test's: the leases' sizes (learned from the gaps between calls)
+// and their expiry do not depend on how fast a busy machine runs the test,
+// and the store's deadline is long enough for any pause of one.
 func TestLocalShareGetsUnusedPermitsBack(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := testLimitsConfig(func(c *Config) {
-		// A lease lifetime long enough to outlast any pause of a busy
-		// machine between the leases and the count of what they hold.
-		c.IP, c.Window, c.LeaseTTL, c.MaxLease, c.StoreTimeout = 100, time.Hour, 2*time.Second, 8, 50*time.Millisecond
+		c.IP, c.Window, c.LeaseTTL, c.MaxLease = 100, time.Hour, time.Second, 8
+		c.BreakerFailures = 1 // one call waits for the paused Redis; the breaker then stays open (the clock stands)
 	})
-	pod := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
+	clock := &testClock{at: time.Now()}
+	pod := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{Now: clock.now})
 	ip := []byte("10.9.9.9")
 	got, _ := allowN(pod, &Request{IP: ip}, 8) // leases of 1, 2, 4, then 8 of which 1 is used
 	require.Equal(t, 8, got)
 	require.Equal(t, int64(7), pod.heldPermits(ip))
-	time.Sleep(2100 * time.Millisecond) // the 7 expire unused
+	clock.add(cfg.LeaseTTL + time.Millisecond) // the 7 expire unused
 	srv.Pause()
 	defer srv.Resume()
 	got, _ = allowN(pod, &Request{IP: ip}, 100)
