@@ -156,16 +156,18 @@ func TestLimiterTimedOutLeaseSpendsNoBudget(t *testing.T) {
 
 // TestLimiterReturnsUnusedPermits: permits leased but not used before their
 // lease expires go back to the store with the next lease call, so another pod
-// can use them at once.
+// can use them at once. The limiters run on the test's clock: the lease
+// expires when the test says, not when a busy machine gets to it.
 func TestLimiterReturnsUnusedPermits(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, alg := range []store.Algorithm{store.SlidingWindow, store.SlidingLog, store.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
 			cfg := testLimitsConfig(func(c *Config) {
-				c.Algorithm, c.IP, c.Window, c.LeaseTTL, c.MaxLease = alg, 20, time.Hour, 50*time.Millisecond, 20
+				c.Algorithm, c.IP, c.Window, c.LeaseTTL, c.MaxLease = alg, 20, time.Hour, time.Second, 20
 			})
-			a := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
-			b := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
+			clock := &testClock{at: time.Now()}
+			a := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{Now: clock.now})
+			b := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{Now: clock.now})
 			ip := []byte("ret-" + alg.String())
 			used := int64(0)
 			for used < 3 || a.heldPermits(ip) == 0 {
@@ -174,7 +176,7 @@ func TestLimiterReturnsUnusedPermits(t *testing.T) {
 				require.Less(t, used, int64(15), "pod a never held unused permits")
 			}
 			left := a.heldPermits(ip)
-			time.Sleep(60 * time.Millisecond) // a's lease expires unused
+			clock.add(cfg.LeaseTTL + time.Millisecond) // a's lease expires unused
 			// The next call of pod a gives the unused permits back.
 			require.True(t, a.Allow(context.Background(), &Request{IP: ip}).Allowed)
 			used++
