@@ -43,9 +43,9 @@ func (s stagedFiles) withFiles(changed []string) []string {
 
 // commitFiles serves the staged files and next's grpc.descriptor_override.
 func (a *Gateway) commitFiles(s stagedFiles, next *Config) {
-	if a.rls == nil || (!s.changed && next.GRPC.DescriptorOverride == a.cfg.GRPC.DescriptorOverride) {
+	if a.rls == nil || (!s.changed && next.GRPC.Overrides() == a.cfg.GRPC.Overrides()) {
 		return
 	}
-	a.rls.SetFiles(s.files, next.GRPC.DescriptorOverride)
+	a.rls.SetFiles(s.files, next.GRPC.Overrides())
 	a.cfg.GRPC.ConfigFiles, a.cfg.GRPC.DescriptorOverride = next.GRPC.ConfigFiles, next.GRPC.DescriptorOverride
 }

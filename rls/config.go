@@ -33,9 +33,10 @@ type Config struct {
 	ConfigFiles []string `mapstructure:"config_files"`
 	// DescriptorOverride lets a descriptor of a ConfigFiles domain carry its
 	// own limit (Envoy's per-descriptor `limit`), which then replaces the
-	// files' rule for it, as in envoyproxy/ratelimit. Default false: the
-	// files decide, whatever the caller asks.
-	DescriptorOverride bool `mapstructure:"descriptor_override"`
+	// files' rule for it, as envoyproxy/ratelimit always allows. Default
+	// true; false: the files decide, whatever the caller asks (the one
+	// answer an operator may choose to make differ from envoyproxy/ratelimit).
+	DescriptorOverride *bool `mapstructure:"descriptor_override"`
 }
 
 // LiveKey reports whether a changed key of the section (after "grpc.")
@@ -71,11 +72,20 @@ const (
 	DefaultRemoteAddressKey = "remote_address"
 )
 
+// Overrides reports whether a descriptor's own limit replaces its rule in
+// the domains of ConfigFiles (DescriptorOverride; unset: true).
+func (c *Config) Overrides() bool { return c.DescriptorOverride == nil || *c.DescriptorOverride }
+
 // Enabled reports whether the gRPC listener is on.
 func (c *Config) Enabled() bool { return c.Listen != "" }
 
-// SetDefaults fills the entry keys each domain leaves empty.
+// SetDefaults fills the entry keys each domain leaves empty and turns
+// DescriptorOverride on when it is not set.
 func (c *Config) SetDefaults() {
+	if c.DescriptorOverride == nil {
+		on := true
+		c.DescriptorOverride = &on
+	}
 	for name, d := range c.Domains {
 		d.setDefaults()
 		c.Domains[name] = d

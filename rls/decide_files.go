@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"strconv"
@@ -99,7 +100,7 @@ func (s *service) fileRule(f *Files, d *domainRules, i int, desc *commonv3.RateL
 	for j, e := range desc.GetEntries() {
 		vals[j] = e.GetValue()
 	}
-	r := &rule{domain: d.name, path: d.name, unit: unit, perUnit: lim.GetRequestsPerUnit(), metrics: f.ruleMetrics(d.name, overrideLabel)}
+	r := &rule{domain: d.name, path: d.name, unit: unit, perUnit: lim.GetRequestsPerUnit(), override: true, metrics: f.ruleMetrics(d.name, overrideLabel)}
 	return r, vals, nil
 }
 
@@ -145,43 +146,121 @@ func (s *service) fileDescriptor(ctx context.Context, d *domainRules, r *rule, r
 	return fileStatus{st: st, quota: r.quota}, nil
 }
 
-// decideRule takes hits under rule r for the descriptor and answers it:
-// OVER_LIMIT when the budget cannot hold them (OK in shadow mode), with the
-// limit and what remains of it. A refused request leaves the budget empty,
-// as envoyproxy/ratelimit's counter, which counts refused hits too, is over
-// the limit for the rest of its window.
+// decideRule takes hits under rule r for the descriptor and answers it as
+// envoyproxy/ratelimit's counter does, which counts every hit, refused ones
+// too, and is over when it is above the limit: a hit that the budget
+// cannot hold is OVER_LIMIT (OK in shadow mode) and spends the budget for
+// the rest of its window; a look (no hits) is OK with what remains, also
+// when nothing does, unless a hit went over the limit in the window.
 func (s *service) decideRule(ctx context.Context, d *domainRules, r *rule, desc *commonv3.RateLimitDescriptor,
 	values []string, hits uint64) (*rlsv3.RateLimitResponse_DescriptorStatus, string, error) {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code:         rlsv3.RateLimitResponse_OK,
 		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: r.name, RequestsPerUnit: r.perUnit, Unit: r.unit},
 	}
-	length, _ := unitLength(r.unit)
-	if r.perUnit == 0 {
-		// Always over, but for a look (no hits), which is not over 0.
-		st.DurationUntilReset = durationpb.New(length)
-		return overAnswer(st, r, hits > 0)
+	key := counterKey(d.name, r, desc, values)
+	b := fileBudget{
+		lim:    limit.Limit{Name: r.label(), Scope: fileScope, Key: key, Params: unitParams(r.unit, r.perUnit), Shadow: r.shadow},
+		marker: limit.Limit{Name: r.label(), Scope: fileScope, Key: overKey(key), Params: unitParams(r.unit, 1)},
+		window: s.window(r.unit),
 	}
-	lim := limit.Limit{Name: r.label(), Scope: fileScope, Key: counterKey(d.name, r.unit, desc, values), Params: unitParams(r.unit, r.perUnit), Shadow: r.shadow}
-	lreq := limit.Request{Limits: []limit.Limit{lim}, Tokens: int64(min(hits, MaxHits)), Peek: hits == 0}
-	if lreq.Peek {
-		lreq.Tokens = 1
+	var (
+		over  bool
+		reset time.Duration
+		err   error
+	)
+	switch {
+	case r.perUnit == 0 && hits == 0:
+		over, err = s.marked(ctx, &b)
+		reset = b.window
+	case r.perUnit == 0:
+		over, reset, err = true, b.window, s.mark(ctx, &b, r)
+	case hits == 0:
+		over, reset, err = s.look(ctx, &b, st)
+	default:
+		over, reset, err = s.hit(ctx, &b, r, hits, st)
 	}
-	dec := s.limiter.Allow(ctx, &lreq)
+	if err != nil {
+		return nil, "", err
+	}
+	st.DurationUntilReset = durationpb.New(min(max(reset, 0), b.window))
+	return overAnswer(st, r, over)
+}
+
+// fileBudget is a descriptor's budget under its rule, and its marker: a
+// budget of 1 in the same window, taken when a hit goes over the limit,
+// which tells a spent budget (a look is OK) from one that a hit went over
+// (a look is OVER_LIMIT), since the limiter never counts past the limit.
+type fileBudget struct {
+	lim, marker limit.Limit
+	window      time.Duration // the unit's, or the calendar period's, length
+}
+
+// hit takes hits from b, and reports whether they went over the limit and
+// when the budget is whole again; an allowed hit sets st's remaining.
+func (s *service) hit(ctx context.Context, b *fileBudget, r *rule, hits uint64, st *rlsv3.RateLimitResponse_DescriptorStatus) (bool, time.Duration, error) {
+	dec := s.limiter.Allow(ctx, &limit.Request{Limits: []limit.Limit{b.lim}, Tokens: int64(min(hits, MaxHits))})
 	if dec.Unavailable {
-		callsUnavailable.Inc()
-		return nil, "", status.Error(codes.Unavailable, "rate-limit store unavailable")
+		return false, 0, unavailable()
 	}
-	st.DurationUntilReset = durationpb.New(max(dec.Reset, 0))
-	over := !dec.Allowed || dec.Shadowed
-	if !over {
+	if dec.Allowed && !dec.Shadowed {
 		st.LimitRemaining = uint32(min(max(dec.Remaining, 0), math.MaxUint32))
-		return st, decOK, nil
+		return false, dec.Reset, nil
 	}
-	if !lreq.Peek {
-		s.drain(ctx, lim)
+	reset := s.drain(ctx, b.lim, dec.Reset)
+	return true, reset, s.mark(ctx, b, r)
+}
+
+// look answers a look at b: what remains, and whether a hit went over the
+// limit when nothing does.
+func (s *service) look(ctx context.Context, b *fileBudget, st *rlsv3.RateLimitResponse_DescriptorStatus) (bool, time.Duration, error) {
+	dec := s.limiter.Allow(ctx, &limit.Request{Limits: []limit.Limit{b.lim}, Tokens: 1, Peek: true})
+	if dec.Unavailable {
+		return false, 0, unavailable()
 	}
-	return overAnswer(st, r, true)
+	if dec.Allowed && !dec.Shadowed {
+		st.LimitRemaining = uint32(min(max(dec.Remaining, 0), math.MaxUint32))
+		return false, dec.Reset, nil
+	}
+	over, err := s.marked(ctx, b)
+	return over, dec.Reset, err
+}
+
+// mark records that a hit went over b's limit (in shadow mode the answer
+// is OK whatever the marker says: nothing to record).
+func (s *service) mark(ctx context.Context, b *fileBudget, r *rule) error {
+	if r.shadow {
+		return nil
+	}
+	if dec := s.limiter.Allow(ctx, &limit.Request{Limits: []limit.Limit{b.marker}, Tokens: 1}); dec.Unavailable {
+		return unavailable()
+	}
+	return nil
+}
+
+// marked reports whether a hit went over b's limit in its window.
+func (s *service) marked(ctx context.Context, b *fileBudget) (bool, error) {
+	dec := s.limiter.Allow(ctx, &limit.Request{Limits: []limit.Limit{b.marker}, Tokens: 1, Peek: true})
+	if dec.Unavailable {
+		return false, unavailable()
+	}
+	return !dec.Allowed, nil
+}
+
+func unavailable() error {
+	callsUnavailable.Inc()
+	return status.Error(codes.Unavailable, "rate-limit store unavailable")
+}
+
+// window is the length of a unit's window now: a calendar period's for a
+// week, a month or a year (a month of 28 to 31 days), else the unit's.
+func (s *service) window(u rlsv3.RateLimitResponse_RateLimit_Unit) time.Duration {
+	p := unitParams(u, 1)
+	if p.Algorithm != store.Quota {
+		return p.Window
+	}
+	start, end := p.Period.Bounds(s.now(), time.UTC)
+	return end.Sub(start)
 }
 
 // overAnswer is st over the limit (when over): OVER_LIMIT, or OK in shadow
@@ -200,21 +279,29 @@ func overAnswer(st *rlsv3.RateLimitResponse_DescriptorStatus, r *rule, over bool
 // drain takes what is left of lim's budget after a refusal: the
 // limiter refuses a request for more than is left without taking any,
 // while envoyproxy/ratelimit counts the refused hits, so that the budget is
-// spent for the rest of the window. A failure here changes no answer.
-func (s *service) drain(ctx context.Context, lim limit.Limit) {
+// spent for the rest of the window. It returns when the budget is whole
+// again (reset, the refusal's, when nothing was left to take). A failure
+// here changes no answer.
+func (s *service) drain(ctx context.Context, lim limit.Limit, reset time.Duration) time.Duration {
 	lims := []limit.Limit{lim}
 	left := s.limiter.Allow(ctx, &limit.Request{Limits: lims, Tokens: 1, Peek: true})
 	if !left.Allowed || left.Shadowed || left.Remaining <= 0 {
-		return
+		return max(reset, left.Reset)
 	}
-	s.limiter.Allow(ctx, &limit.Request{Limits: lims, Tokens: left.Remaining})
+	if took := s.limiter.Allow(ctx, &limit.Request{Limits: lims, Tokens: left.Remaining}); took.Allowed {
+		return took.Reset
+	}
+	return reset
 }
 
 // counterKey is the identity of a descriptor's budget under its rule: the
 // domain, the unit, and each entry's key and counted value, each part
 // length-prefixed so that no two descriptors share a counter by accident
 // (envoyproxy/ratelimit joins them with '_': (a, b_c) and (a_b, c) collide).
-func counterKey(domain string, unit rlsv3.RateLimitResponse_RateLimit_Unit, desc *commonv3.RateLimitDescriptor, values []string) []byte {
+// A descriptor's own limit (override) counts in a budget of its own for
+// each limit, its unit part "MINUTE/5": the limiter keeps one budget per
+// key and limit.
+func counterKey(domain string, r *rule, desc *commonv3.RateLimitDescriptor, values []string) []byte {
 	k := make([]byte, 0, 64)
 	part := func(p string) {
 		k = strconv.AppendInt(k, int64(len(p)), 10)
@@ -222,12 +309,22 @@ func counterKey(domain string, unit rlsv3.RateLimitResponse_RateLimit_Unit, desc
 		k = append(k, p...)
 	}
 	part(domain)
-	part(unit.String())
+	unit := r.unit.String()
+	if r.override {
+		unit += "/" + strconv.FormatUint(uint64(r.perUnit), 10)
+	}
+	part(unit)
 	for i, e := range desc.GetEntries() {
 		part(e.GetKey())
 		part(values[i])
 	}
 	return k
+}
+
+// overKey is the key of a budget's marker: the budget's key and one part
+// more, so that no descriptor's key (two parts per entry) meets it.
+func overKey(key []byte) []byte {
+	return append(bytes.Clone(key), "1:!"...)
 }
 
 // detailed is the descriptor label of a detailed_metric rule

@@ -20,6 +20,10 @@
 // (match.go), the matched rules' replaces apply in one pass, and each
 // descriptor that keeps a rule is a limit.Request naming one limit.Limit,
 // keyed by the domain, the unit and the descriptor's entries
-// (decide_files.go). A refused descriptor spends what is left of its
-// budget, since envoyproxy/ratelimit counts refused hits.
+// (decide_files.go). A descriptor's own limit replaces its rule
+// (Config.DescriptorOverride, on by default) and counts in a budget per
+// limit. A refused descriptor spends what is left of its budget, since
+// envoyproxy/ratelimit counts refused hits, and takes its budget's
+// over-limit marker, so that a look tells a spent budget (OK) from one a
+// hit went over (OVER_LIMIT).
 package rls

@@ -74,8 +74,11 @@ type rule struct {
 	shadow         bool
 	quota          bool
 	detailedMetric bool
-	replaces       []string
-	metrics        *ruleMetrics
+	// override: the rule is a descriptor's own limit, counted in a budget
+	// of its own per limit (see counterKey).
+	override bool
+	replaces []string
+	metrics  *ruleMetrics
 }
 
 // label is the rule's metric label: its name, else its path.

@@ -187,7 +187,7 @@ func TestFilesDescriptorOverride(t *testing.T) {
 	}
 	for _, on := range []bool{true, false} {
 		lim, cat := memLimiter(t)
-		c := rlsv3.NewRateLimitServiceClient(start(t, Config{ConfigFiles: []string{"testdata/mesh.yaml"}, DescriptorOverride: on}, lim, cat))
+		c := rlsv3.NewRateLimitServiceClient(start(t, Config{ConfigFiles: []string{"testdata/mesh.yaml"}, DescriptorOverride: &on}, lim, cat))
 		req := &rlsv3.RateLimitRequest{Domain: "mesh", Descriptors: descs(overridden())}
 		resp, err := c.ShouldRateLimit(context.Background(), req)
 		require.NoError(t, err)

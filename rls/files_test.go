@@ -182,12 +182,21 @@ descriptors:
 }
 
 // TestCounterKeysDoNotCollide: envoyproxy/ratelimit's (a, b_c) and (a_b, c)
-// share a counter; here they do not.
+// share a counter; here they do not, nor do a descriptor's own limits, nor
+// a budget's over-limit marker with a descriptor's budget.
 func TestCounterKeysDoNotCollide(t *testing.T) {
-	a := counterKey("d", rlsv3.RateLimitResponse_RateLimit_SECOND, descriptor("a", "b_c"), []string{"b_c"})
-	b := counterKey("d", rlsv3.RateLimitResponse_RateLimit_SECOND, descriptor("a_b", "c"), []string{"c"})
+	sec := &rule{unit: rlsv3.RateLimitResponse_RateLimit_SECOND, perUnit: 5}
+	a := counterKey("d", sec, descriptor("a", "b_c"), []string{"b_c"})
+	b := counterKey("d", sec, descriptor("a_b", "c"), []string{"c"})
 	assert.NotEqual(t, string(a), string(b))
-	c := counterKey("d", rlsv3.RateLimitResponse_RateLimit_SECOND, descriptor("a", "1:b"), []string{"1:b"})
-	e := counterKey("d", rlsv3.RateLimitResponse_RateLimit_SECOND, descriptor("a", "1", "b", ""), []string{"1", ""})
+	c := counterKey("d", sec, descriptor("a", "1:b"), []string{"1:b"})
+	e := counterKey("d", sec, descriptor("a", "1", "b", ""), []string{"1", ""})
 	assert.NotEqual(t, string(c), string(e))
+	own := &rule{unit: sec.unit, perUnit: 5, override: true}
+	other := &rule{unit: sec.unit, perUnit: 6, override: true}
+	o5 := counterKey("d", own, descriptor("a", "x"), []string{"x"})
+	assert.NotEqual(t, string(o5), string(counterKey("d", sec, descriptor("a", "x"), []string{"x"})))
+	assert.NotEqual(t, string(o5), string(counterKey("d", other, descriptor("a", "x"), []string{"x"})))
+	m := overKey(counterKey("d", sec, descriptor("a", "x"), []string{"x"}))
+	assert.NotEqual(t, string(m), string(counterKey("d", sec, descriptor("a", "x", "1", "!"), []string{"x", "!"})))
 }

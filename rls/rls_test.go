@@ -178,8 +178,8 @@ func TestShouldRateLimitInvalidNamesTheField(t *testing.T) {
 		req  *rlsv3.RateLimitRequest
 		want string
 	}{
-		{&rlsv3.RateLimitRequest{}, "domain: missing"},
-		{&rlsv3.RateLimitRequest{Domain: "d", HitsAddend: MaxHits + 1}, "hits_addend: must be at most 1000000"},
+		{&rlsv3.RateLimitRequest{Domain: "d", HitsAddend: MaxHits + 1, Descriptors: []*commonv3.RateLimitDescriptor{descriptor("tenant", "a")}},
+			"hits_addend: must be at most 1000000"},
 		{&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("tenant", "")}},
 			"descriptors[0].entries[0].value: missing"},
 		{&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("tenant", "a"), descriptor("key", string(long))}},
@@ -191,6 +191,20 @@ func TestShouldRateLimitInvalidNamesTheField(t *testing.T) {
 		st, _ := status.FromError(err)
 		assert.Equal(t, codes.InvalidArgument, st.Code(), tc.want)
 		assert.Contains(t, st.Message(), tc.want)
+	}
+	// No domain, or no descriptor: refused as envoyproxy/ratelimit refuses
+	// them, in every domain.
+	for _, tc := range []struct {
+		req  *rlsv3.RateLimitRequest
+		want string
+	}{
+		{&rlsv3.RateLimitRequest{Descriptors: []*commonv3.RateLimitDescriptor{descriptor("tenant", "a")}}, "rate limit domain must not be empty"},
+		{&rlsv3.RateLimitRequest{Domain: "d"}, "rate limit descriptor list must not be empty"},
+	} {
+		_, err := c.ShouldRateLimit(context.Background(), tc.req)
+		st, _ := status.FromError(err)
+		assert.Equal(t, codes.Unknown, st.Code(), tc.want)
+		assert.Equal(t, tc.want, st.Message())
 	}
 }
 
@@ -275,11 +289,21 @@ func TestCurrentLimitUnits(t *testing.T) {
 		{5, 2 * time.Second, 150, rlsv3.RateLimitResponse_RateLimit_MINUTE},
 		{100, time.Minute, 100, rlsv3.RateLimitResponse_RateLimit_MINUTE},
 		{10, 500 * time.Millisecond, 20, rlsv3.RateLimitResponse_RateLimit_SECOND},
-		{7, 48 * time.Hour, 3, rlsv3.RateLimitResponse_RateLimit_DAY},
+		{7, 48 * time.Hour, 24, rlsv3.RateLimitResponse_RateLimit_WEEK},
+		{50, 23 * time.Hour, 50, rlsv3.RateLimitResponse_RateLimit_DAY}, // a day across a clock change
+		{50, 7 * 24 * time.Hour, 50, rlsv3.RateLimitResponse_RateLimit_WEEK},
+		{50, 28 * 24 * time.Hour, 50, rlsv3.RateLimitResponse_RateLimit_MONTH},
+		{50, 31 * 24 * time.Hour, 50, rlsv3.RateLimitResponse_RateLimit_MONTH},
+		{50, 366 * 24 * time.Hour, 50, rlsv3.RateLimitResponse_RateLimit_YEAR},
+		{50, 2 * 365 * 24 * time.Hour, 25, rlsv3.RateLimitResponse_RateLimit_YEAR},
 	} {
 		rl := currentLimit(&limit.Decision{Scope: limit.ScopeTenant, Limit: tc.limit, Window: tc.window})
 		assert.Equal(t, tc.per, rl.RequestsPerUnit, "%d/%v", tc.limit, tc.window)
 		assert.Equal(t, tc.unit, rl.Unit, "%d/%v", tc.limit, tc.window)
+	}
+	for w, want := range map[time.Duration]string{time.Second: "1s", time.Minute: "1m", 90 * time.Minute: "1h30m",
+		time.Hour: "1h", 25 * time.Hour: "25h", 30 * 24 * time.Hour: "30d", 500 * time.Millisecond: "500ms", 0: "0"} {
+		assert.Equal(t, want, windowText(w))
 	}
 }
 

@@ -116,7 +116,7 @@ func New(deps Deps) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		svc.setFiles(files, cfg.DescriptorOverride)
+		svc.setFiles(files, cfg.Overrides())
 	}
 	s.svc = svc
 	s.grpc = grpc.NewServer(opts...)

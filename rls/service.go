@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -228,41 +229,84 @@ func descriptorStatus(d *limit.Decision) *rlsv3.RateLimitResponse_DescriptorStat
 	}
 	st.CurrentLimit = currentLimit(d)
 	st.LimitRemaining = uint32(min(max(d.Remaining, 0), 1<<32-1))
-	st.DurationUntilReset = durationpb.New(d.Reset)
+	// Until the budget is whole, never past its window (a lease's permits
+	// are dated to its end, which can put the reset a lease lifetime later).
+	reset := max(d.Reset, 0)
+	if d.Window > 0 {
+		reset = min(reset, d.Window)
+	}
+	st.DurationUntilReset = durationpb.New(reset)
 	return st
 }
 
-// units are Envoy's rate units, smallest first.
+const day = 24 * time.Hour
+
+// units are Envoy's rate units, smallest first, with their length as Envoy
+// and envoyproxy/ratelimit count it (a month is 30 days, a year 365) and
+// the span of one calendar period of the unit (a day of 23 to 25 hours
+// across a clock change, a month of 28 to 31 days, a year of 365 or 366).
 var units = [...]struct {
-	unit rlsv3.RateLimitResponse_RateLimit_Unit
-	dur  time.Duration
+	unit        rlsv3.RateLimitResponse_RateLimit_Unit
+	dur         time.Duration
+	least, most time.Duration
 }{
-	{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
-	{rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
-	{rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
-	{rlsv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second, time.Second, time.Second},
+	{rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute, time.Minute, time.Minute},
+	{rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour, time.Hour, time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_DAY, day, 23 * time.Hour, 25 * time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * day, 7*day - time.Hour, 7*day + time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * day, 28*day - time.Hour, 31*day + time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * day, 365*day - time.Hour, 366*day + time.Hour},
 }
 
-// currentLimit states the decision's limit in Envoy's terms: the limit per
-// window in the smallest unit that holds the window, scaled to that unit
-// when the window is not exactly one unit (5 per 2s is 150 per MINUTE);
-// Name says the limit as configured ("tenant 5/2s").
+// currentLimit states the decision's limit in Envoy's terms: a window of
+// one unit, or one calendar period of it (a calendar quota's week, month
+// or year), is the limit per that unit; another window is the limit per
+// the smallest unit that holds it, scaled to that unit (5 per 2s is 150 per
+// MINUTE; past a year, per YEAR). Name says the scope, the policy's or
+// limit's name when it has one, and the limit as configured
+// ("policy bids-per-user 50/1m", "tenant 5/1s").
 func currentLimit(d *limit.Decision) *rlsv3.RateLimitResponse_RateLimit {
-	rl := &rlsv3.RateLimitResponse_RateLimit{
-		Name: d.Scope.String() + " " + strconv.FormatInt(d.Limit, 10) + "/" + d.Window.String(),
+	name := d.Scope.String() + " "
+	if d.Name != "" {
+		name += d.Name + " "
 	}
+	rl := &rlsv3.RateLimitResponse_RateLimit{Name: name + strconv.FormatInt(d.Limit, 10) + "/" + windowText(d.Window)}
 	if d.Window <= 0 {
-		rl.RequestsPerUnit = uint32(min(max(d.Limit, 0), 1<<32-1))
+		rl.RequestsPerUnit = uint32(min(max(d.Limit, 0), math.MaxUint32))
 		return rl
 	}
-	for _, u := range units {
-		if d.Window <= u.dur || u.unit == rlsv3.RateLimitResponse_RateLimit_DAY {
+	for i, u := range units {
+		switch {
+		case d.Window >= u.least && d.Window <= u.most:
+			rl.Unit, rl.RequestsPerUnit = u.unit, uint32(min(max(d.Limit, 0), math.MaxUint32))
+			return rl
+		case d.Window <= u.dur || i == len(units)-1:
 			per := float64(d.Limit) * float64(u.dur) / float64(d.Window)
-			rl.Unit, rl.RequestsPerUnit = u.unit, uint32(min(max(per, 0), 1<<32-1))
+			rl.Unit, rl.RequestsPerUnit = u.unit, uint32(min(max(per, 0), math.MaxUint32))
 			return rl
 		}
 	}
 	return rl
+}
+
+// windowText writes a window as a configuration writes it: "1s", "1m",
+// "1h30m", "30d", "500ms"; "0" for none (a token bucket that never refills).
+func windowText(w time.Duration) string {
+	switch {
+	case w <= 0:
+		return "0"
+	case w%day == 0:
+		return strconv.FormatInt(int64(w/day), 10) + "d"
+	}
+	s := w.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
 
 // headers are the rate-limit headers of the decision, as the proxy and the
@@ -279,7 +323,9 @@ func headers(d *limit.Decision) []*corev3.HeaderValue {
 func validate(req *rlsv3.RateLimitRequest) error {
 	switch {
 	case req.GetDomain() == "":
-		return invalid("domain", "missing; want a non-empty string")
+		return errEmptyDomain
+	case len(req.GetDescriptors()) == 0:
+		return errNoDescriptors
 	case len(req.GetDomain()) > maxNameLen:
 		return invalid("domain", strconv.Itoa(len(req.GetDomain()))+" bytes long; at most "+strconv.Itoa(maxNameLen)+" allowed")
 	case len(req.GetDescriptors()) > MaxDescriptors:
@@ -307,6 +353,14 @@ func validate(req *rlsv3.RateLimitRequest) error {
 	}
 	return nil
 }
+
+// A request without a domain or without descriptors is refused as
+// envoyproxy/ratelimit refuses it: gRPC code Unknown (its error is not a
+// gRPC status), with its text.
+var (
+	errEmptyDomain   = status.Error(codes.Unknown, "rate limit domain must not be empty")
+	errNoDescriptors = status.Error(codes.Unknown, "rate limit descriptor list must not be empty")
+)
 
 func invalid(field, msg string) error {
 	return status.Error(codes.InvalidArgument, field+": "+msg)
