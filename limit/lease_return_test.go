@@ -274,9 +274,12 @@ func TestStoreLearnsWhatTheLocalShareLetThrough(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, alg := range []store.Algorithm{store.SlidingWindow, store.SlidingLog, store.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
+			// The store's deadline is the tests' default (a second), which
+			// no pause of a busy machine reaches: the call after the failure
+			// reaches Redis. One failed call opens the breaker.
 			cfg := testLimitsConfig(func(c *Config) {
-				c.Algorithm, c.IP, c.Window, c.StoreTimeout = alg, 10, time.Hour, 50*time.Millisecond
-				c.BreakerCooldown = 100 * time.Millisecond
+				c.Algorithm, c.IP, c.Window = alg, 10, time.Hour
+				c.BreakerFailures, c.BreakerCooldown = 1, 100*time.Millisecond
 			})
 			pod := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{})
 			ip := []byte("spent-" + alg.String())
