@@ -401,8 +401,7 @@ func TestLimiterStoreFailure(t *testing.T) {
 			cfg := testLimitsConfig(func(c *Config) {
 				c.IP = 10
 				c.Window = time.Hour
-				c.OnStoreFailure = fp
-				c.StoreTimeout = 50 * time.Millisecond
+				c.OnStoreFailure = fp // the tests' store deadline (a second): the first call is the store's; a stopped Redis fails at once
 				c.BreakerFailures = 2
 				c.BreakerCooldown = 100 * time.Millisecond
 			})
