@@ -35,6 +35,10 @@ type clusterView struct {
 	// store fails, and a pod that cannot reach Redis has no evidence that the
 	// others are gone (they most likely cannot reach it either).
 	pods atomic.Int64
+	// beat is when this pod's last heartbeat reached Redis (unix nanos, the
+	// time written in it; 0: none yet): the others count it live until
+	// that plus pressure_ttl.
+	beat atomic.Int64
 
 	mu      sync.Mutex // guards average, ok and backAt
 	average float64    // the live pods' mean score (this pod's own when it is alone)
@@ -83,6 +87,9 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 		r.B().Hset().Key(v.key).FieldValue().FieldValue(v.pod, formatEntry(own, now)).Build(),
 		r.B().Pexpire().Key(v.key).Milliseconds(v.ttl.Milliseconds()).Build(),
 		r.B().Hgetall().Key(v.key).Build())
+	if res[0].Error() == nil {
+		v.beat.Store(now.UnixNano())
+	}
 	all, err := res[2].AsStrMap()
 	for _, x := range res[:2] {
 		err = errors.Join(err, x.Error())

@@ -222,6 +222,19 @@ func (c *Controller) LimitAdjustment() (float64, bool) {
 // (1 alone; Options.AssumedPods before any exchange worked).
 func (c *Controller) LivePods() int { return c.view.livePods() }
 
+// HeartbeatAt is when this pod's last heartbeat reached Redis (zero: none
+// yet, or no Redis): the other pods count it live until that plus
+// pressure_ttl.
+func (c *Controller) HeartbeatAt() time.Time {
+	if c.view == nil {
+		return time.Time{}
+	}
+	if at := c.view.beat.Load(); at > 0 {
+		return time.Unix(0, at)
+	}
+	return time.Time{}
+}
+
 // RequestStarted and RequestFinished count the requests in flight; conn
 // is the request's connection (any number that stays with the
 // connection: it picks the counters' stripe).

@@ -89,6 +89,7 @@ func (s *Server) putRule(ctx *fasthttp.RequestCtx, tenant, resource string) {
 		writeBodyError(ctx, fe)
 		return
 	}
+	r = s.deps.Writer.RuleDefaults(r) // the answer is the rule as stored
 	err := s.store(func(c context.Context) error { return s.deps.Writer.PutRule(c, r) })
 	if errors.Is(err, catalog.ErrUnknownTenant) {
 		writeError(ctx, fasthttp.StatusNotFound, "tenant", "no tenant "+strconv.Quote(tenant)+
@@ -100,7 +101,8 @@ func (s *Server) putRule(ctx *fasthttp.RequestCtx, tenant, resource string) {
 }
 
 // parseRule decodes a PUT rule body for the path's tenant and resource.
-// What the rule itself must hold is checked by the writer (Rule.Validate).
+// What the rule itself must hold is checked by the writer (Rule.Validate),
+// which fills an unset algorithm and window from the limits section.
 func parseRule(body []byte, tenant, resource string) (catalog.Rule, *catalog.ValidationError) {
 	var r catalog.Rule
 	if fe := decodeStrict(body, &r); fe != nil {

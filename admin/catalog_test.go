@@ -125,3 +125,30 @@ func TestFormBodyIs415(t *testing.T) {
 	resp := call(t, c, "POST", "/v1/ratelimit/check", `{"tenant_id":"acme","resource":"default"}`, "Content-Type", form)
 	assert.Equal(t, fasthttp.StatusOK, resp.StatusCode(), "JSON with curl -d's Content-Type: %s", resp.Body())
 }
+
+// TestBrokenJSONWithFormTypeSaysWhy: a body that looks like JSON but is
+// broken answers the JSON's mistake whatever its Content-Type, as it does
+// with application/json: curl -d sends the form type, and 415 would point
+// away from the mistake.
+func TestBrokenJSONWithFormTypeSaysWhy(t *testing.T) {
+	c := startAdmin(t, Config{Listen: "127.0.0.1:0"})
+	for _, tc := range []struct{ method, path, body string }{
+		{"POST", "/v1/ratelimit/check", `{"tenant_id":"acme","resource":"def`},
+		{"POST", "/v1/ratelimit/check/batch", ` [{"tenant_id":"acme"`},
+		{"PUT", "/v1/rules/acme/bids", `{"limit":5,`},
+		{"PUT", "/v1/tenants/newco", `{"plan":`},
+	} {
+		var want [2]string
+		for i, ct := range []string{"application/json", "application/x-www-form-urlencoded"} {
+			resp := call(t, c, tc.method, tc.path, tc.body, "Content-Type", ct)
+			require.Equal(t, fasthttp.StatusBadRequest, resp.StatusCode(), "%s %s as %s: %s", tc.method, tc.path, ct, resp.Body())
+			msg, field := problem(t, resp)
+			if i == 0 {
+				want = [2]string{msg, field}
+				continue
+			}
+			assert.Equal(t, want, [2]string{msg, field}, "%s %s: the same answer as with application/json", tc.method, tc.path)
+		}
+		assert.Equal(t, "body", want[1])
+	}
+}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
 )
@@ -44,7 +45,7 @@ func (s *Server) policyTarget(args *fasthttp.Args) (counterTarget, int, *catalog
 	if err != nil {
 		return counterTarget{}, fasthttp.StatusBadRequest, badField("key", valueMsg(err, len(values)))
 	}
-	t := counterTarget{scope: "policy", answer: map[string]any{"policy": name, "key": values, "limits": p.Labels}}
+	t := counterTarget{scope: "policy", answer: map[string]any{"policy": name, "key": values, "limits": limitNames(p)}}
 	storeKeys := make([]string, len(p.Params))
 	for i := range p.Params {
 		t.keys = append(t.keys, limit.PolicyKey(nil, p, i, id))
@@ -53,6 +54,19 @@ func (s *Server) policyTarget(args *fasthttp.Args) (counterTarget, int, *catalog
 	}
 	t.log = []any{"policy", name, "key", values, "store_keys", storeKeys}
 	return t, 0, nil
+}
+
+// limitNames names a policy's limits as configured: "1m", "day", "bucket"
+// (its labels, which the store keys hold, write a window as "1m0s").
+func limitNames(p *catalog.CompiledPolicy) []string {
+	names := make([]string, len(p.Labels))
+	for i, label := range p.Labels {
+		names[i] = label
+		if label == p.Params[i].Window.String() {
+			names[i] = confutil.Duration(p.Params[i].Window).String()
+		}
+	}
+	return names
 }
 
 // valueMsg says which key value is wrong when there are several.

@@ -67,7 +67,7 @@ func TestResetPolicyCounter(t *testing.T) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(&log, nil)))
 	resp := call(t, c, "DELETE", "/v1/counters?policy=bids-per-user&key=u1&key=eu", "", auth...)
 	require.Equal(t, fasthttp.StatusOK, resp.StatusCode(), "%s", resp.Body())
-	assert.JSONEq(t, `{"policy":"bids-per-user","key":["u1","eu"],"limits":["1m0s","day"]}`, string(resp.Body()))
+	assert.JSONEq(t, `{"policy":"bids-per-user","key":["u1","eu"],"limits":["1m","day"]}`, string(resp.Body()))
 	assert.Regexp(t, `msg="admin: counter reset" peer=\S+ policy=bids-per-user key="\[u1 eu\]" `+
 		`store_keys="\[\{pol:bids-per-user:1m0s:u1:eu\} \{pol:bids-per-user:day:u1:eu\}\]"`, log.String(), "the reset is audited")
 	assert.Equal(t, before+1, metrics.GetOrCreateCounter(`sentinel_limit_resets_total{scope="policy"}`).Get())

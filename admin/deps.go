@@ -49,8 +49,11 @@ type Catalog interface {
 // any other error for a store failure (the API answers 503). They must
 // return when ctx ends. Policies and Policy read a snapshot: they do not
 // wait for a write. PolicySet is the compiled policies the limiters decide
-// with (DELETE /v1/counters?policy= builds their store keys).
+// with (DELETE /v1/counters?policy= builds their store keys). RuleDefaults
+// is a rule as PutRule stores it, the limits section's algorithm and
+// window in place of unset ones.
 type CatalogWriter interface {
+	RuleDefaults(r catalog.Rule) catalog.Rule
 	PutRule(ctx context.Context, r catalog.Rule) error
 	DeleteRule(ctx context.Context, tenant, resource string) error
 	PutTenant(ctx context.Context, t catalog.Tenant) error

@@ -20,13 +20,15 @@ func writeError(ctx *fasthttp.RequestCtx, status int, field, msg string) {
 	reply.Problem{Field: field, Msg: msg}.Write(ctx, status, nil)
 }
 
-// writeBodyError answers a request body that did not decode: 415 when it is
-// not JSON and its Content-Type declares another format (an HTML form, XML),
-// since "malformed JSON" would hide that the API reads JSON only; otherwise
-// 400 naming fe's field. A JSON body is read whatever its Content-Type: curl
-// -d sends application/x-www-form-urlencoded by default.
+// writeBodyError answers a request body that did not decode: 415 when it
+// does not look like JSON (an object or a list) and its Content-Type
+// declares another format (an HTML form, XML), since "malformed JSON"
+// would hide that the API reads JSON only; otherwise 400 naming fe's
+// field. A body that looks like JSON is read, and its mistake reported
+// (`body: truncated JSON`), whatever its Content-Type: curl -d sends
+// application/x-www-form-urlencoded by default.
 func writeBodyError(ctx *fasthttp.RequestCtx, fe *catalog.ValidationError) {
-	if fe.Field == "body" && !json.Valid(ctx.PostBody()) {
+	if fe.Field == "body" && !looksLikeJSON(ctx.PostBody()) {
 		if mt := mediaType(ctx.Request.Header.ContentType()); declaresOtherFormat(mt) {
 			writeError(ctx, fasthttp.StatusUnsupportedMediaType, "Content-Type",
 				mt+" is not read; send a JSON object (Content-Type: application/json)")
@@ -34,6 +36,13 @@ func writeBodyError(ctx *fasthttp.RequestCtx, fe *catalog.ValidationError) {
 		}
 	}
 	writeError(ctx, fasthttp.StatusBadRequest, fe.Field, fe.Msg)
+}
+
+// looksLikeJSON reports whether b is meant as JSON: an object or a list,
+// whole or not.
+func looksLikeJSON(b []byte) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) > 0 && (b[0] == '{' || b[0] == '[')
 }
 
 // mediaType is the lower-case media type of a Content-Type, without

@@ -58,7 +58,7 @@ func TestPoliciesAPI(t *testing.T) {
 	resp = call(t, c, "PUT", "/v1/policies/tenant-daily", body, auth...)
 	require.Equal(t, fasthttp.StatusCreated, resp.StatusCode(), "%s", resp.Body())
 	want := `{"name":"tenant-daily","match":{"resources":["default"]},"key":["tenant"],
-		"limits":[{"limit":2,"window":"1m0s","algorithm":"sliding_window"},{"limit":100,"period":"day"}],
+		"limits":[{"limit":2,"window":"1m","algorithm":"sliding_window"},{"limit":100,"period":"day"}],
 		"unlimited":{},"origin":"api"}`
 	assert.JSONEq(t, want, string(resp.Body()), "the stored policy has the default algorithm filled in")
 	resp = call(t, c, "GET", "/v1/policies/tenant-daily", "", auth...)

@@ -104,7 +104,7 @@ func New(cfg *Config, opts Options) (_ *Gateway, err error) {
 		return nil, err
 	}
 	a.onStoreFailure.Store(&cfg.Limits.OnStoreFailure)
-	l, err := a.newLimiter(cfg.Limits)
+	l, err := a.newLimiter(cfg.Limits, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -213,12 +213,14 @@ func accessLogger(cfg logx.Config) *slog.Logger {
 	return slog.Default()
 }
 
-// newLimiter builds a limiter of the limits section over the app's store.
-// It decides with the sync's policies (the file's and the API's), which
-// change under it without a new limiter.
-func (a *Gateway) newLimiter(cfg limit.Config) (*limit.Limiter, error) {
+// newLimiter builds a limiter of the limits section over the app's store,
+// going on from what prev (the limiter it replaces, or nil) knows of the
+// keys. It decides with the sync's policies (the file's and the API's),
+// which change under it without a new limiter.
+func (a *Gateway) newLimiter(cfg limit.Config, prev *limit.Limiter) (*limit.Limiter, error) {
 	return limit.NewLimiter(cfg, a.store, limit.Options{
-		Adjuster: a.adaptive, LivePods: a.adaptive.LivePods, Catalog: a.catalog, Policies: a.sync.PolicySet(),
+		Adjuster: a.adaptive, LivePods: a.adaptive.LivePods, Catalog: a.catalog, Policies: a.sync.PolicySet(), Succeeds: prev,
+		PeerNotice: a.cfg.Adaptive.PressureTTL + 2*a.cfg.Adaptive.ClusterInterval, HeartbeatAt: a.adaptive.HeartbeatAt,
 	})
 }
 

@@ -104,5 +104,44 @@ func (c *Config) setDefaultsAndValidate() error {
 		c.Adaptive.Validate(),
 		c.GRPC.Validate(),
 		c.Log.Validate(),
+		c.checkResourcesServed(),
 	)
+}
+
+// checkResourcesServed refuses a file's rule or policy that names a
+// resource no route serves and limits.check_resources does not list: it
+// would never apply to a proxied request, and nothing else would say so.
+func (c *Config) checkResourcesServed() error {
+	served := make(map[string]bool, len(c.Proxy.Routes)+len(c.Limits.CheckResources))
+	var names []string
+	for _, r := range c.Proxy.Routes {
+		if !served[r.Resource] {
+			names = append(names, r.Resource)
+		}
+		served[r.Resource] = true
+	}
+	for _, r := range c.Limits.CheckResources {
+		served[r] = true
+	}
+	msg := func(r string) string {
+		m := fmt.Sprintf("no route serves resource %q (routes serve %s), so it would never apply to a proxied request", r, strings.Join(names, ", "))
+		if s := config.Suggest(r, names); s != "" {
+			m += " (did you mean " + s + "?)"
+		}
+		return m + "; list it in limits.check_resources if only the check API uses it"
+	}
+	var errs []error
+	for i, r := range c.Rules {
+		if !served[r.Resource] {
+			errs = append(errs, fmt.Errorf("rules[%d].resource: %s", i, msg(r.Resource)))
+		}
+	}
+	for i, p := range c.Policies {
+		for j, r := range p.Match.Resources {
+			if !served[r] {
+				errs = append(errs, fmt.Errorf("policies[%d].match.resources[%d]: policy %q: %s", i, j, p.Name, msg(r)))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

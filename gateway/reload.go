@@ -134,10 +134,12 @@ func (a *Gateway) apply(next *Config, applied []string) error {
 func (a *Gateway) applyLimits(next *Config) error {
 	// next's policies were checked when it loaded; the sync applies them
 	// below, under the API's, and every limiter reads them from the sync.
-	// A new limiter starts without the old one's local buckets and cached
-	// refusals, so that a changed limit or rule applies to the next
-	// request; the store keeps the counts.
-	l, err := a.newLimiter(next.Limits)
+	// The new limiter goes on from the old one's buckets, local share and
+	// breakers: the store may be down right now, and then they alone know
+	// what this pod let through. Their leases end and their cached
+	// refusals are dropped, so that a changed limit or rule applies to the
+	// next request.
+	l, err := a.newLimiter(next.Limits, a.limiter.cur.Load())
 	if err != nil {
 		return err
 	}

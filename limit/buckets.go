@@ -83,7 +83,11 @@ type bucket struct {
 	// their times (LeaseRequest.Unleased and UnleasedBefore).
 	unleased     [unleasedSlots]int64
 	unleasedSlot int64 // unix nanos / unleasedWidth of the newest slot
-	unleasedAt   int64 // unix nanos: when the last of them was let through
+	// unleasedWidth is the width of the slots (nanos; 0: one slot), as the
+	// limit was when they were filled: a rule or a reload may change the
+	// limit's window under the same key (see bucket.addUnleased).
+	unleasedWidth int64
+	unleasedAt    int64 // unix nanos: when the last of them was let through
 	// unleasedUntil is when the last of them stops counting in any window to
 	// come (unix nanos; math.MaxInt64: never, a token bucket that does not
 	// refill): until then the sweep keeps the bucket.
@@ -94,6 +98,15 @@ type bucket struct {
 	answeredAt   int64
 	fallbackUsed int64
 	failedAt     int64 // unix nanos of the last store call for the key that failed
+	// failingSince is when the key's store calls began to fail (unix nanos:
+	// the first failure after an answer); see Limiter.heldRamp.
+	failingSince int64
+	// seq is the highest call number of the key the store answered
+	// (seqAt: when that answer came, unix nanos), and ownUntil when the last
+	// permit the store granted this pod for it stops counting: a call sent
+	// later that gets a number no greater, before then, talks to a store
+	// that lost writes (see Limiter.checkSeq).
+	seq, seqAt, ownUntil int64
 
 	lastUsed atomic.Int64 // unix nanos
 	// late counts this bucket's store calls whose caller gave up and whose
@@ -104,7 +117,7 @@ type bucket struct {
 }
 
 // bucketPad rounds a bucket up to a whole number of cache lines.
-const bucketPad = 52
+const bucketPad = 12
 
 // fill is one in-flight lease call; requests that find the bucket empty while
 // it runs wait for it instead of calling the store themselves.
@@ -120,7 +133,7 @@ var unkeptBuckets = metrics.NewCounter(`sentinel_limit_local_buckets_unkept_tota
 // a lock and without allocating. (A read lock would write a word that every
 // core's requests for a hot key share, once to take it and once to drop it.)
 type bucketTable struct {
-	perShard int
+	perShard atomic.Int64 // limits.max_keys ÷ bucketShards, at least 1
 	shards   [bucketShards]bucketShard
 	count    atomic.Int64
 }
@@ -132,7 +145,25 @@ type bucketShard struct {
 }
 
 func newBucketTable(maxKeys int) *bucketTable {
-	return &bucketTable{perShard: max(1, maxKeys/bucketShards)}
+	t := &bucketTable{}
+	t.setMaxKeys(maxKeys)
+	return t
+}
+
+// setMaxKeys bounds the table at about maxKeys buckets: a smaller bound
+// takes no new buckets until there is room, it drops none.
+func (t *bucketTable) setMaxKeys(maxKeys int) {
+	t.perShard.Store(int64(max(1, maxKeys/bucketShards)))
+}
+
+// each calls f with every bucket of the table.
+func (t *bucketTable) each(f func(b *bucket)) {
+	for i := range t.shards {
+		t.shards[i].m.Range(func(_, v any) bool {
+			f(v.(*bucket))
+			return true
+		})
+	}
 }
 
 // find returns key's bucket (nil: none); remove takes it out of the table.
@@ -172,7 +203,7 @@ func (t *bucketTable) get(key []byte, now int64) *bucket {
 	if v, ok := sh.m.Load(k); ok {
 		return v.(*bucket)
 	}
-	if sh.n >= t.perShard && !t.makeRoom(sh) {
+	if int64(sh.n) >= t.perShard.Load() && !t.makeRoom(sh, now) {
 		// Full of buckets that hold state: this key is decided with a
 		// bucket that is not kept. A new bucket leases only what its
 		// request needs, so it wastes nothing; the key only loses the
@@ -194,18 +225,21 @@ func (t *bucketTable) get(key []byte, now int64) *bucket {
 // shard's (map order is random) and reports whether it dropped any. A bucket
 // holds something when it has a store call in flight or given up on
 // (fill, late), permits the local failure policy let through and not yet
-// reported to the store (own), or leased permits not yet used or
-// returned (permits, expired): dropping the first would let a limit be
-// exceeded, dropping the second would keep budget counted in the store that
-// nobody can use. The caller holds sh.mu.
-func (t *bucketTable) makeRoom(sh *bucketShard) bool {
+// reported to the store (own), leased permits not yet used or returned
+// (permits, expired), or the store's answer that the key's budget is spent
+// until resetAt: dropping the first would let a limit be exceeded, the
+// second would keep budget counted in the store that nobody can use, and
+// the third would let an exhausted key through on the pod's local share
+// should the store fail (a flood of new keys would free the clients that
+// used up their limit). The caller holds sh.mu; now is the time.
+func (t *bucketTable) makeRoom(sh *bucketShard, now int64) bool {
 	const sample, most = 32, 4
 	seen, dropped := 0, 0
 	sh.m.Range(func(k, v any) bool {
 		if seen++; seen > sample || dropped == most {
 			return false
 		}
-		if v.(*bucket).holdsNothing() {
+		if v.(*bucket).holdsNothing(now) {
 			sh.m.Delete(k)
 			sh.n--
 			t.count.Add(-1)
@@ -219,12 +253,13 @@ func (t *bucketTable) makeRoom(sh *bucketShard) bool {
 // holdsNothing reports whether b can be dropped without losing anything
 // but its cached answers (see makeRoom). It does not wait for b.mu: a
 // bucket in use is not dropped.
-func (b *bucket) holdsNothing() bool {
+func (b *bucket) holdsNothing(now int64) bool {
 	if b.late.Load() > 0 || !b.mu.TryLock() {
 		return false
 	}
 	defer b.mu.Unlock()
-	return b.fill == nil && !b.hasUnleased() && b.permits == 0 && b.expired == 0 && b.owed == 0
+	spent := b.answeredAt > 0 && b.remaining <= 0 && now < b.resetAt
+	return b.fill == nil && !b.hasUnleased() && b.permits == 0 && b.expired == 0 && b.owed == 0 && !spent
 }
 
 // owe keeps n permits that the store counted at ref for a request another

@@ -123,6 +123,12 @@ type Config struct {
 	// RequestIDWindow is how long after the counted request its repeats
 	// are spared. Default 10s.
 	RequestIDWindow time.Duration `mapstructure:"request_id_window"`
+	// CheckResources are resources that no route serves and the check API
+	// decides (POST /v1/ratelimit/check names its resource): the file's
+	// rules and policies may name them. A rule or policy naming any other
+	// resource that no route serves is refused, as it would never apply to
+	// a proxied request. Default none.
+	CheckResources []string `mapstructure:"check_resources"`
 }
 
 // LiveKey reports that every key of the section applies on a reload: the
@@ -254,6 +260,9 @@ func (c *Config) Validate() error {
 		if ch.bad {
 			errs = append(errs, &catalog.ValidationError{Field: ch.key, Msg: ch.msg})
 		}
+	}
+	for i, r := range c.CheckResources {
+		errs = append(errs, catalog.CheckName(fmt.Sprintf("limits.check_resources[%d]", i), r))
 	}
 	return errors.Join(errs...)
 }

@@ -53,7 +53,7 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 		// Reported with the bucket's next call that reaches the store, so
 		// that the store, once it answers again, does not grant the
 		// window's whole budget on top of these.
-		b.addUnleased(tokens, now, unleasedWidth(s.params.Window))
+		b.addUnleased(tokens, now, unleasedWidth(&s.params))
 		b.unleasedUntil = max(b.unleasedUntil, s.countsUntil(now))
 		b.fallbackUsed += tokens
 	}
@@ -65,36 +65,40 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 // fallbackRoom reports whether the local policy may let tokens more through
 // on b's key, given the store's last answer for it: that answer's remaining
 // budget was all the pods' to share, so this pod takes at most its share of
-// it (remaining ÷ live pods). While the breaker is open (no pod gets store
-// answers) the pod's share of the permits counted then comes back as they
-// leave the window (freed): not before the first of them leaves, whole once
-// the last has. A budget granted late in a window leaves late: counting it
-// back from the answer, as if the permits had been used evenly over the
-// window before it, let a pod grant its share on top of permits still in
-// the window. Without any of this, a pod whose call failed right after the
-// store had granted the whole window's budget (to other pods) would grant
-// its whole share on top. While the breaker is closed a call that failed is
-// one among calls that other pods still get answers for (a slow moment), so
-// nothing comes back before the next answer, until the answer's permits
-// have all left. The caller holds b.mu.
+// it (remaining ÷ pods). Beyond that, the pod's share of the permits counted
+// then comes back as they leave the window, in one of two ways:
+//
+//   - A key that was not contested (the store refused none of it within a
+//     window before its calls began to fail): its clients ask for less than
+//     the limit, so the pods that still reach the store (if any) take no
+//     more than their clients ask either; the permits come back as they
+//     leave (freed): none before the first of them leaves, whole once the
+//     last has. Whether the breaker is open or one call timed out, a client
+//     under its limit is served.
+//   - A contested key: the pods that reach the store take whatever leaves
+//     the window, so this pod's share comes back only while they hold it
+//     free for it (heldRamp: after they can have noticed its heartbeats
+//     stopped, within partitionHold). Without that, one pod cut off from
+//     the store granted its whole share on top of the limit the others took.
+//
+// The caller holds b.mu.
 func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool) bool {
-	if !open && l.saturated(s, b, now) {
-		// A call failed while the store still answers (the other pods'
-		// calls, most likely): they take whatever room the last answer
-		// left as soon as it frees up, so a share of it taken here would
-		// come on top of the limit.
-		return false
-	}
-	freed := b.freed(now)
-	if b.answeredAt == 0 || freed >= 1 {
+	if b.answeredAt == 0 {
 		return true
 	}
-	pods := float64(max(1, l.livePods()))
+	pods := float64(l.podsSeen())
 	left := float64(min(max(b.remaining, 0), s.limit))
-	room := left / pods
-	if open {
-		room += (float64(s.limit) - left) / pods * freed
+	credit := b.freed(now)
+	if l.contested(s, b) {
+		if !open && b.deniedAt > 0 && now-b.deniedAt < int64(s.window) {
+			return false // a slow call while the others take what frees up
+		}
+		credit = l.heldRamp(s, b, now, open)
 	}
+	if credit >= 1 {
+		return true
+	}
+	room := left/pods + (float64(s.limit)-left)/pods*credit
 	return float64(b.fallbackUsed+tokens) <= room
 }
 
@@ -135,17 +139,27 @@ func (s *spec) countsUntil(now int64) int64 {
 	return now + int64(p.Window)
 }
 
-// saturated tells that the store refused b's key within the last window:
-// its clients ask for more than the limit, and the other pods take whatever
-// the last answer left. A low remaining alone is no such sign: it also holds
-// the permits leased to pods and not yet used, so refusing on it refused
-// clients under their limit when a call timed out. The caller holds b.mu.
-func (l *Limiter) saturated(s *spec, b *bucket, now int64) bool {
-	window, pods := int64(s.window), int64(l.livePods())
-	if window <= 0 || pods <= 1 {
+// contested tells that the store refused b's key within a window before
+// its calls began to fail: its clients asked for more than the limit, and
+// any pod that still reaches the store takes whatever budget frees up. A low
+// remaining alone is no such sign: it also holds the permits leased to pods
+// and not yet used, so refusing on it refused clients under their limit
+// when a call timed out. The caller holds b.mu.
+func (l *Limiter) contested(s *spec, b *bucket) bool {
+	if s.window <= 0 || l.podsSeen() <= 1 {
 		return false // no other pod takes what the last answer left
 	}
-	return b.deniedAt > 0 && now-b.deniedAt < window
+	return b.deniedAt > 0 && b.failingSince-b.deniedAt < int64(s.window)
+}
+
+// failing records a failed store call for b's key at now: the first after
+// an answer begins a stretch of failures (failingSince). The caller holds
+// b.mu.
+func (b *bucket) failing(now int64) {
+	if b.failingSince <= b.answeredAt {
+		b.failingSince = now
+	}
+	b.failedAt = now
 }
 
 // recovering tells that a store call for b's key failed, or the local
@@ -203,7 +217,7 @@ func (l *Limiter) shareSlack() time.Duration { return min(l.cfg.StoreTimeout, ti
 // limit that is on keeps at least 1 per pod: rounding a small limit to 0
 // would refuse every client while the store fails.
 func (l *Limiter) localShare(s *spec) store.Params {
-	pods := int64(max(1, l.livePods()))
+	pods := l.podsSeen()
 	p := s.params
 	if p.Algorithm == store.TokenBucket {
 		if p.Capacity > 0 {

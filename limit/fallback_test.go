@@ -110,49 +110,93 @@ func TestLateCallTakesNoUnleased(t *testing.T) {
 
 // TestUnleasedPartsKeepTheirTimes: what the local policy let through over a
 // failure longer than a window goes to the store as the last window's
-// permits, each part dated by its quarter of the window: none older than
-// the window, none dated earlier than it was let through.
+// permits, each part dated by its quarter of the window (for a token bucket,
+// of its refill time): none older than the window, none dated earlier than
+// it was let through, for every algorithm; and any number of calls that
+// fail put them back with the same dates.
 func TestUnleasedPartsKeepTheirTimes(t *testing.T) {
-	s := &spec{params: store.Params{Algorithm: store.SlidingWindow, Limit: 100, Window: time.Second}}
-	b := &bucket{}
-	start := int64(1_000_000) * int64(time.Second)
-	step := int64(10 * time.Millisecond)
-	var at []int64
-	for i := range 300 { // 3 s at 100/s
-		now := start + int64(i)*step
-		b.addUnleased(1, now, unleasedWidth(time.Second))
-		at = append(at, now)
+	for _, p := range []store.Params{
+		{Algorithm: store.SlidingWindow, Limit: 100, Window: time.Second},
+		{Algorithm: store.SlidingLog, Limit: 100, Window: time.Second},
+		{Algorithm: store.TokenBucket, Capacity: 100, RefillRate: 100},
+	} {
+		t.Run(p.Algorithm.String(), func(t *testing.T) {
+			s := &spec{params: p}
+			b := &bucket{}
+			start := int64(1_000_000) * int64(time.Second)
+			step := int64(10 * time.Millisecond)
+			var at []int64
+			for i := range 300 { // 3 s at 100/s
+				now := start + int64(i)*step
+				b.addUnleased(1, now, unleasedWidth(&s.params))
+				at = append(at, now)
+			}
+			now := at[len(at)-1] + step
+			spent, ago, before := b.unleasedParts(now, s)
+			checkUnleasedParts(t, at, now, spent, ago, before)
+			dates := partDates(now, spent, ago, before)
+			for fails := range 20 { // calls that fail, 50 ms apart
+				b.reportLater(now, &s.params, spent, ago, before)
+				now += int64(50 * time.Millisecond)
+				spent2, ago2, before2 := b.unleasedParts(now, s)
+				for date, n := range partDates(now, spent2, ago2, before2) {
+					require.Equal(t, dates[date], n, "part at %d re-dated by failed call %d", date, fails+1)
+				}
+				spent, ago, before = spent2, ago2, before2
+				left := spent
+				for _, p := range before {
+					left += p.N
+				}
+				assert.LessOrEqual(t, left, inWindow(at, now)+25, "permits that left the window still reported after failed call %d", fails+1)
+			}
+		})
 	}
-	now := at[len(at)-1] + step
-	spent, ago, before := b.unleasedParts(now, s)
+}
+
+// checkUnleasedParts checks a report made at now of the permits let through
+// at times at: every permit of the last window is in it, at most a quarter
+// window more, and no part is dated earlier than its permits.
+func checkUnleasedParts(t *testing.T, at []int64, now, spent int64, ago time.Duration, before [store.UnleasedParts]store.UnleasedPart) {
+	t.Helper()
+	width := int64(time.Second) / store.UnleasedParts
 	total := spent
 	for _, p := range before {
 		total += p.N
-		// Every permit in this part was let through no later than its date.
-		date := now - int64(p.Ago)
-		n := int64(0)
+		date, n := now-int64(p.Ago), int64(0)
 		for _, a := range at {
-			if a <= date && a > date-unleasedWidth(time.Second) {
+			if a <= date && a > date-width {
 				n++
 			}
 		}
 		assert.LessOrEqual(t, p.N, n, "part %+v dated earlier than its permits", p)
 	}
-	inWindow := 0
+	assert.Equal(t, time.Duration(now-at[len(at)-1]), ago)
+	assert.GreaterOrEqual(t, total, inWindow(at, now), "permits of the last window forgotten")
+	assert.LessOrEqual(t, total, inWindow(at, now)+25, "permits older than the window reported (over a quarter window more)")
+}
+
+// inWindow counts the times of at within the second before now.
+func inWindow(at []int64, now int64) int64 {
+	n := int64(0)
 	for _, a := range at {
 		if a > now-int64(time.Second) {
-			inWindow++
+			n++
 		}
 	}
-	assert.Equal(t, time.Duration(now-at[len(at)-1]), ago)
-	assert.GreaterOrEqual(t, total, int64(inWindow), "permits of the last window forgotten")
-	assert.LessOrEqual(t, total, int64(inWindow)+25, "permits older than the window reported (over a quarter window more)")
-	// Put back (the call did not land), they come out the same.
-	b.reportLater(now, &s.params, spent, ago, before)
-	spent2, ago2, before2 := b.unleasedParts(now, s)
-	assert.Equal(t, spent, spent2)
-	assert.Equal(t, ago, ago2)
-	assert.Equal(t, before, before2)
+	return n
+}
+
+// partDates are the times a report made at now dates its parts at, with
+// their permits (parts that left the window by now are dropped: the
+// dates of the rest stay).
+func partDates(now, spent int64, ago time.Duration, before [store.UnleasedParts]store.UnleasedPart) map[int64]int64 {
+	out := map[int64]int64{now - int64(ago): spent}
+	for _, p := range before {
+		if p.N > 0 {
+			out[now-int64(p.Ago)] += p.N
+		}
+	}
+	return out
 }
 
 // TestFallbackWaitsForTheBudgetToLeave: the store granted a window's whole
@@ -215,4 +259,63 @@ func TestFallbackWaitsForTheBudgetToLeave(t *testing.T) {
 	require.NotEmpty(t, got, "once the budget has left, the local share lets clients through")
 	t.Logf("budget used in %v; the pod let through %d in the %v after the last answer, the first after %v",
 		last.Sub(first).Round(time.Millisecond), len(got), time.Since(answered).Round(time.Millisecond), got[0].Sub(answered).Round(time.Millisecond))
+}
+
+// TestUnleasedSlotsFollowAChangedWindow: a key's window changes (a rule
+// written, a reload) while it holds permits let through alone: they move to
+// slots of the new width, none lost, none dated earlier than it was used.
+func TestUnleasedSlotsFollowAChangedWindow(t *testing.T) {
+	before := &spec{params: store.Params{Algorithm: store.SlidingWindow, Limit: 100, Window: time.Second}}
+	after := &spec{params: store.Params{Algorithm: store.SlidingWindow, Limit: 100, Window: 10 * time.Second}}
+	b := &bucket{}
+	start := int64(1_000_000) * int64(time.Second)
+	step := int64(10 * time.Millisecond)
+	for i := range 100 { // the last second at 100/s
+		b.addUnleased(1, start+int64(i)*step, unleasedWidth(&before.params))
+	}
+	now := start + 100*step
+	b.addUnleased(1, now, unleasedWidth(&after.params))
+	spent, ago, parts := b.unleasedParts(now, after)
+	total := spent
+	for _, p := range parts {
+		total += p.N
+		assert.GreaterOrEqual(t, now-int64(p.Ago), start, "part %+v dated before the first permit", p)
+	}
+	assert.Equal(t, int64(101), total, "permits lost when the window changed")
+	assert.Zero(t, ago)
+}
+
+// TestFailedProbeSharesLikeAnOpenBreaker: a client at 70% of its limit,
+// through three pods, is never refused while Redis is paused: neither the
+// calls that time
+// out before the breaker opens, nor the half-open probes that fail every
+// cooldown, are decided with less room than the calls the open breaker
+// skips.
+func TestFailedProbeSharesLikeAnOpenBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	const limit = 60 // a share of 20 per pod
+	cfg := testLimitsConfig(func(c *Config) {
+		c.IP, c.Window, c.StoreTimeout = limit, time.Second, 50*time.Millisecond
+		c.BreakerFailures, c.BreakerCooldown = 2, 100*time.Millisecond
+	})
+	pods := threeOf(t, cfg, srv.Addr)
+	ip := []byte("10.6.6.6")
+	send := func(d time.Duration) (refused int) {
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			for _, p := range pods {
+				if !p.Allow(context.Background(), &Request{IP: ip}).Allowed {
+					refused++
+				}
+			}
+			time.Sleep(70 * time.Millisecond) // 14 a second a pod: 70% of the share
+		}
+		return refused
+	}
+	require.Zero(t, send(time.Second), "refused with the store answering")
+	srv.Pause()
+	defer srv.Resume()
+	probes := storeCallsTimeout.Get()
+	refused := send(3 * time.Second)
+	t.Logf("store calls timed out during the pause (the first ones and the probes): %d", storeCallsTimeout.Get()-probes)
+	assert.Zero(t, refused, "a client at 70% of its limit refused while Redis was paused")
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/sentinel-gateway/sentinel/limit/breaker"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -258,6 +259,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		reportedUnleased.Add(int(n))
 	}
 	leaseSize.Update(float64(want))
+	l.checkSeq(s, b, res, sent, now)
 	b.remaining = res.Remaining
 	b.answeredAt, b.fallbackUsed = now, 0
 	b.resetAt = now + int64(res.Reset)
@@ -316,8 +318,8 @@ func (l *Limiter) leaseFailed(ctx context.Context, s *spec, b *bucket, tokens in
 	// The store's last answer counted these as this pod's (leased);
 	// unused, they are room the pod need not share.
 	b.fallbackUsed -= ret.unused
-	b.failedAt = now
-	return l.fallbackDecision(ctx, s, tokens, b, open, now)
+	b.failing(now)
+	return l.fallbackDecision(ctx, s, tokens, b, open || l.breakerOut(b), now)
 }
 
 // grant is a lease call's answer that covers the request: the store's
@@ -437,8 +439,8 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		now := l.now().UnixNano()
-		b.failedAt = now
-		return l.fallbackDecision(ctx, s, tokens, b, open, now)
+		b.failing(now)
+		return l.fallbackDecision(ctx, s, tokens, b, open || l.breakerOut(b), now)
 	}
 	leaseSize.Update(float64(tokens))
 	countRepeat(&res)
@@ -473,7 +475,7 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b
 		storeCallsSkipped.Inc()
 		return store.LeaseResult{}, callTimes{start, start}, ErrStoreUnavailable
 	}
-	req.Params = s.params
+	req.Params = l.storeParams(s, start)
 	res, err := l.callStore(ctx, req, b, unleasedAt)
 	timedOut := errors.Is(err, errGaveUp) || errors.Is(err, store.ErrStoreLate) || errors.Is(err, context.DeadlineExceeded)
 	if err != nil {
@@ -496,6 +498,15 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b
 		l.rtt.Store(old + (took-old)/8) // a lost update among racing calls is harmless
 	}
 	return res, callTimes{start, end}, nil
+}
+
+// breakerOut tells that the breaker of b's store node is not closed after
+// a failed call: the call was the half-open probe, or its failure opened
+// the breaker. The store is out for this pod (as when a call is skipped),
+// not slow for one call: the probe's failure is decided like the calls the
+// open breaker skips, not like a timeout among answered calls.
+func (l *Limiter) breakerOut(b *bucket) bool {
+	return l.breakers.For([]byte(b.key)).State() != breaker.Closed
 }
 
 // ErrStoreUnavailable is returned while the store's breaker is open.

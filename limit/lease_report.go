@@ -47,11 +47,33 @@ func (b *bucket) nextReport(s *spec, now int64) report {
 	}
 	ret.unleased, ret.unleasedAgo, ret.unleasedBefore = b.unleasedParts(now, s)
 	ret.at = now
-	if s.params.Algorithm == store.SlidingLog && ret.unleased > store.MaxLogTokens {
-		b.addUnleased(ret.unleased-store.MaxLogTokens, now-int64(ret.unleasedAgo), unleasedWidth(s.params.Window))
-		ret.unleased = store.MaxLogTokens
+	if s.params.Algorithm == store.SlidingLog {
+		b.keepLogExcess(&ret, now, unleasedWidth(&s.params))
 	}
 	return ret
+}
+
+// keepLogExcess puts back the unleased permits of ret beyond what one
+// sliding_log call takes (MaxLogTokens), the newest first, at their times:
+// the next call reports them. The caller holds b.mu.
+func (b *bucket) keepLogExcess(ret *report, now, width int64) {
+	excess := ret.unleasedTotal() - store.MaxLogTokens
+	if excess <= 0 {
+		return
+	}
+	n := min(excess, ret.unleased)
+	b.addUnleased(n, now-int64(ret.unleasedAgo), width)
+	ret.unleased -= n
+	excess -= n
+	for i := range ret.unleasedBefore {
+		p := &ret.unleasedBefore[i]
+		n := min(excess, p.N)
+		if n > 0 {
+			b.addUnleased(n, now-int64(p.Ago)-1, width)
+			p.N -= n
+			excess -= n
+		}
+	}
 }
 
 // unleasedTotal is the permits ret reports as used without a lease.
@@ -68,10 +90,18 @@ func (ret *report) unleasedTotal() int64 {
 // every permit still in the window.
 const unleasedSlots = store.UnleasedParts + 1
 
-// unleasedWidth is the width of a slot of bucket.unleased for a window (0 for a
-// token bucket, whose unleased tokens are taken at once: one slot).
-func unleasedWidth(window time.Duration) int64 {
-	return int64(window) / store.UnleasedParts
+// unleasedWidth is the width of a slot of bucket.unleased for a limit of
+// params p: a quarter of the time a permit counts for, the window (for a
+// token bucket the time to refill a whole bucket, after which a token taken
+// no longer matters); 0 (one slot) when that time is 0 or endless.
+func unleasedWidth(p *store.Params) int64 {
+	if p.Algorithm == store.TokenBucket {
+		if p.RefillRate <= 0 {
+			return 0
+		}
+		return int64(float64(p.Capacity)/p.RefillRate*float64(time.Second)) / store.UnleasedParts
+	}
+	return int64(p.Window) / store.UnleasedParts
 }
 
 // hasUnleased tells whether b holds unleased permits that the
@@ -88,6 +118,9 @@ func (b *bucket) hasUnleased() bool {
 // addUnleased counts n permits the local policy let through at now. The
 // caller holds b.mu.
 func (b *bucket) addUnleased(n, now, width int64) {
+	if width != b.unleasedWidth {
+		b.rewidth(width)
+	}
 	k := int64(0)
 	if width > 0 {
 		k = now / width
@@ -105,15 +138,33 @@ func (b *bucket) addUnleased(n, now, width int64) {
 	b.unleasedAt = max(b.unleasedAt, now)
 }
 
+// rewidth moves the unleased slots to slots of width (the limit's window
+// changed under the key): each slot's permits go to the new slot of its
+// end (of its last permit for the newest), later than any of them, never
+// earlier. The caller holds b.mu.
+func (b *bucket) rewidth(width int64) {
+	old, slot, last := b.unleased, b.unleasedSlot, b.unleasedAt
+	oldWidth := b.unleasedWidth
+	b.unleased, b.unleasedSlot, b.unleasedWidth = [unleasedSlots]int64{}, 0, width
+	for i := unleasedSlots - 1; i >= 1; i-- {
+		if k := slot - int64(i); k >= 0 && old[k%unleasedSlots] > 0 {
+			b.addUnleased(old[k%unleasedSlots], (k+1)*oldWidth-1, width)
+		}
+	}
+	if n := old[slot%unleasedSlots]; n > 0 {
+		b.addUnleased(n, last, width)
+	}
+}
+
 // unleasedParts empties the unleased slots into what a lease call reports at now:
 // the newest slot as Unleased, dated by its last permit, and the earlier ones
-// each dated by the end of its slot (later than any of its permits). Slots
-// a window old or more are dropped. Algorithms other than sliding_window
-// take one part, dated by the last permit: all are counted later than they
-// were let through, never forgotten. The caller holds b.mu.
+// each dated by the end of its slot (later than any of its permits), for
+// every algorithm: the store places each part at its time. Slots that no
+// longer count (a window old or more; for a token bucket, a refill time) are
+// dropped. The caller holds b.mu.
 func (b *bucket) unleasedParts(now int64, s *spec) (unleased int64, ago time.Duration, before [store.UnleasedParts]store.UnleasedPart) {
-	width := unleasedWidth(s.params.Window)
-	window := int64(s.params.Window)
+	width := b.unleasedWidth // the slots' (see rewidth)
+	window := unleasedWidth(&s.params) * store.UnleasedParts
 	for i := 1; i < unleasedSlots; i++ {
 		k := b.unleasedSlot - int64(i)
 		if k < 0 {
@@ -123,10 +174,6 @@ func (b *bucket) unleasedParts(now int64, s *spec) (unleased int64, ago time.Dur
 		b.unleased[k%unleasedSlots] = 0
 		end := (k + 1) * width
 		if n == 0 || (window > 0 && end+window <= now) {
-			continue
-		}
-		if s.params.Algorithm != store.SlidingWindow {
-			unleased += n
 			continue
 		}
 		before[i-1] = store.UnleasedPart{N: n, Ago: min(time.Duration(max(now-end, 0)), store.MaxWindow)}
@@ -143,7 +190,7 @@ func (b *bucket) unleasedParts(now int64, s *spec) (unleased int64, ago time.Dur
 // did not take (the call was not sent, failed, or ran past its deadline):
 // the next call reports them. The caller holds b.mu.
 func (b *bucket) reportLater(now int64, p *store.Params, unleased int64, ago time.Duration, before [store.UnleasedParts]store.UnleasedPart) {
-	width := unleasedWidth(p.Window)
+	width := unleasedWidth(p)
 	for i := store.UnleasedParts - 1; i >= 0; i-- {
 		if p := before[i]; p.N > 0 {
 			b.addUnleased(p.N, now-int64(p.Ago)-1, width)

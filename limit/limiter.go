@@ -41,9 +41,16 @@ type Limiter struct {
 	now       func() time.Time
 
 	table    *bucketTable
+	kept     *kept        // table and fallback, which a reload's limiter takes over
 	breakers *breaker.Set // one per store node
 	nodes    store.NodeMap
 	rtt      atomic.Int64 // moving average of a store call, nanos
+	// podCount is the most pods seen live lately (see storeParams);
+	// peerNotice is how long the other pods may take to stop counting
+	// this one once it cannot reach the store (Options.PeerNotice).
+	podCount    podCount
+	peerNotice  time.Duration
+	heartbeatAt func() time.Time
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -75,21 +82,27 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 		alg:      cfg.Algorithm,
 		policy:   cfg.OnStoreFailure,
 		store:    st,
-		fallback: store.NewMemoryStore(store.MemoryOptions{MaxKeys: cfg.MaxKeys, Now: opts.Now}),
 		adj:      opts.Adjuster,
 		livePods: opts.LivePods,
-		catalog:  opts.Catalog,
+		// A pod cut off from the store stops sending heartbeats with it.
+		peerNotice: opts.PeerNotice, heartbeatAt: opts.HeartbeatAt,
+		catalog: opts.Catalog,
 		// The rules are looked up in the catalog for each request: a
 		// change of the catalog applies without a new limiter.
 		shorthand: catalog.CompileShorthand(cfg.Shorthands(), cfg.CatalogDefaults(), opts.Catalog),
 		policies:  opts.Policies,
 		now:       opts.Now,
-		table:     newBucketTable(cfg.MaxKeys),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
 	l.nodes, _ = st.(store.NodeMap)
 	l.breakers = breaker.NewSet(int64(cfg.BreakerFailures), cfg.BreakerCooldown, l.nodes)
+	if opts.Succeeds != nil {
+		l.succeed(opts.Succeeds)
+	} else {
+		l.kept = newKept(&cfg, &opts)
+		l.table, l.fallback = l.kept.table, l.kept.fallback
+	}
 	_, local := st.(*store.MemoryStore)
 	l.shared = !local
 	live.Store(l, struct{}{})
@@ -103,7 +116,7 @@ func (l *Limiter) Close() {
 	l.stopOnce.Do(func() {
 		close(l.stop)
 		<-l.done
-		l.fallback.Close()
+		l.release()
 		l.breakers.Close()
 		live.Delete(l)
 	})
@@ -127,6 +140,7 @@ func (l *Limiter) sweepLoop() {
 // clock (the one the buckets' times are in).
 func (l *Limiter) sweep() {
 	now := l.now()
+	l.pods(now.UnixNano()) // a missing pod's hold counts from when it was last seen
 	l.table.sweep(now.UnixNano(), now.Add(-max(10*time.Second, 2*l.cfg.Window)).UnixNano())
 }
 

@@ -45,8 +45,12 @@ var live sync.Map // *Limiter → struct{}
 
 func totalBuckets() int {
 	n := 0
+	seen := map[*bucketTable]bool{} // a reload's limiter shares its predecessor's
 	live.Range(func(k, _ any) bool {
-		n += k.(*Limiter).table.len()
+		if t := k.(*Limiter).table; !seen[t] {
+			seen[t] = true
+			n += t.len()
+		}
 		return true
 	})
 	return n

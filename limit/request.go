@@ -186,6 +186,15 @@ type Options struct {
 	// LivePods is the number of live gateway pods; the local fallback
 	// enforces limit / LivePods() per pod (nil: 1).
 	LivePods func() int
+	// PeerNotice is how long after a pod's last heartbeat the other pods
+	// may still count it live (the heartbeats' lifetime plus an exchange
+	// or two): a pod cut off from the store grants more of a contested
+	// key than the store's last answer left it only after that (0: at once).
+	PeerNotice time.Duration
+	// HeartbeatAt is when this pod's last heartbeat reached the store (nil
+	// or zero: unknown; then the time its calls for a key began to fail
+	// stands in): the others count it live until then plus PeerNotice.
+	HeartbeatAt func() time.Time
 	// Catalog holds the tenants' plans and the rules (nil: no rules; plan
 	// multipliers default to 1).
 	Catalog *catalog.Catalog
@@ -193,4 +202,8 @@ type Options struct {
 	Policies *catalog.PolicySet
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// Succeeds is the limiter this one replaces (a reload), or nil: the new
+	// one goes on from what it knows of the keys (see Limiter.succeed).
+	// Both may decide at once until the old one is closed.
+	Succeeds *Limiter
 }

@@ -3,8 +3,10 @@ package limit
 import (
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // Sections are the configuration's sections that the limit packages own:
@@ -66,13 +68,20 @@ func (s *Sections) SetDefaults() {
 
 // Validate checks the sections, each line naming its YAML key: the plans,
 // the limits, the tenants and rules as the catalog built of them will
-// (every rule's tenant defined), and the policies, when the limits section
-// they take their defaults from is valid.
+// (every rule's tenant defined), and the policies. Every mistake is
+// reported at once: when limits.algorithm or limits.window is itself
+// wrong, the policies are checked with the default one in its place, so
+// that the policies' own mistakes are not hidden behind it.
 func (s *Sections) Validate() error {
-	limitsErr := s.Limits.Validate()
-	var policiesErr error
-	if limitsErr == nil {
-		policiesErr = catalog.CheckPolicies(s.Policies, s.Limits.CatalogDefaults())
+	def := s.Limits.CatalogDefaults()
+	var fallback Config
+	fallback.SetDefaults()
+	if _, err := store.ParseAlgorithm(def.Algorithm.String()); err != nil {
+		def.Algorithm = fallback.Algorithm
 	}
-	return errors.Join(s.Plans.Validate(), limitsErr, catalog.Check(s.Tenants, s.Rules), policiesErr)
+	if def.Window < time.Millisecond || def.Window > store.MaxWindow {
+		def.Window = fallback.Window
+	}
+	return errors.Join(s.Plans.Validate(), s.Limits.Validate(), catalog.Check(s.Tenants, s.Rules),
+		catalog.CheckPolicies(s.Policies, def))
 }

@@ -38,6 +38,10 @@
 --          spared; a repeat past them is counted as a new request
 -- ARGV[15] id_window in ms (>= 0): how long after the counted call its
 --          repeats are spared; the first call after it is counted afresh
+-- ARGV[16..23] unleased_before: up to four more (permits, ms ago) pairs of
+--          permits used without a lease, earlier than unleased's; each is
+--          scored at its own time, as unleased is (unleased and these
+--          together at most 1000)
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
 --          used_ref, free_ms}
 --          status 1 when the request ID repeats within its allowance
@@ -102,14 +106,21 @@ if used > 0 then
   end
 end
 local late = deadline > 0 and now_us > deadline
-if unleased > 0 and not late and now - unleased_ago + window > now then
-  local last_seq = redis.call('HINCRBY', meta, 'seq', unleased)
+local function log_unleased(n, ago)
+  if n <= 0 or ago >= window then return end
+  local last_seq = redis.call('HINCRBY', meta, 'seq', n)
   local batch = {}
-  for m = last_seq - unleased + 1, last_seq do
-    batch[#batch + 1] = now - unleased_ago
+  for m = last_seq - n + 1, last_seq do
+    batch[#batch + 1] = now - ago
     batch[#batch + 1] = m
   end
   redis.call('ZADD', log, unpack(batch))
+end
+if not late then
+  log_unleased(unleased, unleased_ago)
+  for i = 16, 22, 2 do
+    if ARGV[i] then log_unleased(tonumber(ARGV[i]), tonumber(ARGV[i + 1])) end
+  end
 end
 local status, repeated, id_score = 0, false, nil
 -- ids_written: this call recorded an ID. Only then can the newest ID, and

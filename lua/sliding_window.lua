@@ -30,8 +30,13 @@
 -- ARGV[14..21] unleased_before: up to four more (permits, ms ago) pairs of
 --          permits used without a lease, earlier than unleased's;
 --          each counts from its own time, as unleased does
+-- V in field "t" ("T N LO HI V") numbers the key's calls: each call's is
+-- one more than the last's, and a key made anew (every counter dead) starts
+-- again at 1. A caller that gets a number no greater than one it saw
+-- earlier, while permits it was granted still count, talks to a store that
+-- lost writes: emptied, or a replica promoted before it had them.
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
---          used_ref, free_ms}
+--          used_ref, free_ms, seq}
 --          status 0, or 2 when past the deadline (nothing granted); ref is
 --          the field E of the leased permits (granted - need), used_ref the
 --          field of the need permits; retry_after_ms is 0 when granted > 0,
@@ -86,11 +91,11 @@ local now = math.floor(now_us / 1000)
 -- list them when refusing, and when the sum is missing (a new key, or one
 -- an older script wrote).
 local st = redis.call('HGET', key, 't')
-local last, n, lo, hi
+local last, n, lo, hi, seq
 if st then
-  local a, b, c, d = string.match(st, '^(%d+) (%d+) (%d+) (%d+)$')
+  local a, b, c, d, v = string.match(st, '^(%d+) (%d+) (%d+) (%d+) ?(%d*)$')
   if a then
-    last, n, lo, hi = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
+    last, n, lo, hi, seq = tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(v)
   else
     last = tonumber(st)
   end
@@ -129,7 +134,7 @@ if n and n > 0 and hi and hi <= horizon then
   -- Every counter is dead (a key too rare for them to stay live): the
   -- hash holds nothing else worth reading, and is written anew below.
   redis.call('DEL', key)
-  n, lo, hi = 0, nil, nil
+  n, lo, hi, seq = 0, nil, nil, nil
 elseif not st then
   n = 0 -- no key: every script writes "t"
 elseif not n or (n > 0 and not (lo and hi and lo > horizon)) then
@@ -243,13 +248,14 @@ if lost_lo or lost_hi then
   scan()
 end
 
+seq = (seq or 0) + 1
 local reset, free = 0, 0
 if n > 0 then
   reset = hi + window - now
   free = lo + window - now
-  redis.call('HSET', key, unpack(fresh_args({'t', fmt('%d %d %d %d', now, n, lo, hi)})))
+  redis.call('HSET', key, unpack(fresh_args({'t', fmt('%d %d %d %d %d', now, n, lo, hi, seq)})))
 else
-  redis.call('HSET', key, 't', fmt('%d 0 0 0', now))
+  redis.call('HSET', key, 't', fmt('%d 0 0 0 %d', now, seq))
 end
 local remaining = limit - counted
 if remaining < 0 then remaining = 0 end
@@ -257,4 +263,4 @@ if remaining < 0 then remaining = 0 end
 local keep = reset
 if keep < window then keep = window end
 redis.call('PEXPIRE', key, fmt('%d', keep + 1000))
-return {granted, remaining, retry, reset, status, ref, now_us, used_ref, free}
+return {granted, remaining, retry, reset, status, ref, now_us, used_ref, free, seq}

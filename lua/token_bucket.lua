@@ -17,8 +17,14 @@
 -- ARGV[10] unleased: tokens the caller used without a lease (its own share
 --          while the store was unreachable), taken from the bucket first
 --          (it does not go below 0)
--- ARGV[11] unleased_ago (unused: the bucket refills from now)
+-- ARGV[11] unleased_ago in ms (>= 0): how long before this call the last of
+--          them was taken
 -- ARGV[12] use_within (unused: a taken token counts from the grant)
+-- ARGV[13..20] unleased_before: up to four more (tokens, ms ago) pairs of
+--          tokens used without a lease, earlier than unleased's. The bucket
+--          takes every part at its time, oldest first, refilled up to each
+--          (a part older than the bucket's last call is taken at that call's
+--          time: counted late, never forgotten), then refills up to now.
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, 0, now_us, 0, 0}
 --          granted = min(want, floor(tokens)) when that is >= need, else 0;
 --          status 2 when past the deadline (nothing granted), else 0;
@@ -32,8 +38,8 @@
 -- days), or after a day when the rate is 0. Every value is computed before
 -- the first write, so an error never leaves a key without its TTL. A clock
 -- that moves backwards is treated as the newest time seen. The return is
--- applied even past the deadline; unleased only before it (its caller reports
--- them again with its next call).
+-- applied even past the deadline; the unleased tokens only before it (its
+-- caller reports them again with its next call).
 local key = KEYS[1]
 local capacity = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
@@ -54,9 +60,26 @@ if tokens == nil or ts == nil then
   tokens, ts = capacity, now
 end
 if ts > now then now = ts end
+local takes = {}
+if not (deadline > 0 and now_us > deadline) then
+  if unleased > 0 then takes[1] = {now - tonumber(ARGV[11]), unleased} end
+  for i = 13, 19, 2 do
+    local n = tonumber(ARGV[i] or '0')
+    if n > 0 then takes[#takes + 1] = {now - tonumber(ARGV[i + 1]), n} end
+  end
+  table.sort(takes, function(a, b) return a[1] < b[1] end)
+end
+for _, take in ipairs(takes) do
+  if take[1] > ts then
+    tokens = tokens + (take[1] - ts) * rate / 1000
+    if tokens > capacity then tokens = capacity end
+    ts = take[1]
+  end
+  tokens = tokens - take[2]
+  if tokens < 0 then tokens = 0 end
+end
 tokens = tokens + (now - ts) * rate / 1000 + ret
 if tokens > capacity then tokens = capacity end
-if not (deadline > 0 and now_us > deadline) then tokens = tokens - unleased end
 if tokens < 0 then tokens = 0 end
 
 local status = 0

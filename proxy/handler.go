@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strconv"
 	"time"
 
 	"github.com/valyala/bytebufferpool"
@@ -390,18 +389,16 @@ func upstreamErrorReason(err error) *reason {
 	return reasonUpstreamFailed
 }
 
-// tooMany writes the 429 answer of a rate limit.
+// tooMany writes the 429 answer of a rate limit: what refused (its scope,
+// the policy's or the limit's name, its window as configured) and when to
+// retry.
 func (s *Server) tooMany(ctx *fasthttp.RequestCtx, x *exchange) {
 	d := &x.decision
 	h := &ctx.Response.Header
 	s.limitHeaders.Set(h, d)
 	reply.SetRetryAfter(h, d)
-	b := append(x.scratch[:0], `{"error":"rate limit exceeded","scope":"`...)
-	b = append(b, d.Scope.String()...)
-	b = append(b, `","limit":`...)
-	b = strconv.AppendInt(b, d.Limit, 10)
-	b = append(b, `,"retry_after_ms":`...)
-	b = strconv.AppendInt(b, reply.RetryAfterMillis(d.RetryAfter), 10)
+	b := append(x.scratch[:0], `{"error":"rate limit exceeded",`...)
+	b = reply.AppendRefusal(b, d)
 	b = append(b, `,"request_id":`...)
 	b = reply.AppendJSONString(b, x.requestID)
 	b = append(b, "}\n"...)

@@ -119,7 +119,8 @@ func New(deps Deps) (*Server, error) {
 }
 
 // newFastServer is the fasthttp server of the proxy listener. Request
-// bodies stream (the handler enforces max_request_body on them).
+// bodies stream (the handler enforces max_request_body on them); a body
+// declared larger is refused at once (bodyLimit).
 // read_timeout, write_timeout and idle_timeout are the listener's (Serve):
 // fasthttp's own would set socket deadlines on every request.
 func (s *Server) newFastServer() *fasthttp.Server {
@@ -127,6 +128,7 @@ func (s *Server) newFastServer() *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:                       s.handle,
 		ErrorHandler:                  s.handleError,
+		HeaderReceived:                s.bodyLimit,
 		Logger:                        s.errLog,
 		Name:                          "sentinel",
 		Concurrency:                   srv.Concurrency,
@@ -139,6 +141,20 @@ func (s *Server) newFastServer() *fasthttp.Server {
 		CloseOnShutdown:               true,
 		ReduceMemoryUsage:             false,
 	}
+}
+
+// bodyLimit is fasthttp's read limit of a request's body, called with its
+// head. Before the handler runs, fasthttp reads a streamed body's first
+// bytes (up to 8 KiB), and waits for them: a body declared larger than
+// server.max_request_body and sent slowly would otherwise be answered 408
+// when the read timeout ends. Its limit is made 1 byte, so that fasthttp
+// waits for one byte only and the handler refuses it with 413 on its
+// declared Content-Length; other requests keep the server's limit.
+func (s *Server) bodyLimit(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	if cl := h.ContentLength(); cl > 0 && int64(cl) > int64(s.cfg.Server.MaxRequestBody) {
+		return fasthttp.RequestConfig{MaxRequestBodySize: 1}
+	}
+	return fasthttp.RequestConfig{}
 }
 
 // Serve serves the proxy on ln until Shutdown, terminating TLS on it when

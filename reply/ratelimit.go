@@ -2,10 +2,12 @@ package reply
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit"
 )
 
@@ -21,8 +23,10 @@ import (
 // so its item has no w; a calendar quota's w is its current period's
 // length. RateLimit is the one item of the most restrictive of them (the
 // one the X-RateLimit-* fields describe): its remaining r and the seconds t
-// until more quota comes (a refusal's retry-after, else until the budget
-// is whole), never beyond its window; t is left out when no more ever comes.
+// until more quota comes. On a refusal t is Retry-After's value, as the
+// draft asks of the two fields (they name the same point in time); on an
+// answer that passed it is the time until the budget is whole, never
+// beyond the window. t is left out when no more ever comes.
 // No partition key (pk) is sent: the limits' keys (a client IP, an API key,
 // a tenant) are the client's own, and the names tell the limits apart.
 var RateLimitHeaderNames = [...]string{
@@ -63,19 +67,29 @@ func AppendRateLimitValue(b []byte, i int, d *limit.Decision) []byte {
 	return strconv.AppendInt(b, RetryAfterMillis(d.RetryAfter), 10)
 }
 
-// resetSeconds is RateLimit's t for d: a refusal's retry-after, else the
-// time until the budget is whole, in whole seconds and at most the window;
-// -1 when more never comes (a refusal with no retry, or a token bucket that
-// never refills, which has no window).
+// resetSeconds is RateLimit's t for d: a refusal's Retry-After (a sliding
+// window's retry may end past the window, and a client that retried at a
+// t cut to the window would be refused again), else the time until the
+// budget is whole, in whole seconds and at most the window; -1 when more
+// never comes (a refusal with no retry, or a token bucket that never
+// refills, which has no window).
 func resetSeconds(d *limit.Decision) int64 {
-	t := d.Reset
 	if !d.Allowed {
-		t = d.RetryAfter
+		return retryAfterSeconds(d.RetryAfter)
 	}
-	if d.Window <= 0 || t < 0 {
+	if d.Window <= 0 || d.Reset < 0 {
 		return -1
 	}
-	return min(ceilSeconds(t), ceilSeconds(d.Window))
+	return min(ceilSeconds(d.Reset), ceilSeconds(d.Window))
+}
+
+// retryAfterSeconds is Retry-After's value for a refusal's retry-after:
+// whole seconds, rounded up, at least 1; -1 when more never comes.
+func retryAfterSeconds(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return max(1, ceilSeconds(d))
 }
 
 // appendSFString appends s as a structured-field string: printable ASCII,
@@ -140,11 +154,12 @@ func SetRateLimitHeaders(h *fasthttp.ResponseHeader, d *limit.Decision) {
 // and leaves it out when the budget never comes back (a token bucket with
 // refill 0). It allocates nothing.
 func SetRetryAfter(h *fasthttp.ResponseHeader, d *limit.Decision) {
-	if d.RetryAfter < 0 {
+	s := retryAfterSeconds(d.RetryAfter)
+	if s < 0 {
 		return
 	}
 	var buf [20]byte
-	h.SetCanonical(keyRetryAfter, strconv.AppendInt(buf[:0], max(1, ceilSeconds(d.RetryAfter)), 10))
+	h.SetCanonical(keyRetryAfter, strconv.AppendInt(buf[:0], s, 10))
 }
 
 // RetryAfterMillis is a retry-after in milliseconds, rounded up; -1 means
@@ -178,4 +193,49 @@ func LimitName(a *limit.Applied) string {
 		return a.Name
 	}
 	return a.Scope.String()
+}
+
+// AppendRefusal appends the fields of a refusal's JSON body that say what
+// refused and when to retry, without the braces:
+// "scope":"policy","policy":"bids-per-user","window":"1m","limit":20,"retry_after_ms":412.
+// policy names a policy (a policy of several limits is named without the
+// window its limit is known by in RateLimit-Policy), limit_name a named
+// Limit; window is the limit's window as configured ("1m", "1h30m"; whole
+// days as "30d", a calendar quota's current period) and is left out for a
+// token bucket that never refills. It allocates nothing.
+func AppendRefusal(b []byte, d *limit.Decision) []byte {
+	b = append(b, `"scope":`...)
+	b = AppendJSONString(b, d.Scope.String())
+	if d.Name != "" {
+		switch d.Scope {
+		case limit.ScopePolicy:
+			name, _, _ := strings.Cut(d.Name, "/")
+			b = append(b, `,"policy":`...)
+			b = AppendJSONString(b, name)
+		case limit.ScopeLimit:
+			b = append(b, `,"limit_name":`...)
+			b = AppendJSONString(b, d.Name)
+		}
+	}
+	if d.Window > 0 {
+		b = append(b, `,"window":"`...)
+		b = AppendWindow(b, d.Window)
+		b = append(b, '"')
+	}
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendInt(b, d.Limit, 10)
+	b = append(b, `,"retry_after_ms":`...)
+	return strconv.AppendInt(b, RetryAfterMillis(d.RetryAfter), 10)
+}
+
+// AppendWindow appends a limit's window as a person configures it: whole
+// days as "7d" and "30d" (a calendar quota's period), others as
+// confutil.AppendDuration writes them ("1m", "10s", "1h30m").
+func AppendWindow(b []byte, w time.Duration) []byte {
+	const day = 24 * time.Hour
+	if w >= day && w%day == 0 {
+		b = strconv.AppendInt(b, int64(w/day), 10)
+		return append(b, 'd')
+	}
+	return confutil.AppendDuration(b, w)
 }

@@ -143,3 +143,28 @@ func FuzzAppendJSONString(f *testing.F) {
 		}
 	})
 }
+
+// TestRetryAfterAndTAgree: a refusal's RateLimit t is Retry-After's value,
+// even when the retry ends past the window (a sliding window's can), as
+// the draft asks of the two fields.
+func TestRetryAfterAndTAgree(t *testing.T) {
+	for _, ra := range []time.Duration{0, time.Millisecond, 10300 * time.Millisecond, 25 * time.Second} {
+		var h fasthttp.ResponseHeader
+		d := limit.Decision{Scope: limit.ScopeRule, Limit: 5, Window: 10 * time.Second, RetryAfter: ra}
+		SetRateLimitHeaders(&h, &d)
+		SetRetryAfter(&h, &d)
+		rl := string(h.Peek("RateLimit"))
+		assert.Equal(t, `"rule";r=0;t=`+string(h.Peek("Retry-After")), rl, "retry after %v", ra)
+	}
+}
+
+// TestRefusalBody: the refusal's fields name the policy without its
+// window suffix, and windows are written as configured.
+func TestRefusalBody(t *testing.T) {
+	d := limit.Decision{Scope: limit.ScopePolicy, Name: "bids-per-user/1m", Limit: 20, Window: time.Minute, RetryAfter: 412 * time.Millisecond}
+	assert.Equal(t, `"scope":"policy","policy":"bids-per-user","window":"1m","limit":20,"retry_after_ms":412`, string(AppendRefusal(nil, &d)))
+	d = limit.Decision{Scope: limit.ScopeRule, Limit: 5, Window: 30 * 24 * time.Hour, RetryAfter: -1}
+	assert.Equal(t, `"scope":"rule","window":"30d","limit":5,"retry_after_ms":-1`, string(AppendRefusal(nil, &d)))
+	d = limit.Decision{Scope: limit.ScopeLimit, Name: "uploads", Limit: 5, Window: 90 * time.Minute}
+	assert.Equal(t, `"scope":"limit","limit_name":"uploads","window":"1h30m","limit":5,"retry_after_ms":0`, string(AppendRefusal(nil, &d)))
+}

@@ -96,18 +96,19 @@ var decodeHooks = mapstructure.ComposeDecodeHookFunc(
 	mapstructure.TextUnmarshallerHookFunc(),
 )
 
-// unusedDespiteErrors decodes v again with every value that cannot decode
-// replaced by its zero value, and returns that pass's metadata. mapstructure
-// records no unused keys for a section in which a value failed to decode, so
-// without this pass an unknown key next to a type error would go unreported
-// until the type error is fixed.
-func unusedDespiteErrors[T any](v *viper.Viper) mapstructure.Metadata {
+// decodeLeniently decodes v again with every value that cannot decode
+// replaced by its zero value, and returns that configuration and the
+// pass's metadata. mapstructure records no unused keys for a section in
+// which a value failed to decode, so without this pass an unknown key next
+// to a type error would go unreported until the type error is fixed; the
+// configuration is validated for the same reason.
+func decodeLeniently[T any](v *viper.Viper) (*T, mapstructure.Metadata) {
 	var md mapstructure.Metadata
 	var cfg T
 	_ = v.Unmarshal(&cfg, viper.DecodeHook(lenientHook), func(dc *mapstructure.DecoderConfig) {
 		dc.Metadata = &md
 	})
-	return md
+	return &cfg, md
 }
 
 // lenientHook runs decodeHooks and turns a value that would not decode into

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/agnivade/levenshtein"
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 )
@@ -58,25 +59,60 @@ func Load[T any](path string, environ []string, opts Options[T]) (*T, error) {
 	err = v.Unmarshal(&cfg, viper.DecodeHook(decodeHooks), func(dc *mapstructure.DecoderConfig) {
 		dc.Metadata = &md
 	})
-	var lines []string
-	bad := map[string]bool{}
-	if err != nil {
-		lines, bad = decodeMessages(err, fromEnv)
-		if opts.Annotate != nil {
-			opts.Annotate(lines, v.AllSettings())
+	if err == nil {
+		if lines := unknownKeys(&md, nil, reflect.TypeFor[T]()); len(lines) > 0 {
+			return nil, errors.New(strings.Join(lines, "\n"))
 		}
-		md = unusedDespiteErrors[T](v)
+		if opts.Finish != nil {
+			if err := opts.Finish(&cfg); err != nil {
+				return nil, fromEnvError(err, fromEnv)
+			}
+		}
+		return &cfg, nil
 	}
+	lines, bad := decodeMessages(err, fromEnv)
+	if opts.Annotate != nil {
+		opts.Annotate(lines, v.AllSettings())
+	}
+	lenient, md := decodeLeniently[T](v)
 	lines = append(lines, unknownKeys(&md, bad, reflect.TypeFor[T]())...)
-	if len(lines) > 0 {
-		return nil, errors.New(strings.Join(lines, "\n"))
+	lines = append(lines, validationDespiteErrors(lenient, bad, fromEnv, opts.Finish)...)
+	return nil, errors.New(strings.Join(lines, "\n"))
+}
+
+// validationDespiteErrors runs finish on cfg, a configuration decoded with
+// the values that did not decode left unset, and returns its lines but
+// those about a key that did not decode (bad), which would be about the
+// value put in its place: a file's other mistakes are then reported in the
+// same run as its decode errors, not once those are fixed.
+func validationDespiteErrors[T any](cfg *T, bad map[string]bool, fromEnv map[string]string, finish func(*T) error) []string {
+	if finish == nil {
+		return nil
 	}
-	if opts.Finish != nil {
-		if err := opts.Finish(&cfg); err != nil {
-			return nil, fromEnvError(err, fromEnv)
+	err := finish(cfg)
+	if err == nil {
+		return nil
+	}
+	var lines []string
+	for _, line := range strings.Split(fromEnvError(err, fromEnv).Error(), "\n") {
+		key, _, _ := strings.Cut(line, ": ")
+		if !underBadKey(key, bad) {
+			lines = append(lines, line)
 		}
 	}
-	return &cfg, nil
+	return lines
+}
+
+// underBadKey reports whether key is one of bad or inside one of them
+// (bad limits names limits.tenant; a bad policies[0].limits names
+// policies[0].limits[1].window).
+func underBadKey(key string, bad map[string]bool) bool {
+	for k := range bad {
+		if key == k || strings.HasPrefix(key, k+".") || strings.HasPrefix(key, k+"[") {
+			return true
+		}
+	}
+	return false
 }
 
 // envError is a validation error whose lines name the environment variable
@@ -140,7 +176,7 @@ func applyEnv(v *viper.Viper, environ []string, prefix string, t reflect.Type) (
 	seen := make(map[string]bool, len(keys))
 	fromEnv := make(map[string]string)
 	for _, key := range keys {
-		name := prefix + "_" + strings.ToUpper(strings.NewReplacer(".", "_").Replace(key))
+		name := envName(prefix, key)
 		if val, ok := env[name]; ok && !seen[name] {
 			seen[name] = true
 			fromEnv[key] = name
@@ -154,10 +190,40 @@ func applyEnv(v *viper.Viper, environ []string, prefix string, t reflect.Type) (
 		}
 	}
 	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return nil, fmt.Errorf("environment: %s names no config key", strings.Join(unknown, ", "))
+		return nil, unknownEnvError(unknown, keys, prefix)
 	}
 	return fromEnv, nil
+}
+
+// unknownEnvError names the variables that name no key, one a line, each
+// with the variable closest to it (within two edits) that does, as a
+// mistyped file key is named with the key it may mean.
+func unknownEnvError(unknown, keys []string, prefix string) error {
+	sort.Strings(unknown)
+	names := make([]string, 0, len(keys))
+	for _, key := range keys {
+		names = append(names, envName(prefix, key))
+	}
+	lines := make([]string, len(unknown))
+	for i, name := range unknown {
+		lines[i] = "environment: " + name + " names no config key"
+		best, bestD := "", 3
+		for _, n := range names {
+			if d := levenshtein.ComputeDistance(name, n); d > 0 && d < bestD {
+				best, bestD = n, d
+			}
+		}
+		if best != "" {
+			lines[i] += "; did you mean " + best + "?"
+		}
+	}
+	return errors.New(strings.Join(lines, "\n"))
+}
+
+// envName is the variable that overrides key: SENTINEL_SERVER_LISTEN for
+// server.listen.
+func envName(prefix, key string) string {
+	return prefix + "_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 }
 
 // mapEntryKeys lists the keys of the entries that the file names in t's

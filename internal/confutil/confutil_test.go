@@ -39,6 +39,21 @@ func TestDurationText(t *testing.T) {
 	assert.EqualError(t, err, `"fast" is not a duration such as 10s or 1m`)
 }
 
+// TestDurationAsConfigured: durations are written as a person configures
+// them, without the zero units of time.Duration's "1m0s", and read back.
+func TestDurationAsConfigured(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "0s", time.Minute: "1m", 720 * time.Hour: "720h", 8760 * time.Hour: "8760h", 90 * time.Minute: "1h30m",
+		time.Hour + time.Second: "1h1s", 250 * time.Millisecond: "250ms", 1500 * time.Millisecond: "1.5s",
+		10 * time.Second: "10s", time.Microsecond: "1µs", -time.Minute: "-1m0s",
+	} {
+		assert.Equal(t, want, Duration(d).String(), "%d", d)
+		back, err := time.ParseDuration(want)
+		require.NoError(t, err)
+		assert.Equal(t, d, back, want)
+	}
+}
+
 // TestDurationJSON: a bad value is a type error that names the field.
 func TestDurationJSON(t *testing.T) {
 	var v struct {

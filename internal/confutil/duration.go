@@ -10,14 +10,45 @@ import (
 )
 
 // Duration is a time.Duration that JSON, YAML and the environment spell as
-// text: "1s", "250ms", "1m30s". The zero Duration marshals as "0s".
+// text: "1s", "250ms", "1m30s". It is written as it is configured, without
+// the zero units time.Duration writes ("1m", not "1m0s"); the zero
+// Duration marshals as "0s".
 type Duration time.Duration
 
 // D returns d as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
-// String formats d as time.Duration does.
-func (d Duration) String() string { return time.Duration(d).String() }
+// String formats d as AppendDuration does.
+func (d Duration) String() string { return string(AppendDuration(nil, time.Duration(d))) }
+
+// AppendDuration appends d as a person configures it, in the units
+// time.ParseDuration reads back and without the zero ones that
+// time.Duration.String writes: "1m" (not "1m0s"), "720h" (not
+// "720h0m0s"), "1h30m", "250ms". Other durations (fractions of a
+// millisecond or, past a second, of a second) are written as time.Duration writes them. It allocates
+// nothing beyond growing b for a whole number of milliseconds.
+func AppendDuration(b []byte, d time.Duration) []byte {
+	switch {
+	case d == 0:
+		return append(b, "0s"...)
+	case d < 0 || d%time.Millisecond != 0 || d > time.Second && d%time.Second != 0:
+		return append(b, d.String()...) // "1.5s" as time.Duration has it
+	case d < time.Second:
+		b = strconv.AppendInt(b, int64(d/time.Millisecond), 10)
+		return append(b, "ms"...)
+	}
+	for _, u := range [...]struct {
+		d    time.Duration
+		name string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if n := d / u.d; n > 0 {
+			b = strconv.AppendInt(b, int64(n), 10)
+			b = append(b, u.name...)
+			d -= n * u.d
+		}
+	}
+	return b
+}
 
 // MarshalText implements encoding.TextMarshaler.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }

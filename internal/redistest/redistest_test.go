@@ -45,3 +45,36 @@ func TestStartCluster(t *testing.T) {
 		}
 	}
 }
+
+// A replicated cluster fails over: its replica serves a killed master's
+// slots, with the data it had replicated.
+func TestStartReplicatedCluster(t *testing.T) {
+	c := StartReplicatedCluster(t)
+	if len(c.Masters) != 3 || len(c.Replicas) != 3 {
+		t.Fatalf("got %d masters and %d replicas, want 3 and 3", len(c.Masters), len(c.Replicas))
+	}
+	// Key "a" hashes to slot 15495, served by the third master.
+	if _, err := do(c.Masters[2].Addr, time.Second, "SET", "a", "1"); err != nil {
+		t.Fatalf("SET on the third master: %v", err)
+	}
+	if n, err := do(c.Masters[2].Addr, 5*time.Second, "WAIT", "1", "5000"); err != nil || n != "1" {
+		t.Fatalf("WAIT for the replica = %q, %v", n, err)
+	}
+	start := time.Now()
+	deadline := start.Add(15 * time.Second)
+	c.Masters[2].Stop()
+	for {
+		info, err := do(c.Replicas[2].Addr, time.Second, "INFO", "replication")
+		if err == nil && strings.Contains(info, "role:master") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica was not promoted: %q, %v", info, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("replica promoted %v after its master was killed", time.Since(start).Round(time.Millisecond))
+	if got, err := do(c.Replicas[2].Addr, time.Second, "GET", "a"); err != nil || got != "1" {
+		t.Fatalf("GET a on the promoted replica = %q, %v; want 1", got, err)
+	}
+}

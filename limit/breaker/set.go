@@ -42,6 +42,25 @@ func NewSet(failures int64, cooldown time.Duration, nodes store.NodeMap) *Set {
 // Close stops counting the set in the gauges.
 func (s *Set) Close() { live.Delete(s) }
 
+// CopyStates puts each breaker of s in the state of from's breaker of the
+// same node (open since the same instant, the same failures counted; a
+// half-open one open, its cooldown over, so that s makes its own probe): a
+// limiter that replaces another on a reload goes on where it was. s must
+// not be in use yet.
+func (s *Set) CopyStates(from *Set) {
+	for i := range s.b {
+		b, f := &s.b[i], &from.b[i]
+		b.fails.Store(f.fails.Load())
+		b.openedAt.Store(f.openedAt.Load())
+		st := f.State()
+		if st == HalfOpen {
+			st = Open // from's probe is in flight there: s probes afresh
+		}
+		b.state.Store(st) // not an opening: the gauges see the same state
+
+	}
+}
+
 // For returns the breaker of the node that holds key.
 func (s *Set) For(key []byte) *Breaker {
 	if s.nodes == nil {

@@ -140,8 +140,7 @@ func subKey(field, k string) string {
 type Rule struct {
 	Tenant   string `mapstructure:"tenant" json:"tenant"`
 	Resource string `mapstructure:"resource" json:"resource"`
-	// Algorithm is required in the API; in the configuration it defaults
-	// to limits.algorithm.
+	// Algorithm defaults to limits.algorithm, in the file and in the API.
 	Algorithm store.Algorithm `mapstructure:"algorithm" json:"algorithm"`
 	// Limit and Window apply to sliding_window and sliding_log.
 	Limit  int64             `mapstructure:"limit" json:"limit,omitempty"`
@@ -191,8 +190,8 @@ func (r *Rule) Validate(field string) error {
 	case err != nil:
 		bad("algorithm", err.Error())
 	case alg == store.TokenBucket:
-		if r.Capacity < 1 || r.Capacity > store.MaxLimit {
-			bad("capacity", fmt.Sprintf("%d is out of range 1..%d for token_bucket", r.Capacity, int64(store.MaxLimit)))
+		if msg := checkCount("capacity", r.Capacity, "for token_bucket"); msg != "" {
+			bad("capacity", msg)
 		}
 		if msg := store.CheckRefill(r.Capacity, r.RefillRate); msg != "" {
 			bad("refill_rate", fmt.Sprintf("%v %s", r.RefillRate, msg))
@@ -201,8 +200,8 @@ func (r *Rule) Validate(field string) error {
 			bad("limit", "limit and window apply to the sliding algorithms; use capacity and refill_rate")
 		}
 	default:
-		if r.Limit < 1 || r.Limit > store.MaxLimit {
-			bad("limit", fmt.Sprintf("%d is out of range 1..%d for %s", r.Limit, int64(store.MaxLimit), r.Algorithm))
+		if msg := checkCount("limit", r.Limit, "for "+r.Algorithm.String()); msg != "" {
+			bad("limit", msg)
 		}
 		if w := r.Window.D(); w == 0 {
 			bad("window", fmt.Sprintf("required for %s (a duration such as 1s)", r.Algorithm))
@@ -214,6 +213,19 @@ func (r *Rule) Validate(field string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkCount says what is wrong with a limit's or a bucket's count n
+// (usedFor: "for token_bucket"), or "": unset (0, which also reads as absent) is
+// missing, not out of range.
+func checkCount(what string, n int64, usedFor string) string {
+	switch {
+	case n == 0:
+		return fmt.Sprintf("missing: a %s of 1..%d is required %s", what, int64(store.MaxLimit), usedFor)
+	case n < 1 || n > store.MaxLimit:
+		return fmt.Sprintf("%d is out of range 1..%d %s", n, int64(store.MaxLimit), usedFor)
+	}
+	return ""
 }
 
 // storeParams returns the store parameters of a valid rule.

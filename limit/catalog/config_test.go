@@ -13,7 +13,7 @@ func TestRuleValidateNamesEveryBadKey(t *testing.T) {
 	r := Rule{Tenant: "a b", Resource: "", Algorithm: store.SlidingWindow, Limit: 0, Capacity: 3}
 	err := r.Validate("rules[2]")
 	require.Error(t, err)
-	for _, want := range []string{"rules[2].tenant:", "rules[2].resource:", "rules[2].limit: 0 is out of range",
+	for _, want := range []string{"rules[2].tenant:", "rules[2].resource:", "rules[2].limit: missing: a limit of 1..1000000000000 is required",
 		"rules[2].window: required for sliding_window", "rules[2].capacity: capacity and refill_rate apply to token_bucket only"} {
 		assert.Contains(t, err.Error(), want)
 	}

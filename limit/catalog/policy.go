@@ -15,6 +15,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -199,6 +200,25 @@ func (ps *PolicySet) Release() {
 	}
 }
 
+// itemNames are the names of cp's limits in answers: the policy's name,
+// followed for each of several limits by its window as configured
+// ("bids/1m") or its period ("bids/day"). The labels keep time.Duration's
+// form ("1m0s"), which the store's keys and the metrics hold.
+func itemNames(cp *CompiledPolicy) []string {
+	items := make([]string, 0, len(cp.Labels))
+	for i, label := range cp.Labels {
+		item := cp.Name
+		if len(cp.Labels) > 1 {
+			if p := cp.Params[i]; label == p.Window.String() {
+				label = confutil.Duration(p.Window).String()
+			}
+			item += "/" + label
+		}
+		items = append(items, item)
+	}
+	return items
+}
+
 // compile builds a valid policy's compiled form.
 func compile(p *Policy, def Defaults) *CompiledPolicy {
 	cp := &CompiledPolicy{Name: p.Name, Shadow: p.Shadow}
@@ -214,13 +234,7 @@ func compile(p *Policy, def Defaults) *CompiledPolicy {
 		cp.Params = append(cp.Params, p.Limits[i].Params(def))
 		cp.Labels = append(cp.Labels, p.Limits[i].Label(def))
 	}
-	for _, label := range cp.Labels {
-		item := cp.Name
-		if len(cp.Labels) > 1 {
-			item += "/" + label
-		}
-		cp.Items = append(cp.Items, item)
-	}
+	cp.Items = itemNames(cp)
 	m := &p.Match
 	if len(m.Resources) > 0 {
 		cp.resources = make(map[string]struct{}, len(m.Resources))

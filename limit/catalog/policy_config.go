@@ -215,8 +215,8 @@ func (l *PolicyLimit) validate(def Defaults) []*ValidationError {
 		if l.Window != 0 || l.Capacity != 0 || l.RefillRate != 0 {
 			bad("period", "a quota has limit and period only (no window, capacity or refill_rate)")
 		}
-		if l.Limit < 1 || l.Limit > store.MaxLimit {
-			bad("limit", fmt.Sprintf("%d is out of range 1..%d", l.Limit, int64(store.MaxLimit)))
+		if msg := checkCount("limit", l.Limit, "for a quota"); msg != "" {
+			bad("limit", msg)
 		}
 		return errs
 	}

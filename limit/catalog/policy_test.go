@@ -120,7 +120,7 @@ func TestPolicyValidationNamesTheKey(t *testing.T) {
 		`policies[3].limits: policy "d": required`,
 		`policies[4].unlimited.cidrs[0]: policy "e": "10/8" is not a CIDR`,
 		`policies[5].key[0]: policy "f": "ip/129": the prefix`,
-		`policies[5].limits[0].limit: policy "f": 0 is out of range`,
+		`policies[5].limits[0].limit: policy "f": missing: a limit of 1..1000000000000 is required`,
 	} {
 		assert.Contains(t, err.Error(), want)
 	}

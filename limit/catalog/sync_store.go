@@ -329,15 +329,29 @@ func newEpoch() string {
 	return hex.EncodeToString(b[:])
 }
 
-// PutRule creates or replaces an API rule on every pod. Errors:
-// *ValidationError for a bad rule, ErrUnknownTenant for a tenant that does
-// not exist, any other for Redis.
+// RuleDefaults returns r as PutRule stores it: an unset algorithm and
+// window filled in from the limits section's (the defaults SetPolicyBase
+// was last given).
+func (s *Sync) RuleDefaults(r Rule) Rule {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.SetDefaults(s.pol.def)
+	return r
+}
+
+// PutRule creates or replaces an API rule on every pod. An unset
+// algorithm and window are the limits section's, as in the file (see
+// RuleDefaults), and are stored with the rule, so that it means the same
+// on every pod whatever its limits section says. Errors: *ValidationError
+// for a bad rule, ErrUnknownTenant for a tenant that does not exist, any
+// other for Redis.
 func (s *Sync) PutRule(ctx context.Context, r Rule) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.SetDefaults(s.pol.def)
 	if err := errors.Join(r.Validate(""), checkSyncID("tenant", r.Tenant)); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err := s.cat.CheckRuleTenant(r.Tenant); err != nil {
 		return err
 	}

@@ -25,6 +25,7 @@ type leaseAnswer struct {
 	ref                int64 // where the leased permits (granted - need) were counted, for a return
 	usedRef            int64 // where the need permits were counted; 0: with the rest, at ref
 	keepMS             int64 // how long the state must be kept (the key's TTL)
+	seq                int64 // the key's call number (LeaseResult.Seq)
 }
 
 func (a *leaseAnswer) result() LeaseResult {
@@ -38,6 +39,7 @@ func (a *leaseAnswer) result() LeaseResult {
 		Repeated:   a.repeated,
 		Ref:        a.ref,
 		UsedRef:    a.usedRef,
+		Seq:        a.seq,
 	}
 }
 
@@ -143,11 +145,21 @@ func checkUnleased(req *LeaseRequest) error {
 		switch {
 		case part.N < 0 || part.N > MaxLimit || part.Ago < 0 || part.Ago > MaxWindow:
 			return fmt.Errorf("limit: lease for %q: %d unleased permits %v ago is out of range", req.Key, part.N, part.Ago)
-		case part.N > 0 && req.Params.Algorithm != SlidingWindow && req.Params.Algorithm != Quota:
-			return fmt.Errorf("limit: lease for %q: unleased parts are for sliding_window and quota only", req.Key)
 		}
 	}
+	if req.Params.Algorithm == SlidingLog && unleasedTotal(req) > MaxLogTokens {
+		return fmt.Errorf("limit: lease for %q: sliding_log counts at most %d unleased permits per call", req.Key, MaxLogTokens)
+	}
 	return nil
+}
+
+// unleasedTotal is the permits req reports as used without a lease.
+func unleasedTotal(req *LeaseRequest) int64 {
+	n := req.Unleased
+	for _, part := range req.UnleasedBefore {
+		n += part.N
+	}
+	return n
 }
 
 // checkParams validates a request's params, and its counts against them.

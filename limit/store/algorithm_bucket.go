@@ -1,6 +1,10 @@
 package store
 
-import "math"
+import (
+	"cmp"
+	"math"
+	"slices"
+)
 
 // bucketState is one key of the token bucket (lua/token_bucket.lua).
 type bucketState struct {
@@ -17,11 +21,12 @@ func (s *bucketState) lease(now, capacity int64, rate float64, q *leaseQuery) le
 		s.tokens, s.ts, s.init = c, now, true
 	}
 	now = max(now, s.ts)
-	tokens := s.tokens + float64(now-s.ts)*rate/1000 + float64(q.ret)
+	tokens, ts := s.takeUnleased(now, c, rate, q)
+	tokens = tokens + float64(now-ts)*rate/1000 + float64(q.ret)
 	if tokens > c {
 		tokens = c
 	}
-	tokens = max(tokens-float64(q.unleased), 0)
+	tokens = max(tokens, 0)
 	granted := min(max(int64(math.Floor(tokens)), 0), q.want)
 	if granted < q.need {
 		granted = 0
@@ -51,4 +56,34 @@ func (s *bucketState) lease(now, capacity int64, rate float64, q *leaseQuery) le
 		a.keepMS = min(capMS(c*1000/rate)+1000, tokenBucketMaxKeepMS)
 	}
 	return a
+}
+
+// takeUnleased takes q's unleased tokens from the bucket, each part at its
+// time (now less its ago), oldest first, refilled up to each; a part older
+// than the bucket's last call is taken at that call's time. It returns the
+// tokens left and the time they are at.
+func (s *bucketState) takeUnleased(now int64, c, rate float64, q *leaseQuery) (float64, int64) {
+	var takes [UnleasedParts + 1][2]int64 // time (ms), tokens
+	n := 0
+	if q.unleased > 0 {
+		takes[n], n = [2]int64{now - q.unleasedAgoMS, q.unleased}, n+1
+	}
+	for _, part := range q.before {
+		if part[0] > 0 {
+			takes[n], n = [2]int64{now - part[1], part[0]}, n+1
+		}
+	}
+	slices.SortFunc(takes[:n], func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+	tokens, ts := s.tokens, s.ts
+	for _, take := range takes[:n] {
+		if take[0] > ts {
+			tokens += float64(take[0]-ts) * rate / 1000
+			if tokens > c {
+				tokens = c
+			}
+			ts = take[0]
+		}
+		tokens = max(tokens-float64(take[1]), 0)
+	}
+	return tokens, ts
 }

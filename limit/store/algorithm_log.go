@@ -32,8 +32,9 @@ func (s *logState) lease(now int64, q *leaseQuery, rid []byte) leaseAnswer {
 	}
 	s.runs.expire(now - q.windowMS)
 	s.runs.move(q.retRef, now, q.used)
-	if at := now - q.unleasedAgoMS; q.unleased > 0 && at+q.windowMS > now {
-		s.runs.add(at, q.unleased)
+	s.addUnleased(now, q.unleased, q.unleasedAgoMS, q.windowMS)
+	for _, part := range q.before {
+		s.addUnleased(now, part[0], part[1], q.windowMS)
 	}
 	rec, seen := s.lookup(rid, now)
 	dup := seen && rec.spared < q.idRetries
@@ -99,4 +100,12 @@ func (s *logState) record(rid []byte, forget int64) {
 	}
 	s.ids[string(rid)] = idRecord{forget: forget}
 	s.forgetMax = max(s.forgetMax, forget)
+}
+
+// addUnleased counts n permits let through agoMS before now, at that time,
+// unless they are out of the window already.
+func (s *logState) addUnleased(now, n, agoMS, windowMS int64) {
+	if n > 0 && agoMS < windowMS {
+		s.runs.add(now-agoMS, n)
+	}
 }

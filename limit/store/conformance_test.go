@@ -94,6 +94,9 @@ var confCases = []confCase{
 	{"SlidingWindowUnleased", confUnleased(SlidingWindow)},
 	{"SlidingLogUnleased", confUnleased(SlidingLog)},
 	{"TokenBucketUnleased", confUnleased(TokenBucket)},
+	{"SlidingWindowUnleasedParts", confUnleasedParts(SlidingWindow)},
+	{"SlidingLogUnleasedParts", confUnleasedParts(SlidingLog)},
+	{"TokenBucketUnleasedParts", confUnleasedParts(TokenBucket)},
 	{"SlidingWindowBoundaryBurst", confBoundaryBurst(SlidingWindow)},
 	{"SlidingLogBoundaryBurst", confBoundaryBurst(SlidingLog)},
 	{"SlidingLogDuplicateRequestID", confDuplicateID},
@@ -412,6 +415,31 @@ func confUnleased(alg Algorithm) func(*testing.T, *confEnv, string) {
 			require.NoError(t, err)
 			assert.Equal(t, int64(5), r.Granted, "permits unleased a window ago no longer count")
 		}
+	}
+}
+
+// confUnleasedParts: unleased permits reported in parts are each placed
+// at their own time: the sliding algorithms count a part for a window from
+// when it was used, not from the report, and a token bucket takes each part
+// when it was used and refills after it.
+func confUnleasedParts(alg Algorithm) func(*testing.T, *confEnv, string) {
+	return func(t *testing.T, e *confEnv, key string) {
+		const window = 200 * time.Millisecond
+		p := confParams(alg, 10, window)
+		e.lease(t, key, p, 1, 0, "")
+		e.sleep(2 * window) // the bucket is full again, the window empty
+		req := &LeaseRequest{Key: []byte(key), Params: p, Want: 10, Unleased: 2,
+			UnleasedBefore: [UnleasedParts]UnleasedPart{{N: 4, Ago: 60 * time.Millisecond}, {N: 4, Ago: 180 * time.Millisecond}}}
+		r := e.leaseReq(t, req)
+		if alg == TokenBucket {
+			// Full at 10, 4 taken 180 ms ago, 6 refilled (50/s) up to 10 by
+			// 60 ms ago, 4 taken, 3 refilled, 2 taken now: 7, not 0.
+			assert.InDelta(t, 7, r.Granted, 1, "the parts were not taken at their times")
+			return
+		}
+		assert.Zero(t, r.Granted, "every part counts within its window")
+		e.sleep(30 * time.Millisecond)
+		assert.Equal(t, int64(4), e.lease(t, key, p, 10, 0, "").Granted, "the part used 180 ms before the report left the window 20 ms after it")
 	}
 }
 

@@ -9,7 +9,7 @@
 // key schema in keys.go); it maps keys to cluster nodes (NodeMap) so that
 // the limiter can keep a breaker per node. MemoryStore runs the same
 // algorithms in process, for a single instance and for the limiter's local
-// fallback, and bounds its keys with an overflow table. LateStore stands in
+// fallback, and bounds its keys by evicting keys that are not exhausted. LateStore stands in
 // for a Redis that did not answer at start. The algorithms are
 // sliding_window (a ring of sub-window counters), sliding_log (exact, with
 // retried request IDs not counted twice), token_bucket and quota (a

@@ -15,14 +15,17 @@ const memoryShards = 256
 
 // MemoryOptions configure a MemoryStore. The zero value is usable.
 type MemoryOptions struct {
-	// MaxKeys bounds the number of keys kept (limits.max_keys). Room for a
-	// new key is made only by dropping expired keys: a key whose counts
-	// still matter is never dropped. When the store is full, new keys are
-	// decided by an overflow entry that all new keys of the same scope and
-	// limit share (see overflow), so a flood of new keys gets at most one
-	// limit between them. Rounded down to a multiple of 256 (the shards),
-	// at least 256. Default 1<<20.
+	// MaxKeys bounds the number of keys kept (limits.max_keys). When the
+	// store is full, a new key gets an entry of its own: room is made by
+	// dropping an expired key, else a key whose budget is whole, else the
+	// least used key that is not exhausted; exhausted keys are kept, up to
+	// twice MaxKeys of them (see makeRoom). No new key shares a budget
+	// with another. Rounded down to a multiple of 256 (the shards), at
+	// least 256. Default 1<<20.
 	MaxKeys int
+	// Role names the store in the metrics of full tables. Default
+	// RoleStore.
+	Role MemoryRole
 	// Now returns the current time. Default time.Now; tests inject a clock.
 	Now func() time.Time
 	// SweepInterval is how often expired keys are dropped in the background.
@@ -36,13 +39,13 @@ type MemoryOptions struct {
 // lock; expired keys are swept in the background and the number of keys is
 // bounded by MaxKeys.
 type MemoryStore struct {
-	now      func() time.Time
-	perShard atomic.Int64 // MaxKeys spread over the shards
-	shards   [memoryShards]memoryShard
-	overflow overflowTable
-	stop     chan struct{}
-	done     chan struct{}
-	once     sync.Once
+	now       func() time.Time
+	perShard  atomic.Int64 // MaxKeys spread over the shards
+	shards    [memoryShards]memoryShard
+	evictions *memoryEvictions
+	stop      chan struct{}
+	done      chan struct{}
+	once      sync.Once
 }
 
 type memoryShard struct {
@@ -58,10 +61,13 @@ type memoryShard struct {
 type memoryEntry struct {
 	alg      Algorithm
 	expireAt int64 // ms, like the Redis key's TTL
-	window   windowState
-	log      logState
-	bucket   bucketState
-	quota    quotaState
+	// What the last answer left (see keep): the budget left, the whole
+	// budget, and when it is whole again (ms). makeRoom evicts by them.
+	left, full, wholeAt int64
+	window              windowState
+	log                 logState
+	bucket              bucketState
+	quota               quotaState
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -85,7 +91,7 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]*memoryEntry)
 	}
-	s.overflow.m = make(map[uint64]*memoryEntry)
+	s.evictions = &evictionsByRole[min(int(opts.Role), len(memoryRoles)-1)]
 	s.SetMaxKeys(opts.MaxKeys)
 	memoryStores.Store(s, struct{}{})
 	go s.sweepLoop(opts.SweepInterval)
@@ -104,12 +110,13 @@ func (s *MemoryStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult
 	now := s.now().UnixMilli()
 	sh := &s.shards[xxhash.Sum64(req.Key)%memoryShards]
 	sh.mu.Lock()
-	e := sh.entry(req.Key, req.Params.Algorithm, now, int(s.perShard.Load()))
+	e := sh.entry(req.Key, req.Params.Algorithm, now, int(s.perShard.Load()), s.evictions)
 	if e == nil {
 		sh.mu.Unlock()
-		return s.overflow.lease(now, req), nil
+		return noRoom(), nil
 	}
 	a := e.lease(now, req)
+	e.keep(now, req, &a)
 	e.expireAt = now + a.keepMS
 	sh.soonest = min(sh.soonest, e.expireAt)
 	sh.mu.Unlock()
@@ -118,8 +125,8 @@ func (s *MemoryStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult
 
 // SetMaxKeys changes the bound on the number of keys: n rounded down to a
 // multiple of the shard count, at least one key per shard. A lower
-// bound drops no key: a shard above it takes no new key until enough of its
-// keys have expired.
+// bound drops no key at once: a shard above it evicts one key for each new
+// one (makeRoom).
 func (s *MemoryStore) SetMaxKeys(n int) {
 	s.perShard.Store(int64(max(1, n/memoryShards)))
 }
@@ -192,17 +199,16 @@ func (e *memoryEntry) leaseQuery(now int64, req *LeaseRequest, q *leaseQuery, re
 
 // entry finds or makes the key's entry. An expired entry, or one kept for
 // another algorithm (Redis keys differ by algorithm), starts afresh. It
-// returns nil when the key is new and the shard holds limit live keys.
-func (sh *memoryShard) entry(key []byte, alg Algorithm, now int64, limit int) *memoryEntry {
+// returns nil when the key is new and the full shard has no room for it
+// (makeRoom).
+func (sh *memoryShard) entry(key []byte, alg Algorithm, now int64, limit int, ev *memoryEvictions) *memoryEntry {
 	e := sh.m[string(key)]
 	if e != nil && e.alg == alg && e.expireAt > now {
 		return e
 	}
 	if e == nil {
-		if len(sh.m) >= limit {
-			if sh.dropExpired(now); len(sh.m) >= limit {
-				return nil
-			}
+		if len(sh.m) >= limit && !sh.makeRoom(now, limit, ev) {
+			return nil
 		}
 		e = &memoryEntry{}
 		sh.m[string(key)] = e
@@ -255,5 +261,4 @@ func (s *MemoryStore) sweep() {
 		sh.dropExpired(now)
 		sh.mu.Unlock()
 	}
-	s.overflow.sweep(now)
 }

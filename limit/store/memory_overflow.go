@@ -1,155 +1,133 @@
 package store
 
 import (
-	"encoding/binary"
 	"math"
 	"sync"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/cespare/xxhash/v2"
 )
 
-// maxOverflowEntries bounds the overflow table: one entry per scope and
-// limit in use while the store is full, so a few per configured limit.
-const maxOverflowEntries = 4096
+// A full shard of a MemoryStore makes room for a new key by evicting one of
+// its keys (makeRoom); no new key is ever decided on a budget that other
+// keys have spent. What an attacker who sends many distinct keys can do
+// with each choice:
+//
+//   - A key whose budget is whole again (every counted permit has left the
+//     window, a token bucket refilled) is evicted first: nothing is lost.
+//   - Else the least used of a sample of keys that are not exhausted is
+//     evicted: it forgets what it had used, so that key may take that many
+//     permits more within the window. A flood's keys have used little, so
+//     they go first; a key that forgets its counts gets no more than a new
+//     key would, which the attacker can mint at will anyway.
+//   - An exhausted key (its last answer left no budget) is never evicted:
+//     a flood cannot free a client that used up its limit. When a sample
+//     holds only exhausted keys, the shard grows, up to twice its share of
+//     MaxKeys: filling that takes the limit's worth of requests for each
+//     key, twice max_keys times per window.
+//   - Past that, a new key finds no room: the store refuses it for a
+//     second (LeaseResult.NoRoom), charged to no budget, and retries find
+//     room as soon as a key's budget is whole again or expires. A fresh
+//     budget that is not kept would disable the limit for every key that
+//     came after, so the store refuses instead.
+//
+// The limiter's local share (RoleLocalShare) counts each key against this
+// pod's share of its limit, which one permit can use up on many pods: it
+// keeps no key for being exhausted, so it never grows past MaxKeys nor
+// refuses for want of room, and a key it drops under a flood may get its
+// share again should the store then fail (a key the store said was spent
+// stays refused by its local bucket, which is kept).
 
-// overflowTable decides the new keys that a full MemoryStore has no room
-// for. All new keys of one scope (the key's first part: tenant, key, ip,
-// rule) and one limit (its Params) share one entry, so that a flood of
-// distinct keys gets at most one limit between them, while every key the
-// store already holds keeps its own counts. A shared entry grants exactly
-// the permits a request needs (no lease beyond them), so nothing is ever
-// returned to it, and it ignores returns and re-dates meant for a key's own
-// entry. When the table itself is full of live entries, new keys are
-// refused.
-type overflowTable struct {
-	mu      sync.Mutex // protects m and soonest
-	m       map[uint64]*memoryEntry
-	soonest int64 // at or before the earliest expiry in m
-}
+// evictSample is how many keys of a full shard are looked at for one to
+// evict: map order is random, so the sample is too.
+const evictSample = 16
 
-var (
-	overflowGranted = metrics.NewCounter(`sentinel_limit_memory_overflow_decisions_total{result="granted"}`)
-	overflowDenied  = metrics.NewCounter(`sentinel_limit_memory_overflow_decisions_total{result="denied"}`)
-	overflowRefused = metrics.NewCounter(`sentinel_limit_memory_overflow_decisions_total{result="table_full"}`)
+// noRoomRetryMS is the retry-after of a refusal for want of room.
+const noRoomRetryMS = 1000
+
+// memoryRoles name the tables a MemoryStore keeps, for the metrics: the
+// store of a gateway without Redis, or a limiter's local share.
+var memoryRoles = [...]string{RoleStore: "store", RoleLocalShare: "local_share"}
+
+// MemoryRole tells what a MemoryStore is used for, for its metrics.
+type MemoryRole uint8
+
+// The roles of a MemoryStore.
+const (
+	RoleStore      MemoryRole = iota // the store of a gateway without Redis
+	RoleLocalShare                   // a limiter's per-pod share of each limit
 )
 
-// overflowRetryMS is the retry-after of a refusal for want of room.
-const overflowRetryMS = 1000
-
-// lease decides req on its scope's shared entry.
-func (t *overflowTable) lease(now int64, req *LeaseRequest) LeaseResult {
-	id := overflowID(req)
-	t.mu.Lock()
-	e := t.entry(id, req.Params.Algorithm, now)
-	if e == nil {
-		t.mu.Unlock()
-		overflowRefused.Inc()
-		return LeaseResult{RetryAfter: fromMS(overflowRetryMS), Reset: fromMS(overflowRetryMS)}
-	}
-	q := newLeaseQuery(req)
-	if !req.IsLook() {
-		q.want = q.need
-	}
-	q.ret, q.retRef, q.used = 0, 0, 0
-	// No request ID: the entry is shared, so an ID seen on one key must not
-	// spare the count of another.
-	a := e.leaseQuery(now, req, &q, nil)
-	e.expireAt = now + a.keepMS
-	t.soonest = min(t.soonest, e.expireAt)
-	t.mu.Unlock()
-	if a.granted > 0 {
-		overflowGranted.Inc()
-	} else {
-		overflowDenied.Inc()
-	}
-	return a.resultFor(req)
+// memoryEvictions are how a role's full table makes room, and its metrics.
+type memoryEvictions struct {
+	keepExhausted                 bool
+	whole, partial, grown, noRoom *metrics.Counter
 }
 
-// entry finds or makes the shared entry id; nil when the table is full of
-// live entries.
-func (t *overflowTable) entry(id uint64, alg Algorithm, now int64) *memoryEntry {
-	e := t.m[id]
-	if e != nil && e.alg == alg && e.expireAt > now {
-		return e
-	}
-	if e == nil {
-		if len(t.m) >= maxOverflowEntries {
-			if t.dropExpired(now); len(t.m) >= maxOverflowEntries {
-				return nil
-			}
+var evictionsByRole = func() (m [len(memoryRoles)]memoryEvictions) {
+	for i, role := range memoryRoles {
+		m[i] = memoryEvictions{
+			keepExhausted: MemoryRole(i) == RoleStore,
+			whole:         metrics.NewCounter(`sentinel_limit_memory_evictions_total{table="` + role + `",kind="whole"}`),
+			partial:       metrics.NewCounter(`sentinel_limit_memory_evictions_total{table="` + role + `",kind="partial"}`),
+			grown:         metrics.NewCounter(`sentinel_limit_memory_unevictable_total{table="` + role + `",result="grown"}`),
+			noRoom:        metrics.NewCounter(`sentinel_limit_memory_unevictable_total{table="` + role + `",result="no_room"}`),
 		}
-		e = &memoryEntry{}
-		t.m[id] = e
 	}
-	*e = memoryEntry{alg: alg}
-	return e
-}
+	return m
+}()
 
-func (t *overflowTable) dropExpired(now int64) {
-	if now < t.soonest {
-		return
+// makeRoom makes room in the full shard (it holds limit keys or more) for
+// one new key, as the comment above says, and reports whether there is
+// room. The caller holds sh.mu.
+func (sh *memoryShard) makeRoom(now int64, limit int, ev *memoryEvictions) bool {
+	if sh.dropExpired(now); len(sh.m) < limit {
+		return true
 	}
-	soonest := int64(math.MaxInt64)
-	for id, e := range t.m {
-		if e.expireAt <= now {
-			delete(t.m, id)
-			continue
+	var victim string
+	found, least, seen := false, int64(math.MaxInt64), 0
+	for k, e := range sh.m {
+		if seen++; seen > evictSample {
+			break
 		}
-		soonest = min(soonest, e.expireAt)
+		if e.wholeAt <= now {
+			delete(sh.m, k)
+			ev.whole.Inc()
+			return true
+		}
+		if used := e.full - e.left; (e.left >= 1 || !ev.keepExhausted) && used < least {
+			victim, least, found = k, used, true
+		}
 	}
-	t.soonest = soonest
+	if found {
+		delete(sh.m, victim)
+		ev.partial.Inc()
+		return true
+	}
+	if len(sh.m) < 2*limit {
+		ev.grown.Inc()
+		return true
+	}
+	ev.noRoom.Inc()
+	return false
 }
 
-func (t *overflowTable) sweep(now int64) {
-	t.mu.Lock()
-	t.dropExpired(now)
-	t.mu.Unlock()
+// noRoom is the answer to a new key that a full store has no room for.
+func noRoom() LeaseResult {
+	return LeaseResult{RetryAfter: fromMS(noRoomRetryMS), Reset: fromMS(noRoomRetryMS), NoRoom: true}
 }
 
-func (t *overflowTable) len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.m)
-}
-
-// overflowID names the shared entry of req's scope and limit. Two limits
-// whose names collide share an entry, which can only refuse sooner.
-func overflowID(req *LeaseRequest) uint64 {
-	var d xxhash.Digest
-	d.Reset()
-	_, _ = d.Write(keyScope(req.Key))
-	var b [40]byte
+// keep notes what the entry's last answer to req left, for makeRoom: the
+// budget left, the whole budget, and when it is whole again (ms).
+func (e *memoryEntry) keep(now int64, req *LeaseRequest, a *leaseAnswer) {
 	p := &req.Params
-	binary.LittleEndian.PutUint64(b[0:], uint64(p.Algorithm)|uint64(p.Period)<<8)
-	binary.LittleEndian.PutUint64(b[8:], uint64(p.Limit))
-	binary.LittleEndian.PutUint64(b[16:], uint64(p.Window))
-	binary.LittleEndian.PutUint64(b[24:], uint64(p.Capacity))
-	binary.LittleEndian.PutUint64(b[32:], math.Float64bits(p.RefillRate))
-	_, _ = d.Write(b[:])
-	if p.Zone != nil {
-		// Quotas of two zones count different periods: sharing an entry,
-		// each would restart the other's count at its own boundaries.
-		_, _ = d.WriteString(p.Zone.String())
+	e.left, e.full = a.remaining, p.Limit
+	if p.Algorithm == TokenBucket {
+		e.full = p.Capacity
 	}
-	return d.Sum64()
-}
-
-// keyScope returns the scope of a key built by AppendKey (the part of the
-// hash tag before its first ':'), or the whole key when it has no tag.
-func keyScope(key []byte) []byte {
-	i := 0
-	for i < len(key) && key[i] != '{' {
-		i++
+	e.wholeAt = math.MaxInt64
+	if a.resetMS >= 0 {
+		e.wholeAt = now + a.resetMS
 	}
-	if i == len(key) {
-		return key
-	}
-	j := i + 1
-	for j < len(key) && key[j] != ':' && key[j] != '}' {
-		j++
-	}
-	return key[i+1 : j]
 }
 
 // memoryStores holds the MemoryStores of the process for the keys gauge.

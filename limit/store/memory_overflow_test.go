@@ -5,116 +5,123 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// TestMemoryStoreFullKeepsLiveKeys: a store full of live keys drops none of
-// them for new keys: exhausted keys stay refused through a flood of new
-// ones, the flood gets at most the room left plus one limit per scope (the
-// shared overflow entry), and the store holds no more than MaxKeys.
-func TestMemoryStoreFullKeepsLiveKeys(t *testing.T) {
-	for _, alg := range []Algorithm{SlidingWindow, SlidingLog, TokenBucket} {
+// TestMemoryStoreFloodKeepsExhaustedServesNew: 6,000 new keys past
+// MaxKeys (1,024) neither free the 50 exhausted keys nor refuse 50 keys
+// never seen: each of those gets its whole limit, its own budget; the store
+// holds no more than twice MaxKeys.
+func TestMemoryStoreFloodKeepsExhaustedServesNew(t *testing.T) {
+	for _, alg := range []Algorithm{SlidingWindow, SlidingLog, TokenBucket, Quota} {
 		t.Run(fmt.Sprint(alg), func(t *testing.T) {
 			clock := newConfClock()
-			const maxKeys, limit = 4096, 5
+			const maxKeys, limit, held = 1024, 5, 50
+			const flood = maxKeys + 6000
 			s := NewMemoryStore(MemoryOptions{Now: clock.Now, MaxKeys: maxKeys, SweepInterval: time.Hour})
 			defer s.Close()
 			p := confParams(alg, limit, time.Hour)
-			for i := range 200 {
-				require.Equal(t, int64(limit), memLease(t, s, fmt.Sprintf("{ip:held-%d}", i), p, limit, 0).Granted)
+			if alg == Quota {
+				p = Params{Algorithm: Quota, Limit: limit, Period: Day}
 			}
-			granted := int64(0)
-			for i := range 50_000 {
-				granted += memLease(t, s, fmt.Sprintf("{ip:flood-%d}", i), p, 1, 0).Granted
+			for i := range held {
+				require.Equal(t, int64(limit), memLease(t, s, fmt.Sprintf("{p:u:held-%d}", i), p, limit, 0).Granted)
 			}
-			assert.LessOrEqual(t, s.Len(), maxKeys)
-			assert.LessOrEqual(t, granted, int64(maxKeys-200+limit), "the flood got more than the room left and one limit")
-			for i := range 200 {
-				r := memLease(t, s, fmt.Sprintf("{ip:held-%d}", i), p, 1, 0)
+			for i := range flood {
+				require.Equal(t, int64(1), memLease(t, s, fmt.Sprintf("{p:u:flood-%d}", i), p, 1, 0).Granted, "flood key %d", i)
+			}
+			assert.LessOrEqual(t, s.Len(), 2*maxKeys)
+			for i := range held {
+				r := memLease(t, s, fmt.Sprintf("{p:u:held-%d}", i), p, 1, 0)
 				require.Zero(t, r.Granted, "exhausted key %d was forgotten", i)
+				assert.False(t, r.NoRoom)
 			}
-			// Another scope has its own overflow entry: the ip flood does
-			// not use up a new tenant's budget.
-			assert.Equal(t, int64(1), memLease(t, s, "{tenant:new}", p, 1, 0).Granted)
-			// The shared entry grants no lease beyond the need.
-			assert.Equal(t, int64(1), memLease(t, s, "{tenant:other}", p, 3, 0).Granted)
+			for i := range 50 {
+				r := memLease(t, s, fmt.Sprintf("{p:u:new-%d}", i), p, limit, 0)
+				require.Equal(t, int64(limit), r.Granted, "new key %d did not get its own limit", i)
+			}
 		})
 	}
 }
 
-// TestMemoryStoreExpiredKeysMakeRoom: once the held keys expire, new keys
-// get their own entries again instead of the shared one.
-func TestMemoryStoreExpiredKeysMakeRoom(t *testing.T) {
-	clock := newConfClock()
-	s := NewMemoryStore(MemoryOptions{Now: clock.Now, MaxKeys: 256, SweepInterval: time.Hour})
-	defer s.Close()
-	p := Params{Algorithm: SlidingWindow, Limit: 2, Window: time.Second}
-	for i := range 5000 {
-		memLease(t, s, fmt.Sprintf("{ip:a-%d}", i), p, 1, 0)
-	}
-	require.Zero(t, memLease(t, s, "{ip:late}", p, 1, 0).Granted+memLease(t, s, "{ip:late2}", p, 1, 0).Granted,
-		"the shared entry is used up")
-	clock.Advance(time.Minute)
-	assert.Equal(t, int64(2), memLease(t, s, "{ip:b}", p, 2, 0).Granted, "an expired key made room for a key of its own")
-	assert.LessOrEqual(t, s.Len(), 256)
-}
-
-// TestMemoryStoreOverflowIgnoresReturns: a return sent with a key decided
-// by the shared entry does not give budget back to it.
-func TestMemoryStoreOverflowIgnoresReturns(t *testing.T) {
-	clock := newConfClock()
-	s := NewMemoryStore(MemoryOptions{Now: clock.Now, MaxKeys: 1, SweepInterval: time.Hour})
-	defer s.Close()
-	p := Params{Algorithm: SlidingWindow, Limit: 3, Window: time.Hour}
-	granted, ref := int64(0), int64(0)
-	for i := range 2000 {
-		key := []byte(fmt.Sprintf("{ip:%d}", i))
-		r, err := s.Lease(t.Context(), &LeaseRequest{Key: key, Params: p, Want: 1, Return: 1, ReturnRef: ref})
-		require.NoError(t, err)
-		granted += r.Granted
-		if r.Granted > 0 {
-			ref = r.Ref
+// sameShardKeys returns n keys that fall in one shard.
+func sameShardKeys(n int) []string {
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		k := fmt.Sprintf("{p:u:%d}", i)
+		if xxhash.Sum64String(k)%memoryShards == 0 {
+			keys = append(keys, k)
 		}
 	}
-	assert.LessOrEqual(t, granted, int64(memoryShards+3))
+	return keys
 }
 
-func TestKeyScope(t *testing.T) {
-	for key, want := range map[string]string{
-		"{ip:10.0.0.1}":        "ip",
-		"p:{tenant:acme}":      "tenant",
-		"{rule:acme:bids}":     "rule",
-		"{tenant}":             "tenant",
-		"no-tag":               "no-tag",
-		"sentinel:{key:a%3Ab}": "key",
-	} {
-		assert.Equal(t, want, string(keyScope([]byte(key))), key)
-	}
-}
-
-// TestMemoryStoreOverflowTableFull: when even the shared entries are all
-// live (a flood over thousands of distinct limits), new keys are refused
-// with a retry-after, and the table stays bounded.
-func TestMemoryStoreOverflowTableFull(t *testing.T) {
+// TestMemoryStoreEvictionOrder: in a full shard (one key per shard), a key
+// whose budget is whole goes first, then the least used key that is not
+// exhausted; exhausted keys stay, the shard growing to twice its share for
+// them; past that a new key is refused for want of room, charged to
+// nothing, until a key expires.
+func TestMemoryStoreEvictionOrder(t *testing.T) {
 	clock := newConfClock()
-	s := NewMemoryStore(MemoryOptions{Now: clock.Now, MaxKeys: 1, SweepInterval: time.Hour})
+	s := NewMemoryStore(MemoryOptions{Now: clock.Now, MaxKeys: memoryShards, SweepInterval: time.Hour})
 	defer s.Close()
-	for i := range 5000 { // every shard full
-		memLease(t, s, fmt.Sprintf("{ip:fill-%d}", i), Params{Algorithm: SlidingWindow, Limit: 1, Window: time.Hour}, 1, 0)
+	p := Params{Algorithm: TokenBucket, Capacity: 5, RefillRate: 1}
+	k := sameShardKeys(7)
+	sh := &s.shards[0]
+	require.Equal(t, int64(1), memLease(t, s, k[0], p, 1, 0).Granted)
+	clock.Advance(2 * time.Second) // k[0] refilled: whole again, not expired
+	require.Equal(t, int64(5), memLease(t, s, k[1], p, 5, 0).Granted)
+	assert.NotContains(t, sh.m, k[0], "the whole key made room")
+	require.Equal(t, int64(2), memLease(t, s, k[2], p, 2, 0).Granted) // k[1] exhausted: grown to 2
+	assert.Len(t, sh.m, 2)
+	require.Equal(t, int64(1), memLease(t, s, k[3], p, 1, 0).Granted)
+	assert.NotContains(t, sh.m, k[2], "the least used key that was not exhausted went")
+	assert.Contains(t, sh.m, k[1], "the exhausted key stays")
+	require.Equal(t, int64(4), memLease(t, s, k[3], p, 4, 0).Granted) // k[3] exhausted too
+	r := memLease(t, s, k[4], p, 1, 0)
+	assert.True(t, r.NoRoom)
+	assert.Zero(t, r.Granted)
+	assert.Equal(t, time.Second, r.RetryAfter)
+	assert.Zero(t, memLease(t, s, k[1], p, 1, 0).Granted, "exhausted keys stay refused")
+	assert.Zero(t, memLease(t, s, k[3], p, 1, 0).Granted, "exhausted keys stay refused")
+	clock.Advance(10 * time.Second) // whole again
+	assert.Equal(t, int64(5), memLease(t, s, k[4], p, 5, 0).Granted, "room again, with a budget of its own")
+	assert.LessOrEqual(t, len(sh.m), 2)
+}
+
+// TestMemoryStoreLowerMaxKeys: lowering MaxKeys drops no key at once; the
+// shard evicts one key per new key, so it never grows.
+func TestMemoryStoreLowerMaxKeys(t *testing.T) {
+	clock := newConfClock()
+	s := NewMemoryStore(MemoryOptions{Now: clock.Now, MaxKeys: 4 * memoryShards, SweepInterval: time.Hour})
+	defer s.Close()
+	p := Params{Algorithm: SlidingWindow, Limit: 5, Window: time.Hour}
+	for i := range 4000 {
+		memLease(t, s, fmt.Sprintf("{p:u:a-%d}", i), p, 1, 0)
 	}
-	refused := 0
-	for i := range maxOverflowEntries + 500 {
-		p := Params{Algorithm: SlidingWindow, Limit: int64(1000 + i), Window: time.Hour}
-		r := memLease(t, s, fmt.Sprintf("{ip:new-%d}", i), p, 1, 0)
-		if r.Granted == 0 {
-			refused++
-			assert.Positive(t, r.RetryAfter)
-		}
+	before := s.Len()
+	s.SetMaxKeys(memoryShards)
+	for i := range 4000 {
+		require.Equal(t, int64(1), memLease(t, s, fmt.Sprintf("{p:u:b-%d}", i), p, 1, 0).Granted)
 	}
-	assert.GreaterOrEqual(t, refused, 500)
-	assert.LessOrEqual(t, s.overflow.len(), maxOverflowEntries)
-	clock.Advance(2 * time.Hour)
-	assert.Equal(t, int64(1), memLease(t, s, "{ip:after}", Params{Algorithm: SlidingWindow, Limit: 1, Window: time.Hour}, 1, 0).Granted,
-		"expired entries make room again")
+	assert.LessOrEqual(t, s.Len(), before)
+}
+
+// TestMemoryStoreLocalShareNeverFull: the limiter's local share keeps no
+// key for being exhausted: a table full of used-up shares drops the least
+// used for a new key, and never refuses one for want of room.
+func TestMemoryStoreLocalShareNeverFull(t *testing.T) {
+	clock := newConfClock()
+	s := NewMemoryStore(MemoryOptions{Now: clock.Now, MaxKeys: memoryShards, SweepInterval: time.Hour, Role: RoleLocalShare})
+	defer s.Close()
+	k := sameShardKeys(20)
+	share := Params{Algorithm: SlidingWindow, Limit: 1, Window: time.Hour}
+	for _, key := range k {
+		r := memLease(t, s, key, share, 1, 0)
+		require.Equal(t, int64(1), r.Granted, "a new key gets its share")
+		require.False(t, r.NoRoom)
+	}
+	assert.Len(t, s.shards[0].m, 1)
 }

@@ -197,33 +197,34 @@ func (s *RedisStore) Ping(ctx context.Context) error {
 func (s *RedisStore) Close() {}
 
 // parseAnswer reads {granted, remaining, retry_after_ms, reset_ms, status,
-// ref, now_us, used_ref, free_ms} and returns the answer and Redis' clock.
+// ref, now_us, used_ref, free_ms[, seq]} and returns the answer and Redis'
+// clock.
 func parseAnswer(resp rueidis.RedisResult) (leaseAnswer, int64, error) {
 	msgs, err := resp.ToArray()
 	if err != nil {
 		return leaseAnswer{}, 0, err
 	}
-	if len(msgs) != 9 {
-		return leaseAnswer{}, 0, fmt.Errorf("script returned %d values, want 9", len(msgs))
+	if len(msgs) != 9 && len(msgs) != 10 {
+		return leaseAnswer{}, 0, fmt.Errorf("script returned %d values, want 9 or 10", len(msgs))
 	}
-	var v [9]int64
+	var v [10]int64
 	for i := range msgs {
 		if v[i], err = msgs[i].AsInt64(); err != nil {
 			return leaseAnswer{}, 0, fmt.Errorf("script value %d: %w", i, err)
 		}
 	}
 	return leaseAnswer{granted: v[0], remaining: v[1], retryMS: v[2], resetMS: v[3],
-		duplicate: v[4] == 1, late: v[4] == 2, repeated: v[4] == 3, stale: v[4] == 4, ref: v[5], usedRef: v[7], freeMS: v[8]}, v[6], nil
+		duplicate: v[4] == 1, late: v[4] == 2, repeated: v[4] == 3, stale: v[4] == 4, ref: v[5], usedRef: v[7], freeMS: v[8], seq: v[9]}, v[6], nil
 }
 
 // redisCall holds one call's keys and arguments. They are zero-copy strings
 // over buf, valid only for the call.
 type redisCall struct {
 	buf    []byte
-	ends   [24]int // ends of the pieces written into buf
+	ends   [26]int // ends of the pieces written into buf
 	n      int
 	keyArr [3]string
-	argArr [21]string
+	argArr [23]string
 	keys   []string
 	args   []string
 }
@@ -241,7 +242,7 @@ func putRedisCall(c *redisCall) {
 	if cap(c.buf) > 4096 {
 		return
 	}
-	c.keyArr, c.argArr = [3]string{}, [21]string{}
+	c.keyArr, c.argArr = [3]string{}, [23]string{}
 	c.keys, c.args = nil, nil
 	redisCallPool.Put(c)
 }
@@ -290,10 +291,8 @@ func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64, at t
 	if p.Algorithm == SlidingLog {
 		c.ints(req.RequestIDRetries, ceilMS(req.RequestIDWindow))
 	}
-	if p.Algorithm == SlidingWindow || p.Algorithm == Quota {
-		for _, part := range req.UnleasedBefore {
-			c.ints(part.N, int64(part.Ago/time.Millisecond))
-		}
+	for _, part := range req.UnleasedBefore {
+		c.ints(part.N, int64(part.Ago/time.Millisecond))
 	}
 	c.strings(nkeys)
 	return script

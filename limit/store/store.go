@@ -85,22 +85,26 @@ type LeaseRequest struct {
 	// policy), since its last call that reached the store: the store counts them from this call, so that when it answers again it
 	// does not grant the window's whole budget on top of them. Only a call
 	// that runs in time counts them (RedisStore: before its deadline): the
-	// caller of a call that failed reports them again. At most
-	// MaxLogTokens for sliding_log.
+	// caller of a call that failed reports them again. For sliding_log,
+	// Unleased and UnleasedBefore together at most MaxLogTokens.
 	Unleased int64
 	// UnleasedAgo is how long before this call the last of the Unleased
-	// permits was used (0..MaxWindow): the sliding algorithms count them from
-	// then, measured on the caller's clock as a duration, so the two clocks
-	// need not agree.
+	// permits was used (0..MaxWindow): every algorithm counts them from
+	// then (a token bucket takes them then), measured on the caller's clock
+	// as a duration, so the two clocks need not agree.
 	UnleasedAgo time.Duration
 	// UnleasedBefore are more permits used without a lease, earlier
 	// than Unleased's, each part counted from its own Ago (0..MaxWindow): a
 	// report after a long failure dates each part of the last window where
 	// it was used, so that the store neither forgets them nor counts a
 	// whole window of them as just used, which would refuse a client under
-	// its limit for a window. sliding_window and quota only (a quota counts
-	// each part in the current period when it was used in it): the other
-	// algorithms take all of them in Unleased.
+	// its limit for a window. Every algorithm places each part at its time:
+	// sliding_window in that time's sub-window, sliding_log as members
+	// scored then (Unleased and the parts together at most MaxLogTokens),
+	// token_bucket by taking the parts from the bucket in the order of
+	// their times, refilled up to each (a part older than the bucket's
+	// last call is taken then), and a quota in the current period when it
+	// was used in it.
 	UnleasedBefore [UnleasedParts]UnleasedPart
 	// UseWithin is how long after the call the caller may still use the
 	// Need permits (the time it waits for the answer; later it returns
@@ -160,6 +164,10 @@ type LeaseResult struct {
 	FirstFree time.Duration
 	Duplicate bool // RequestID repeats within its allowance: nothing new was taken
 	Repeated  bool // RequestID repeats past its allowance: counted as a new request
+	// NoRoom tells that a MemoryStore refused a new key for want of room
+	// (every key it holds is exhausted, twice MaxKeys of them), not for its
+	// budget: nothing was counted.
+	NoRoom bool
 	// Ref says where the grant's leased permits (Granted - Need, those the
 	// caller may hold) were counted, for a later Return; opaque.
 	Ref int64
@@ -170,6 +178,13 @@ type LeaseResult struct {
 	// of a period counts until its end). Opaque; Need permits returned go
 	// there.
 	UsedRef int64
+	// Seq numbers the store's calls for the key: one more than the last
+	// call's, from 1 when the key is made anew, which a store does only once
+	// no permit of it counts any more, unless it lost writes (emptied, or a
+	// replica promoted before it had them). 0 when the store does not number
+	// them (the in-process store, which cannot lose them; algorithms other
+	// than sliding_window).
+	Seq int64
 }
 
 // Store grants permits atomically for one key. Implementations must be safe

@@ -17,7 +17,7 @@ import (
 func TestCheckAPIAllOrNothing(t *testing.T) {
 	up := harness.StartUpstream(t)
 	g := harness.Start(t, harness.ConfigYAML(up.URL, `
-limits: {ip: 0}
+limits: {ip: 0, check_resources: [logged, bucket]}
 rules:
   - {tenant: hot, resource: default, algorithm: sliding_window, limit: 100, window: 10s}
   - {tenant: hot, resource: logged, algorithm: sliding_log, limit: 5000, window: 10s}

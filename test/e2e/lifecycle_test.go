@@ -83,9 +83,10 @@ func TestReadyzDrainingAndProbesWithoutToken(t *testing.T) {
 	assert.Equal(t, 200, harness.Do(t, "GET", g.Admin+"/healthz", "").Status)
 }
 
-// TestReloadReportsEveryMistake: a reload of a file with several type errors
-// and an unknown key beside them answers 400 with one line per mistake, each
-// naming its key, and the running configuration stays.
+// TestReloadReportsEveryMistake: a reload of a file with several type errors,
+// an unknown key and values the sections refuse beside them answers 400
+// with one line per mistake, each naming its key, and the running
+// configuration stays.
 func TestReloadReportsEveryMistake(t *testing.T) {
 	up := harness.StartUpstream(t)
 	good := `
@@ -113,6 +114,12 @@ rules:
 		"rules[0].limit: `x` is not a whole number",
 		"rules[1].capacity: `q` is not a whole number",
 		"limits.lease_sizee: unknown key",
+		// What the sections refuse, in the same run (the rules name no
+		// tenant, and resources no route serves).
+		`rules[0].tenant: "" must be 1..64 characters`,
+		`rules[1].tenant: "" must be 1..64 characters`,
+		`rules[0].resource: no route serves resource "a"`,
+		`rules[1].resource: no route serves resource "b"`,
 	}
 	for _, w := range want {
 		found := false

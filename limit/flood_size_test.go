@@ -1,0 +1,65 @@
+package limit
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/internal/redistest"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/store"
+)
+
+// TestLimiterBytesPerKey measures the heap one key of a header policy (5
+// per hour) takes in a pod: its local bucket and its counter in the
+// in-memory store, or with Redis its local bucket and its count in the
+// local share's table (the Redis keys are Redis' memory). The figures are
+// the ones docs/performance.md gives for limits.max_keys:
+// `go test -run TestLimiterBytesPerKey -v ./limit/`.
+func TestLimiterBytesPerKey(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		st := store.NewMemoryStore(store.MemoryOptions{MaxKeys: 1 << 20})
+		t.Cleanup(st.Close)
+		limiterBytesPerKey(t, st, 1200)
+	})
+	t.Run("redis", func(t *testing.T) {
+		cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{redistest.Start(t).Addr}})
+		require.NoError(t, err)
+		t.Cleanup(cl.Close)
+		limiterBytesPerKey(t, store.NewRedisStore(cl, store.RedisStoreOptions{KeyPrefix: "m"}), 1200)
+	})
+}
+
+func limiterBytesPerKey(t *testing.T, st store.Store, most float64) {
+	const keys = 100_000
+	// limits.window 1h: idle buckets are swept after 2 h, so all are held.
+	cfg := testLimitsConfig(func(c *Config) { c.MaxKeys, c.Window = 1<<20, time.Hour })
+	ps := withPolicies(t, cfg, catalog.Policy{Name: "per-user", Key: []string{"header:X-User-Id"},
+		Limits: []catalog.PolicyLimit{{Limit: 5, Window: confutil.Duration(time.Hour)}}})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	l := newTestLimiter(t, cfg, st, Options{Catalog: testCatalog(t), Policies: ps})
+	h := headers{"X-User-Id": ""}
+	req := &Request{Attrs: h}
+	ctx := context.Background()
+	start := time.Now()
+	for i := range keys {
+		h["X-User-Id"] = "user-" + strconv.Itoa(1_000_000+i)
+		require.True(t, l.Allow(ctx, req).Allowed)
+	}
+	took := time.Since(start)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / keys
+	t.Logf("limiter on %T: %d keys in %.1f s: %d local buckets, %d keys in the local share's table, %.0f B per key",
+		st, keys, took.Seconds(), l.table.len(), l.fallback.Len(), per)
+	assert.Less(t, per, most, "a key takes more than docs/performance.md says")
+	runtime.KeepAlive(l)
+}

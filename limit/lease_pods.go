@@ -1,0 +1,150 @@
+package limit
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/sentinel-gateway/sentinel/limit/store"
+)
+
+// partitionHold is how long the pods that reach the store keep the share
+// of a pod whose heartbeats stopped free for it, and so how long a pod cut
+// off from the store alone may grant its share of a contested key (see
+// fallbackRoom). Bounded, so that a pod that is gone for good does not
+// hold its share forever; long enough for an outage of tens of seconds.
+const partitionHold = 30 * time.Second
+
+// heldShares counts the store calls sent with a limit lowered by the shares
+// held for pods whose heartbeats stopped within partitionHold.
+var heldShares = metrics.NewCounter(`sentinel_limit_held_share_calls_total`)
+
+// podCount remembers the most pods seen live within partitionHold: a pod
+// that stopped sending heartbeats may be cut off from the store and grant
+// its share alone, so the others keep that share free (storeParams).
+type podCount struct {
+	most   atomic.Int64
+	mostAt atomic.Int64 // unix nanos: when most pods were last seen live
+}
+
+// pods returns the live pods now and the most seen live within
+// partitionHold (at least the live ones). Racing updates are harmless:
+// each stores a count some reader saw.
+func (l *Limiter) pods(now int64) (live, seen int64) {
+	live = int64(max(1, l.livePods()))
+	most := l.podCount.most.Load()
+	if live >= most || now-l.podCount.mostAt.Load() > int64(partitionHold) {
+		l.podCount.most.Store(live)
+		l.podCount.mostAt.Store(now)
+		return live, live
+	}
+	return live, most
+}
+
+// podsSeen is the pods a share divides the limit by: the most seen live
+// within partitionHold, so that the shares of the pods that reach the
+// store and of one cut off from it add up to the limit at most.
+func (l *Limiter) podsSeen() int64 {
+	_, seen := l.pods(l.now().UnixNano())
+	return seen
+}
+
+// storeParams are s's params as sent to the store: while fewer pods are
+// live than were within partitionHold, the limit is lowered by the shares
+// of the missing ones, which may be deciding alone, cut off from the store
+// (a token bucket's capacity and rate likewise).
+func (l *Limiter) storeParams(s *spec, now int64) store.Params {
+	p := s.params
+	live, seen := l.pods(now)
+	if seen <= live || !l.shared || l.policy != FailLocal {
+		return p
+	}
+	heldShares.Inc()
+	missing := seen - live
+	if p.Algorithm == store.TokenBucket {
+		if p.Capacity > 0 {
+			p.Capacity = max(p.Capacity-missing*max(p.Capacity/seen, 1), 1)
+		}
+		p.RefillRate = p.RefillRate * float64(live) / float64(seen)
+		return p
+	}
+	if p.Limit > 0 {
+		p.Limit = max(p.Limit-missing*max(p.Limit/seen, 1), 0)
+	}
+	return p
+}
+
+// heldRamp is how much of its share (0..1) a pod whose calls for b's
+// contested key fail may grant beyond what the store's last answer left it:
+// none before the other pods can have noticed that its heartbeats stopped
+// (peerNotice after its last heartbeat reached the store; unknown, after its
+// calls for the key began to fail) and started to hold its share, then
+// growing over one window (the window before they noticed may hold their
+// grants of the whole limit), and none once their hold may be over. A pod
+// whose heartbeats still reach the store while its calls time out gets none:
+// the others count it live and hold nothing for it. A pod whose breaker is
+// still closed gets none: its failure is one slow call among answered ones.
+// The caller holds b.mu.
+func (l *Limiter) heldRamp(s *spec, b *bucket, now int64, open bool) float64 {
+	if !open {
+		return 0
+	}
+	from := b.failingSince + int64(l.peerNotice)
+	end := b.answeredAt + int64(partitionHold-l.peerNotice-time.Second)
+	if beat := l.lastBeat(); beat > 0 {
+		from = max(beat+int64(l.peerNotice), b.failingSince)
+		end = beat + int64(partitionHold-2*time.Second)
+	}
+	if now <= from || now > end {
+		return 0
+	}
+	return min(1, float64(now-from)/float64(max(s.window, time.Millisecond)))
+}
+
+// lastBeat is when this pod's last heartbeat reached the store (unix
+// nanos; 0: unknown).
+func (l *Limiter) lastBeat() int64 {
+	if l.heartbeatAt == nil {
+		return 0
+	}
+	if at := l.heartbeatAt(); !at.IsZero() {
+		return at.UnixNano()
+	}
+	return 0
+}
+
+// storeEmptied counts the answers that showed a store that lost a key's
+// counts while this pod still had permits counting in them.
+var storeEmptied = metrics.NewCounter(`sentinel_limit_store_emptied_total`)
+
+// checkSeq compares the key's call number in a store answer res (a call
+// sent at sent, answered at now) with the highest one b saw: a store numbers
+// a key's calls one more each time, and starts again only with a key made
+// anew, once no permit of it counts. A call sent after that answer came and
+// numbered no higher, while permits the store granted this pod still count,
+// talks to a store that lost writes (emptied, or a replica promoted before
+// it had them). The pod then treats the key as recovering from a failure
+// (see recovering): for a window its grants are trimmed to its local share,
+// which counted every permit the store granted it before the loss, so the
+// pods together stay within the limit. The caller holds b.mu.
+func (l *Limiter) checkSeq(s *spec, b *bucket, res store.LeaseResult, sent, now int64) {
+	if res.Seq == 0 {
+		return
+	}
+	switch {
+	case sent > b.seqAt:
+		if b.seq > 0 && res.Seq <= b.seq && now < b.ownUntil {
+			storeEmptied.Inc()
+			b.failedAt = now
+		}
+		b.seq, b.seqAt = res.Seq, now
+	case res.Seq > b.seq: // sent before the last answer came: no order to check
+		b.seq, b.seqAt = res.Seq, now
+	}
+	if res.Granted > 0 && s.params.Window > 0 {
+		// A margin of a tenth of the window for the store's sub-windows
+		// and clock: a key made anew later than that is no loss.
+		b.ownUntil = max(b.ownUntil, sent+int64(s.params.Window)*9/10)
+	}
+}

@@ -1,0 +1,7 @@
+// Package model holds a model of the lease protocol (lease.pml, in
+// Promela) and the test that checks it exhaustively with spin: no window
+// holds more uses than the limit, and no request is refused while its pod's
+// share and the window have room, under every interleaving of calls,
+// answers, timeouts, outages, partitions of one pod, losses of the store's
+// data and reloads. The file's header maps the model to the Go names.
+package model

@@ -1,0 +1,165 @@
+package model
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The checks need spin and a C compiler (pan, the verifier spin writes, is
+// C). CI installs both (.ci/run); a machine without them fails here, with
+// what to install, rather than skipping a check of the protocol.
+func tools(t *testing.T) {
+	t.Helper()
+	for _, tool := range []string{"spin", "gcc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("the model check needs %s on PATH (Debian: apt-get install %s): %v", tool, tool, err)
+		}
+	}
+}
+
+// verify generates and compiles pan for lease.pml with the given macros
+// (-DNAME) in a folder of its own, runs the exhaustive search and returns
+// pan's output and that folder (for the trail).
+func verify(t *testing.T, macros ...string) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	src, err := os.ReadFile("lease.pml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "lease.pml"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, dir, "spin", append(append([]string{"-a"}, macros...), "lease.pml")...)
+	// SAFETY: assertions only (no cycles to look for); MEMLIM bounds
+	// pan's memory on a shared machine (the check needs about 100 MB);
+	// -O1: the compile takes longer than the search at -O2.
+	cc := []string{"-w", "-O1", "-DSAFETY", "-DMEMLIM=1024", "-o", "pan", "pan.c"}
+	run(t, dir, "gcc", append(macros, cc...)...)
+	start := time.Now()
+	out := run(t, dir, "./pan", "-m1000000")
+	t.Logf("pan %s ran %s: %s", strings.Join(append([]string{"lease.pml"}, macros...), " "), time.Since(start).Round(time.Millisecond), summary(out))
+	return out, dir
+}
+
+// run runs name in dir and returns its output; a failure to run it (not
+// an error the checker reports) fails the test.
+func run(t *testing.T, dir, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil && name != "./pan" {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out.String())
+	}
+	return out.String()
+}
+
+var (
+	errorsRe = regexp.MustCompile(`errors: (\d+)`)
+	statesRe = regexp.MustCompile(`(\d+) states, stored`)
+)
+
+// summary is pan's count of errors and of states.
+func summary(out string) string {
+	e, s := errorsRe.FindStringSubmatch(out), statesRe.FindStringSubmatch(out)
+	if e == nil || s == nil {
+		return "no result"
+	}
+	return "errors " + e[1] + ", states " + s[1]
+}
+
+// trail replays the counterexample pan found (spin -t) and keeps the
+// model's own lines: the steps, then the assertion that failed.
+func trail(t *testing.T, dir string, macros ...string) string {
+	t.Helper()
+	out := run(t, dir, "spin", append(append([]string{"-t"}, macros...), "lease.pml")...)
+	var b strings.Builder
+	for _, line := range strings.Split(out, "\n") {
+		s := strings.TrimSpace(line)
+		switch {
+		case s == "", strings.HasPrefix(line, "\t\t"), procLine.MatchString(s),
+			strings.Contains(s, "processes created"), strings.HasPrefix(s, "#processes"),
+			strings.HasPrefix(s, "spin: trail"), strings.Contains(s, "Error: value"):
+			continue
+		}
+		b.WriteString(lineRef.ReplaceAllString(s, "") + "\n")
+	}
+	return b.String()
+}
+
+var (
+	procLine = regexp.MustCompile(`^\d+:\s+proc`)
+	lineRef  = regexp.MustCompile(`lease\.pml:\d+, `) // the model's line numbers change with it
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.trail with the counterexamples found")
+
+// TestLeaseProtocolHolds checks the protocol as modelled against both
+// invariants, exhaustively (about 300,000 states, a few seconds).
+func TestLeaseProtocolHolds(t *testing.T) {
+	tools(t)
+	out, dir := verify(t)
+	if !strings.Contains(out, "errors: 0") {
+		t.Fatalf("the model breaks an invariant (or pan did not finish):\n%s\ncounterexample:\n%s", out, trail(t, dir))
+	}
+	if strings.Contains(out, "max search depth too small") {
+		t.Fatalf("pan's search was cut at its depth bound, so it was not exhaustive:\n%s", out)
+	}
+}
+
+// wrong are known-wrong variants of the protocol: each must break the
+// invariant named (I1 is the window's uses, I2 the refusal's room), with
+// the shortest counterexample kept in testdata/NAME.trail.
+var wrong = []struct{ name, invariant string }{
+	{"WHOLE_SHARE", "use[0]+use[1]"},   // the fallback share is the whole limit
+	{"REPORT_NOW", "total+1"},          // reports dated when sent
+	{"NO_RESERVE", "use[0]+use[1]"},    // no share kept for a pod deciding alone
+	{"HELD_WHEN_CUT", "use[0]+use[1]"}, // the share kept only once its pod is cut off
+	{"NO_NOTICE", "use[0]+use[1]"},     // an emptied store taken at face value
+	{"NOTICE_OWN", "use[0]+use[1]"},    // only pods with permits counting notice
+	{"RELOAD_RESET", "use[0]+use[1]"},  // a reload starts empty
+}
+
+// TestWrongVariantsBreakTheInvariants shows that the check can fail: each
+// known-wrong variant yields a counterexample, the shortest one (pan
+// -DBFS), which is the one in testdata (go test -update rewrites them).
+func TestWrongVariantsBreakTheInvariants(t *testing.T) {
+	tools(t)
+	for _, v := range wrong {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			macros := []string{"-DBFS", "-D" + v.name}
+			out, dir := verify(t, macros...)
+			if strings.Contains(out, "errors: 0") {
+				t.Fatalf("-D%s yields no counterexample:\n%s", v.name, out)
+			}
+			got := trail(t, dir, macros...)
+			if !strings.Contains(strings.ReplaceAll(got, "(", ""), v.invariant) {
+				t.Fatalf("-D%s breaks another assertion than %s:\n%s", v.name, v.invariant, got)
+			}
+			t.Logf("counterexample:\n%s", got)
+			file := filepath.Join("testdata", v.name+".trail")
+			if *update {
+				if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(want) != got {
+				t.Fatalf("-D%s: the counterexample changed (go test -update to keep it):\n%s", v.name, got)
+			}
+		})
+	}
+}

@@ -1,0 +1,84 @@
+package limit
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/sentinel-gateway/sentinel/internal/redistest"
+	"github.com/sentinel-gateway/sentinel/internal/spans"
+	"github.com/sentinel-gateway/sentinel/limit/store"
+)
+
+// TestOutageReportsKeepTheLimit: three limiters offered ten times an IP
+// limit of 50 per 500 ms, Redis paused for a second in the middle. Reports
+// that date each pod's local admissions at their times (not at the resume)
+// must not let the store grant more: no window of sliding_log approves more
+// than the limit + 2%, and a token bucket (capacity 50, refilled 100/s)
+// approves no more than its capacity plus its refill over any window.
+func TestOutageReportsKeepTheLimit(t *testing.T) {
+	for _, alg := range []store.Algorithm{store.SlidingLog, store.TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			const limit, window = 50, 500 * time.Millisecond
+			srv := redistest.Start(t)
+			cfg := testLimitsConfig(func(c *Config) {
+				c.IP, c.Window, c.Algorithm = limit, window, alg
+				c.StoreTimeout, c.BreakerFailures, c.BreakerCooldown = 50*time.Millisecond, 2, 100*time.Millisecond
+			})
+			pods := threeOf(t, cfg, srv.Addr)
+			approvals := offerTenTimes(pods, limit*int(time.Second/window), func(at time.Duration) {
+				if at == time.Second {
+					srv.Pause()
+				}
+				if at == 2*time.Second {
+					srv.Resume()
+				}
+			})
+			worst, _, touching := spans.Busiest(approvals, window)
+			most := limit + limit*2/100 // the limit + 2%
+			if alg == store.TokenBucket {
+				most = (limit + limit) * 102 / 100 // a whole bucket and a window's refill
+			}
+			t.Logf("%s: %d approved in 3 s; busiest %v: %d decided inside it, %d touching it (at most %d)", alg, len(approvals), window, worst, touching, most)
+			assert.LessOrEqual(t, worst, most, "a window approved more than the limit")
+		})
+	}
+}
+
+// offerTenTimes offers ten times rate per second for 3 s through pods over
+// 12 workers, calls at with each elapsed whole second (1 s, 2 s), and
+// returns the approvals' spans.
+func offerTenTimes(pods [3]*Limiter, rate int, at func(time.Duration)) []spans.Span {
+	var mu sync.Mutex
+	var approvals []spans.Span
+	start := time.Now()
+	req := &Request{IP: []byte("10.9.9.9")}
+	var wg sync.WaitGroup
+	const workers = 12
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(time.Duration(workers) * time.Second / time.Duration(10*rate))
+			defer tick.Stop()
+			for i := 0; time.Since(start) < 3*time.Second; i++ {
+				from := time.Now()
+				if pods[(w+i)%3].Allow(context.Background(), req).Allowed {
+					mu.Lock()
+					approvals = append(approvals, spans.Span{From: from, To: time.Now()})
+					mu.Unlock()
+				}
+				<-tick.C
+			}
+		}()
+	}
+	for s := time.Second; s < 3*time.Second; s += time.Second {
+		time.Sleep(time.Until(start.Add(s)))
+		at(s)
+	}
+	wg.Wait()
+	return approvals
+}
