@@ -93,8 +93,8 @@ loadtest-k6: k6 ## k6 scripts that prove enforcement: the limit holds (ratelimit
 loadtest-overload-k6: k6 ## The overload scenario, phases (a)-(e), with k6 (about 3.5 min).
 	K6="$(K6)" bash loadtest/overload-k6.sh
 
-docker: ## Build the container image.
-	docker build -t sentinel:$(VERSION) --build-arg VERSION=$(VERSION) .
+docker: ## Build the container image, tagged sentinel:$(VERSION) and sentinel:dev (the tag the docs and deploy/compose.yaml run).
+	docker build -t sentinel:$(VERSION) -t sentinel:dev --build-arg VERSION=$(VERSION) .
 
 clean: ## Remove build output.
 	rm -rf $(BIN)

@@ -156,19 +156,27 @@ func TestPolicyMatchAnonymousAndPrefix(t *testing.T) {
 	}
 }
 
+// TestPolicyMetrics: each limit of a policy counts its decisions. The
+// counters are the process's (by policy and limit), so the test counts what
+// its own decisions add; the clock is the test's, so that both fall in one
+// second however slowly the machine runs them.
 func TestPolicyMetrics(t *testing.T) {
 	cfg := testLimitsConfig(nil)
 	p := bidsPolicy(1, 100)
 	p.Name = "metrics-test"
 	ps := withPolicies(t, cfg, p)
-	l := newTestLimiter(t, cfg, memStore(t), Options{Catalog: testCatalog(t), Policies: ps})
+	clock := &testClock{at: time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)}
+	mem := store.NewMemoryStore(store.MemoryOptions{Now: clock.now})
+	t.Cleanup(mem.Close)
+	l := newTestLimiter(t, cfg, mem, Options{Catalog: testCatalog(t), Policies: ps, Now: clock.now})
 	req := &Request{Resource: "bids", Method: []byte("POST"), Attrs: headers{"X-User-Id": "u1"}}
-	l.Allow(context.Background(), req)
-	l.Allow(context.Background(), req)
 	c := ps.All()[0].Counters
-	assert.Equal(t, uint64(2), c[0].Allowed.Get()+c[0].Blocked.Get(), "1s: two decisions")
-	assert.Equal(t, uint64(1), c[0].Blocked.Get(), "1s: the second refused")
-	assert.Equal(t, uint64(1), c[1].Allowed.Get(), "day: only the first reached it")
+	allowed0, blocked0, day0 := c[0].Allowed.Get(), c[0].Blocked.Get(), c[1].Allowed.Get()
+	l.Allow(context.Background(), req)
+	l.Allow(context.Background(), req)
+	assert.Equal(t, uint64(2), c[0].Allowed.Get()-allowed0+c[0].Blocked.Get()-blocked0, "1s: two decisions")
+	assert.Equal(t, uint64(1), c[0].Blocked.Get()-blocked0, "1s: the second refused")
+	assert.Equal(t, uint64(1), c[1].Allowed.Get()-day0, "day: only the first reached it")
 }
 
 // TestPolicyScaledAsOtherLimits: a policy's limits take the plan's
