@@ -112,24 +112,7 @@ func (t *codeTally) get() map[int]int {
 // offer sends key's requests at perSecond, round robin over gws, from
 // workers paced by one ticker each, until stop is closed.
 func offer(gws []*harness.Gateway, key string, perSecond, workers int, into *codeTally, stop <-chan struct{}, wg *sync.WaitGroup) {
-	period := time.Duration(workers) * time.Second / time.Duration(perSecond)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(period)
-			defer tick.Stop()
-			for i := 0; ; i++ {
-				sent := time.Now()
-				into.addSent(harness.Status("GET", gws[(w+i)%len(gws)].URL+"/f", "X-API-Key", key), sent)
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-				}
-			}
-		}()
-	}
+	offerWith(gws, perSecond, workers, into, stop, wg, "X-API-Key", key)
 }
 
 // busiest returns the most arrivals in any interval of length window, and
