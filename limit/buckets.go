@@ -77,11 +77,13 @@ type bucket struct {
 	// Limiter.settleOwed.
 	owed, owedRef, owedBy int64
 	// own counts the permits the local failure policy let through on this
-	// key since the last lease call that reached the store, by slots of a
-	// quarter window (unleasedWidth): unleased[unleasedSlot%unleasedSlots] is the
-	// newest, the others the four before it; they go to the store with
-	// their times (LeaseRequest.Unleased and UnleasedBefore).
+	// key since the last lease call that reached the store, by slots of an
+	// eighth of a window (unleasedWidth): unleased[unleasedSlot%unleasedSlots]
+	// is the newest, the others the eight before it, and unleasedLast the
+	// time of each slot's last permit (unix nanos); they go to the store
+	// with those times (LeaseRequest.Unleased and UnleasedBefore).
 	unleased     [unleasedSlots]int64
+	unleasedLast [unleasedSlots]int64
 	unleasedSlot int64 // unix nanos / unleasedWidth of the newest slot
 	// unleasedWidth is the width of the slots (nanos; 0: one slot), as the
 	// limit was when they were filled: a rule or a reload may change the
@@ -117,7 +119,7 @@ type bucket struct {
 }
 
 // bucketPad rounds a bucket up to a whole number of cache lines.
-const bucketPad = 12
+const bucketPad = 36
 
 // fill is one in-flight lease call; requests that find the bucket empty while
 // it runs wait for it instead of calling the store themselves.

@@ -110,10 +110,11 @@ func TestLateCallTakesNoUnleased(t *testing.T) {
 
 // TestUnleasedPartsKeepTheirTimes: what the local policy let through over a
 // failure longer than a window goes to the store as the last window's
-// permits, each part dated by its quarter of the window (for a token bucket,
-// of its refill time): none older than the window, none dated earlier than
-// it was let through, for every algorithm; and any number of calls that
-// fail put them back with the same dates.
+// permits, in parts of an eighth of the window (for a token bucket, of its
+// refill time) each dated by its last permit: none older than the window
+// by more than a part, none dated earlier than it was let through, for
+// every algorithm; and any number of calls that fail put them back with the
+// same dates.
 func TestUnleasedPartsKeepTheirTimes(t *testing.T) {
 	for _, p := range []store.Params{
 		{Algorithm: store.SlidingWindow, Limit: 100, Window: time.Second},
@@ -147,15 +148,20 @@ func TestUnleasedPartsKeepTheirTimes(t *testing.T) {
 				for _, p := range before {
 					left += p.N
 				}
-				assert.LessOrEqual(t, left, inWindow(at, now)+25, "permits that left the window still reported after failed call %d", fails+1)
+				assert.LessOrEqual(t, left, inWindow(at, now)+partSlack, "permits that left the window still reported after failed call %d", fails+1)
 			}
 		})
 	}
 }
 
+// partSlack is the most permits older than the window that a report of
+// TestUnleasedPartsKeepTheirTimes's 100 a second may hold: those of one part
+// (an eighth of a second), which is dated by its last permit.
+const partSlack = 100/store.UnleasedParts + 1
+
 // checkUnleasedParts checks a report made at now of the permits let through
-// at times at: every permit of the last window is in it, at most a quarter
-// window more, and no part is dated earlier than its permits.
+// at times at: every permit of the last window is in it, at most one part
+// more, and no part is dated earlier than its permits.
 func checkUnleasedParts(t *testing.T, at []int64, now, spent int64, ago time.Duration, before [store.UnleasedParts]store.UnleasedPart) {
 	t.Helper()
 	width := int64(time.Second) / store.UnleasedParts
@@ -172,7 +178,45 @@ func checkUnleasedParts(t *testing.T, at []int64, now, spent int64, ago time.Dur
 	}
 	assert.Equal(t, time.Duration(now-at[len(at)-1]), ago)
 	assert.GreaterOrEqual(t, total, inWindow(at, now), "permits of the last window forgotten")
-	assert.LessOrEqual(t, total, inWindow(at, now)+25, "permits older than the window reported (over a quarter window more)")
+	assert.LessOrEqual(t, total, inWindow(at, now)+partSlack, "permits older than the window reported (over a part more)")
+}
+
+// TestUnleasedBurstsKeepTheirTimes: clients that send in bursts (here 28
+// requests every 200 ms, 70% of a 200 a second limit) get every burst
+// reported at its own time after a long failure, for every algorithm: a
+// part is dated by its last permit, and a part is narrower than the gap
+// between bursts, so the report holds exactly the window's bursts, not one
+// more that left it (which, with the leases asked for at the resume, would
+// refuse the client under its limit).
+func TestUnleasedBurstsKeepTheirTimes(t *testing.T) {
+	for _, p := range []store.Params{
+		{Algorithm: store.SlidingWindow, Limit: 200, Window: time.Second},
+		{Algorithm: store.SlidingLog, Limit: 200, Window: time.Second},
+		{Algorithm: store.TokenBucket, Capacity: 200, RefillRate: 200},
+	} {
+		t.Run(p.Algorithm.String(), func(t *testing.T) {
+			for phase := range 20 { // where the report falls between bursts
+				s := &spec{params: p}
+				b := &bucket{}
+				start := int64(1_000_000)*int64(time.Second) + int64(phase)*int64(10*time.Millisecond)
+				var at []int64
+				for burst := range 50 { // 10 s
+					now := start + int64(burst)*int64(200*time.Millisecond)
+					for range 28 {
+						b.addUnleased(1, now, unleasedWidth(&s.params))
+						at = append(at, now)
+					}
+				}
+				now := at[len(at)-1] + int64(phase+1)*int64(9*time.Millisecond)
+				spent, _, before := b.unleasedParts(now, s)
+				total := spent
+				for _, p := range before {
+					total += p.N
+				}
+				require.Equal(t, inWindow(at, now), total, "report at %v after the last burst", time.Duration(now-at[len(at)-1]))
+			}
+		})
+	}
 }
 
 // inWindow counts the times of at within the second before now.

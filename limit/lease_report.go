@@ -69,7 +69,7 @@ func (b *bucket) keepLogExcess(ret *report, now, width int64) {
 		p := &ret.unleasedBefore[i]
 		n := min(excess, p.N)
 		if n > 0 {
-			b.addUnleased(n, now-int64(p.Ago)-1, width)
+			b.addUnleased(n, now-int64(p.Ago), width)
 			p.N -= n
 			excess -= n
 		}
@@ -86,12 +86,12 @@ func (ret *report) unleasedTotal() int64 {
 }
 
 // unleasedSlots is the number of slots of bucket.unleased: the newest and one
-// for each UnleasedBefore part. Four quarter windows before the newest cover
-// every permit still in the window.
+// for each UnleasedBefore part. The eight slots of an eighth of a window
+// before the newest cover every permit still in the window.
 const unleasedSlots = store.UnleasedParts + 1
 
 // unleasedWidth is the width of a slot of bucket.unleased for a limit of
-// params p: a quarter of the time a permit counts for, the window (for a
+// params p: an eighth (1/UnleasedParts) of the time a permit counts for, the window (for a
 // token bucket the time to refill a whole bucket, after which a token taken
 // no longer matters); 0 (one slot) when that time is 0 or endless.
 func unleasedWidth(p *store.Params) int64 {
@@ -128,72 +128,69 @@ func (b *bucket) addUnleased(n, now, width int64) {
 	switch {
 	case k > b.unleasedSlot:
 		for i := b.unleasedSlot + 1; i <= min(k, b.unleasedSlot+unleasedSlots); i++ {
-			b.unleased[i%unleasedSlots] = 0
+			b.unleased[i%unleasedSlots], b.unleasedLast[i%unleasedSlots] = 0, 0
 		}
 		b.unleasedSlot = k
 	case k <= b.unleasedSlot-unleasedSlots:
 		return // a window old (put back late): out of every window to come
 	}
 	b.unleased[k%unleasedSlots] += n
+	b.unleasedLast[k%unleasedSlots] = max(b.unleasedLast[k%unleasedSlots], now)
 	b.unleasedAt = max(b.unleasedAt, now)
 }
 
 // rewidth moves the unleased slots to slots of width (the limit's window
 // changed under the key): each slot's permits go to the new slot of its
-// end (of its last permit for the newest), later than any of them, never
-// earlier. The caller holds b.mu.
+// last permit, dated by it, never earlier than any of them. The caller
+// holds b.mu.
 func (b *bucket) rewidth(width int64) {
-	old, slot, last := b.unleased, b.unleasedSlot, b.unleasedAt
-	oldWidth := b.unleasedWidth
-	b.unleased, b.unleasedSlot, b.unleasedWidth = [unleasedSlots]int64{}, 0, width
-	for i := unleasedSlots - 1; i >= 1; i-- {
+	old, last, slot := b.unleased, b.unleasedLast, b.unleasedSlot
+	b.unleased, b.unleasedLast, b.unleasedSlot, b.unleasedWidth = [unleasedSlots]int64{}, [unleasedSlots]int64{}, 0, width
+	for i := unleasedSlots - 1; i >= 0; i-- {
 		if k := slot - int64(i); k >= 0 && old[k%unleasedSlots] > 0 {
-			b.addUnleased(old[k%unleasedSlots], (k+1)*oldWidth-1, width)
+			b.addUnleased(old[k%unleasedSlots], last[k%unleasedSlots], width)
 		}
-	}
-	if n := old[slot%unleasedSlots]; n > 0 {
-		b.addUnleased(n, last, width)
 	}
 }
 
-// unleasedParts empties the unleased slots into what a lease call reports at now:
-// the newest slot as Unleased, dated by its last permit, and the earlier ones
-// each dated by the end of its slot (later than any of its permits), for
-// every algorithm: the store places each part at its time. Slots that no
-// longer count (a window old or more; for a token bucket, a refill time) are
-// dropped. The caller holds b.mu.
+// unleasedParts empties the unleased slots into what a lease call reports at
+// now: the newest slot as Unleased and the earlier ones as UnleasedBefore,
+// each dated by its last permit (the store counts none of them earlier
+// than it was let through, and a slot's permits no later than its width
+// after), for every algorithm: the store places each part at its time.
+// Slots that no longer count (a window old or more; for a token bucket, a
+// refill time) are dropped. The caller holds b.mu.
 func (b *bucket) unleasedParts(now int64, s *spec) (unleased int64, ago time.Duration, before [store.UnleasedParts]store.UnleasedPart) {
-	width := b.unleasedWidth // the slots' (see rewidth)
 	window := unleasedWidth(&s.params) * store.UnleasedParts
 	for i := 1; i < unleasedSlots; i++ {
 		k := b.unleasedSlot - int64(i)
 		if k < 0 {
 			break
 		}
-		n := b.unleased[k%unleasedSlots]
-		b.unleased[k%unleasedSlots] = 0
-		end := (k + 1) * width
-		if n == 0 || (window > 0 && end+window <= now) {
+		n, last := b.unleased[k%unleasedSlots], b.unleasedLast[k%unleasedSlots]
+		b.unleased[k%unleasedSlots], b.unleasedLast[k%unleasedSlots] = 0, 0
+		if n == 0 || (window > 0 && last+window <= now) {
 			continue
 		}
-		before[i-1] = store.UnleasedPart{N: n, Ago: min(time.Duration(max(now-end, 0)), store.MaxWindow)}
+		before[i-1] = store.UnleasedPart{N: n, Ago: min(time.Duration(max(now-last, 0)), store.MaxWindow)}
 	}
-	unleased += b.unleased[b.unleasedSlot%unleasedSlots]
-	b.unleased[b.unleasedSlot%unleasedSlots] = 0
+	k := b.unleasedSlot % unleasedSlots
+	unleased, last := b.unleased[k], b.unleasedLast[k]
+	b.unleased[k], b.unleasedLast[k] = 0, 0
 	if unleased > 0 {
-		ago = min(time.Duration(max(now-b.unleasedAt, 0)), store.MaxWindow)
+		ago = min(time.Duration(max(now-last, 0)), store.MaxWindow)
 	}
 	return unleased, ago, before
 }
 
 // reportLater puts back the unleased parts of a call, made at now, that the store
 // did not take (the call was not sent, failed, or ran past its deadline):
-// the next call reports them. The caller holds b.mu.
+// the next call reports them, at the same times. The caller holds b.mu.
 func (b *bucket) reportLater(now int64, p *store.Params, unleased int64, ago time.Duration, before [store.UnleasedParts]store.UnleasedPart) {
 	width := unleasedWidth(p)
 	for i := store.UnleasedParts - 1; i >= 0; i-- {
 		if p := before[i]; p.N > 0 {
-			b.addUnleased(p.N, now-int64(p.Ago)-1, width)
+			b.addUnleased(p.N, now-int64(p.Ago), width)
 		}
 	}
 	if unleased > 0 {

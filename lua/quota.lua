@@ -19,7 +19,7 @@
 -- ARGV[11] unleased_ago in ms (>= 0): how long before this call the last of
 --          them was let through; they count when that is in this period
 -- ARGV[12] use_within: unused here
--- ARGV[13..20] unleased_before: up to four more (permits, ms ago) pairs of
+-- ARGV[13..28] unleased_before: up to eight more (permits, ms ago) pairs of
 --          permits used without a lease, each counted when its
 --          time is in this period
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
@@ -70,7 +70,7 @@ else
     if n > 0 and now - ago >= start then count = count + n end
   end
   count_unleased(tonumber(ARGV[10]), tonumber(ARGV[11]))
-  for i = 13, 19, 2 do
+  for i = 13, #ARGV - 1, 2 do
     if ARGV[i] then count_unleased(tonumber(ARGV[i]), tonumber(ARGV[i + 1])) end
   end
 end

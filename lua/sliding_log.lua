@@ -38,7 +38,7 @@
 --          spared; a repeat past them is counted as a new request
 -- ARGV[15] id_window in ms (>= 0): how long after the counted call its
 --          repeats are spared; the first call after it is counted afresh
--- ARGV[16..23] unleased_before: up to four more (permits, ms ago) pairs of
+-- ARGV[16..31] unleased_before: up to eight more (permits, ms ago) pairs of
 --          permits used without a lease, earlier than unleased's; each is
 --          scored at its own time, as unleased is (unleased and these
 --          together at most 1000)
@@ -118,7 +118,7 @@ local function log_unleased(n, ago)
 end
 if not late then
   log_unleased(unleased, unleased_ago)
-  for i = 16, 22, 2 do
+  for i = 16, #ARGV - 1, 2 do
     if ARGV[i] then log_unleased(tonumber(ARGV[i]), tonumber(ARGV[i + 1])) end
   end
 end

@@ -27,7 +27,7 @@
 -- ARGV[13] use_within in ms (>= 0): the caller uses the need permits within
 --          this of the call (after it, it gives them back); they count from
 --          now + use_within
--- ARGV[14..21] unleased_before: up to four more (permits, ms ago) pairs of
+-- ARGV[14..29] unleased_before: up to eight more (permits, ms ago) pairs of
 --          permits used without a lease, earlier than unleased's;
 --          each counts from its own time, as unleased does
 -- V in field "t" ("T N LO HI V") numbers the key's calls: each call's is
@@ -202,7 +202,7 @@ local function count_unleased(c, ago)
 end
 if not (deadline > 0 and now_us > deadline) then
   count_unleased(unleased, unleased_ago)
-  for i = 14, 20, 2 do
+  for i = 14, #ARGV - 1, 2 do
     if ARGV[i] then count_unleased(tonumber(ARGV[i]), tonumber(ARGV[i + 1])) end
   end
 end

@@ -20,7 +20,7 @@
 -- ARGV[11] unleased_ago in ms (>= 0): how long before this call the last of
 --          them was taken
 -- ARGV[12] use_within (unused: a taken token counts from the grant)
--- ARGV[13..20] unleased_before: up to four more (tokens, ms ago) pairs of
+-- ARGV[13..28] unleased_before: up to eight more (tokens, ms ago) pairs of
 --          tokens used without a lease, earlier than unleased's. The bucket
 --          takes every part at its time, oldest first, refilled up to each
 --          (a part older than the bucket's last call is taken at that call's
@@ -63,8 +63,8 @@ if ts > now then now = ts end
 local takes = {}
 if not (deadline > 0 and now_us > deadline) then
   if unleased > 0 then takes[1] = {now - tonumber(ARGV[11]), unleased} end
-  for i = 13, 19, 2 do
-    local n = tonumber(ARGV[i] or '0')
+  for i = 13, #ARGV - 1, 2 do
+    local n = tonumber(ARGV[i])
     if n > 0 then takes[#takes + 1] = {now - tonumber(ARGV[i + 1]), n} end
   end
   table.sort(takes, function(a, b) return a[1] < b[1] end)

@@ -221,13 +221,20 @@ func parseAnswer(resp rueidis.RedisResult) (leaseAnswer, int64, error) {
 // over buf, valid only for the call.
 type redisCall struct {
 	buf    []byte
-	ends   [26]int // ends of the pieces written into buf
+	ends   [maxKeys + maxArgs]int // ends of the pieces written into buf
 	n      int
-	keyArr [3]string
-	argArr [23]string
+	keyArr [maxKeys]string
+	argArr [maxArgs]string
 	keys   []string
 	args   []string
 }
+
+// maxKeys and maxArgs are the most KEYS and ARGV of a lease script:
+// sliding_log's 15 arguments and two for each unleased part.
+const (
+	maxKeys = 3
+	maxArgs = 15 + 2*UnleasedParts
+)
 
 var redisCallPool sync.Pool
 
@@ -242,7 +249,7 @@ func putRedisCall(c *redisCall) {
 	if cap(c.buf) > 4096 {
 		return
 	}
-	c.keyArr, c.argArr = [3]string{}, [23]string{}
+	c.keyArr, c.argArr = [maxKeys]string{}, [maxArgs]string{}
 	c.keys, c.args = nil, nil
 	redisCallPool.Put(c)
 }
@@ -291,7 +298,12 @@ func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64, at t
 	if p.Algorithm == SlidingLog {
 		c.ints(req.RequestIDRetries, ceilMS(req.RequestIDWindow))
 	}
-	for _, part := range req.UnleasedBefore {
+	// The parts up to the last that holds permits: most calls send none.
+	parts := len(req.UnleasedBefore)
+	for parts > 0 && req.UnleasedBefore[parts-1].N == 0 {
+		parts--
+	}
+	for _, part := range req.UnleasedBefore[:parts] {
 		c.ints(part.N, int64(part.Ago/time.Millisecond))
 	}
 	c.strings(nkeys)

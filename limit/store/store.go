@@ -142,7 +142,7 @@ type LeaseRequest struct {
 const MaxRequestIDRetries = 15
 
 // UnleasedParts is the number of parts of LeaseRequest.UnleasedBefore.
-const UnleasedParts = 4
+const UnleasedParts = 8
 
 // UnleasedPart is N permits used without a lease, the last of them Ago
 // before the call.
