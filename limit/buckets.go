@@ -109,6 +109,9 @@ type bucket struct {
 	// later that gets a number no greater, before then, talks to a store
 	// that lost writes (see Limiter.checkSeq).
 	seq, seqAt, ownUntil int64
+	// emptiedAt is when an answer last showed that the store lost the
+	// key's counts (unix nanos; see Limiter.drains).
+	emptiedAt int64
 
 	lastUsed atomic.Int64 // unix nanos
 	// late counts this bucket's store calls whose caller gave up and whose
@@ -119,7 +122,7 @@ type bucket struct {
 }
 
 // bucketPad rounds a bucket up to a whole number of cache lines.
-const bucketPad = 36
+const bucketPad = 28
 
 // fill is one in-flight lease call; requests that find the bucket empty while
 // it runs wait for it instead of calling the store themselves.

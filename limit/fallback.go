@@ -170,17 +170,46 @@ func (b *bucket) failing(now int64) {
 // pod keeps to its local share. The caller holds b.mu.
 func (l *Limiter) recovering(s *spec, b *bucket, now int64) bool {
 	last := max(b.unleasedAt, b.failedAt)
-	return l.shared && l.policy == FailLocal && last > 0 && s.params.Window > 0 &&
-		now-last < int64(s.params.Window)
+	w := s.recoveryWindow()
+	return l.shared && l.policy == FailLocal && last > 0 && w > 0 && now-last < int64(w)
+}
+
+// drains tells that b's key is a token bucket that the store lost within
+// its refill time (checkSeq): what keepShare trims from a grant is then not
+// given back. The store's bucket started full again while the pods had
+// taken its tokens, and unlike a window's count, whose lost permits would
+// have left it a window later anyway, the difference lasts as long as the
+// clients ask for the refill rate or more: the store refills as fast as
+// the shares let the pods take. Kept out of the store, the trimmed tokens
+// drain its bucket to about what the pods have left in theirs; a pod trims
+// only when its own share is spent, so a client under its limit loses
+// nothing to it. The caller holds b.mu.
+func (l *Limiter) drains(s *spec, b *bucket, now int64) bool {
+	w := s.recoveryWindow()
+	return s.params.Algorithm == store.TokenBucket && b.emptiedAt > 0 && w > 0 && now-b.emptiedAt < int64(w)
+}
+
+// recoveryWindow is how long a pod's grants of s's key count after it made
+// them, and so how long after a failure it keeps to its local share
+// (recovering): the window of a sliding limit, the time a token bucket
+// takes to refill whole (0 when it never refills); 0 for a calendar quota,
+// whose grants count to the end of their period: a pod does not keep to
+// its share for a month after a failure.
+func (s *spec) recoveryWindow() time.Duration {
+	if s.params.Algorithm == store.TokenBucket {
+		return s.window
+	}
+	return s.params.Window
 }
 
 // keepShare trims a grant res of the store to what this pod's local share
 // grants of it (see recovering), taking those permits from the share in the
 // same step, so that concurrent grants cannot each find the same room: the
-// rest returns to the store, and a grant left with fewer than tokens is
-// refused whole. It returns where the share counted the kept permits and
-// whether it did (then the caller does not count them again).
-func (l *Limiter) keepShare(ctx context.Context, s *spec, req *store.LeaseRequest, res store.LeaseResult, tokens int64) (store.LeaseResult, int64, bool) {
+// rest returns to the store (unless drain: see drains), and a grant left
+// with fewer than tokens is refused whole. It returns where the share
+// counted the kept permits and whether it did (then the caller does not
+// count them again).
+func (l *Limiter) keepShare(ctx context.Context, s *spec, req *store.LeaseRequest, res store.LeaseResult, tokens int64, drain bool) (store.LeaseResult, int64, bool) {
 	local, err := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s),
 		Want: res.Granted, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.shareSlack()})
 	keep := local.Granted
@@ -192,13 +221,17 @@ func (l *Limiter) keepShare(ctx context.Context, s *spec, req *store.LeaseReques
 		return res, local.Ref, true
 	case keep < tokens:
 		recoveryTrims.Add(int(res.Granted))
-		go l.returnGrant(req, res)
+		if !drain {
+			go l.returnGrant(req, res)
+		}
 		res.Granted, res.Remaining, res.RetryAfter = 0, 0, maxCachedDenial
 		return res, 0, false
 	}
 	// The permits beyond the request's are leased ones (counted at Ref).
 	recoveryTrims.Add(int(res.Granted - keep))
-	go l.returnPermits(req, res.Granted-keep, res.Ref)
+	if !drain {
+		go l.returnPermits(req, res.Granted-keep, res.Ref)
+	}
 	res.Granted = keep
 	return res, local.Ref, true
 }

@@ -269,7 +269,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	}
 	g := grant{res: res}
 	if res.Granted >= tokens && l.recovering(s, b, now) {
-		g.res, g.keptRef, g.kept = l.keepShare(ctx, s, req, res, tokens)
+		g.res, g.keptRef, g.kept = l.keepShare(ctx, s, req, res, tokens, l.drains(s, b, now))
 	}
 	switch {
 	case g.res.Granted >= tokens && b.leased > 0:
@@ -446,11 +446,12 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 	countRepeat(&res)
 	if b != nil && res.Granted >= tokens {
 		b.mu.Lock()
-		recovering := l.recovering(s, b, l.now().UnixNano())
+		now := l.now().UnixNano()
+		recovering, drain := l.recovering(s, b, now), l.drains(s, b, now)
 		b.mu.Unlock()
 		if recovering {
 			var kept bool
-			if res, _, kept = l.keepShare(ctx, s, req, res, tokens); kept {
+			if res, _, kept = l.keepShare(ctx, s, req, res, tokens, drain); kept {
 				return s.decision(true, res.Remaining, res.RetryAfter, int64(res.Reset))
 			}
 		}

@@ -142,15 +142,15 @@ func (l *Limiter) checkSeq(s *spec, b *bucket, res store.LeaseResult, sent, now 
 	case sent > b.seqAt:
 		if b.seq > 0 && res.Seq <= b.seq && now < b.ownUntil {
 			storeEmptied.Inc()
-			b.failedAt = now
+			b.failedAt, b.emptiedAt = now, now
 		}
 		b.seq, b.seqAt = res.Seq, now
 	case res.Seq > b.seq: // sent before the last answer came: no order to check
 		b.seq, b.seqAt = res.Seq, now
 	}
-	if res.Granted > 0 && s.params.Window > 0 {
+	if w := s.recoveryWindow(); res.Granted > 0 && w > 0 {
 		// A margin of a tenth of the window for the store's sub-windows
 		// and clock: a key made anew later than that is no loss.
-		b.ownUntil = max(b.ownUntil, sent+int64(s.params.Window)*9/10)
+		b.ownUntil = max(b.ownUntil, sent+int64(w)*9/10)
 	}
 }

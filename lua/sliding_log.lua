@@ -5,7 +5,8 @@
 --          when it may last be used (ms): the call plus use_within for the
 --          need permits the caller uses at once, the lease's expiry for the rest;
 --          a permit counts while score + window > now.
--- KEYS[2]  hash: "seq" (the member sequence), "t" (the newest Redis time seen, ms).
+-- KEYS[2]  hash: "seq" (the member sequence), "t" (the newest Redis time seen,
+--          ms), "n" (the key's call number).
 -- KEYS[3]  sorted set of request IDs already counted: score = forget * 16 +
 --          spared, where forget is when the ID is forgotten (the counted
 --          call plus id_window, ms) and spared how many of its repeats were
@@ -43,7 +44,7 @@
 --          scored at its own time, as unleased is (unleased and these
 --          together at most 1000)
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
---          used_ref, free_ms}
+--          used_ref, free_ms, seq}
 --          status 1 when the request ID repeats within its allowance
 --          (spared: nothing is taken, granted is 0), 2 when past the deadline
 --          (nothing granted), 3 when it repeats past its allowance (counted
@@ -53,7 +54,11 @@
 --          when limit is 0, -1 when need > limit; reset_ms is when the last
 --          counted permit leaves the window (the newest score plus the
 --          window), free_ms when the first one does (the oldest score plus
---          the window; 0 when nothing is counted).
+--          the window; 0 when nothing is counted); seq numbers the key's
+--          calls, one more than the last call's, 1 for a key made anew, which
+--          happens only once no permit of it counts (the hash expires a window
+--          after the last one): a lower number sooner tells the caller that
+--          the store lost the key.
 -- All keys share one hash tag. A clock that moves backwards is treated as the
 -- newest time seen. The return and used are applied even past the deadline;
 -- unleased only before it (a call run late would date them late: its caller
@@ -168,6 +173,7 @@ if status == 1 then
   ids_written = true
 end
 if status == 0 and repeated then status = 3 end
+local seq = redis.call('HINCRBY', meta, 'n', 1)
 redis.call('HSET', meta, 't', string.format('%d', now))
 
 local retry = 0
@@ -205,4 +211,4 @@ if ids_written then
 end
 local remaining = limit - counted
 if remaining < 0 then remaining = 0 end
-return {granted, remaining, retry, reset, status, ref, now_us, used_ref, free}
+return {granted, remaining, retry, reset, status, ref, now_us, used_ref, free, seq}

@@ -1,7 +1,7 @@
 -- token_bucket: a bucket with a capacity and a refill rate.
 --
--- KEYS[1]  hash {tokens (float), ts (ms, the newest Redis time seen)}; a
---          missing key is a full bucket.
+-- KEYS[1]  hash {tokens (float), ts (ms, the newest Redis time seen), n
+--          (the key's call number)}; a missing key is a full bucket.
 -- ARGV[1]  capacity (0..10^12)
 -- ARGV[2]  refill rate in permits per second (0, or 10^-6..10^12)
 -- ARGV[3]  want: permits asked for (>= need)
@@ -25,7 +25,7 @@
 --          takes every part at its time, oldest first, refilled up to each
 --          (a part older than the bucket's last call is taken at that call's
 --          time: counted late, never forgotten), then refills up to now.
--- Returns  {granted, remaining, retry_after_ms, reset_ms, status, 0, now_us, 0, 0}
+-- Returns  {granted, remaining, retry_after_ms, reset_ms, status, 0, now_us, 0, 0, seq}
 --          granted = min(want, floor(tokens)) when that is >= need, else 0;
 --          status 2 when past the deadline (nothing granted), else 0;
 --          retry_after_ms is 0 when granted > 0, ceil((need - tokens) / rate
@@ -34,6 +34,10 @@
 --          refill fully, -1 when never; the last value (free_ms in the
 --          sliding scripts: when the first counted permit leaves) is 0, since
 --          the bucket refills from now on. Times are capped at 10^12 ms.
+--          seq numbers the key's calls: one more than the last call's, 1 for
+--          a key made anew, which happens only once a whole refill time has
+--          passed since the last call (the key's expiry): a lower number
+--          sooner tells the caller that the store lost the key.
 -- The key expires once the bucket would be full again (plus 1 s, at most 400
 -- days), or after a day when the rate is 0. Every value is computed before
 -- the first write, so an error never leaves a key without its TTL. A clock
@@ -54,8 +58,9 @@ local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(now_us / 1000)
 
-local st = redis.call('HMGET', key, 'tokens', 'ts')
+local st = redis.call('HMGET', key, 'tokens', 'ts', 'n')
 local tokens, ts = tonumber(st[1]), tonumber(st[2])
+local seq = (tonumber(st[3]) or 0) + 1
 if tokens == nil or ts == nil then
   tokens, ts = capacity, now
 end
@@ -116,6 +121,6 @@ if rate > 0 then
   if keep > 34560000000 then keep = 34560000000 end
 end
 
-redis.call('HSET', key, 'tokens', string.format('%.17g', tokens), 'ts', string.format('%d', now))
+redis.call('HSET', key, 'tokens', string.format('%.17g', tokens), 'ts', string.format('%d', now), 'n', string.format('%d', seq))
 redis.call('PEXPIRE', key, string.format('%d', keep))
-return {granted, math.floor(tokens), retry, reset, status, 0, now_us, 0, 0}
+return {granted, math.floor(tokens), retry, reset, status, 0, now_us, 0, 0, seq}
