@@ -8,6 +8,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/cespare/xxhash/v2"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // bucketShards is the number of independently locked parts of the local
@@ -138,7 +139,8 @@ var unkeptBuckets = metrics.NewCounter(`sentinel_limit_local_buckets_unkept_tota
 // a lock and without allocating. (A read lock would write a word that every
 // core's requests for a hot key share, once to take it and once to drop it.)
 type bucketTable struct {
-	perShard atomic.Int64 // limits.max_keys ÷ bucketShards, at least 1
+	perShard atomic.Int64 // limits.max_keys ÷ the shards in use, at least 1
+	mask     uint64       // the shards in use, less one: as many as hold 16 buckets (store.ShardsFor)
 	shards   [bucketShards]bucketShard
 	count    atomic.Int64
 }
@@ -150,15 +152,16 @@ type bucketShard struct {
 }
 
 func newBucketTable(maxKeys int) *bucketTable {
-	t := &bucketTable{}
+	t := &bucketTable{mask: uint64(store.ShardsFor(maxKeys, bucketShards) - 1)}
 	t.setMaxKeys(maxKeys)
 	return t
 }
 
 // setMaxKeys bounds the table at about maxKeys buckets: a smaller bound
-// takes no new buckets until there is room, it drops none.
+// takes no new buckets until there is room, it drops none. (The shards are
+// chosen when the table is made.)
 func (t *bucketTable) setMaxKeys(maxKeys int) {
-	t.perShard.Store(int64(max(1, maxKeys/bucketShards)))
+	t.perShard.Store(int64(max(1, maxKeys/int(t.mask+1))))
 }
 
 // each calls f with every bucket of the table.
@@ -173,7 +176,7 @@ func (t *bucketTable) each(f func(b *bucket)) {
 
 // find returns key's bucket (nil: none); remove takes it out of the table.
 func (t *bucketTable) find(key []byte, remove bool) *bucket {
-	sh := &t.shards[xxhash.Sum64(key)%bucketShards]
+	sh := &t.shards[xxhash.Sum64(key)&t.mask]
 	k := unsafe.String(unsafe.SliceData(key), len(key)) // for these calls only: no copy
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -192,7 +195,7 @@ func (t *bucketTable) find(key []byte, remove bool) *bucket {
 // get returns the bucket of key, creating it when missing. It allocates only
 // to create one.
 func (t *bucketTable) get(key []byte, now int64) *bucket {
-	sh := &t.shards[xxhash.Sum64(key)%bucketShards]
+	sh := &t.shards[xxhash.Sum64(key)&t.mask]
 	k := unsafe.String(unsafe.SliceData(key), len(key)) // for the lookups only: no copy
 	if v, ok := sh.m.Load(k); ok {
 		b := v.(*bucket)

@@ -10,8 +10,25 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// memoryShards is the number of independently locked parts of a MemoryStore.
+// memoryShards is the most independently locked parts of a MemoryStore.
 const memoryShards = 256
+
+// minShardKeys is the fewest keys a shard of a MemoryStore or of a
+// limiter's bucket table is made to hold, when MaxKeys allows: a full shard
+// makes room by evicting from its own keys, so a shard of one or two keys
+// evicts whatever key a new one hashes next to, a busy client's counts
+// among them, however many idle keys the other shards hold.
+const minShardKeys = 16
+
+// ShardsFor is the number of shards (a power of two, 1 to most) for a table
+// of maxKeys: as many as hold minShardKeys each.
+func ShardsFor(maxKeys, most int) int {
+	n := 1
+	for n*2 <= most && n*2*minShardKeys <= maxKeys {
+		n *= 2
+	}
+	return n
+}
 
 // MemoryOptions configure a MemoryStore. The zero value is usable.
 type MemoryOptions struct {
@@ -20,9 +37,15 @@ type MemoryOptions struct {
 	// dropping an expired key, else a key whose budget is whole, else the
 	// least used key that is not exhausted; exhausted keys are kept, up to
 	// twice MaxKeys of them (see makeRoom). No new key shares a budget
-	// with another. Rounded down to a multiple of 256 (the shards), at
-	// least 256. Default 1<<20.
+	// with another. Rounded down to a multiple of the shards, at least
+	// one per shard. Default 1<<20.
 	MaxKeys int
+	// Shards is the number of independently locked parts, a power of two
+	// up to 256, each bounded by its part of MaxKeys. 0 (or another value)
+	// picks as many as hold 16 keys each (ShardsFor): a full shard evicts
+	// from its own keys, so one of a key or two would evict a busy key
+	// for whatever new key hashes next to it.
+	Shards int
 	// Role names the store in the metrics of full tables. Default
 	// RoleStore.
 	Role MemoryRole
@@ -35,12 +58,13 @@ type MemoryOptions struct {
 
 // MemoryStore is the in-process Store: the same algorithms and lease
 // accounting as the Redis scripts, for a single instance. Keys are spread
-// over 256 shards by xxhash, each with its own mutex, so there is no global
+// over up to 256 shards by xxhash, each with its own mutex, so there is no global
 // lock; expired keys are swept in the background and the number of keys is
 // bounded by MaxKeys.
 type MemoryStore struct {
 	now       func() time.Time
 	perShard  atomic.Int64 // MaxKeys spread over the shards
+	mask      uint64       // the shards in use, less one (a power of two)
 	shards    [memoryShards]memoryShard
 	evictions *memoryEvictions
 	stop      chan struct{}
@@ -91,6 +115,11 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]*memoryEntry)
 	}
+	shards := opts.Shards
+	if shards <= 0 || shards > memoryShards || shards&(shards-1) != 0 {
+		shards = ShardsFor(opts.MaxKeys, memoryShards)
+	}
+	s.mask = uint64(shards - 1)
 	s.evictions = &evictionsByRole[min(int(opts.Role), len(memoryRoles)-1)]
 	s.SetMaxKeys(opts.MaxKeys)
 	memoryStores.Store(s, struct{}{})
@@ -108,7 +137,7 @@ func (s *MemoryStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult
 		return LeaseResult{}, err
 	}
 	now := s.now().UnixMilli()
-	sh := &s.shards[xxhash.Sum64(req.Key)%memoryShards]
+	sh := &s.shards[xxhash.Sum64(req.Key)&s.mask]
 	sh.mu.Lock()
 	e := sh.entry(req.Key, req.Params.Algorithm, now, int(s.perShard.Load()), s.evictions)
 	if e == nil {
@@ -124,11 +153,12 @@ func (s *MemoryStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult
 }
 
 // SetMaxKeys changes the bound on the number of keys: n rounded down to a
-// multiple of the shard count, at least one key per shard. A lower
+// multiple of the shard count, at least one key per shard (the shards are
+// chosen at NewMemoryStore). A lower
 // bound drops no key at once: a shard above it evicts one key for each new
 // one (makeRoom).
 func (s *MemoryStore) SetMaxKeys(n int) {
-	s.perShard.Store(int64(max(1, n/memoryShards)))
+	s.perShard.Store(int64(max(1, n/int(s.mask+1))))
 }
 
 // Ping always succeeds.

@@ -51,7 +51,8 @@ func sameShardKeys(n int) []string {
 	var keys []string
 	for i := 0; len(keys) < n; i++ {
 		k := fmt.Sprintf("{p:u:%d}", i)
-		if xxhash.Sum64String(k)%memoryShards == 0 {
+		if xxhash.Sum64String(k)%memoryShards == 0 { // shard 0 of any power of two
+
 			keys = append(keys, k)
 		}
 	}
@@ -65,7 +66,7 @@ func sameShardKeys(n int) []string {
 // nothing, until a key expires.
 func TestMemoryStoreEvictionOrder(t *testing.T) {
 	clock := newConfClock()
-	s := NewMemoryStore(MemoryOptions{Now: clock.Now, MaxKeys: memoryShards, SweepInterval: time.Hour})
+	s := NewMemoryStore(MemoryOptions{Now: clock.Now, MaxKeys: memoryShards, Shards: memoryShards, SweepInterval: time.Hour})
 	defer s.Close()
 	p := Params{Algorithm: TokenBucket, Capacity: 5, RefillRate: 1}
 	k := sameShardKeys(7)
@@ -114,7 +115,7 @@ func TestMemoryStoreLowerMaxKeys(t *testing.T) {
 // used for a new key, and never refuses one for want of room.
 func TestMemoryStoreLocalShareNeverFull(t *testing.T) {
 	clock := newConfClock()
-	s := NewMemoryStore(MemoryOptions{Now: clock.Now, MaxKeys: memoryShards, SweepInterval: time.Hour, Role: RoleLocalShare})
+	s := NewMemoryStore(MemoryOptions{Now: clock.Now, MaxKeys: memoryShards, Shards: memoryShards, SweepInterval: time.Hour, Role: RoleLocalShare})
 	defer s.Close()
 	k := sameShardKeys(20)
 	share := Params{Algorithm: SlidingWindow, Limit: 1, Window: time.Hour}
@@ -124,4 +125,23 @@ func TestMemoryStoreLocalShareNeverFull(t *testing.T) {
 		require.False(t, r.NoRoom)
 	}
 	assert.Len(t, s.shards[0].m, 1)
+}
+
+// TestMemoryStoreSmallTableKeepsBusyKey: a small table (MaxKeys 100, a
+// limiter's local share) flooded by 10,000 new keys of one permit each
+// keeps the count of a busy key that used 6 of its 10: its shard holds 16
+// keys or more, and a key of one permit is always less used. (With a shard
+// per key or two, the flood evicted the busy key whenever a new key hashed
+// next to it, and the key got its share again.)
+func TestMemoryStoreSmallTableKeepsBusyKey(t *testing.T) {
+	clock := newConfClock()
+	s := NewMemoryStore(MemoryOptions{Now: clock.Now, MaxKeys: 100, SweepInterval: time.Hour, Role: RoleLocalShare})
+	defer s.Close()
+	p := Params{Algorithm: SlidingWindow, Limit: 10, Window: time.Hour}
+	require.Equal(t, int64(6), memLease(t, s, "{p:busy}", p, 6, 0).Granted)
+	for i := range 10_000 {
+		require.Equal(t, int64(1), memLease(t, s, fmt.Sprintf("{p:u:flood-%d}", i), p, 1, 0).Granted)
+	}
+	assert.LessOrEqual(t, s.Len(), 100)
+	assert.Equal(t, int64(4), memLease(t, s, "{p:busy}", p, 10, 0).Granted, "the busy key kept its count")
 }

@@ -34,7 +34,7 @@ func (s *RedisStore) Reset(ctx context.Context, key []byte, p Params) error {
 
 // Reset drops key's entry.
 func (s *MemoryStore) Reset(_ context.Context, key []byte, _ Params) error {
-	sh := &s.shards[xxhash.Sum64(key)%memoryShards]
+	sh := &s.shards[xxhash.Sum64(key)&s.mask]
 	sh.mu.Lock()
 	delete(sh.m, string(key))
 	sh.mu.Unlock()
