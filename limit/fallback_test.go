@@ -116,11 +116,7 @@ func TestLateCallTakesNoUnleased(t *testing.T) {
 // every algorithm; and any number of calls that fail put them back with the
 // same dates.
 func TestUnleasedPartsKeepTheirTimes(t *testing.T) {
-	for _, p := range []store.Params{
-		{Algorithm: store.SlidingWindow, Limit: 100, Window: time.Second},
-		{Algorithm: store.SlidingLog, Limit: 100, Window: time.Second},
-		{Algorithm: store.TokenBucket, Capacity: 100, RefillRate: 100},
-	} {
+	for _, p := range perSecond(100) {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			s := &spec{params: p}
 			b := &bucket{}
@@ -144,14 +140,26 @@ func TestUnleasedPartsKeepTheirTimes(t *testing.T) {
 					require.Equal(t, dates[date], n, "part at %d re-dated by failed call %d", date, fails+1)
 				}
 				spent, ago, before = spent2, ago2, before2
-				left := spent
-				for _, p := range before {
-					left += p.N
-				}
-				assert.LessOrEqual(t, left, inWindow(at, now)+partSlack, "permits that left the window still reported after failed call %d", fails+1)
+				assert.LessOrEqual(t, reported(spent, before), inWindow(at, now)+partSlack, "permits that left the window still reported after failed call %d", fails+1)
 			}
 		})
 	}
+}
+
+// perSecond is a limit of n a second in each algorithm whose permits a pod
+// reports in parts by time: the sliding ones, and a token bucket refilled
+// whole in a second.
+func perSecond(n int64) []store.Params {
+	return []store.Params{
+		{Algorithm: store.SlidingWindow, Limit: n, Window: time.Second},
+		{Algorithm: store.SlidingLog, Limit: n, Window: time.Second},
+		{Algorithm: store.TokenBucket, Capacity: n, RefillRate: float64(n)},
+	}
+}
+
+// reported is the permits a report of unleasedParts holds.
+func reported(spent int64, before [store.UnleasedParts]store.UnleasedPart) int64 {
+	return (&report{unleased: spent, unleasedBefore: before}).unleasedTotal()
 }
 
 // partSlack is the most permits older than the window that a report of
@@ -189,11 +197,7 @@ func checkUnleasedParts(t *testing.T, at []int64, now, spent int64, ago time.Dur
 // more that left it (which, with the leases asked for at the resume, would
 // refuse the client under its limit).
 func TestUnleasedBurstsKeepTheirTimes(t *testing.T) {
-	for _, p := range []store.Params{
-		{Algorithm: store.SlidingWindow, Limit: 200, Window: time.Second},
-		{Algorithm: store.SlidingLog, Limit: 200, Window: time.Second},
-		{Algorithm: store.TokenBucket, Capacity: 200, RefillRate: 200},
-	} {
+	for _, p := range perSecond(200) {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			for phase := range 20 { // where the report falls between bursts
 				s := &spec{params: p}
@@ -209,11 +213,7 @@ func TestUnleasedBurstsKeepTheirTimes(t *testing.T) {
 				}
 				now := at[len(at)-1] + int64(phase+1)*int64(9*time.Millisecond)
 				spent, _, before := b.unleasedParts(now, s)
-				total := spent
-				for _, p := range before {
-					total += p.N
-				}
-				require.Equal(t, inWindow(at, now), total, "report at %v after the last burst", time.Duration(now-at[len(at)-1]))
+				require.Equal(t, inWindow(at, now), reported(spent, before), "report at %v after the last burst", time.Duration(now-at[len(at)-1]))
 			}
 		})
 	}
