@@ -229,6 +229,9 @@ func (t *bucketTable) get(key []byte, now int64) *bucket {
 	return b
 }
 
+// inUse is how recently a bucket was used for makeRoom to keep it.
+const inUse = time.Second
+
 // makeRoom drops up to four buckets that hold nothing among a few of the
 // shard's (map order is random) and reports whether it dropped any. A bucket
 // holds something when it has a store call in flight or given up on
@@ -239,7 +242,12 @@ func (t *bucketTable) get(key []byte, now int64) *bucket {
 // second would keep budget counted in the store that nobody can use, and
 // the third would let an exhausted key through on the pod's local share
 // should the store fail (a flood of new keys would free the clients that
-// used up their limit). The caller holds sh.mu; now is the time.
+// used up their limit). Nor does it drop a bucket used within the last
+// second (inUse), whatever it holds: a key in use would lose, besides its
+// lease, the store's last answer and call number, and come back decided
+// with a bucket the table cannot keep while new keys fill it (a key flood),
+// whose local admissions no later call reports. The caller holds sh.mu;
+// now is the time.
 func (t *bucketTable) makeRoom(sh *bucketShard, now int64) bool {
 	const sample, most = 32, 4
 	seen, dropped := 0, 0
@@ -247,7 +255,7 @@ func (t *bucketTable) makeRoom(sh *bucketShard, now int64) bool {
 		if seen++; seen > sample || dropped == most {
 			return false
 		}
-		if v.(*bucket).holdsNothing(now) {
+		if b := v.(*bucket); now-b.lastUsed.Load() >= int64(inUse) && b.holdsNothing(now) {
 			sh.m.Delete(k)
 			sh.n--
 			t.count.Add(-1)

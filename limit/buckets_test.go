@@ -63,14 +63,16 @@ func TestBucketTableFloodKeepsBucketsThatHoldState(t *testing.T) {
 		require.Same(t, b, tab.get([]byte(key), now), "the bucket of %s was dropped", key)
 	}
 
-	// Buckets that hold nothing make room for new keys.
+	// Buckets that hold nothing and are not in use make room for new keys.
 	for _, b := range held {
 		b.permits, b.expired, b.unleased, b.fill = 0, 0, [unleasedSlots]int64{}, nil
 		b.late.Store(0)
 	}
+	later := now
 	for i := range 20_000 {
+		later += int64(inUse)
 		key := []byte(fmt.Sprintf("{ip:again-%d}", i))
-		require.Same(t, tab.get(key, now), tab.get(key, now), "a bucket that holds nothing was not dropped for %s", key)
+		require.Same(t, tab.get(key, later), tab.get(key, later), "a bucket that holds nothing was not dropped for %s", key)
 	}
 	assert.LessOrEqual(t, tab.len(), maxKeys)
 }
@@ -86,6 +88,30 @@ func (s *switchStore) Lease(ctx context.Context, req *store.LeaseRequest) (store
 		return store.LeaseResult{}, errors.New("store down")
 	}
 	return s.Store.Lease(ctx, req)
+}
+
+// TestBucketTableFloodKeepsBucketsInUse: a flood of new keys into a full
+// table does not drop the bucket of a key in use, even when it holds
+// nothing but its last answer: it would come back with a bucket the full
+// table cannot keep, whose local admissions no later call reports. Once
+// unused for a second, it makes room.
+func TestBucketTableFloodKeepsBucketsInUse(t *testing.T) {
+	const maxKeys = 2 * bucketShards
+	tab := newBucketTable(maxKeys)
+	now := int64(time.Hour)
+	busy := tab.get([]byte("{ip:busy}"), now)
+	for i := range 20_000 {
+		now += int64(time.Millisecond / 4)
+		tab.get([]byte(fmt.Sprintf("{ip:flood-%d}", i)), now)
+		if i%40 == 0 { // the busy key, every 10 ms
+			require.Same(t, busy, tab.get([]byte("{ip:busy}"), now), "the bucket of a key in use was dropped after %d new keys", i)
+		}
+	}
+	now += int64(inUse)
+	for i := range 20_000 {
+		tab.get([]byte(fmt.Sprintf("{ip:later-%d}", i)), now)
+	}
+	assert.Nil(t, tab.find([]byte("{ip:busy}"), false), "a bucket unused for a second makes room")
 }
 
 // TestSweepKeepsUnreportedUnleased: a rule's window can be longer than the time

@@ -128,19 +128,25 @@ var storeEmptied = metrics.NewCounter(`sentinel_limit_store_emptied_total`)
 // sent at sent, answered at now) with the highest one b saw: a store numbers
 // a key's calls one more each time, and starts again only with a key made
 // anew, once no permit of it counts. A call sent after that answer came and
-// numbered no higher, while permits the store granted this pod still count,
-// talks to a store that lost writes (emptied, or a replica promoted before
-// it had them). The pod then treats the key as recovering from a failure
+// numbered no higher, while a permit counted by then may still count (the
+// store granted this pod permits that do, or answered it within most of a
+// window: the key then lives a window at least), talks to a store that lost
+// writes (emptied, or a replica promoted before it had them): this pod's or
+// other pods'. The pod then treats the key as recovering from a failure
 // (see recovering): for a window its grants are trimmed to its local share,
-// which counted every permit the store granted it before the loss, so the
-// pods together stay within the limit. The caller holds b.mu.
+// which counted every permit the store granted it before the loss. Every
+// pod that served the key within the window notices at its first call, so
+// the pods together stay within the limit: a pod that had not noticed
+// from its own writes alone took the budget the store forgot that the
+// others had used. The caller holds b.mu.
 func (l *Limiter) checkSeq(s *spec, b *bucket, res store.LeaseResult, sent, now int64) {
 	if res.Seq == 0 {
 		return
 	}
+	w := int64(s.recoveryWindow())
 	switch {
 	case sent > b.seqAt:
-		if b.seq > 0 && res.Seq <= b.seq && now < b.ownUntil {
+		if b.seq > 0 && res.Seq <= b.seq && (now < b.ownUntil || now-b.seqAt < w*9/10) {
 			storeEmptied.Inc()
 			b.failedAt, b.emptiedAt = now, now
 		}
@@ -148,9 +154,9 @@ func (l *Limiter) checkSeq(s *spec, b *bucket, res store.LeaseResult, sent, now 
 	case res.Seq > b.seq: // sent before the last answer came: no order to check
 		b.seq, b.seqAt = res.Seq, now
 	}
-	if w := s.recoveryWindow(); res.Granted > 0 && w > 0 {
+	if res.Granted > 0 && w > 0 {
 		// A margin of a tenth of the window for the store's sub-windows
 		// and clock: a key made anew later than that is no loss.
-		b.ownUntil = max(b.ownUntil, sent+int64(w)*9/10)
+		b.ownUntil = max(b.ownUntil, sent+w*9/10)
 	}
 }

@@ -30,8 +30,9 @@ import (
 // breaks it when the key's approvals touching (b-window, b] number at most
 // limit-1 (the client was under its limit, counted generously: any approval
 // that may lie in that window counts) and the refusing pod's own approvals
-// there number at most its share-1 (the limit ÷ the schedule's pods, at
-// least 1). Refusals where the pod's share was spent are listed apart:
+// that its share still counts then number at most its share-1 (the limit ÷
+// the schedule's pods, at least 1; the share counts a permit a little
+// longer than the window, see shareCounts). Refusals where the pod's share was spent are listed apart:
 // the share is what a pod may decide alone when the store fails.
 
 // chaosKey is what a key of the schedule is held to.
@@ -220,16 +221,27 @@ func (r *chaosRun) checkI2(f *chaosFindings, name string, k *chaosKey) (refused,
 	return refused, under
 }
 
+// shareCounts is how much longer than the window a pod's share counts a
+// permit it decided (docs/leases.md): from the decision plus the store's
+// deadline (limits.store_timeout, 50 ms: the time a decided request may take
+// to reach the backend), rounded up to the end of a sub-window of a 40th of
+// the window.
+const shareCounts = 50*time.Millisecond + chaosWindow/40
+
 // approvedAround counts the approvals that touch the window before the
-// refusal d's answer: of every pod, and of d's pod.
+// refusal d's answer, of every pod, and those of d's pod that its share
+// still counts then (shareCounts).
 func approvedAround(decisions []chaosDecision, d chaosDecision) (all, own int) {
 	from, to := d.span.To.Add(-chaosWindow), d.span.To
 	for _, a := range decisions {
-		if a.allowed && !a.span.To.Before(from) && !a.span.From.After(to) {
+		if !a.allowed || a.span.From.After(to) {
+			continue
+		}
+		if !a.span.To.Before(from) {
 			all++
-			if a.pod == d.pod {
-				own++
-			}
+		}
+		if a.pod == d.pod && !a.span.To.Before(from.Add(-shareCounts)) {
+			own++
 		}
 	}
 	return all, own
