@@ -3,6 +3,7 @@ package adaptive
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,9 +36,15 @@ type clusterView struct {
 	// store fails, and a pod that cannot reach Redis has no evidence that the
 	// others are gone (they most likely cannot reach it either).
 	pods atomic.Int64
-	// beat is when this pod's last heartbeat reached Redis (unix nanos, the
-	// time written in it; 0: none yet): the others count it live until
-	// that plus pressure_ttl.
+	// fresh is the number of pods whose heartbeats were fresh at the last
+	// exchange that worked, without the count kept up for a pressure_ttl
+	// after a failure (see exchange): a pod missing from it may be cut off
+	// from Redis (see FreshPods).
+	fresh atomic.Int64
+	// beat is when this pod's last heartbeat may have reached Redis (unix
+	// nanos, the time written in it; 0: none yet): the others count it live
+	// until that plus pressure_ttl. A heartbeat whose answer did not come in
+	// time may have reached Redis all the same.
 	beat atomic.Int64
 
 	mu      sync.Mutex // guards average, ok and backAt
@@ -87,7 +94,7 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 		r.B().Hset().Key(v.key).FieldValue().FieldValue(v.pod, formatEntry(own, now)).Build(),
 		r.B().Pexpire().Key(v.key).Milliseconds(v.ttl.Milliseconds()).Build(),
 		r.B().Hgetall().Key(v.key).Build())
-	if res[0].Error() == nil {
+	if err := res[0].Error(); err == nil || mayHaveLanded(err) {
 		// Stored once the count below is (or the exchange failed): a
 		// reader that sees the heartbeat sees a count of pods seen, not
 		// the one assumed before the first exchange.
@@ -125,6 +132,7 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 		v.backAt = now
 	}
 	v.ok, v.average = true, sum/float64(n)
+	v.fresh.Store(int64(n))
 	if now.Sub(v.backAt) < v.ttl {
 		// Back from a failure (Redis paused or unreachable), the other pods
 		// have not all published since: their old entries are no evidence
@@ -173,6 +181,27 @@ func (v *clusterView) livePods() int {
 		return 1
 	}
 	return int(v.pods.Load())
+}
+
+// freshPods is the number of pods with a fresh heartbeat at the last
+// exchange that worked, not kept up after a failure (livePods is): 1 alone,
+// Options.AssumedPods before any worked.
+func (v *clusterView) freshPods() int {
+	if v == nil {
+		return 1
+	}
+	if n := v.fresh.Load(); n > 0 {
+		return int(n)
+	}
+	return int(v.pods.Load())
+}
+
+// mayHaveLanded tells that a command that failed with err may have run in
+// Redis all the same: its answer did not come in time, the command had
+// been sent.
+func mayHaveLanded(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // leave removes this pod from the view.

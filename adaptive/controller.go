@@ -222,9 +222,15 @@ func (c *Controller) LimitAdjustment() (float64, bool) {
 // (1 alone; Options.AssumedPods before any exchange worked).
 func (c *Controller) LivePods() int { return c.view.livePods() }
 
-// HeartbeatAt is when this pod's last heartbeat reached Redis (zero: none
-// yet, or no Redis): the other pods count it live until that plus
-// pressure_ttl.
+// FreshPods is the number of pods whose heartbeats were fresh at the last
+// exchange that worked. Unlike LivePods it does not stay up for a
+// pressure_ttl after a failure: a pod missing from it may be cut off from
+// Redis and deciding alone.
+func (c *Controller) FreshPods() int { return c.view.freshPods() }
+
+// HeartbeatAt is when this pod's last heartbeat may have reached Redis
+// (zero: none yet, or no Redis): the other pods count it live until that
+// plus pressure_ttl.
 func (c *Controller) HeartbeatAt() time.Time {
 	if c.view == nil {
 		return time.Time{}

@@ -81,6 +81,12 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 //     stopped, within partitionHold). Without that, one pod cut off from
 //     the store granted its whole share on top of the limit the others took.
 //
+// An answer from a store that lost the key's writes within a window before
+// (checkSeq) leaves a contested key nothing to share: its remaining budget
+// did not count the permits it lost, which the pods used. (The clients of a
+// key that was not contested ask for less than the limit: what the answer
+// left them is not taken by the others.)
+//
 // The caller holds b.mu.
 func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool) bool {
 	if b.answeredAt == 0 {
@@ -90,6 +96,9 @@ func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool)
 	left := float64(min(max(b.remaining, 0), s.limit))
 	credit := b.freed(now)
 	if l.contested(s, b) {
+		if w := int64(s.recoveryWindow()); b.emptiedAt > 0 && b.answeredAt-b.emptiedAt < w {
+			left = 0 // from a store that lost the key's writes: it did not count them
+		}
 		if !open && b.deniedAt > 0 && now-b.deniedAt < int64(s.window) {
 			return false // a slow call while the others take what frees up
 		}

@@ -186,12 +186,17 @@ type Options struct {
 	// LivePods is the number of live gateway pods; the local fallback
 	// enforces limit / LivePods() per pod (nil: 1).
 	LivePods func() int
+	// FreshPods is the number of pods whose heartbeats are fresh now, not
+	// kept up after a failure of the store as LivePods may be: the pods
+	// that reach the store hold the share of a pod missing from it (nil:
+	// LivePods).
+	FreshPods func() int
 	// PeerNotice is how long after a pod's last heartbeat the other pods
 	// may still count it live (the heartbeats' lifetime plus an exchange
 	// or two): a pod cut off from the store grants more of a contested
 	// key than the store's last answer left it only after that (0: at once).
 	PeerNotice time.Duration
-	// HeartbeatAt is when this pod's last heartbeat reached the store (nil
+	// HeartbeatAt is when this pod's last heartbeat may have reached the store (nil
 	// or zero: unknown; then the time its calls for a key began to fail
 	// stands in): the others count it live until then plus PeerNotice.
 	HeartbeatAt func() time.Time
