@@ -41,6 +41,9 @@ type clusterView struct {
 	// after a failure (see exchange): a pod missing from it may be cut off
 	// from Redis (see FreshPods).
 	fresh atomic.Int64
+	// recent is the number of pods with a heartbeat within RecentWithin at
+	// the last exchange that worked (see RecentPods).
+	recent atomic.Int64
 	// beat is when this pod's last heartbeat may have reached Redis (unix
 	// nanos, the time written in it; 0: none yet): the others count it live
 	// until that plus pressure_ttl. A heartbeat whose answer did not come in
@@ -92,7 +95,7 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 	defer cancel()
 	res := r.DoMulti(ctx,
 		r.B().Hset().Key(v.key).FieldValue().FieldValue(v.pod, formatEntry(own, now)).Build(),
-		r.B().Pexpire().Key(v.key).Milliseconds(v.ttl.Milliseconds()).Build(),
+		r.B().Pexpire().Key(v.key).Milliseconds(max(v.ttl, RecentWithin).Milliseconds()).Build(),
 		r.B().Hgetall().Key(v.key).Build())
 	if err := res[0].Error(); err == nil || mayHaveLanded(err) {
 		// Stored once the count below is (or the exchange failed): a
@@ -108,17 +111,21 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 		v.failed(err)
 		return
 	}
-	sum, n := 0.0, 0
+	sum, n, recent := 0.0, 0, 0
 	var stale []string
 	for pod, e := range all {
 		score, at, ok := parseEntry(e)
-		if !ok || now.Sub(at) > v.ttl {
+		if !ok || now.Sub(at) > max(v.ttl, RecentWithin) {
 			stale = append(stale, pod)
+			continue
+		}
+		if recent++; now.Sub(at) > v.ttl {
 			continue
 		}
 		sum += score
 		n++
 	}
+	v.recent.Store(int64(max(recent, 1)))
 	if len(stale) > 0 {
 		r.Do(ctx, r.B().Hdel().Key(v.key).Field(stale...).Build())
 	}
@@ -181,6 +188,23 @@ func (v *clusterView) livePods() int {
 		return 1
 	}
 	return int(v.pods.Load())
+}
+
+// RecentWithin is how long a pod's last heartbeat stays in Redis after it
+// stopped: the pods count it among the recent ones (RecentPods) for that
+// long, a pod started since included.
+const RecentWithin = 30 * time.Second
+
+// recentPods is the number of pods with a heartbeat within RecentWithin at
+// the last exchange that worked (as freshPods before any worked).
+func (v *clusterView) recentPods() int {
+	if v == nil {
+		return 1
+	}
+	if n := v.recent.Load(); n > 0 {
+		return int(n)
+	}
+	return v.freshPods()
 }
 
 // freshPods is the number of pods with a fresh heartbeat at the last

@@ -2,6 +2,11 @@ package adaptive
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,7 +65,9 @@ func TestClusterViewAndLivePods(t *testing.T) {
 // TestLivePodsKeptWhenTheViewComesBack: after Redis could not be reached,
 // the first exchanges that work again see only the pods that published
 // since; the count stays as last seen for one pressure_ttl, then follows the
-// heartbeats (it is what the limits' local shares divide by).
+// heartbeats (it is what the limits' local shares divide by). The count of
+// fresh heartbeats, by which the pods hold the share of one that may be
+// cut off, is not kept up.
 func TestLivePodsKeptWhenTheViewComesBack(t *testing.T) {
 	srv := redistest.Start(t)
 	a := newClusterController(t, srv.Addr, "a")
@@ -80,6 +87,7 @@ func TestLivePodsKeptWhenTheViewComesBack(t *testing.T) {
 	srv.Restart() // empty: b's heartbeat is gone, as a stale one would be
 	require.Eventually(t, func() bool { exchange(a); return a.view.up() }, 5*time.Second, 50*time.Millisecond)
 	assert.Equal(t, 2, a.LivePods(), "back from a failure: b had no chance to publish yet")
+	assert.Equal(t, 1, a.FreshPods(), "b's heartbeat is not fresh: it may be cut off, deciding alone")
 
 	// The restarted server may still drop a connection of the client's: each
 	// time the view comes back, it holds the count for one pressure_ttl again,
@@ -90,4 +98,16 @@ func TestLivePodsKeptWhenTheViewComesBack(t *testing.T) {
 		exchange(a)
 		return a.view.up() && a.LivePods() == 1
 	}, 5*time.Second, 50*time.Millisecond, "a pressure_ttl after the view is back, b's missing heartbeat is evidence")
+}
+
+// TestHeartbeatThatTimedOutMayHaveLanded: a heartbeat whose answer did not
+// come in time may have reached Redis, and the others count the pod live
+// from it: the pod counts it too (HeartbeatAt), so that it does not take
+// its share back, cut off, while the others still count it live. A refused
+// connection sent nothing.
+func TestHeartbeatThatTimedOutMayHaveLanded(t *testing.T) {
+	assert.True(t, mayHaveLanded(context.DeadlineExceeded))
+	assert.True(t, mayHaveLanded(fmt.Errorf("exchange: %w", &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded})))
+	assert.False(t, mayHaveLanded(&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}))
+	assert.False(t, mayHaveLanded(errors.New("ERR wrong number of arguments")))
 }

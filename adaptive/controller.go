@@ -228,6 +228,12 @@ func (c *Controller) LivePods() int { return c.view.livePods() }
 // Redis and deciding alone.
 func (c *Controller) FreshPods() int { return c.view.freshPods() }
 
+// RecentPods is the number of pods that sent a heartbeat within
+// RecentWithin, as of the last exchange that worked, the ones that stopped
+// included: one that stopped may be cut off from Redis, deciding alone. A
+// pod started since counts them too.
+func (c *Controller) RecentPods() int { return c.view.recentPods() }
+
 // HeartbeatAt is when this pod's last heartbeat may have reached Redis
 // (zero: none yet, or no Redis): the other pods count it live until that
 // plus pressure_ttl.

@@ -39,13 +39,16 @@ func (l *Limiter) pods(now int64) (live, seen int64) {
 		// and never seen is not one to hold a share for.
 		return live, live
 	}
+	// The store keeps the heartbeats of the last partitionHold: a pod
+	// started since counts the ones that stopped as the others do.
+	recent := int64(l.recentPods())
 	most := l.podCount.most.Load()
 	if live >= most || now-l.podCount.mostAt.Load() > int64(partitionHold) {
 		l.podCount.most.Store(live)
 		l.podCount.mostAt.Store(now)
-		return live, live
+		return live, max(live, recent)
 	}
-	return live, most
+	return live, max(most, recent)
 }
 
 // podsSeen is the pods a share divides the limit by: the most seen live

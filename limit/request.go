@@ -191,6 +191,10 @@ type Options struct {
 	// that reach the store hold the share of a pod missing from it (nil:
 	// LivePods).
 	FreshPods func() int
+	// RecentPods is the number of pods with a heartbeat within the last
+	// 30 s (partitionHold), gone ones included, as the store keeps them: a
+	// pod started since holds their shares too (nil: none known).
+	RecentPods func() int
 	// PeerNotice is how long after a pod's last heartbeat the other pods
 	// may still count it live (the heartbeats' lifetime plus an exchange
 	// or two): a pod cut off from the store grants more of a contested
