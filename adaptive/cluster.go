@@ -36,11 +36,6 @@ type clusterView struct {
 	// store fails, and a pod that cannot reach Redis has no evidence that the
 	// others are gone (they most likely cannot reach it either).
 	pods atomic.Int64
-	// fresh is the number of pods whose heartbeats were fresh at the last
-	// exchange that worked, without the count kept up for a pressure_ttl
-	// after a failure (see exchange): a pod missing from it may be cut off
-	// from Redis (see FreshPods).
-	fresh atomic.Int64
 	// recent is the number of pods with a heartbeat within RecentWithin at
 	// the last exchange that worked (see RecentPods).
 	recent atomic.Int64
@@ -139,7 +134,6 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 		v.backAt = now
 	}
 	v.ok, v.average = true, sum/float64(n)
-	v.fresh.Store(int64(n))
 	if now.Sub(v.backAt) < v.ttl {
 		// Back from a failure (Redis paused or unreachable), the other pods
 		// have not all published since: their old entries are no evidence
@@ -196,7 +190,7 @@ func (v *clusterView) livePods() int {
 const RecentWithin = 30 * time.Second
 
 // recentPods is the number of pods with a heartbeat within RecentWithin at
-// the last exchange that worked (as freshPods before any worked).
+// the last exchange that worked (as livePods before any worked).
 func (v *clusterView) recentPods() int {
 	if v == nil {
 		return 1
@@ -204,20 +198,7 @@ func (v *clusterView) recentPods() int {
 	if n := v.recent.Load(); n > 0 {
 		return int(n)
 	}
-	return v.freshPods()
-}
-
-// freshPods is the number of pods with a fresh heartbeat at the last
-// exchange that worked, not kept up after a failure (livePods is): 1 alone,
-// Options.AssumedPods before any worked.
-func (v *clusterView) freshPods() int {
-	if v == nil {
-		return 1
-	}
-	if n := v.fresh.Load(); n > 0 {
-		return int(n)
-	}
-	return int(v.pods.Load())
+	return v.livePods()
 }
 
 // mayHaveLanded tells that a command that failed with err may have run in

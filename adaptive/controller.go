@@ -222,12 +222,6 @@ func (c *Controller) LimitAdjustment() (float64, bool) {
 // (1 alone; Options.AssumedPods before any exchange worked).
 func (c *Controller) LivePods() int { return c.view.livePods() }
 
-// FreshPods is the number of pods whose heartbeats were fresh at the last
-// exchange that worked. Unlike LivePods it does not stay up for a
-// pressure_ttl after a failure: a pod missing from it may be cut off from
-// Redis and deciding alone.
-func (c *Controller) FreshPods() int { return c.view.freshPods() }
-
 // RecentPods is the number of pods that sent a heartbeat within
 // RecentWithin, as of the last exchange that worked, the ones that stopped
 // included: one that stopped may be cut off from Redis, deciding alone. A

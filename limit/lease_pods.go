@@ -32,7 +32,7 @@ type podCount struct {
 // partitionHold (at least the live ones). Racing updates are harmless:
 // each stores a count some reader saw.
 func (l *Limiter) pods(now int64) (live, seen int64) {
-	live = int64(max(1, l.freshPods()))
+	live = int64(max(1, l.livePods()))
 	if l.heartbeatAt != nil && l.heartbeatAt().IsZero() {
 		// No heartbeat of this pod has reached the store yet: the count
 		// is limits.expected_pods, assumed, not pods seen; a pod assumed

@@ -33,7 +33,6 @@ type Limiter struct {
 	shared     bool
 	adj        Adjuster
 	livePods   func() int
-	freshPods  func() int
 	recentPods func() int
 	catalog    *catalog.Catalog
 	// shorthand are the limits section's shorthand limits and the rules,
@@ -79,9 +78,6 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 	if opts.LivePods == nil {
 		opts.LivePods = func() int { return 1 }
 	}
-	if opts.FreshPods == nil {
-		opts.FreshPods = opts.LivePods
-	}
 	if opts.RecentPods == nil {
 		opts.RecentPods = func() int { return 0 }
 	}
@@ -91,7 +87,7 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 		policy:   cfg.OnStoreFailure,
 		store:    st,
 		adj:      opts.Adjuster,
-		livePods: opts.LivePods, freshPods: opts.FreshPods, recentPods: opts.RecentPods,
+		livePods: opts.LivePods, recentPods: opts.RecentPods,
 		// A pod cut off from the store stops sending heartbeats with it.
 		peerNotice: opts.PeerNotice, heartbeatAt: opts.HeartbeatAt,
 		catalog: opts.Catalog,

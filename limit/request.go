@@ -186,11 +186,6 @@ type Options struct {
 	// LivePods is the number of live gateway pods; the local fallback
 	// enforces limit / LivePods() per pod (nil: 1).
 	LivePods func() int
-	// FreshPods is the number of pods whose heartbeats are fresh now, not
-	// kept up after a failure of the store as LivePods may be: the pods
-	// that reach the store hold the share of a pod missing from it (nil:
-	// LivePods).
-	FreshPods func() int
 	// RecentPods is the number of pods with a heartbeat within the last
 	// 30 s (partitionHold), gone ones included, as the store keeps them: a
 	// pod started since holds their shares too (nil: none known).

@@ -54,11 +54,10 @@ func TestStartReplicatedCluster(t *testing.T) {
 		t.Fatalf("got %d masters and %d replicas, want 3 and 3", len(c.Masters), len(c.Replicas))
 	}
 	// Key "a" hashes to slot 15495, served by the third master.
-	if _, err := do(c.Masters[2].Addr, time.Second, "SET", "a", "1"); err != nil {
-		t.Fatalf("SET on the third master: %v", err)
-	}
-	if n, err := do(c.Masters[2].Addr, 5*time.Second, "WAIT", "1", "5000"); err != nil || n != "1" {
-		t.Fatalf("WAIT for the replica = %q, %v", n, err)
+	// WAIT waits for the writes of its own connection: the SET goes on it.
+	replies, err := doAll(c.Masters[2].Addr, 6*time.Second, []string{"SET", "a", "1"}, []string{"WAIT", "1", "5000"})
+	if err != nil || replies[1] != "1" {
+		t.Fatalf("SET and WAIT for the replica on the third master = %q, %v", replies, err)
 	}
 	start := time.Now()
 	deadline := start.Add(15 * time.Second)

@@ -16,23 +16,44 @@ import (
 // It is a deliberately tiny RESP client so that the harness depends on nothing
 // but the redis-server binary.
 func do(addr string, timeout time.Duration, args ...string) (string, error) {
-	conn, err := net.DialTimeout("tcp", addr, timeout)
+	replies, err := doAll(addr, timeout, args)
 	if err != nil {
 		return "", err
 	}
+	return replies[0], nil
+}
+
+// doAll sends commands one after the other on one connection and returns
+// their replies, stopping at the first error. What a command waits for on
+// its own connection (WAIT: the replicas' copy of that connection's writes)
+// needs the commands before it on the same one.
+func doAll(addr string, timeout time.Duration, cmds ...[]string) ([]string, error) {
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, err
+	}
 	defer conn.Close()
 	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return "", err
+		return nil, err
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	r := bufio.NewReader(conn)
+	var replies []string
+	for _, args := range cmds {
+		var b strings.Builder
+		fmt.Fprintf(&b, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
+		if _, err := conn.Write([]byte(b.String())); err != nil {
+			return nil, err
+		}
+		reply, err := readReply(r)
+		if err != nil {
+			return nil, err
+		}
+		replies = append(replies, reply)
 	}
-	if _, err := conn.Write([]byte(b.String())); err != nil {
-		return "", err
-	}
-	return readReply(bufio.NewReader(conn))
+	return replies, nil
 }
 
 func readReply(r *bufio.Reader) (string, error) {
