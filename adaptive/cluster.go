@@ -116,20 +116,7 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 		v.failed(err)
 		return
 	}
-	sum, n, recent := 0.0, 0, 0
-	var stale []string
-	for pod, e := range all {
-		score, at, ok := parseEntry(e)
-		if !ok || now.Sub(at) > max(v.ttl, RecentWithin) {
-			stale = append(stale, pod)
-			continue
-		}
-		if recent++; now.Sub(at) > v.ttl {
-			continue
-		}
-		sum += score
-		n++
-	}
+	sum, n, recent, stale := v.tally(all, now)
 	v.recent.Store(int64(max(recent, 1)))
 	if len(stale) > 0 {
 		r.Do(ctx, r.B().Hdel().Key(v.key).Field(stale...).Build())
@@ -151,6 +138,25 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 		n = max(n, int(v.pods.Load()))
 	}
 	v.pods.Store(int64(n))
+}
+
+// tally reads the heartbeats all at now: the sum of the fresh ones' scores
+// and their number, the number within RecentWithin, and the pods whose
+// heartbeat is older than that (or unreadable), to delete.
+func (v *clusterView) tally(all map[string]string, now time.Time) (sum float64, n, recent int, stale []string) {
+	for pod, e := range all {
+		score, at, ok := parseEntry(e)
+		if !ok || now.Sub(at) > max(v.ttl, RecentWithin) {
+			stale = append(stale, pod)
+			continue
+		}
+		if recent++; now.Sub(at) > v.ttl {
+			continue
+		}
+		sum += score
+		n++
+	}
+	return sum, n, recent, stale
 }
 
 // failed records an exchange that did not work: until the next one works,
