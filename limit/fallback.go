@@ -82,10 +82,14 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 //     the store granted its whole share on top of the limit the others took.
 //
 // An answer from a store that lost the key's writes within a window before
-// (checkSeq) leaves a contested key nothing to share: its remaining budget
-// did not count the permits it lost, which the pods used. (The clients of a
-// key that was not contested ask for less than the limit: what the answer
-// left them is not taken by the others.)
+// (checkSeq) says nothing of the window: its remaining budget did not count
+// the permits it lost, which the pods used, and its first counted permit
+// is one granted after the loss, so none of its permits leave for up to a
+// window (clients under their limit were refused while the others' leases
+// held the rest). A contested key gets nothing of that remaining; a key
+// that was not contested gets its local share, which counted the pod's
+// grants from before the loss as after it: its clients ask for less than
+// the limit, and the pod keeps to its share of it.
 //
 // The caller holds b.mu.
 func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool) bool {
@@ -95,8 +99,12 @@ func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool)
 	pods := float64(l.podsSeen())
 	left := float64(min(max(b.remaining, 0), s.limit))
 	credit := b.freed(now)
+	lost := b.emptiedAt > 0 && b.answeredAt-b.emptiedAt < int64(s.recoveryWindow())
+	if lost {
+		credit = 1 // a key not contested: its share alone, see below
+	}
 	if l.contested(s, b) {
-		if w := int64(s.recoveryWindow()); b.emptiedAt > 0 && b.answeredAt-b.emptiedAt < w {
+		if lost {
 			left = 0 // from a store that lost the key's writes: it did not count them
 		}
 		if !open && b.deniedAt > 0 && now-b.deniedAt < int64(s.window) {
