@@ -39,10 +39,6 @@ type clusterView struct {
 	// recent is the number of pods with a heartbeat within RecentWithin at
 	// the last exchange that worked (see RecentPods).
 	recent atomic.Int64
-	// quiet: see Options.Quiet; withheld tells that the last exchange
-	// published no heartbeat for it.
-	quiet    func() bool
-	withheld atomic.Bool
 	// beat is when this pod's last heartbeat may have reached Redis (unix
 	// nanos, the time written in it; 0: none yet): the others count it live
 	// until that plus pressure_ttl. A heartbeat whose answer did not come in
@@ -62,7 +58,7 @@ func newClusterView(cfg *Config, opts *Options, set *metrics.Set) *clusterView {
 	}
 	v := &clusterView{
 		redis: opts.Redis, key: key, pod: opts.PodID,
-		interval: cfg.ClusterInterval, ttl: cfg.PressureTTL, now: opts.Now, logf: opts.Logf, quiet: opts.Quiet,
+		interval: cfg.ClusterInterval, ttl: cfg.PressureTTL, now: opts.Now, logf: opts.Logf,
 		errors: set.NewCounter(`sentinel_adaptive_cluster_errors_total`),
 		// A view still waiting for its Redis has no cluster to act on.
 		ok: opts.Redis != nil,
@@ -92,24 +88,18 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 	r := v.redis
 	ctx, cancel := context.WithTimeout(ctx, v.interval)
 	defer cancel()
-	cmds := rueidis.Commands{r.B().Hgetall().Key(v.key).Build()}
-	quiet := v.quiet != nil && v.quiet()
-	v.withheld.Store(quiet)
-	if !quiet {
-		cmds = append(rueidis.Commands{
-			r.B().Hset().Key(v.key).FieldValue().FieldValue(v.pod, formatEntry(own, now)).Build(),
-			r.B().Pexpire().Key(v.key).Milliseconds(max(v.ttl, RecentWithin).Milliseconds()).Build(),
-		}, cmds...)
-	}
-	res := r.DoMulti(ctx, cmds...)
-	if err := res[0].Error(); !quiet && (err == nil || mayHaveLanded(err)) {
+	res := r.DoMulti(ctx,
+		r.B().Hset().Key(v.key).FieldValue().FieldValue(v.pod, formatEntry(own, now)).Build(),
+		r.B().Pexpire().Key(v.key).Milliseconds(max(v.ttl, RecentWithin).Milliseconds()).Build(),
+		r.B().Hgetall().Key(v.key).Build())
+	if err := res[0].Error(); err == nil || mayHaveLanded(err) {
 		// Stored once the count below is (or the exchange failed): a
 		// reader that sees the heartbeat sees a count of pods seen, not
 		// the one assumed before the first exchange.
 		defer v.beat.Store(now.UnixNano())
 	}
-	all, err := res[len(res)-1].AsStrMap()
-	for _, x := range res[:len(res)-1] {
+	all, err := res[2].AsStrMap()
+	for _, x := range res[:2] {
 		err = errors.Join(err, x.Error())
 	}
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -108,41 +107,4 @@ func TestHeartbeatThatTimedOutMayHaveLanded(t *testing.T) {
 	assert.True(t, mayHaveLanded(fmt.Errorf("exchange: %w", &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded})))
 	assert.False(t, mayHaveLanded(&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}))
 	assert.False(t, mayHaveLanded(errors.New("ERR wrong number of arguments")))
-}
-
-// TestQuietPodPublishesNoHeartbeat: a pod that decides its limits alone
-// (Options.Quiet) publishes no heartbeat, so the others count it gone and
-// hold its share, and its own HeartbeatAt stays at its last one. Once no
-// longer quiet it publishes again.
-func TestQuietPodPublishesNoHeartbeat(t *testing.T) {
-	srv := redistest.Start(t)
-	a := newClusterController(t, srv.Addr, "a")
-	b := newClusterController(t, srv.Addr, "b")
-	var quiet atomic.Bool
-	b.view.quiet = quiet.Load
-	ctx := context.Background()
-	var skew time.Duration
-	a.view.now = func() time.Time { return time.Now().Add(skew) }
-	b.view.now = a.view.now
-	exchange := func(c *Controller) { c.view.exchange(ctx, c.local) }
-	exchange(a)
-	exchange(b)
-	exchange(a)
-	require.Equal(t, 2, a.LivePods())
-	beat := b.HeartbeatAt()
-	require.False(t, beat.IsZero())
-
-	quiet.Store(true)
-	skew += a.view.ttl + time.Second
-	exchange(b)
-	exchange(a)
-	assert.Equal(t, 1, a.LivePods(), "a quiet pod's heartbeat is not fresh")
-	assert.Equal(t, 2, a.RecentPods(), "its last one stays among the recent")
-	assert.Equal(t, beat, b.HeartbeatAt(), "a quiet pod's last heartbeat is the one before")
-
-	quiet.Store(false)
-	exchange(b)
-	exchange(a)
-	assert.Equal(t, 2, a.LivePods())
-	assert.True(t, b.HeartbeatAt().After(beat))
 }

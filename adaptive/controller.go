@@ -27,11 +27,6 @@ type Options struct {
 	// AssumedPods is the count of live pods before an exchange has worked
 	// (limits.expected_pods). Default 1.
 	AssumedPods int
-	// Quiet, while it reports true, keeps this pod's heartbeat out of Redis
-	// (the pod still reads the others'): it decides its limits alone, on
-	// its local shares, and the others are to hold its share for it as for
-	// a pod cut off. Nil: never.
-	Quiet func() bool
 	// KeyPrefix goes before the Redis key with a ':' (redis.key_prefix).
 	KeyPrefix string
 	// PodID names this pod in the cluster view.

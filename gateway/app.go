@@ -100,8 +100,6 @@ func New(cfg *Config, opts Options) (_ *Gateway, err error) {
 	if a.adaptive, err = adaptive.New(cfg.Adaptive, adaptive.Options{
 		Redis: a.redis, KeyPrefix: cfg.Redis.KeyPrefix, PodID: podID(), Upstreams: a.upstreams.Names(),
 		Logf: logx.Printf(slog.LevelInfo), AwaitRedis: a.pending(), AssumedPods: cfg.Limits.ExpectedPods,
-		// Set below, before the exchanges start (Start).
-		Quiet: func() bool { return a.limiter != nil && a.limiter.DecidingAlone() },
 	}); err != nil {
 		return nil, err
 	}

@@ -74,9 +74,6 @@ func (ll *liveLimiter) Forget(key string) {
 	}
 }
 
-// DecidingAlone asks the current limiter.
-func (ll *liveLimiter) DecidingAlone() bool { return ll.cur.Load().DecidingAlone() }
-
 // StoreHealthy reports whether the current limiter's store breaker is closed.
 func (ll *liveLimiter) StoreHealthy() bool { return ll.cur.Load().StoreHealthy() }
 

@@ -168,15 +168,6 @@ func (l *Limiter) Status() LimiterStatus {
 	}
 }
 
-// DecidingAlone reports whether this pod decides every key on its local
-// shares: the local failure policy, and no store node's breaker closed. Its
-// heartbeats stop meanwhile (adaptive.Options.Quiet), so that the pods that
-// reach the store hold its share, and what it lets through alone goes to
-// the store before they stop holding it.
-func (l *Limiter) DecidingAlone() bool {
-	return l.shared && l.policy == FailLocal && l.breakers.Failing()
-}
-
 // StoreHealthy reports whether decisions go to the store (every node's
 // breaker is closed).
 func (l *Limiter) StoreHealthy() bool { return l.breakers.State() == breaker.Closed }

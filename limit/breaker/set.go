@@ -78,21 +78,6 @@ func (s *Set) State() int32 {
 	return st
 }
 
-// Failing reports whether no node's breaker is closed: no store call of
-// any key goes to the store as usual.
-func (s *Set) Failing() bool {
-	named := false
-	for i := range s.b {
-		if s.nodes == nil || s.nodes.NodeName(i) == "" {
-			continue
-		}
-		if named = true; s.b[i].State() == Closed {
-			return false
-		}
-	}
-	return named || s.b[0].State() != Closed
-}
-
 // worstOfAll is the worst state among the process's sets, of the node
 // named name when byName.
 func worstOfAll(name string, byName bool) int32 {
