@@ -42,6 +42,7 @@ func (c *Controller) addMetrics() {
 	c.set.NewGauge(`sentinel_adaptive_mode`, func() float64 { return float64(c.Policy().Mode) })
 	c.set.NewGauge(`sentinel_adaptive_multiplier`, func() float64 { return c.Policy().Multiplier })
 	c.set.NewGauge(`sentinel_adaptive_live_pods`, func() float64 { return float64(c.LivePods()) })
+	c.set.NewGauge(`sentinel_adaptive_recent_pods`, func() float64 { return float64(c.RecentPods()) })
 }
 
 // locked returns f() read under c.mu.
