@@ -36,6 +36,7 @@ type clusterView struct {
 	// store fails, and a pod that cannot reach Redis has no evidence that the
 	// others are gone (they most likely cannot reach it either).
 	pods atomic.Int64
+	onBack func() // see Options.OnBack
 	// recent is the number of pods with a heartbeat within RecentWithin at
 	// the last exchange that worked (see RecentPods).
 	recent atomic.Int64
@@ -58,7 +59,7 @@ func newClusterView(cfg *Config, opts *Options, set *metrics.Set) *clusterView {
 	}
 	v := &clusterView{
 		redis: opts.Redis, key: key, pod: opts.PodID,
-		interval: cfg.ClusterInterval, ttl: cfg.PressureTTL, now: opts.Now, logf: opts.Logf,
+		interval: cfg.ClusterInterval, ttl: cfg.PressureTTL, now: opts.Now, logf: opts.Logf, onBack: opts.OnBack,
 		errors: set.NewCounter(`sentinel_adaptive_cluster_errors_total`),
 		// A view still waiting for its Redis has no cluster to act on.
 		ok: opts.Redis != nil,
@@ -119,6 +120,12 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 	if !v.ok {
 		v.logf("adaptive: cluster view back")
 		v.backAt = now
+		if v.onBack != nil {
+			// Its heartbeat is in Redis again, and the others stop holding
+			// its share as soon as they read it: what it let through alone
+			// is to reach the store before that.
+			defer v.onBack()
+		}
 	}
 	v.ok, v.average = true, sum/float64(n)
 	if now.Sub(v.backAt) < v.ttl {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -70,6 +71,8 @@ func TestLivePodsKeptWhenTheViewComesBack(t *testing.T) {
 	srv := redistest.Start(t)
 	a := newClusterController(t, srv.Addr, "a")
 	b := newClusterController(t, srv.Addr, "b")
+	var backs atomic.Int32
+	a.view.onBack = func() { backs.Add(1) }
 	ctx := context.Background()
 	var skew time.Duration
 	a.view.now = func() time.Time { return time.Now().Add(skew) }
@@ -78,6 +81,7 @@ func TestLivePodsKeptWhenTheViewComesBack(t *testing.T) {
 	exchange(b)
 	exchange(a)
 	require.Equal(t, 2, a.LivePods())
+	require.Zero(t, backs.Load())
 
 	srv.Stop()
 	exchange(a)
@@ -85,6 +89,7 @@ func TestLivePodsKeptWhenTheViewComesBack(t *testing.T) {
 	srv.Restart() // empty: b's heartbeat is gone, as a stale one would be
 	require.Eventually(t, func() bool { exchange(a); return a.view.up() }, 5*time.Second, 50*time.Millisecond)
 	assert.Equal(t, 2, a.LivePods(), "back from a failure: b had no chance to publish yet")
+	assert.Equal(t, int32(1), backs.Load(), "OnBack once the view is back")
 
 	// The restarted server may still drop a connection of the client's: each
 	// time the view comes back, it holds the count for one pressure_ttl again,

@@ -27,6 +27,9 @@ type Options struct {
 	// AssumedPods is the count of live pods before an exchange has worked
 	// (limits.expected_pods). Default 1.
 	AssumedPods int
+	// OnBack is called (from the exchange loop) when an exchange with Redis
+	// works again after one failed: the pod reaches Redis again. Nil: none.
+	OnBack func()
 	// KeyPrefix goes before the Redis key with a ':' (redis.key_prefix).
 	KeyPrefix string
 	// PodID names this pod in the cluster view.

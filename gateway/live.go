@@ -74,6 +74,9 @@ func (ll *liveLimiter) Forget(key string) {
 	}
 }
 
+// StoreReachable tells the current limiter that the store answers again.
+func (ll *liveLimiter) StoreReachable() { ll.cur.Load().StoreReachable() }
+
 // StoreHealthy reports whether the current limiter's store breaker is closed.
 func (ll *liveLimiter) StoreHealthy() bool { return ll.cur.Load().StoreHealthy() }
 

@@ -168,6 +168,13 @@ func (l *Limiter) Status() LimiterStatus {
 	}
 }
 
+// StoreReachable tells the limiter that the store answers again (the
+// pod's heartbeat reached it): each open breaker probes with its next call
+// rather than after its cooldown, so that what the pod let through alone is
+// reported before the other pods, seeing its heartbeat, stop holding its
+// share.
+func (l *Limiter) StoreReachable() { l.breakers.ProbeNow() }
+
 // StoreHealthy reports whether decisions go to the store (every node's
 // breaker is closed).
 func (l *Limiter) StoreHealthy() bool { return l.breakers.State() == breaker.Closed }

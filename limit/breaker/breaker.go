@@ -75,6 +75,13 @@ func (b *Breaker) Failure(probe bool, now int64) {
 	}
 }
 
+// probeNow ends an open breaker's cooldown: its next Allow probes.
+func (b *Breaker) probeNow() {
+	if b.state.Load() == Open {
+		b.openedAt.Store(0)
+	}
+}
+
 func (b *Breaker) changed(to int32) {
 	if b.OnChange != nil {
 		b.OnChange(to)

@@ -78,6 +78,14 @@ func (s *Set) State() int32 {
 	return st
 }
 
+// ProbeNow lets each open breaker of the set send its probe with the next
+// call, its cooldown cut short: the store is known to answer again.
+func (s *Set) ProbeNow() {
+	for i := range s.b {
+		s.b[i].probeNow()
+	}
+}
+
 // worstOfAll is the worst state among the process's sets, of the node
 // named name when byName.
 func worstOfAll(name string, byName bool) int32 {
