@@ -35,7 +35,7 @@ type clusterView struct {
 	// alone: the limits' local fallback divides each limit by it while the
 	// store fails, and a pod that cannot reach Redis has no evidence that the
 	// others are gone (they most likely cannot reach it either).
-	pods atomic.Int64
+	pods   atomic.Int64
 	onBack func() // see Options.OnBack
 	// recent is the number of pods with a heartbeat within RecentWithin at
 	// the last exchange that worked (see RecentPods).
