@@ -37,8 +37,10 @@ type clusterView struct {
 	// others are gone (they most likely cannot reach it either).
 	pods   atomic.Int64
 	onBack func() // see Options.OnBack
-	// recent is the number of pods with a heartbeat within RecentWithin at
-	// the last exchange that worked (see RecentPods).
+	// keep is how long a stopped pod's heartbeat stays (Options.KeepBeats,
+	// at least ttl), and recent the number of pods with a heartbeat within
+	// it at the last exchange that worked (see RecentPods).
+	keep   time.Duration
 	recent atomic.Int64
 	// beat is when this pod's last heartbeat may have reached Redis (unix
 	// nanos, the time written in it; 0: none yet): the others count it live
@@ -60,6 +62,7 @@ func newClusterView(cfg *Config, opts *Options, set *metrics.Set) *clusterView {
 	v := &clusterView{
 		redis: opts.Redis, key: key, pod: opts.PodID,
 		interval: cfg.ClusterInterval, ttl: cfg.PressureTTL, now: opts.Now, logf: opts.Logf, onBack: opts.OnBack,
+		keep:   max(cfg.PressureTTL, opts.KeepBeats),
 		errors: set.NewCounter(`sentinel_adaptive_cluster_errors_total`),
 		// A view still waiting for its Redis has no cluster to act on.
 		ok: opts.Redis != nil,
@@ -91,7 +94,7 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 	defer cancel()
 	res := r.DoMulti(ctx,
 		r.B().Hset().Key(v.key).FieldValue().FieldValue(v.pod, formatEntry(own, now)).Build(),
-		r.B().Pexpire().Key(v.key).Milliseconds(max(v.ttl, RecentWithin).Milliseconds()).Build(),
+		r.B().Pexpire().Key(v.key).Milliseconds(v.keep.Milliseconds()).Build(),
 		r.B().Hgetall().Key(v.key).Build())
 	if err := res[0].Error(); err == nil || mayHaveLanded(err) {
 		// Stored once the count below is (or the exchange failed): a
@@ -123,8 +126,8 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 		if v.onBack != nil {
 			// Its heartbeat is in Redis again, and the others stop holding
 			// its share as soon as they read it: what it let through alone
-			// is to reach the store before that.
-			defer v.onBack()
+			// is to reach the store before that. Not under v.mu.
+			go v.onBack()
 		}
 	}
 	v.ok, v.average = true, sum/float64(n)
@@ -138,12 +141,12 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 }
 
 // tally reads the heartbeats all at now: the sum of the fresh ones' scores
-// and their number, the number within RecentWithin, and the pods whose
+// and their number, the number within keep, and the pods whose
 // heartbeat is older than that (or unreadable), to delete.
 func (v *clusterView) tally(all map[string]string, now time.Time) (sum float64, n, recent int, stale []string) {
 	for pod, e := range all {
 		score, at, ok := parseEntry(e)
-		if !ok || now.Sub(at) > max(v.ttl, RecentWithin) {
+		if !ok || now.Sub(at) > v.keep {
 			stale = append(stale, pod)
 			continue
 		}
@@ -197,12 +200,7 @@ func (v *clusterView) livePods() int {
 	return int(v.pods.Load())
 }
 
-// RecentWithin is how long a pod's last heartbeat stays in Redis after it
-// stopped: the pods count it among the recent ones (RecentPods) for that
-// long, a pod started since included.
-const RecentWithin = 30 * time.Second
-
-// recentPods is the number of pods with a heartbeat within RecentWithin at
+// recentPods is the number of pods with a heartbeat within keep at
 // the last exchange that worked (as livePods before any worked).
 func (v *clusterView) recentPods() int {
 	if v == nil {

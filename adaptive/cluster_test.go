@@ -89,7 +89,7 @@ func TestLivePodsKeptWhenTheViewComesBack(t *testing.T) {
 	srv.Restart() // empty: b's heartbeat is gone, as a stale one would be
 	require.Eventually(t, func() bool { exchange(a); return a.view.up() }, 5*time.Second, 50*time.Millisecond)
 	assert.Equal(t, 2, a.LivePods(), "back from a failure: b had no chance to publish yet")
-	assert.Equal(t, int32(1), backs.Load(), "OnBack once the view is back")
+	assert.Eventually(t, func() bool { return backs.Load() == 1 }, 5*time.Second, time.Millisecond, "OnBack once the view is back")
 
 	// The restarted server may still drop a connection of the client's: each
 	// time the view comes back, it holds the count for one pressure_ttl again,
@@ -112,4 +112,42 @@ func TestHeartbeatThatTimedOutMayHaveLanded(t *testing.T) {
 	assert.True(t, mayHaveLanded(fmt.Errorf("exchange: %w", &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded})))
 	assert.False(t, mayHaveLanded(&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}))
 	assert.False(t, mayHaveLanded(errors.New("ERR wrong number of arguments")))
+}
+
+// TestRecentPodsKeepStoppedHeartbeats: a pod whose heartbeats stopped
+// leaves the live count after pressure_ttl but stays among the recent pods
+// for Options.KeepBeats, for every pod that reads Redis, one started after
+// it stopped included; after that it is gone from both.
+func TestRecentPodsKeepStoppedHeartbeats(t *testing.T) {
+	srv := redistest.Start(t)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	var skew time.Duration
+	now := func() time.Time { return time.Now().Add(skew) }
+	pod := func(id string) *Controller {
+		c, err := New(provisioned(Config{}), Options{Redis: client, PodID: id, KeyPrefix: "test", Logf: t.Logf, KeepBeats: time.Minute, Now: now})
+		require.NoError(t, err)
+		return c
+	}
+	ctx := context.Background()
+	exchange := func(c *Controller) { c.view.exchange(ctx, c.local) }
+	a, b := pod("a"), pod("b")
+	exchange(a)
+	exchange(b)
+	exchange(a)
+	require.Equal(t, 2, a.LivePods())
+	require.Equal(t, 2, a.RecentPods())
+
+	skew += a.view.ttl + time.Second // b stops
+	exchange(a)
+	c := pod("c") // started after b stopped
+	exchange(c)
+	assert.Equal(t, 1, a.LivePods())
+	assert.Equal(t, 2, a.RecentPods(), "b's last heartbeat is kept")
+	assert.Equal(t, 3, c.RecentPods(), "a pod started since counts b too")
+
+	skew += time.Minute
+	exchange(a)
+	assert.Equal(t, 1, a.RecentPods(), "after KeepBeats b is gone")
 }

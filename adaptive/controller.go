@@ -27,6 +27,10 @@ type Options struct {
 	// AssumedPods is the count of live pods before an exchange has worked
 	// (limits.expected_pods). Default 1.
 	AssumedPods int
+	// KeepBeats is how long a pod's last heartbeat stays in Redis after it
+	// stopped, counted in RecentPods (limit.PartitionHold; at least, and by
+	// default, pressure_ttl).
+	KeepBeats time.Duration
 	// OnBack is called (from the exchange loop) when an exchange with Redis
 	// works again after one failed: the pod reaches Redis again. Nil: none.
 	OnBack func()
@@ -226,9 +230,9 @@ func (c *Controller) LimitAdjustment() (float64, bool) {
 func (c *Controller) LivePods() int { return c.view.livePods() }
 
 // RecentPods is the number of pods that sent a heartbeat within
-// RecentWithin, as of the last exchange that worked, the ones that stopped
-// included: one that stopped may be cut off from Redis, deciding alone. A
-// pod started since counts them too.
+// Options.KeepBeats, as of the last exchange that worked, the ones that
+// stopped included: one that stopped may be cut off from Redis, deciding
+// alone. A pod started since counts them too.
 func (c *Controller) RecentPods() int { return c.view.recentPods() }
 
 // HeartbeatAt is when this pod's last heartbeat may have reached Redis

@@ -100,6 +100,7 @@ func New(cfg *Config, opts Options) (_ *Gateway, err error) {
 	if a.adaptive, err = adaptive.New(cfg.Adaptive, adaptive.Options{
 		Redis: a.redis, KeyPrefix: cfg.Redis.KeyPrefix, PodID: podID(), Upstreams: a.upstreams.Names(),
 		Logf: logx.Printf(slog.LevelInfo), AwaitRedis: a.pending(), AssumedPods: cfg.Limits.ExpectedPods,
+		KeepBeats: limit.PartitionHold,
 		// a.limiter is set below, before the exchanges start (Start).
 		OnBack: func() {
 			if a.limiter != nil {

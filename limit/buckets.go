@@ -8,6 +8,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/cespare/xxhash/v2"
+
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 

@@ -78,7 +78,7 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 //   - A contested key: the pods that reach the store take whatever leaves
 //     the window, so this pod's share comes back only while they hold it
 //     free for it (heldRamp: after they can have noticed its heartbeats
-//     stopped, within partitionHold). Without that, one pod cut off from
+//     stopped, within PartitionHold). Without that, one pod cut off from
 //     the store granted its whole share on top of the limit the others took.
 //
 // An answer from a store that lost the key's writes within a window before

@@ -9,18 +9,19 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
-// partitionHold is how long the pods that reach the store keep the share
+// PartitionHold is how long the pods that reach the store keep the share
 // of a pod whose heartbeats stopped free for it, and so how long a pod cut
 // off from the store alone may grant its share of a contested key (see
 // fallbackRoom). Bounded, so that a pod that is gone for good does not
 // hold its share forever; long enough for an outage of tens of seconds.
-const partitionHold = 30 * time.Second
+// The heartbeats must stay in the store that long (Options.RecentPods).
+const PartitionHold = 30 * time.Second
 
 // heldShares counts the store calls sent with a limit lowered by the shares
-// held for pods whose heartbeats stopped within partitionHold.
+// held for pods whose heartbeats stopped within PartitionHold.
 var heldShares = metrics.NewCounter(`sentinel_limit_held_share_calls_total`)
 
-// podCount remembers the most pods seen live within partitionHold: a pod
+// podCount remembers the most pods seen live within PartitionHold: a pod
 // that stopped sending heartbeats may be cut off from the store and grant
 // its share alone, so the others keep that share free (storeParams).
 type podCount struct {
@@ -29,7 +30,7 @@ type podCount struct {
 }
 
 // pods returns the live pods now and the most seen live within
-// partitionHold (at least the live ones). Racing updates are harmless:
+// PartitionHold (at least the live ones). Racing updates are harmless:
 // each stores a count some reader saw.
 func (l *Limiter) pods(now int64) (live, seen int64) {
 	live = int64(max(1, l.livePods()))
@@ -39,11 +40,11 @@ func (l *Limiter) pods(now int64) (live, seen int64) {
 		// and never seen is not one to hold a share for.
 		return live, live
 	}
-	// The store keeps the heartbeats of the last partitionHold: a pod
+	// The store keeps the heartbeats of the last PartitionHold: a pod
 	// started since counts the ones that stopped as the others do.
 	recent := int64(l.recentPods())
 	most := l.podCount.most.Load()
-	if live >= most || now-l.podCount.mostAt.Load() > int64(partitionHold) {
+	if live >= most || now-l.podCount.mostAt.Load() > int64(PartitionHold) {
 		l.podCount.most.Store(live)
 		l.podCount.mostAt.Store(now)
 		return live, max(live, recent)
@@ -52,7 +53,7 @@ func (l *Limiter) pods(now int64) (live, seen int64) {
 }
 
 // podsSeen is the pods a share divides the limit by: the most seen live
-// within partitionHold, so that the shares of the pods that reach the
+// within PartitionHold, so that the shares of the pods that reach the
 // store and of one cut off from it add up to the limit at most.
 func (l *Limiter) podsSeen() int64 {
 	_, seen := l.pods(l.now().UnixNano())
@@ -60,7 +61,7 @@ func (l *Limiter) podsSeen() int64 {
 }
 
 // storeParams are s's params as sent to the store: while fewer pods are
-// live than were within partitionHold, the limit is lowered by the shares
+// live than were within PartitionHold, the limit is lowered by the shares
 // of the missing ones, which may be deciding alone, cut off from the store
 // (a token bucket's capacity and rate likewise).
 func (l *Limiter) storeParams(s *spec, now int64) store.Params {
@@ -100,10 +101,10 @@ func (l *Limiter) heldRamp(s *spec, b *bucket, now int64, open bool) float64 {
 		return 0
 	}
 	from := b.failingSince + int64(l.peerNotice)
-	end := b.answeredAt + int64(partitionHold-l.peerNotice-time.Second)
+	end := b.answeredAt + int64(PartitionHold-l.peerNotice-time.Second)
 	if beat := l.lastBeat(); beat > 0 {
 		from = max(beat+int64(l.peerNotice), b.failingSince)
-		end = beat + int64(partitionHold-2*time.Second)
+		end = beat + int64(PartitionHold-2*time.Second)
 	}
 	if now <= from || now > end {
 		return 0

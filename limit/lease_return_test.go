@@ -373,3 +373,16 @@ func TestRefusedRequestsPermitsRideOnTheNextCall(t *testing.T) {
 	assert.Equal(t, 2, got, "the key's budget lost nothing to the refused requests")
 	assert.Zero(t, st.returns.Load())
 }
+
+// TestStartedPodCountsRecentPods: a pod started after another stopped
+// sending heartbeats has never seen that one live; the store's count of
+// recent heartbeats has, and the new pod holds its share as the others do.
+func TestStartedPodCountsRecentPods(t *testing.T) {
+	l := newTestLimiter(t, testLimitsConfig(nil), memStore(t), Options{
+		LivePods: func() int { return 2 }, RecentPods: func() int { return 3 },
+		HeartbeatAt: func() time.Time { return time.Now() },
+	})
+	live, seen := l.pods(time.Now().UnixNano())
+	assert.Equal(t, int64(2), live)
+	assert.Equal(t, int64(3), seen, "the stopped pod, from the store's recent heartbeats")
+}

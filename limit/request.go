@@ -187,7 +187,7 @@ type Options struct {
 	// enforces limit / LivePods() per pod (nil: 1).
 	LivePods func() int
 	// RecentPods is the number of pods with a heartbeat within the last
-	// 30 s (partitionHold), gone ones included, as the store keeps them: a
+	// PartitionHold, gone ones included, as the store keeps them: a
 	// pod started since holds their shares too (nil: none known).
 	RecentPods func() int
 	// PeerNotice is how long after a pod's last heartbeat the other pods
