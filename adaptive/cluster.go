@@ -42,6 +42,10 @@ type clusterView struct {
 	// it at the last exchange that worked (see RecentPods).
 	keep   time.Duration
 	recent atomic.Int64
+	// suspect is the number of pods counted live only because the view
+	// came back within pressure_ttl, whose last heartbeat is older than
+	// the notice time (see SuspectPods).
+	suspect atomic.Int64
 	// beat is when this pod's last heartbeat may have reached Redis (unix
 	// nanos, the time written in it; 0: none yet): the others count it live
 	// until that plus pressure_ttl. A heartbeat whose answer did not come in
@@ -110,7 +114,7 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 		v.failed(err)
 		return
 	}
-	sum, n, recent, stale := v.tally(all, now)
+	sum, n, recent, unnoticed, stale := v.tally(all, now)
 	v.recent.Store(int64(max(recent, 1)))
 	if len(stale) > 0 {
 		r.Do(ctx, r.B().Hdel().Key(v.key).Field(stale...).Build())
@@ -131,32 +135,53 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 		}
 	}
 	v.ok, v.average = true, sum/float64(n)
+	v.count(now, n, recent, unnoticed)
+}
+
+// count stores the live and suspect pods of an exchange that worked at
+// now, which saw n fresh heartbeats, recent within keep and unnoticed
+// within the notice time. The caller holds v.mu.
+func (v *clusterView) count(now time.Time, n, recent, unnoticed int) {
+	suspect := 0
 	if now.Sub(v.backAt) < v.ttl {
 		// Back from a failure (Redis paused or unreachable), the other pods
 		// have not all published since: their old entries are no evidence
 		// that they are gone. The count may fall one pressure_ttl later.
-		n = max(n, int(v.pods.Load()))
+		// Those whose last heartbeat is older than the notice time
+		// (pressure_ttl + 2 × cluster_interval) are suspect meanwhile:
+		// cut off, such a pod may grant its share alone by now (see
+		// SuspectPods). A heartbeat missing altogether (Redis restarted
+		// empty) says nothing of its age.
+		prev := int(v.pods.Load())
+		suspect = max(prev-max(n, unnoticed+max(prev-recent, 0)), 0)
+		n = max(n, prev)
 	}
+	v.suspect.Store(int64(suspect))
 	v.pods.Store(int64(n))
 }
 
 // tally reads the heartbeats all at now: the sum of the fresh ones' scores
-// and their number, the number within keep, and the pods whose
-// heartbeat is older than that (or unreadable), to delete.
-func (v *clusterView) tally(all map[string]string, now time.Time) (sum float64, n, recent int, stale []string) {
+// and their number, the number within keep, the number within the notice
+// time, and the pods whose heartbeat is older than keep (or unreadable), to
+// delete.
+func (v *clusterView) tally(all map[string]string, now time.Time) (sum float64, n, recent, unnoticed int, stale []string) {
 	for pod, e := range all {
 		score, at, ok := parseEntry(e)
 		if !ok || now.Sub(at) > v.keep {
 			stale = append(stale, pod)
 			continue
 		}
-		if recent++; now.Sub(at) > v.ttl {
+		recent++
+		if now.Sub(at) <= v.ttl+2*v.interval {
+			unnoticed++
+		}
+		if now.Sub(at) > v.ttl {
 			continue
 		}
 		sum += score
 		n++
 	}
-	return sum, n, recent, stale
+	return sum, n, recent, unnoticed, stale
 }
 
 // failed records an exchange that did not work: until the next one works,
@@ -198,6 +223,14 @@ func (v *clusterView) livePods() int {
 		return 1
 	}
 	return int(v.pods.Load())
+}
+
+// suspectPods: see Controller.SuspectPods.
+func (v *clusterView) suspectPods() int {
+	if v == nil {
+		return 0
+	}
+	return int(v.suspect.Load())
 }
 
 // recentPods is the number of pods with a heartbeat within keep at

@@ -102,6 +102,50 @@ func TestLivePodsKeptWhenTheViewComesBack(t *testing.T) {
 	}, 5*time.Second, 50*time.Millisecond, "a pressure_ttl after the view is back, b's missing heartbeat is evidence")
 }
 
+// TestSuspectPodWhenTheViewComesBack: back from a failure longer than the
+// notice time (pressure_ttl + 2 × cluster_interval), a pod whose heartbeat
+// is that old is still counted live while the others publish again, but as
+// suspect: cut off, it may be granting its share alone by then, and the
+// limits hold that share for a contested key. It is no longer suspect once
+// it publishes.
+func TestSuspectPodWhenTheViewComesBack(t *testing.T) {
+	srv := redistest.Start(t)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	var skew time.Duration
+	pod := func(id string, now func() time.Time) *Controller {
+		c, err := New(provisioned(Config{}), Options{Redis: client, PodID: id, KeyPrefix: "test", Logf: t.Logf, KeepBeats: time.Minute, Now: now})
+		require.NoError(t, err)
+		return c
+	}
+	a := pod("a", func() time.Time { return time.Now().Add(skew) })
+	b := pod("b", time.Now)
+	ctx := context.Background()
+	exchange := func(c *Controller) { c.view.exchange(ctx, c.local) }
+	exchange(a)
+	exchange(b)
+	exchange(a)
+	require.Equal(t, 2, a.LivePods())
+	require.Zero(t, a.SuspectPods())
+
+	srv.Pause()
+	exchange(a) // times out: a cannot read the heartbeats
+	srv.Resume()
+	require.False(t, a.view.up())
+	skew += a.view.ttl + 2*a.view.interval + time.Second
+	exchange(a)
+	require.True(t, a.view.up())
+	assert.Equal(t, 2, a.LivePods(), "b had no chance to publish yet")
+	assert.Equal(t, 1, a.SuspectPods(), "b's heartbeat is older than the notice time")
+
+	skew = 0
+	exchange(b)
+	exchange(a)
+	assert.Equal(t, 2, a.LivePods())
+	assert.Zero(t, a.SuspectPods(), "b published again")
+}
+
 // TestHeartbeatThatTimedOutMayHaveLanded: a heartbeat whose answer did not
 // come in time may have reached Redis, and the others count the pod live
 // from it: the pod counts it too (HeartbeatAt), so that it does not take

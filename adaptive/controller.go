@@ -229,6 +229,14 @@ func (c *Controller) LimitAdjustment() (float64, bool) {
 // (1 alone; Options.AssumedPods before any exchange worked).
 func (c *Controller) LivePods() int { return c.view.livePods() }
 
+// SuspectPods is the number of pods counted in LivePods only because this
+// pod's view of Redis came back within pressure_ttl (the others may not
+// have published since), whose last heartbeat is older than pressure_ttl +
+// 2 × cluster_interval: cut off from Redis while this pod could not reach
+// it either, such a pod may be granting its share of a contested key alone
+// by now, as if the others had noticed it gone (0 otherwise).
+func (c *Controller) SuspectPods() int { return c.view.suspectPods() }
+
 // RecentPods is the number of pods that sent a heartbeat within
 // Options.KeepBeats, as of the last exchange that worked, the ones that
 // stopped included: one that stopped may be cut off from Redis, deciding

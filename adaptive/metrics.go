@@ -43,6 +43,7 @@ func (c *Controller) addMetrics() {
 	c.set.NewGauge(`sentinel_adaptive_multiplier`, func() float64 { return c.Policy().Multiplier })
 	c.set.NewGauge(`sentinel_adaptive_live_pods`, func() float64 { return float64(c.LivePods()) })
 	c.set.NewGauge(`sentinel_adaptive_recent_pods`, func() float64 { return float64(c.RecentPods()) })
+	c.set.NewGauge(`sentinel_adaptive_suspect_pods`, func() float64 { return float64(c.SuspectPods()) })
 }
 
 // locked returns f() read under c.mu.

@@ -226,7 +226,7 @@ func accessLogger(cfg logx.Config) *slog.Logger {
 // which change under it without a new limiter.
 func (a *Gateway) newLimiter(cfg limit.Config, prev *limit.Limiter) (*limit.Limiter, error) {
 	return limit.NewLimiter(cfg, a.store, limit.Options{
-		Adjuster: a.adaptive, LivePods: a.adaptive.LivePods, RecentPods: a.adaptive.RecentPods, Catalog: a.catalog, Policies: a.sync.PolicySet(), Succeeds: prev,
+		Adjuster: a.adaptive, LivePods: a.adaptive.LivePods, RecentPods: a.adaptive.RecentPods, SuspectPods: a.adaptive.SuspectPods, Catalog: a.catalog, Policies: a.sync.PolicySet(), Succeeds: prev,
 		PeerNotice: a.cfg.Adaptive.PressureTTL + 2*a.cfg.Adaptive.ClusterInterval, HeartbeatAt: a.adaptive.HeartbeatAt,
 	})
 }

@@ -61,6 +61,7 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		b.fill = f
 		want := l.leaseSize(s, b, tokens, strict)
 		ret := b.nextReport(s, now)
+		ret.contested = l.contested(s, b) || b.deniedAt > 0 && now-b.deniedAt < int64(s.window)
 		if b.owed > 0 {
 			l.settleOwed(s, b, &ret, now)
 		}
@@ -292,7 +293,7 @@ func (l *Limiter) callLease(ctx context.Context, s *spec, b *bucket, tokens, wan
 		// Run after its caller gives up, the call would grant what only
 		// returns, and take unleased permits that the caller reports again.
 		RunWithin: l.cfg.StoreTimeout}
-	res, at, err := l.lease(ctx, s, req, b, ret.at)
+	res, at, err := l.lease(ctx, s, req, b, ret.at, ret.contested)
 	if ret.unused > 0 {
 		returnedPermits.Add(int(ret.unused))
 		if ret.localRef != 0 { // 0: owed permits, which the local share did not take back either
@@ -430,7 +431,7 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 	// A late answer's permit stays counted: its request ID is recorded.
 	req := &store.LeaseRequest{Key: bytes.Clone(s.key()), Want: tokens, Need: tokens, RequestID: bytes.Clone(rid),
 		RequestIDRetries: l.cfg.IDRetries(), RequestIDWindow: l.cfg.IDWindow(), UseWithin: l.useWithin(s)}
-	res, _, err := l.lease(ctx, s, req, nil, 0)
+	res, _, err := l.lease(ctx, s, req, nil, 0, false)
 	if err != nil {
 		open := errors.Is(err, ErrStoreUnavailable)
 		if b == nil {
@@ -468,7 +469,7 @@ type callTimes struct{ sent, answered int64 }
 // lease makes one store call under the deadline and the breaker; req gets
 // the spec's params. With a bucket, the permits of an answer that comes after
 // the deadline return to the store (see callStore).
-func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b *bucket, unleasedAt int64) (store.LeaseResult, callTimes, error) {
+func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b *bucket, unleasedAt int64, contested bool) (store.LeaseResult, callTimes, error) {
 	start := l.now().UnixNano()
 	br := l.breakers.For(req.Key)
 	ok, probe := br.Allow(start)
@@ -476,7 +477,7 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b
 		storeCallsSkipped.Inc()
 		return store.LeaseResult{}, callTimes{start, start}, ErrStoreUnavailable
 	}
-	req.Params = l.storeParams(s, start)
+	req.Params = l.storeParams(s, start, contested)
 	res, err := l.callStore(ctx, req, b, unleasedAt)
 	timedOut := errors.Is(err, errGaveUp) || errors.Is(err, store.ErrStoreLate) || errors.Is(err, context.DeadlineExceeded)
 	if err != nil {

@@ -63,10 +63,22 @@ func (l *Limiter) podsSeen() int64 {
 // storeParams are s's params as sent to the store: while fewer pods are
 // live than were within PartitionHold, the limit is lowered by the shares
 // of the missing ones, which may be deciding alone, cut off from the store
-// (a token bucket's capacity and rate likewise).
-func (l *Limiter) storeParams(s *spec, now int64) store.Params {
+// (a token bucket's capacity and rate likewise). For a contested key (the
+// store refused it within a window, or had when this pod's calls began to
+// fail) the suspect pods count as missing too: back from an outage of its
+// own, this pod still counts them live, but their heartbeats stopped long
+// enough ago that, cut off, they may be granting their share alone (a
+// tenant offered 3 times its limit got 107-111 in a second for 100 after
+// a pause with one pod cut off). A key whose clients ask less than the
+// limit needs no hold: the pods that reach the store take only what they
+// ask, and holding the share of the pods that merely have not published
+// since refused its clients at the resume.
+func (l *Limiter) storeParams(s *spec, now int64, contested bool) store.Params {
 	p := s.params
 	live, seen := l.pods(now)
+	if contested {
+		live = max(live-int64(l.suspectPods()), 1)
+	}
 	if seen <= live || !l.shared || l.policy != FailLocal {
 		return p
 	}
@@ -97,6 +109,15 @@ func (l *Limiter) storeParams(s *spec, now int64) store.Params {
 // still closed gets none: its failure is one slow call among answered ones.
 // The caller holds b.mu.
 func (l *Limiter) heldRamp(s *spec, b *bucket, now int64, open bool) float64 {
+	return min(1, l.heldRefill(s, b, now, open))
+}
+
+// heldRefill is heldRamp's time since the others hold this pod's share, in
+// windows, not capped at one: a token bucket's share refills at its rate
+// from there, from the level the store's last answer left it (the share's
+// own bucket, full while the store answered, would add its capacity to what
+// the others' bucket held then). The caller holds b.mu.
+func (l *Limiter) heldRefill(s *spec, b *bucket, now int64, open bool) float64 {
 	if !open {
 		return 0
 	}
@@ -109,7 +130,7 @@ func (l *Limiter) heldRamp(s *spec, b *bucket, now int64, open bool) float64 {
 	if now <= from || now > end {
 		return 0
 	}
-	return min(1, float64(now-from)/float64(max(s.window, time.Millisecond)))
+	return float64(now-from) / float64(max(s.window, time.Millisecond))
 }
 
 // lastBeat is when this pod's last heartbeat reached the store (unix

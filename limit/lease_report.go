@@ -18,6 +18,9 @@ type report struct {
 	unleasedBefore              [store.UnleasedParts]store.UnleasedPart
 	at                          int64 // unix nanos the unleased permits' times are measured from
 	localRef                    int64 // where the local share counted the lease (returnLocally)
+	// contested tells that the store refused the key within a window, or
+	// had when the pod's calls for it began to fail (see storeParams).
+	contested bool
 }
 
 // endLease empties the bucket of its unused permits (expired or too few

@@ -30,11 +30,12 @@ type Limiter struct {
 	// shared: the store is another process's (Redis): it can fail (the
 	// local policy takes over) and its answers take a round trip. When
 	// false the store is in-process (MemoryStore) and answers at once.
-	shared     bool
-	adj        Adjuster
-	livePods   func() int
-	recentPods func() int
-	catalog    *catalog.Catalog
+	shared      bool
+	adj         Adjuster
+	livePods    func() int
+	recentPods  func() int
+	suspectPods func() int
+	catalog     *catalog.Catalog
 	// shorthand are the limits section's shorthand limits and the rules,
 	// compiled into the policies they are; policies are the others.
 	shorthand []*catalog.CompiledPolicy
@@ -81,13 +82,16 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 	if opts.RecentPods == nil {
 		opts.RecentPods = func() int { return 0 }
 	}
+	if opts.SuspectPods == nil {
+		opts.SuspectPods = func() int { return 0 }
+	}
 	l := &Limiter{
 		cfg:      cfg,
 		alg:      cfg.Algorithm,
 		policy:   cfg.OnStoreFailure,
 		store:    st,
 		adj:      opts.Adjuster,
-		livePods: opts.LivePods, recentPods: opts.RecentPods,
+		livePods: opts.LivePods, recentPods: opts.RecentPods, suspectPods: opts.SuspectPods,
 		// A pod cut off from the store stops sending heartbeats with it.
 		peerNotice: opts.PeerNotice, heartbeatAt: opts.HeartbeatAt,
 		catalog: opts.Catalog,

@@ -48,7 +48,7 @@ func (l *Limiter) look(ctx context.Context, s *spec, tokens int64) verdict {
 	if tokens > s.most {
 		return s.overMost()
 	}
-	res, _, err := l.lease(ctx, s, &store.LeaseRequest{Key: bytes.Clone(s.key()), Need: tokens}, nil, 0)
+	res, _, err := l.lease(ctx, s, &store.LeaseRequest{Key: bytes.Clone(s.key()), Need: tokens}, nil, 0, false)
 	if err != nil {
 		return verdict{Unavailable: true, Scope: s.scope, Name: s.name, Limit: s.limit, RetryAfter: l.cfg.BreakerCooldown}
 	}

@@ -190,6 +190,11 @@ type Options struct {
 	// PartitionHold, gone ones included, as the store keeps them: a
 	// pod started since holds their shares too (nil: none known).
 	RecentPods func() int
+	// SuspectPods is the number of pods counted in LivePods only because
+	// this pod came back from an outage of its own moments ago, whose last
+	// heartbeat is older than PeerNotice: their shares of a contested key
+	// are held as if they were missing (nil: none).
+	SuspectPods func() int
 	// PeerNotice is how long after a pod's last heartbeat the other pods
 	// may still count it live (the heartbeats' lifetime plus an exchange
 	// or two): a pod cut off from the store grants more of a contested
