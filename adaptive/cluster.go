@@ -75,23 +75,74 @@ func newClusterView(cfg *Config, opts *Options, set *metrics.Set) *clusterView {
 	return v
 }
 
-// run exchanges at once and then every interval until ctx ends; own reads
+// run exchanges at once and then every pace until ctx ends; own reads
 // this pod's current score.
 func (v *clusterView) run(ctx context.Context, own func() float64) {
-	t := time.NewTicker(v.interval)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		v.exchange(ctx, own())
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		v.exchange(ctx, own())
+		t.Reset(v.pace())
+	}
+}
+
+// pace is the time to the next exchange: the interval, or a fifth of it
+// while the limits hold the share of a pod (one seen within keep is not
+// live, or one is suspect): they hold it until its heartbeat is read
+// again, and a pod that comes back reports what it let through alone
+// before it publishes (reportFirst), so the store counts those permits
+// twice until the others read its heartbeat, and could refuse clients
+// under their limit for up to an interval. The faster pace lasts at most
+// keep after a pod stopped (3 small commands each time).
+func (v *clusterView) pace() time.Duration {
+	if v.up() && (v.recent.Load() > v.pods.Load() || v.suspect.Load() > 0) {
+		return max(v.interval/5, time.Millisecond)
+	}
+	return v.interval
+}
+
+// reportFirst, when the last exchange failed, checks that Redis answers
+// before this pod publishes its heartbeat again. Back from an outage or a
+// cut, it first has its limits report what they let through alone
+// (Options.OnBack ends their breakers' cooldown: each key's next call
+// reports), for a fifth of the interval, and publishes only then: the
+// others stop holding its share as soon as they read its heartbeat, and a
+// report that came after that let them take the share again on top of
+// what the pod had let through. It reports whether to go on with the
+// exchange.
+func (v *clusterView) reportFirst(ctx context.Context) bool {
+	if v.up() || v.onBack == nil {
+		return true
+	}
+	r := v.redis
+	probe, cancel := context.WithTimeout(ctx, v.interval)
+	err := r.Do(probe, r.B().Exists().Key(v.key).Build()).Error()
+	cancel()
+	if err != nil {
+		v.failed(err)
+		return false
+	}
+	v.onBack()
+	t := time.NewTimer(max(v.interval/5, time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
 // exchange publishes own and reads the cluster's scores.
 func (v *clusterView) exchange(ctx context.Context, own float64) {
+	if !v.reportFirst(ctx) {
+		return
+	}
 	now := v.now()
 	r := v.redis
 	ctx, cancel := context.WithTimeout(ctx, v.interval)
@@ -127,12 +178,6 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 	if !v.ok {
 		v.logf("adaptive: cluster view back")
 		v.backAt = now
-		if v.onBack != nil {
-			// Its heartbeat is in Redis again, and the others stop holding
-			// its share as soon as they read it: what it let through alone
-			// is to reach the store before that. Not under v.mu.
-			go v.onBack()
-		}
 	}
 	v.ok, v.average = true, sum/float64(n)
 	v.count(now, n, recent, unnoticed)

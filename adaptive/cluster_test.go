@@ -146,6 +146,43 @@ func TestSuspectPodWhenTheViewComesBack(t *testing.T) {
 	assert.Zero(t, a.SuspectPods(), "b published again")
 }
 
+// TestReportsBeforeTheHeartbeat: back from a failure, the view calls
+// OnBack (the limits report what they let through alone) before it
+// publishes its heartbeat again: the others stop holding the pod's share
+// when they read that heartbeat, and must count its report by then.
+func TestReportsBeforeTheHeartbeat(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newClusterController(t, srv.Addr, "a")
+	ctx := context.Background()
+	var skew time.Duration
+	a.view.now = func() time.Time { return time.Now().Add(skew) }
+	beat := func() time.Time {
+		e, err := a.view.redis.Do(ctx, a.view.redis.B().Hget().Key(a.view.key).Field("a").Build()).ToString()
+		require.NoError(t, err)
+		_, at, ok := parseEntry(e)
+		require.True(t, ok)
+		return at
+	}
+	var atBack []time.Time
+	a.view.onBack = func() { atBack = append(atBack, beat()) }
+	a.view.exchange(ctx, a.local)
+	before := beat()
+
+	srv.Pause()
+	a.view.exchange(ctx, a.local)
+	srv.Resume()
+	require.False(t, a.view.up())
+	require.Empty(t, atBack)
+	skew = time.Minute
+	a.view.exchange(ctx, a.local)
+	require.True(t, a.view.up())
+	require.Len(t, atBack, 1, "OnBack once")
+	// The exchange that timed out may have landed with the resume: its
+	// heartbeat is unskewed; the one published after OnBack is a minute on.
+	assert.True(t, atBack[0].Before(before.Add(skew/2)), "the heartbeat was not published again before OnBack")
+	assert.True(t, beat().After(before.Add(skew/2)), "published after it")
+}
+
 // TestHeartbeatThatTimedOutMayHaveLanded: a heartbeat whose answer did not
 // come in time may have reached Redis, and the others count the pod live
 // from it: the pod counts it too (HeartbeatAt), so that it does not take

@@ -31,8 +31,11 @@ type Options struct {
 	// stopped, counted in RecentPods (limit.PartitionHold; at least, and by
 	// default, pressure_ttl).
 	KeepBeats time.Duration
-	// OnBack is called (from the exchange loop) when an exchange with Redis
-	// works again after one failed: the pod reaches Redis again. Nil: none.
+	// OnBack is called (from the exchange loop) when Redis answers again
+	// after an exchange failed, a fifth of cluster_interval before this
+	// pod publishes its heartbeat again: the pod reaches Redis again, and
+	// what it let through alone is to reach the store before the others
+	// read that heartbeat and stop holding its share. Nil: none.
 	OnBack func()
 	// KeyPrefix goes before the Redis key with a ':' (redis.key_prefix).
 	KeyPrefix string

@@ -104,7 +104,10 @@ func New(cfg *Config, opts Options) (_ *Gateway, err error) {
 		// a.limiter is set below, before the exchanges start (Start).
 		OnBack: func() {
 			if a.limiter != nil {
-				a.limiter.StoreReachable()
+				// The heartbeat goes out a fifth of an interval later, and
+				// the others, holding this pod's share, read the heartbeats
+				// a fifth of an interval apart (adaptive.Options.OnBack).
+				a.limiter.StoreReachable(2 * cfg.Adaptive.ClusterInterval)
 			}
 		},
 	}); err != nil {
@@ -227,7 +230,7 @@ func accessLogger(cfg logx.Config) *slog.Logger {
 func (a *Gateway) newLimiter(cfg limit.Config, prev *limit.Limiter) (*limit.Limiter, error) {
 	return limit.NewLimiter(cfg, a.store, limit.Options{
 		Adjuster: a.adaptive, LivePods: a.adaptive.LivePods, RecentPods: a.adaptive.RecentPods, SuspectPods: a.adaptive.SuspectPods, Catalog: a.catalog, Policies: a.sync.PolicySet(), Succeeds: prev,
-		PeerNotice: a.cfg.Adaptive.PressureTTL + 2*a.cfg.Adaptive.ClusterInterval, HeartbeatAt: a.adaptive.HeartbeatAt,
+		PeerNotice: a.cfg.Adaptive.PressureTTL + 2*a.cfg.Adaptive.ClusterInterval, HeartbeatAt: a.adaptive.HeartbeatAt, HeartbeatTTL: a.cfg.Adaptive.PressureTTL,
 	})
 }
 

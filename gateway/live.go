@@ -74,8 +74,9 @@ func (ll *liveLimiter) Forget(key string) {
 	}
 }
 
-// StoreReachable tells the current limiter that the store answers again.
-func (ll *liveLimiter) StoreReachable() { ll.cur.Load().StoreReachable() }
+// StoreReachable tells the current limiter that the store answers again
+// (see limit.Limiter.StoreReachable).
+func (ll *liveLimiter) StoreReachable(read time.Duration) { ll.cur.Load().StoreReachable(read) }
 
 // StoreHealthy reports whether the current limiter's store breaker is closed.
 func (ll *liveLimiter) StoreHealthy() bool { return ll.cur.Load().StoreHealthy() }

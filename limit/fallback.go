@@ -173,6 +173,13 @@ func (l *Limiter) contested(s *spec, b *bucket) bool {
 	return b.deniedAt > 0 && b.failingSince-b.deniedAt < int64(s.window)
 }
 
+// contestedNow tells that the store refused b's key within a window, or
+// had when this pod's calls for it began to fail (contested): its clients
+// ask for more than the limit. The caller holds b.mu.
+func (l *Limiter) contestedNow(s *spec, b *bucket, now int64) bool {
+	return l.contested(s, b) || b.deniedAt > 0 && now-b.deniedAt < int64(s.window)
+}
+
 // failing records a failed store call for b's key at now: the first after
 // an answer begins a stretch of failures (failingSince). The caller holds
 // b.mu.

@@ -57,11 +57,20 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 			now = l.now().UnixNano()
 			continue
 		}
+		contested := l.contestedNow(s, b, now)
+		if !contested && b.answeredAt > 0 && l.heldByOthers(now) {
+			// Cut off from the others, or back before they read this
+			// pod's heartbeat: see StoreReachable. (A key never answered
+			// may be contested: the store decides it.)
+			d := l.fallbackDecision(ctx, s, tokens, b, true, now)
+			b.mu.Unlock()
+			return d, use{}
+		}
 		f := &fill{done: make(chan struct{})}
 		b.fill = f
 		want := l.leaseSize(s, b, tokens, strict)
 		ret := b.nextReport(s, now)
-		ret.contested = l.contested(s, b) || b.deniedAt > 0 && now-b.deniedAt < int64(s.window)
+		ret.contested = contested
 		if b.owed > 0 {
 			l.settleOwed(s, b, &ret, now)
 		}

@@ -35,7 +35,11 @@ type Limiter struct {
 	livePods    func() int
 	recentPods  func() int
 	suspectPods func() int
-	catalog     *catalog.Catalog
+	// reportsFrom is when the other pods have read this pod's heartbeat
+	// after it came back (unix nanos; see StoreReachable).
+	reportsFrom  atomic.Int64
+	heartbeatTTL int64 // Options.HeartbeatTTL
+	catalog      *catalog.Catalog
 	// shorthand are the limits section's shorthand limits and the rules,
 	// compiled into the policies they are; policies are the others.
 	shorthand []*catalog.CompiledPolicy
@@ -93,7 +97,7 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 		adj:      opts.Adjuster,
 		livePods: opts.LivePods, recentPods: opts.RecentPods, suspectPods: opts.SuspectPods,
 		// A pod cut off from the store stops sending heartbeats with it.
-		peerNotice: opts.PeerNotice, heartbeatAt: opts.HeartbeatAt,
+		peerNotice: opts.PeerNotice, heartbeatAt: opts.HeartbeatAt, heartbeatTTL: int64(opts.HeartbeatTTL),
 		catalog: opts.Catalog,
 		// The rules are looked up in the catalog for each request: a
 		// change of the catalog applies without a new limiter.
@@ -172,12 +176,39 @@ func (l *Limiter) Status() LimiterStatus {
 	}
 }
 
-// StoreReachable tells the limiter that the store answers again (the
-// pod's heartbeat reached it): each open breaker probes with its next call
-// rather than after its cooldown, so that what the pod let through alone is
-// reported before the other pods, seeing its heartbeat, stop holding its
-// share.
-func (l *Limiter) StoreReachable() { l.breakers.ProbeNow() }
+// heldByOthers tells that the other pods may hold this pod's share at
+// now: its last heartbeat is older than they count it live, or they have
+// not read the one that ended such a gap yet (StoreReachable). The store
+// then counts twice what it grants this pod or learns from it.
+func (l *Limiter) heldByOthers(now int64) bool {
+	if now < l.reportsFrom.Load() {
+		return true
+	}
+	beat := l.lastBeat()
+	return l.heartbeatTTL > 0 && beat > 0 && now-beat > l.heartbeatTTL
+}
+
+// StoreReachable tells the limiter that the store answers again after
+// this pod could not reach it, and that the other pods, which held this
+// pod's share of every limit while its heartbeats stopped, read its next
+// heartbeat within read from now. Each open breaker probes with its next
+// call rather than after its cooldown, so that what the pod let through
+// alone on a contested key is reported before the others stop holding its
+// share: reported after it, they could take that share again on top.
+// Until read is over, as while its last heartbeat is older than
+// Options.HeartbeatTTL (heldByOthers: its calls may work before its
+// heartbeats do), a key that was not contested is decided alone, on the
+// pod's share: what the store counted for this pod then (its report,
+// its grants) would count twice, with the share still held (clients under
+// their limit were refused), and the others take only what that key's
+// clients ask, so nothing goes over the limit meanwhile or when the next
+// call reports it.
+func (l *Limiter) StoreReachable(read time.Duration) {
+	if l.lastBeat() > 0 { // a pod never seen is held by nobody
+		l.reportsFrom.Store(l.now().Add(read).UnixNano())
+	}
+	l.breakers.ProbeNow()
+}
 
 // StoreHealthy reports whether decisions go to the store (every node's
 // breaker is closed).

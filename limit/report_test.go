@@ -3,13 +3,17 @@ package limit
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/internal/redistest"
 	"github.com/sentinel-gateway/sentinel/internal/spans"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -81,4 +85,42 @@ func offerTenTimes(pods [3]*Limiter, rate int, at func(time.Duration)) []spans.S
 	}
 	wg.Wait()
 	return approvals
+}
+
+// TestUncontestedKeyDecidedAloneUntilTheOthersRead: back from an outage, a
+// pod decides a key that was not contested alone, on its share, until the
+// other pods have read its heartbeat (StoreReachable's read): until then
+// they hold its share, and the store would count twice what it reported or
+// granted this pod. Then the next call reports what it let through, and the
+// store counts it.
+func TestUncontestedKeyDecidedAloneUntilTheOthersRead(t *testing.T) {
+	const limit, alone = 30, 6
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	mem := store.NewMemoryStore(store.MemoryOptions{Now: now})
+	t.Cleanup(mem.Close)
+	st := &switchStore{Store: mem}
+	cfg := testLimitsConfig(func(c *Config) { c.BreakerFailures, c.MaxLease = 1, 1 })
+	rule := catalog.Rule{Tenant: "free", Resource: "r", Algorithm: store.SlidingWindow, Limit: limit, Window: confutil.Duration(time.Minute)}
+	beat := now() // its last heartbeat before the outage
+	l := newTestLimiter(t, cfg, st, Options{Now: now, Catalog: testCatalog(t, rule), HeartbeatAt: func() time.Time { return beat }})
+	req := &Request{Tenant: "free", Plan: "FREE", Resource: "r"}
+	first, _ := allowN(l, req, 1)
+	require.Equal(t, 1, first, "answered by the store")
+
+	st.down.Store(true)
+	own, _ := allowN(l, req, alone)
+	require.Equal(t, alone, own, "let through alone")
+	st.down.Store(false)
+	l.StoreReachable(time.Second)
+	reported := reportedUnleased.Get()
+	got, _ := allowN(l, req, 1)
+	require.Equal(t, 1, got)
+	assert.Zero(t, reportedUnleased.Get()-reported, "reported before the others read the heartbeat")
+
+	clock.Add(int64(2 * time.Second))
+	got, _ = allowN(l, req, limit)
+	assert.Equal(t, uint64(alone+1), reportedUnleased.Get()-reported, "reported once they have")
+	assert.Equal(t, limit-first-alone-1, got, "the store counts them")
 }

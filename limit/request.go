@@ -204,6 +204,12 @@ type Options struct {
 	// or zero: unknown; then the time its calls for a key began to fail
 	// stands in): the others count it live until then plus PeerNotice.
 	HeartbeatAt func() time.Time
+	// HeartbeatTTL is how long the others count this pod live after its
+	// last heartbeat reached the store (adaptive.pressure_ttl; 0: unknown).
+	// Past it they hold its share, and it decides the keys that were not
+	// contested alone until they read its heartbeat again (see
+	// Limiter.StoreReachable).
+	HeartbeatTTL time.Duration
 	// Catalog holds the tenants' plans and the rules (nil: no rules; plan
 	// multipliers default to 1).
 	Catalog *catalog.Catalog
