@@ -62,6 +62,7 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 			// Cut off from the others, or back before they read this
 			// pod's heartbeat: see StoreReachable. (A key never answered
 			// may be contested: the store decides it.)
+			aloneWhileHeld.Inc()
 			d := l.fallbackDecision(ctx, s, tokens, b, true, now)
 			b.mu.Unlock()
 			return d, use{}

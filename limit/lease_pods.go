@@ -21,6 +21,11 @@ const PartitionHold = 30 * time.Second
 // held for pods whose heartbeats stopped within PartitionHold.
 var heldShares = metrics.NewCounter(`sentinel_limit_held_share_calls_total`)
 
+// aloneWhileHeld counts the decisions of keys that were not contested made
+// on the local share, without a store call, while the others may hold this
+// pod's share (Limiter.heldByOthers).
+var aloneWhileHeld = metrics.NewCounter(`sentinel_limit_alone_while_held_total`)
+
 // podCount remembers the most pods seen live within PartitionHold: a pod
 // that stopped sending heartbeats may be cut off from the store and grant
 // its share alone, so the others keep that share free (storeParams).
@@ -114,9 +119,9 @@ func (l *Limiter) heldRamp(s *spec, b *bucket, now int64, open bool) float64 {
 
 // heldRefill is heldRamp's time since the others hold this pod's share, in
 // windows, not capped at one: a token bucket's share refills at its rate
-// from there, from the level the store's last answer left it (the share's
-// own bucket, full while the store answered, would add its capacity to what
-// the others' bucket held then). The caller holds b.mu.
+// from there, from empty (the share's own bucket, full while the store
+// answered, would add its capacity to what the others' bucket held then).
+// The caller holds b.mu.
 func (l *Limiter) heldRefill(s *spec, b *bucket, now int64, open bool) float64 {
 	if !open {
 		return 0

@@ -114,10 +114,11 @@ func TestUncontestedKeyDecidedAloneUntilTheOthersRead(t *testing.T) {
 	require.Equal(t, alone, own, "let through alone")
 	st.down.Store(false)
 	l.StoreReachable(time.Second)
-	reported := reportedUnleased.Get()
+	reported, held := reportedUnleased.Get(), aloneWhileHeld.Get()
 	got, _ := allowN(l, req, 1)
 	require.Equal(t, 1, got)
 	assert.Zero(t, reportedUnleased.Get()-reported, "reported before the others read the heartbeat")
+	assert.Equal(t, uint64(1), aloneWhileHeld.Get()-held, "decided alone")
 
 	clock.Add(int64(2 * time.Second))
 	got, _ = allowN(l, req, limit)
