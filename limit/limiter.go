@@ -204,8 +204,11 @@ func (l *Limiter) heldByOthers(now int64) bool {
 // clients ask, so nothing goes over the limit meanwhile or when the next
 // call reports it.
 func (l *Limiter) StoreReachable(read time.Duration) {
-	if l.lastBeat() > 0 { // a pod never seen is held by nobody
-		l.reportsFrom.Store(l.now().Add(read).UnixNano())
+	// Only a pod whose heartbeat the others can have found missing is
+	// held: not one never seen, nor one back within HeartbeatTTL.
+	now := l.now()
+	if beat := l.lastBeat(); beat > 0 && l.heartbeatTTL > 0 && now.UnixNano()-beat > l.heartbeatTTL {
+		l.reportsFrom.Store(now.Add(read).UnixNano())
 	}
 	l.breakers.ProbeNow()
 }

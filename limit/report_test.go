@@ -104,7 +104,7 @@ func TestUncontestedKeyDecidedAloneUntilTheOthersRead(t *testing.T) {
 	cfg := testLimitsConfig(func(c *Config) { c.BreakerFailures, c.MaxLease = 1, 1 })
 	rule := catalog.Rule{Tenant: "free", Resource: "r", Algorithm: store.SlidingWindow, Limit: limit, Window: confutil.Duration(time.Minute)}
 	beat := now() // its last heartbeat before the outage
-	l := newTestLimiter(t, cfg, st, Options{Now: now, Catalog: testCatalog(t, rule), HeartbeatAt: func() time.Time { return beat }})
+	l := newTestLimiter(t, cfg, st, Options{Now: now, Catalog: testCatalog(t, rule), HeartbeatAt: func() time.Time { return beat }, HeartbeatTTL: time.Second})
 	req := &Request{Tenant: "free", Plan: "FREE", Resource: "r"}
 	first, _ := allowN(l, req, 1)
 	require.Equal(t, 1, first, "answered by the store")
@@ -112,6 +112,7 @@ func TestUncontestedKeyDecidedAloneUntilTheOthersRead(t *testing.T) {
 	st.down.Store(true)
 	own, _ := allowN(l, req, alone)
 	require.Equal(t, alone, own, "let through alone")
+	clock.Add(int64(2 * time.Second)) // an outage longer than HeartbeatTTL
 	st.down.Store(false)
 	l.StoreReachable(time.Second)
 	reported, held := reportedUnleased.Get(), aloneWhileHeld.Get()
@@ -121,6 +122,7 @@ func TestUncontestedKeyDecidedAloneUntilTheOthersRead(t *testing.T) {
 	assert.Equal(t, uint64(1), aloneWhileHeld.Get()-held, "decided alone")
 
 	clock.Add(int64(2 * time.Second))
+	beat = now() // its heartbeats arrive again
 	got, _ = allowN(l, req, limit)
 	assert.Equal(t, uint64(alone+1), reportedUnleased.Get()-reported, "reported once they have")
 	assert.Equal(t, limit-first-alone-1, got, "the store counts them")
