@@ -89,7 +89,10 @@ func TestLivePodsKeptWhenTheViewComesBack(t *testing.T) {
 	srv.Restart() // empty: b's heartbeat is gone, as a stale one would be
 	require.Eventually(t, func() bool { exchange(a); return a.view.up() }, 5*time.Second, 50*time.Millisecond)
 	assert.Equal(t, 2, a.LivePods(), "back from a failure: b had no chance to publish yet")
-	assert.Eventually(t, func() bool { return backs.Load() == 1 }, 5*time.Second, time.Millisecond, "OnBack once the view is back")
+	// At least once: Redis answering the probe calls it, and an exchange
+	// that the restarted server's dropped connection fails after it calls
+	// it again at the next probe (harmless: it ends the breakers' cooldown).
+	assert.Eventually(t, func() bool { return backs.Load() >= 1 }, 5*time.Second, time.Millisecond, "OnBack once the view is back")
 
 	// The restarted server may still drop a connection of the client's: each
 	// time the view comes back, it holds the count for one pressure_ttl again,
