@@ -101,10 +101,15 @@ func (v *clusterView) run(ctx context.Context, own func() float64) {
 // keep after a pod stopped (3 small commands each time).
 func (v *clusterView) pace() time.Duration {
 	if v.up() && (v.recent.Load() > v.pods.Load() || v.suspect.Load() > 0) {
-		return max(v.interval/5, time.Millisecond)
+		return v.fast()
 	}
 	return v.interval
 }
+
+// fast is a fifth of the interval: the pace while a share is held, and
+// the time a pod coming back leaves its limits to report before it
+// publishes its heartbeat.
+func (v *clusterView) fast() time.Duration { return max(v.interval/5, time.Millisecond) }
 
 // reportFirst, when the last exchange failed, checks that Redis answers
 // before this pod publishes its heartbeat again. Back from an outage or a
@@ -128,7 +133,7 @@ func (v *clusterView) reportFirst(ctx context.Context) bool {
 		return false
 	}
 	v.onBack()
-	t := time.NewTimer(max(v.interval/5, time.Millisecond))
+	t := time.NewTimer(v.fast())
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
