@@ -103,7 +103,7 @@ type bucket struct {
 	fallbackUsed int64
 	failedAt     int64 // unix nanos of the last store call for the key that failed
 	// failingSince is when the key's store calls began to fail (unix nanos:
-	// the first failure after an answer); see Limiter.heldRamp.
+	// the first failure after an answer); see Limiter.heldShare.
 	failingSince int64
 	// seq is the highest call number of the key the store answered
 	// (seqAt: when that answer came, unix nanos), and ownUntil when the last

@@ -77,9 +77,9 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 //     under its limit is served.
 //   - A contested key: the pods that reach the store take whatever leaves
 //     the window, and what the answer left too, so this pod gets nothing
-//     of either until they hold its share free for it (heldRamp: after they
-//     can have noticed its heartbeats stopped, within PartitionHold), then
-//     its share as it comes back. Without that, one pod cut off from the
+//     of either until they hold its share free for it (heldShare: after they
+//     can have noticed its heartbeats stopped, and a window on: within
+//     PartitionHold), then its share. Without that, one pod cut off from the
 //     store granted its whole share on top of the limit the others took,
 //     and its share of what the answer left (52 in a second for 50, over 6
 //     pods). A token bucket's share refills from the hold on (heldRefill).
@@ -111,7 +111,7 @@ func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool)
 		// back only while they hold it (none with the breaker closed: a
 		// slow moment).
 		left = 0
-		credit = l.heldRamp(s, b, now, open)
+		credit = l.heldShare(s, b, now, open)
 		if s.params.Algorithm == store.TokenBucket && credit > 0 {
 			return float64(b.fallbackUsed+tokens) <= float64(s.limit)/pods*l.heldRefill(s, b, now, open)
 		}

@@ -102,40 +102,57 @@ func (l *Limiter) storeParams(s *spec, now int64, contested bool) store.Params {
 	return p
 }
 
-// heldRamp is how much of its share (0..1) a pod whose calls for b's
+// heldShare is how much of its share (0 or 1) a pod whose calls for b's
 // contested key fail may grant beyond what the store's last answer left it:
 // none before the other pods can have noticed that its heartbeats stopped
 // (peerNotice after its last heartbeat reached the store; unknown, after its
-// calls for the key began to fail) and started to hold its share, then
-// growing over one window (the window before they noticed may hold their
-// grants of the whole limit), and none once their hold may be over. A pod
-// whose heartbeats still reach the store while its calls time out gets none:
-// the others count it live and hold nothing for it. A pod whose breaker is
-// still closed gets none: its failure is one slow call among answered ones.
-// The caller holds b.mu.
-func (l *Limiter) heldRamp(s *spec, b *bucket, now int64, open bool) float64 {
-	return min(1, l.heldRefill(s, b, now, open))
-}
-
-// heldRefill is heldRamp's time since the others hold this pod's share, in
-// windows, not capped at one: a token bucket's share refills at its rate
-// from there, from empty (the share's own bucket, full while the store
-// answered, would add its capacity to what the others' bucket held then).
-// The caller holds b.mu.
-func (l *Limiter) heldRefill(s *spec, b *bucket, now int64, open bool) float64 {
-	if !open {
+// calls for the key began to fail) and started to hold its share, none for
+// a window and a lease after that (the window before they held it may hold
+// their grants of the whole limit, and the leases they took then count
+// until they expire), then all of it, and none once their hold may be over.
+// A linear ramp over the window assumed their grants of it were spread
+// evenly: a lump of them late in it left less room than the ramp gave (52
+// in a second for 51, over 6 pods). A pod whose heartbeats still reach the
+// store while its calls time out gets none: the others count it live and
+// hold nothing for it. A pod whose breaker is still closed gets none: its
+// failure is one slow call among answered ones. The caller holds b.mu.
+func (l *Limiter) heldShare(s *spec, b *bucket, now int64, open bool) float64 {
+	from, end, ok := l.heldSince(b, open)
+	if !ok || now < from+int64(s.window+s.ttl) || now > end {
 		return 0
 	}
-	from := b.failingSince + int64(l.peerNotice)
-	end := b.answeredAt + int64(PartitionHold-l.peerNotice-time.Second)
+	return 1
+}
+
+// heldRefill is the time (in windows, not capped at one) since the others
+// hold this pod's share of b's contested key (see heldShare): a token
+// bucket's share refills at its rate from there, from empty (the share's
+// own bucket, full while the store answered, would add its capacity to what
+// the others' bucket held then). The caller holds b.mu.
+func (l *Limiter) heldRefill(s *spec, b *bucket, now int64, open bool) float64 {
+	from, end, ok := l.heldSince(b, open)
+	if !ok || now <= from || now > end {
+		return 0
+	}
+	return float64(now-from) / float64(max(s.window, time.Millisecond))
+}
+
+// heldSince is when the other pods hold this pod's share of b's key free
+// for it, from the time they can have noticed its heartbeats stopped, and
+// until when they may still hold it (unix nanos); ok is false while b's
+// breaker is closed (a slow call among answered ones). The caller holds
+// b.mu.
+func (l *Limiter) heldSince(b *bucket, open bool) (from, end int64, ok bool) {
+	if !open {
+		return 0, 0, false
+	}
+	from = b.failingSince + int64(l.peerNotice)
+	end = b.answeredAt + int64(PartitionHold-l.peerNotice-time.Second)
 	if beat := l.lastBeat(); beat > 0 {
 		from = max(beat+int64(l.peerNotice), b.failingSince)
 		end = beat + int64(PartitionHold-2*time.Second)
 	}
-	if now <= from || now > end {
-		return 0
-	}
-	return float64(now-from) / float64(max(s.window, time.Millisecond))
+	return from, end, true
 }
 
 // lastBeat is when this pod's last heartbeat reached the store (unix

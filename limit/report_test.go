@@ -127,3 +127,45 @@ func TestUncontestedKeyDecidedAloneUntilTheOthersRead(t *testing.T) {
 	assert.Equal(t, uint64(alone+1), reportedUnleased.Get()-reported, "reported once they have")
 	assert.Equal(t, limit-first-alone-1, got, "the store counts them")
 }
+
+// TestContestedShareComesBackAWindowAfterTheHold: a pod cut off from the
+// store grants nothing of a contested key (the store refused it) until the
+// others have held its share for a window and a lease: the window before
+// they held it may hold their grants of the whole limit, late in it as well
+// as early (a share ramped over that window let 52 through in a second for
+// 51, over 6 pods). Then it grants its share.
+func TestContestedShareComesBackAWindowAfterTheHold(t *testing.T) {
+	const limit, pods, notice = 30, 3, 2 * time.Second
+	const window = 10 * time.Second
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	mem := store.NewMemoryStore(store.MemoryOptions{Now: now})
+	t.Cleanup(mem.Close)
+	st := &switchStore{Store: mem}
+	cfg := testLimitsConfig(func(c *Config) { c.BreakerFailures, c.MaxLease = 1, 1 })
+	rule := catalog.Rule{Tenant: "free", Resource: "r", Algorithm: store.SlidingWindow, Limit: limit, Window: confutil.Duration(window)}
+	beat := now() // its last heartbeat before it was cut off
+	livePods := func() int { return pods }
+	opts := func() Options {
+		return Options{Now: now, Catalog: testCatalog(t, rule), LivePods: livePods, RecentPods: livePods,
+			PeerNotice: notice, HeartbeatAt: func() time.Time { return beat }, HeartbeatTTL: time.Second}
+	}
+	other := newTestLimiter(t, cfg, &switchStore{Store: mem}, opts())
+	l := newTestLimiter(t, cfg, st, opts())
+	req := &Request{Tenant: "free", Plan: "FREE", Resource: "r"}
+	took, _ := allowN(other, req, limit-1)
+	require.Equal(t, limit-1, took, "the other pod takes all but one")
+	got, _ := allowN(l, req, 2)
+	require.Equal(t, 1, got, "the store refuses the key: it is contested")
+
+	st.down.Store(true)
+	for _, at := range []time.Duration{0, notice, notice + window/2, notice + window} {
+		clock.Store(beat.UnixNano() + int64(at))
+		got, _ = allowN(l, req, 3)
+		assert.Zero(t, got, "granted alone %s after its last heartbeat", at)
+	}
+	clock.Store(beat.UnixNano() + int64(notice+window+time.Second))
+	got, _ = allowN(l, req, limit)
+	assert.Equal(t, limit/pods, got, "its share, once the others' grants from before the hold have left")
+}
