@@ -29,6 +29,7 @@ type clusterView struct {
 	now      func() time.Time
 	logf     func(format string, args ...any)
 	errors   *metrics.Counter // sentinel_adaptive_cluster_errors_total
+	lost     *metrics.Counter // sentinel_adaptive_heartbeats_lost_total
 
 	// pods is the number of pods with a fresh score, this one included, as
 	// last seen (Options.AssumedPods, at least 1, before the first exchange). A failed exchange leaves it
@@ -68,6 +69,7 @@ func newClusterView(cfg *Config, opts *Options, set *metrics.Set) *clusterView {
 		interval: cfg.ClusterInterval, ttl: cfg.PressureTTL, now: opts.Now, logf: opts.Logf, onBack: opts.OnBack,
 		keep:   max(cfg.PressureTTL, opts.KeepBeats),
 		errors: set.NewCounter(`sentinel_adaptive_cluster_errors_total`),
+		lost:   set.NewCounter(`sentinel_adaptive_heartbeats_lost_total`),
 		// A view still waiting for its Redis has no cluster to act on.
 		ok: opts.Redis != nil,
 	}
@@ -149,6 +151,7 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 		return
 	}
 	now := v.now()
+	prev := v.beat.Load()
 	r := v.redis
 	ctx, cancel := context.WithTimeout(ctx, v.interval)
 	defer cancel()
@@ -170,6 +173,10 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 		v.failed(err)
 		return
 	}
+	// HSET answers 1 when the field was not there: this pod's last
+	// heartbeat, which may have landed within keep, is gone.
+	added, _ := res[0].AsInt64()
+	lost := added > 0 && prev > 0 && now.UnixNano()-prev < int64(v.keep)
 	sum, n, recent, unnoticed, stale := v.tally(all, now)
 	v.recent.Store(int64(max(recent, 1)))
 	if len(stale) > 0 {
@@ -180,8 +187,18 @@ func (v *clusterView) exchange(ctx context.Context, own float64) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if !v.ok {
+	switch {
+	case !v.ok:
 		v.logf("adaptive: cluster view back")
+		v.backAt = now
+	case lost:
+		// Redis lost the heartbeats (emptied, or a replica promoted before
+		// it had them) while every exchange worked: the others' are gone
+		// too, with no evidence that they stopped. Counted as a view that
+		// comes back: without it, every pod held the others' shares (a
+		// tenant at 63% of its limit was refused after a FLUSHALL).
+		v.logf("adaptive: this pod's heartbeat was missing from Redis (emptied or failed over): the pods seen before stay counted for a pressure_ttl")
+		v.lost.Inc()
 		v.backAt = now
 	}
 	v.ok, v.average = true, sum/float64(n)

@@ -235,3 +235,43 @@ func TestRecentPodsKeepStoppedHeartbeats(t *testing.T) {
 	exchange(a)
 	assert.Equal(t, 1, a.RecentPods(), "after KeepBeats b is gone")
 }
+
+// TestLivePodsKeptWhenRedisLosesTheHeartbeats: Redis emptied (FLUSHALL,
+// or a replica promoted before it had them) while every exchange works:
+// the first exchange after it sees this pod alone, and its own last
+// heartbeat missing. The pods seen before stay counted for a pressure_ttl
+// (the limits would otherwise hold their shares and refuse clients under
+// their limit), then the count follows the heartbeats.
+func TestLivePodsKeptWhenRedisLosesTheHeartbeats(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newClusterController(t, srv.Addr, "a")
+	b := newClusterController(t, srv.Addr, "b")
+	c := newClusterController(t, srv.Addr, "c")
+	ctx := context.Background()
+	var skew time.Duration
+	for _, p := range []*Controller{a, b, c} {
+		p.view.now = func() time.Time { return time.Now().Add(skew) }
+	}
+	exchange := func(c *Controller) { c.view.exchange(ctx, c.local) }
+	for _, p := range []*Controller{a, b, c, a} {
+		exchange(p)
+	}
+	require.Equal(t, 3, a.LivePods())
+
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	require.NoError(t, client.Do(ctx, client.B().Flushall().Build()).Error())
+	lost := a.view.lost.Get()
+	exchange(a)
+	assert.Equal(t, 3, a.LivePods(), "the others' heartbeats lost with Redis's data: no evidence that they stopped")
+	assert.Zero(t, a.SuspectPods())
+	assert.Equal(t, uint64(1), a.view.lost.Get()-lost)
+	exchange(a)
+	assert.Equal(t, uint64(1), a.view.lost.Get()-lost, "its heartbeat is there again")
+
+	skew += a.view.ttl + time.Second
+	exchange(b) // c does not publish again
+	exchange(a)
+	assert.Equal(t, 2, a.LivePods(), "a pressure_ttl on, the heartbeats count")
+}
