@@ -207,7 +207,13 @@ func (s *service) hit(ctx context.Context, b *fileBudget, r *rule, hits uint64, 
 		st.LimitRemaining = uint32(min(max(dec.Remaining, 0), math.MaxUint32))
 		return false, dec.Reset, nil
 	}
-	reset := s.drain(ctx, b.lim, dec.Reset)
+	reset := dec.Reset
+	if hits > 1 {
+		// A refused single hit left nothing to drain: the budget held less
+		// than 1. Looking costs a store call on every refusal, and took
+		// the permits that freed since, which a flooded key is owed.
+		reset = s.drain(ctx, b.lim, dec.Reset)
+	}
 	return true, reset, s.mark(ctx, b, r)
 }
 
