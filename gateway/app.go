@@ -45,6 +45,13 @@ type Options struct {
 	// the gateway and reads the store itself; the fault suite floods it).
 	// The gateway closes it.
 	Store *store.MemoryStore
+	// PodID names this gateway in the pods' heartbeats in Redis; empty:
+	// the host's name and the process ID (numbered after the first gateway
+	// of the process). A pod that starts again under the name it had (a
+	// container restarted in its pod) takes its heartbeat over; under a new
+	// name, the others count the old one for PartitionHold when it could
+	// not leave (Redis unreachable at its shutdown).
+	PodID string
 }
 
 // Gateway holds the wired parts of one gateway process.
@@ -98,7 +105,7 @@ func New(cfg *Config, opts Options) (_ *Gateway, err error) {
 		return nil, err
 	}
 	if a.adaptive, err = adaptive.New(cfg.Adaptive, adaptive.Options{
-		Redis: a.redis, KeyPrefix: cfg.Redis.KeyPrefix, PodID: podID(), Upstreams: a.upstreams.Names(),
+		Redis: a.redis, KeyPrefix: cfg.Redis.KeyPrefix, PodID: opts.podID(), Upstreams: a.upstreams.Names(),
 		Logf: logx.Printf(slog.LevelInfo), AwaitRedis: a.pending(), AssumedPods: cfg.Limits.ExpectedPods,
 		KeepBeats: limit.PartitionHold,
 		// a.limiter is set below, before the exchanges start (Start).
@@ -337,6 +344,14 @@ func (a *Gateway) close() {
 
 // podSeq numbers the gateways built in this process after the first.
 var podSeq atomic.Int64
+
+// podID is o.PodID, else podID().
+func (o *Options) podID() string {
+	if o.PodID != "" {
+		return o.PodID
+	}
+	return podID()
+}
 
 // podID names this gateway in the cluster view: host name and process ID,
 // and a sequence number for every gateway after the first that the process

@@ -128,8 +128,17 @@ func (r *chaosRun) redisSection(i int) string {
 }
 
 // startPod starts pod i on its configuration, its decisions recorded.
+// startPod starts pod i. A pod restarted keeps its name, as a container
+// restarted in its pod does: under a new name, the others would count the
+// old one for 30 s if it could not leave (Redis unreachable at its
+// shutdown), and divide their shares by one pod more, as documented for a
+// pod gone for good, and the check's shares (the limit ÷ the schedule's
+// pods) would not be theirs.
 func (r *chaosRun) startPod(i int) *harness.Gateway {
-	return harness.StartWith(r.t, r.config(i), harness.Options{OnDecision: r.rec.observer(i)})
+	// Each schedule has a Redis of its own: the names need not differ
+	// between schedules.
+	name := fmt.Sprintf("chaos-pod-%d", i)
+	return harness.StartWith(r.t, r.config(i), harness.Options{OnDecision: r.rec.observer(i), PodID: name})
 }
 
 // runSchedule runs s: the pods, the load, the faults at their times, then

@@ -37,6 +37,9 @@ type Options struct {
 	// store) and serving it (which loads the catalog), for a fault between
 	// the two.
 	BeforeServe func()
+	// PodID is the gateway's name in the pods' heartbeats
+	// (gateway.Options.PodID; empty: the process's, numbered).
+	PodID string
 }
 
 // Start loads configYAML (plus environment overrides, "NAME=value"),
@@ -55,7 +58,7 @@ func StartWith(t testing.TB, configYAML string, o Options) *Gateway {
 	load := func() (*gateway.Config, error) { return gateway.LoadConfig(path, o.Env) }
 	cfg, err := load()
 	require.NoError(t, err, "config:\n%s", configYAML)
-	gw, err := gateway.New(cfg, gateway.Options{Load: load, OnDecision: o.OnDecision, Store: o.Store})
+	gw, err := gateway.New(cfg, gateway.Options{Load: load, OnDecision: o.OnDecision, Store: o.Store, PodID: o.PodID})
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
