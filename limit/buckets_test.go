@@ -83,6 +83,17 @@ type switchStore struct {
 	down atomic.Bool
 }
 
+// clockedStore is an in-memory store on a clock the test moves (clock, in
+// unix nanos; now reads it), behind a switchStore the test can take down.
+func clockedStore(t *testing.T) (clock *atomic.Int64, now func() time.Time, mem *store.MemoryStore, st *switchStore) {
+	clock = new(atomic.Int64)
+	clock.Store(time.Now().UnixNano())
+	now = func() time.Time { return time.Unix(0, clock.Load()) }
+	mem = store.NewMemoryStore(store.MemoryOptions{Now: now})
+	t.Cleanup(mem.Close)
+	return clock, now, mem, &switchStore{Store: mem}
+}
+
 func (s *switchStore) Lease(ctx context.Context, req *store.LeaseRequest) (store.LeaseResult, error) {
 	if s.down.Load() {
 		return store.LeaseResult{}, errors.New("store down")
@@ -123,12 +134,7 @@ func TestBucketTableFloodKeepsBucketsInUse(t *testing.T) {
 // budget on top of them.
 func TestSweepKeepsUnreportedUnleased(t *testing.T) {
 	const limit, window = 30, time.Minute
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
-	mem := store.NewMemoryStore(store.MemoryOptions{Now: now})
-	t.Cleanup(mem.Close)
-	st := &switchStore{Store: mem}
+	clock, now, _, st := clockedStore(t)
 	cfg := testLimitsConfig(func(c *Config) {
 		c.Window = time.Second // the sweep drops buckets idle for 10 s
 		c.BreakerFailures = 1

@@ -3,7 +3,6 @@ package limit
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,12 +94,7 @@ func offerTenTimes(pods [3]*Limiter, rate int, at func(time.Duration)) []spans.S
 // store counts it.
 func TestUncontestedKeyDecidedAloneUntilTheOthersRead(t *testing.T) {
 	const limit, alone = 30, 6
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
-	mem := store.NewMemoryStore(store.MemoryOptions{Now: now})
-	t.Cleanup(mem.Close)
-	st := &switchStore{Store: mem}
+	clock, now, _, st := clockedStore(t)
 	cfg := testLimitsConfig(func(c *Config) { c.BreakerFailures, c.MaxLease = 1, 1 })
 	rule := catalog.Rule{Tenant: "free", Resource: "r", Algorithm: store.SlidingWindow, Limit: limit, Window: confutil.Duration(time.Minute)}
 	beat := now() // its last heartbeat before the outage
@@ -137,12 +131,7 @@ func TestUncontestedKeyDecidedAloneUntilTheOthersRead(t *testing.T) {
 func TestContestedShareComesBackAWindowAfterTheHold(t *testing.T) {
 	const limit, pods, notice = 30, 3, 2 * time.Second
 	const window = 10 * time.Second
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
-	mem := store.NewMemoryStore(store.MemoryOptions{Now: now})
-	t.Cleanup(mem.Close)
-	st := &switchStore{Store: mem}
+	clock, now, mem, st := clockedStore(t)
 	cfg := testLimitsConfig(func(c *Config) { c.BreakerFailures, c.MaxLease = 1, 1 })
 	rule := catalog.Rule{Tenant: "free", Resource: "r", Algorithm: store.SlidingWindow, Limit: limit, Window: confutil.Duration(window)}
 	beat := now() // its last heartbeat before it was cut off

@@ -6,7 +6,6 @@ import (
 	"math"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -15,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sentinel-gateway/sentinel/internal/redistest"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
@@ -121,24 +119,12 @@ func TestFilesAnswerAsEnvoyRatelimit(t *testing.T) {
 		if testing.Short() {
 			t.Skip("needs redis-server")
 		}
-		srv := redistest.Start(t)
-		client, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
-		require.NoError(t, err)
-		t.Cleanup(client.Close)
-		runMesh(t, store.NewRedisStore(client, store.RedisStoreOptions{KeyPrefix: "e2e"}))
+		runMesh(t, redisStore(t, "e2e"))
 	})
 }
 
 func runMesh(t *testing.T, st store.Store) {
-	var cfg limit.Config
-	cfg.SetDefaults()
-	cfg.Tenant = 5
-	cfg.StoreTimeout = time.Second // the race detector slows every call
-	cat, err := catalog.NewCatalog(nil, nil, nil)
-	require.NoError(t, err)
-	lim, err := limit.NewLimiter(cfg, st, limit.Options{Catalog: cat})
-	require.NoError(t, err)
-	t.Cleanup(lim.Close)
+	lim, cat := filesLimiter(t, st, limit.Options{}, func(c *limit.Config) { c.Tenant = 5 })
 	c := rlsv3.NewRateLimitServiceClient(start(t, Config{ConfigFiles: []string{"testdata/mesh.yaml"}}, lim, cat))
 	for _, s := range meshSteps {
 		resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "mesh", HitsAddend: s.hits, Descriptors: s.descs})

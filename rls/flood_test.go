@@ -11,9 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sentinel-gateway/sentinel/internal/redistest"
 	"github.com/sentinel-gateway/sentinel/limit"
-	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -40,19 +38,8 @@ func TestFloodedDescriptorGetsItsLimit(t *testing.T) {
 		t.Skip("needs redis-server")
 	}
 	const perSecond, callers, flood = 20, 8, 3 * time.Second
-	srv := redistest.Start(t)
-	client, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
-	require.NoError(t, err)
-	t.Cleanup(client.Close)
-	st := &callCounter{Store: store.NewRedisStore(client, store.RedisStoreOptions{KeyPrefix: "flood"})}
-	var cfg limit.Config
-	cfg.SetDefaults()
-	cfg.StoreTimeout = time.Second // the race detector slows every call
-	cat, err := catalog.NewCatalog(nil, nil, nil)
-	require.NoError(t, err)
-	lim, err := limit.NewLimiter(cfg, st, limit.Options{Catalog: cat})
-	require.NoError(t, err)
-	t.Cleanup(lim.Close)
+	st := &callCounter{Store: redisStore(t, "flood")}
+	lim, cat := filesLimiter(t, st, limit.Options{}, nil)
 	c := rlsv3.NewRateLimitServiceClient(start(t, Config{ConfigFiles: []string{"testdata/flood.yaml"}}, lim, cat))
 	req := &rlsv3.RateLimitRequest{Domain: "flood", Descriptors: descs(descriptor("client", "c1"))}
 

@@ -153,15 +153,26 @@ func redisStore(t *testing.T, prefix string) store.Store {
 
 // peerClient serves the peer's files with the default configuration on st.
 func peerClient(t *testing.T, st store.Store, now func() time.Time) rlsv3.RateLimitServiceClient {
+	lim, cat := filesLimiter(t, st, limit.Options{Now: now}, nil)
+	return rlsv3.NewRateLimitServiceClient(start(t, Config{ConfigFiles: peerFiles}, lim, cat))
+}
+
+// filesLimiter is a limiter on st with the default configuration, changed
+// by mod (when not nil), and opts with a catalog of its own.
+func filesLimiter(t *testing.T, st store.Store, opts limit.Options, mod func(*limit.Config)) (*limit.Limiter, *catalog.Catalog) {
 	var cfg limit.Config
 	cfg.SetDefaults()
 	cfg.StoreTimeout = time.Second // the race detector slows every call
+	if mod != nil {
+		mod(&cfg)
+	}
 	cat, err := catalog.NewCatalog(nil, nil, nil)
 	require.NoError(t, err)
-	lim, err := limit.NewLimiter(cfg, st, limit.Options{Catalog: cat, Now: now})
+	opts.Catalog = cat
+	lim, err := limit.NewLimiter(cfg, st, opts)
 	require.NoError(t, err)
 	t.Cleanup(lim.Close)
-	return rlsv3.NewRateLimitServiceClient(start(t, Config{ConfigFiles: peerFiles}, lim, cat))
+	return lim, cat
 }
 
 // replayPeerCall makes one call and reports each way its answer differs
