@@ -91,6 +91,46 @@ local now = math.floor(now_us / 1000)
 -- list them when refusing, and when the sum is missing (a new key, or one
 -- an older script wrote).
 local st = redis.call('HGET', key, 't')
+if not st and unleased <= 0 and not ARGV[14] then
+  -- A key with no hash (new, or gone with its expiry): what the steps
+  -- below do for it, without them (nothing to return, scan or report: a
+  -- rare key's call, the one most calls are at scale, costs Redis about
+  -- half).
+  local status, granted, retry = 0, 0, 0
+  if deadline > 0 and now_us > deadline then status = 2 end
+  if status == 0 and want >= need and limit >= need then
+    granted = want
+    if granted > limit then granted = limit end
+  end
+  if limit <= 0 then
+    retry = window
+  elseif need > limit then
+    retry = -1
+  end
+  local ref, used_ref, reset, free = 0, 0, 0, 0
+  if granted > 0 then
+    used_ref = (math.floor((now + use_within) / g) + 1) * g
+    ref = (math.floor((now + lease) / g) + 1) * g
+    local lo, hi = used_ref, used_ref
+    if granted > need then
+      if ref < lo then lo = ref end
+      if ref > hi then hi = ref end
+    end
+    reset, free = hi + window - now, lo + window - now
+    local t = fmt('%d %d %d %d 1', now, granted, lo, hi)
+    if granted == need or ref == used_ref then
+      redis.call('HSET', key, 't', t, fmt('%d', used_ref), fmt('%d', granted))
+    else
+      redis.call('HSET', key, 't', t, fmt('%d', used_ref), fmt('%d', need), fmt('%d', ref), fmt('%d', granted - need))
+    end
+  else
+    redis.call('HSET', key, 't', fmt('%d 0 0 0 1', now))
+  end
+  local keep = reset
+  if keep < window then keep = window end
+  redis.call('PEXPIRE', key, fmt('%d', keep + 1000))
+  return {granted, limit - granted, retry, reset, status, ref, now_us, used_ref, free, 1}
+end
 local last, n, lo, hi, seq
 if st then
   local a, b, c, d, v = string.match(st, '^(%d+) (%d+) (%d+) (%d+) ?(%d*)$')
