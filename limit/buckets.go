@@ -79,19 +79,11 @@ type bucket struct {
 	// Limiter.settleOwed.
 	owed, owedRef, owedBy int64
 	// own counts the permits the local failure policy let through on this
-	// key since the last lease call that reached the store, by slots of an
-	// eighth of a window (unleasedWidth): unleased[unleasedSlot%unleasedSlots]
-	// is the newest, the others the eight before it, and unleasedLast the
-	// time of each slot's last permit (unix nanos); they go to the store
-	// with those times (LeaseRequest.Unleased and UnleasedBefore).
-	unleased     [unleasedSlots]int64
-	unleasedLast [unleasedSlots]int64
-	unleasedSlot int64 // unix nanos / unleasedWidth of the newest slot
-	// unleasedWidth is the width of the slots (nanos; 0: one slot), as the
-	// limit was when they were filled: a rule or a reload may change the
-	// limit's window under the same key (see bucket.addUnleased).
-	unleasedWidth int64
-	unleasedAt    int64 // unix nanos: when the last of them was let through
+	// key since the last lease call that reached the store, with their
+	// times (nil until the first: most keys never have any, and inline the slots
+	// took a third of every key's bucket).
+	own        *unleasedLog
+	unleasedAt int64 // unix nanos: when the last of them was let through
 	// unleasedUntil is when the last of them stops counting in any window to
 	// come (unix nanos; math.MaxInt64: never, a token bucket that does not
 	// refill): until then the sweep keeps the bucket.
@@ -124,7 +116,21 @@ type bucket struct {
 }
 
 // bucketPad rounds a bucket up to a whole number of cache lines.
-const bucketPad = 28
+const bucketPad = 52
+
+// unleasedLog counts the permits the local failure policy let through on
+// one key, by slots of an eighth of a window (width): n[slot%unleasedSlots]
+// is the newest, the others the eight before it, and last the time of
+// each slot's last permit (unix nanos); they go to the store with those
+// times (LeaseRequest.Unleased and UnleasedBefore). width is as the
+// limit's window was when they were filled (nanos; 0: one slot): a rule or
+// a reload may change it under the same key (see bucket.addUnleased).
+type unleasedLog struct {
+	n     [unleasedSlots]int64
+	last  [unleasedSlots]int64
+	slot  int64 // unix nanos / width of the newest slot
+	width int64
+}
 
 // fill is one in-flight lease call; requests that find the bucket empty while
 // it runs wait for it instead of calling the store themselves.

@@ -88,12 +88,12 @@ func (ret *report) unleasedTotal() int64 {
 	return n
 }
 
-// unleasedSlots is the number of slots of bucket.unleased: the newest and one
+// unleasedSlots is the number of slots of an unleasedLog: the newest and one
 // for each UnleasedBefore part. The eight slots of an eighth of a window
 // before the newest cover every permit still in the window.
 const unleasedSlots = store.UnleasedParts + 1
 
-// unleasedWidth is the width of a slot of bucket.unleased for a limit of
+// unleasedWidth is the width of a slot of an unleasedLog for a limit of
 // params p: an eighth (1/UnleasedParts) of the time a permit counts for, the window (for a
 // token bucket the time to refill a whole bucket, after which a token taken
 // no longer matters); 0 (one slot) when that time is 0 or endless.
@@ -110,7 +110,10 @@ func unleasedWidth(p *store.Params) int64 {
 // hasUnleased tells whether b holds unleased permits that the
 // store has not been told of. The caller holds b.mu.
 func (b *bucket) hasUnleased() bool {
-	for _, n := range b.unleased {
+	if b.own == nil {
+		return false
+	}
+	for _, n := range b.own.n {
 		if n != 0 {
 			return true
 		}
@@ -121,37 +124,48 @@ func (b *bucket) hasUnleased() bool {
 // addUnleased counts n permits the local policy let through at now. The
 // caller holds b.mu.
 func (b *bucket) addUnleased(n, now, width int64) {
-	if width != b.unleasedWidth {
-		b.rewidth(width)
+	if b.own == nil {
+		b.own = &unleasedLog{width: width}
 	}
-	k := int64(0)
-	if width > 0 {
-		k = now / width
+	o := b.own
+	if width != o.width {
+		o.rewidth(width)
 	}
-	switch {
-	case k > b.unleasedSlot:
-		for i := b.unleasedSlot + 1; i <= min(k, b.unleasedSlot+unleasedSlots); i++ {
-			b.unleased[i%unleasedSlots], b.unleasedLast[i%unleasedSlots] = 0, 0
-		}
-		b.unleasedSlot = k
-	case k <= b.unleasedSlot-unleasedSlots:
-		return // a window old (put back late): out of every window to come
+	if o.add(n, now) {
+		b.unleasedAt = max(b.unleasedAt, now)
 	}
-	b.unleased[k%unleasedSlots] += n
-	b.unleasedLast[k%unleasedSlots] = max(b.unleasedLast[k%unleasedSlots], now)
-	b.unleasedAt = max(b.unleasedAt, now)
 }
 
-// rewidth moves the unleased slots to slots of width (the limit's window
-// changed under the key): each slot's permits go to the new slot of its
-// last permit, dated by it, never earlier than any of them. The caller
-// holds b.mu.
-func (b *bucket) rewidth(width int64) {
-	old, last, slot := b.unleased, b.unleasedLast, b.unleasedSlot
-	b.unleased, b.unleasedLast, b.unleasedSlot, b.unleasedWidth = [unleasedSlots]int64{}, [unleasedSlots]int64{}, 0, width
+// add counts n permits let through at now in the slot of now, unless they
+// are a window old (put back late: out of every window to come).
+func (o *unleasedLog) add(n, now int64) bool {
+	k := int64(0)
+	if o.width > 0 {
+		k = now / o.width
+	}
+	switch {
+	case k > o.slot:
+		for i := o.slot + 1; i <= min(k, o.slot+unleasedSlots); i++ {
+			o.n[i%unleasedSlots], o.last[i%unleasedSlots] = 0, 0
+		}
+		o.slot = k
+	case k <= o.slot-unleasedSlots:
+		return false
+	}
+	o.n[k%unleasedSlots] += n
+	o.last[k%unleasedSlots] = max(o.last[k%unleasedSlots], now)
+	return true
+}
+
+// rewidth moves the slots to slots of width (the limit's window changed
+// under the key): each slot's permits go to the new slot of its last
+// permit, dated by it, never earlier than any of them.
+func (o *unleasedLog) rewidth(width int64) {
+	old := *o
+	*o = unleasedLog{width: width}
 	for i := unleasedSlots - 1; i >= 0; i-- {
-		if k := slot - int64(i); k >= 0 && old[k%unleasedSlots] > 0 {
-			b.addUnleased(old[k%unleasedSlots], last[k%unleasedSlots], width)
+		if k := old.slot - int64(i); k >= 0 && old.n[k%unleasedSlots] > 0 {
+			o.add(old.n[k%unleasedSlots], old.last[k%unleasedSlots])
 		}
 	}
 }
@@ -164,22 +178,26 @@ func (b *bucket) rewidth(width int64) {
 // Slots that no longer count (a window old or more; for a token bucket, a
 // refill time) are dropped. The caller holds b.mu.
 func (b *bucket) unleasedParts(now int64, s *spec) (unleased int64, ago time.Duration, before [store.UnleasedParts]store.UnleasedPart) {
+	o := b.own
+	if o == nil {
+		return 0, 0, before
+	}
 	window := unleasedWidth(&s.params) * store.UnleasedParts
 	for i := 1; i < unleasedSlots; i++ {
-		k := b.unleasedSlot - int64(i)
+		k := o.slot - int64(i)
 		if k < 0 {
 			break
 		}
-		n, last := b.unleased[k%unleasedSlots], b.unleasedLast[k%unleasedSlots]
-		b.unleased[k%unleasedSlots], b.unleasedLast[k%unleasedSlots] = 0, 0
+		n, last := o.n[k%unleasedSlots], o.last[k%unleasedSlots]
+		o.n[k%unleasedSlots], o.last[k%unleasedSlots] = 0, 0
 		if n == 0 || (window > 0 && last+window <= now) {
 			continue
 		}
 		before[i-1] = store.UnleasedPart{N: n, Ago: min(time.Duration(max(now-last, 0)), store.MaxWindow)}
 	}
-	k := b.unleasedSlot % unleasedSlots
-	unleased, last := b.unleased[k], b.unleasedLast[k]
-	b.unleased[k], b.unleasedLast[k] = 0, 0
+	k := o.slot % unleasedSlots
+	unleased, last := o.n[k], o.last[k]
+	o.n[k], o.last[k] = 0, 0
 	if unleased > 0 {
 		ago = min(time.Duration(max(now-last, 0)), store.MaxWindow)
 	}

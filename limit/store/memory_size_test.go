@@ -44,7 +44,7 @@ func TestMemoryStoreBytesPerKey(t *testing.T) {
 			per := float64(after.HeapAlloc-before.HeapAlloc) / keys
 			t.Logf("memory store, %v: %d keys (key %d bytes), %.0f B per key", alg, s.Len(), len(req.Key), per)
 			assert.Equal(t, keys, s.Len())
-			assert.Less(t, per, 400.0, "a key takes more than docs/configuration.md says")
+			assert.Less(t, per, 300.0, "a key takes more than docs/configuration.md says")
 			runtime.KeepAlive(s)
 		})
 	}
