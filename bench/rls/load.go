@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/rueidis"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// row is one load: the descriptor each call sends.
+type row struct {
+	name   string
+	key    string
+	values int // 0: one value; else a value drawn among this many per call
+	limit  int // per second, for a row that reaches its limit (0: never)
+}
+
+var allRows = []row{
+	{name: "hot", key: "hot"},
+	{name: "100k", key: "user", values: 100_000},
+	{name: "1m", key: "user", values: 1_000_000},
+	{name: "flood", key: "flood", limit: 100},
+}
+
+func parseRows(list string) ([]row, error) {
+	var out []row
+	for _, name := range strings.Split(list, ",") {
+		i := -1
+		for j, r := range allRows {
+			if r.name == strings.TrimSpace(name) {
+				i = j
+			}
+		}
+		if i < 0 {
+			return nil, fmt.Errorf("-rows: no row %q (hot, 100k, 1m, flood)", name)
+		}
+		out = append(out, allRows[i])
+	}
+	return out, nil
+}
+
+// measure is one row on one service.
+type measure struct {
+	calls, ok, errors int64
+	seconds           float64
+	cpu, redisCPU     time.Duration // the service's and Redis' over the row
+	commands          int64         // store calls Redis ran over the row (storeCalls)
+	rss               int64         // the service's, at the row's end
+}
+
+func (m measure) perSecond() float64 { return float64(m.calls) / m.seconds }
+func (m measure) cpuPerCall() float64 {
+	return float64(m.cpu.Microseconds()) / float64(max(m.calls, 1))
+}
+func (m measure) redisPerCall() float64 {
+	return float64(m.redisCPU.Microseconds()) / float64(max(m.calls, 1))
+}
+func (m measure) commandsPerCall() float64 { return float64(m.commands) / float64(max(m.calls, 1)) }
+
+func (m measure) String() string {
+	return fmt.Sprintf("%8.0f calls/s, %d OK, %d errors, %.1f µs CPU a call, Redis %.1f µs and %.3f store calls a call, RSS %d MB",
+		m.perSecond(), m.ok, m.errors, m.cpuPerCall(), m.redisPerCall(), m.commandsPerCall(), m.rss>>20)
+}
+
+// measureRow empties Redis, then runs r on s for the row's duration.
+func measureRow(ctx context.Context, o *options, r row, s *proc, redis *proc) (measure, error) {
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redis.addr}, DisableCache: true})
+	if err != nil {
+		return measure{}, err
+	}
+	defer rc.Close()
+	if err := rc.Do(ctx, rc.B().Flushall().Build()).Error(); err != nil {
+		return measure{}, err
+	}
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return measure{}, err
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	if _, err := client.ShouldRateLimit(ctx, request(r, 0)); err != nil { // connected and serving
+		return measure{}, err
+	}
+	cpu0, err := cpu(s.cmd.Process.Pid)
+	if err != nil {
+		return measure{}, err
+	}
+	rcpu0, cmds0, err := redisStats(ctx, rc)
+	if err != nil {
+		return measure{}, err
+	}
+	m := load(ctx, client, r, o)
+	cpu1, err := cpu(s.cmd.Process.Pid)
+	if err != nil {
+		return measure{}, err
+	}
+	rcpu1, cmds1, err := redisStats(ctx, rc)
+	if err != nil {
+		return measure{}, err
+	}
+	m.cpu, m.redisCPU, m.commands = cpu1-cpu0, rcpu1-rcpu0, cmds1-cmds0
+	m.rss, err = rss(s.cmd.Process.Pid)
+	return m, err
+}
+
+// request is the call of row r; n picks its descriptor's value.
+func request(r row, n int) *rlsv3.RateLimitRequest {
+	value := "1"
+	if r.values > 0 {
+		value = strconv.Itoa(n % r.values)
+	}
+	return &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*corev3.RateLimitDescriptor{
+		{Entries: []*corev3.RateLimitDescriptor_Entry{{Key: r.key, Value: value}}},
+	}}
+}
+
+// load runs o.callers callers of r on client for o.duration.
+func load(ctx context.Context, client rlsv3.RateLimitServiceClient, r row, o *options) measure {
+	var calls, ok, errs atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	end := start.Add(o.duration)
+	for c := range o.callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(c), uint64(start.UnixNano())))
+			for time.Now().Before(end) && ctx.Err() == nil {
+				resp, err := client.ShouldRateLimit(ctx, request(r, rng.IntN(1<<30)))
+				calls.Add(1)
+				switch {
+				case err != nil:
+					errs.Add(1)
+				case resp.OverallCode == rlsv3.RateLimitResponse_OK:
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return measure{calls: calls.Load(), ok: ok.Load(), errors: errs.Load(), seconds: time.Since(start).Seconds()}
+}
+
+// storeCalls are the commands that are one decision's store call: a
+// script's run for Sentinel, INCRBY (pipelined with its EXPIRE) for
+// envoyproxy/ratelimit.
+var storeCalls = map[string]bool{"cmdstat_evalsha": true, "cmdstat_eval": true, "cmdstat_incrby": true}
+
+// redisStats reads Redis' CPU time (user and system) and the store calls
+// it has run (storeCalls).
+func redisStats(ctx context.Context, rc rueidis.Client) (time.Duration, int64, error) {
+	info, err := rc.Do(ctx, rc.B().Info().Section("everything").Build()).ToString()
+	if err != nil {
+		return 0, 0, err
+	}
+	var cpuSec float64
+	var commands int64
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "used_cpu_sys:"); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			cpuSec += f
+		} else if v, ok := strings.CutPrefix(line, "used_cpu_user:"); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			cpuSec += f
+		} else if name, stats, ok := strings.Cut(line, ":"); ok && storeCalls[name] {
+			calls, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
+			n, _ := strconv.ParseInt(calls, 10, 64)
+			commands += n
+		}
+	}
+	return time.Duration(cpuSec * float64(time.Second)), commands, nil
+}
