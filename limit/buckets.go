@@ -8,6 +8,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/cespare/xxhash/v2"
+	"github.com/puzpuzpuz/xsync/v4"
 
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
@@ -63,7 +64,6 @@ type bucket struct {
 	// doubles while leases run out before they expire and halves when
 	// permits expire unused (wasted budget).
 	size     int64
-	wasted   bool  // permits expired unused since the last lease
 	leasedAt int64 // unix nanos when the last lease call was sent
 	// The key's own rate on this pod, which a lease beyond the request's
 	// tokens needs (see Limiter.leaseSize): uses counts the tokens taken
@@ -72,18 +72,20 @@ type bucket struct {
 	// samples (at most rateSamples counted).
 	gap    int64
 	gaps   uint8
+	wasted bool  // permits expired unused since the last lease
 	demand int64 // tokens wanted by requests that waited for a fill
 	// owed permits the store counted at owedRef (a lease call's UsedRef)
 	// for requests a later limit refused: the key's next lease call returns
 	// them, until owedBy (unix nanos; later they no longer count). See
 	// Limiter.settleOwed.
 	owed, owedRef, owedBy int64
-	// own counts the permits the local failure policy let through on this
-	// key since the last lease call that reached the store, with their
-	// times (nil until the first: most keys never have any, and inline the slots
-	// took a third of every key's bucket).
-	own        *unleasedLog
-	unleasedAt int64 // unix nanos: when the last of them was let through
+	// alone is what the key's store failures left (nil until the first:
+	// most keys never have any, and inline it took two fifths of every
+	// key's bucket): the permits the local failure policy let through on
+	// the key since the last lease call that reached the store, and when
+	// calls failed.
+	alone      *aloneState
+	unleasedAt int64 // unix nanos: when the last permit let through alone was
 	// unleasedUntil is when the last of them stops counting in any window to
 	// come (unix nanos; math.MaxInt64: never, a token bucket that does not
 	// refill): until then the sweep keeps the bucket.
@@ -93,19 +95,12 @@ type bucket struct {
 	// let through since (fallbackRoom).
 	answeredAt   int64
 	fallbackUsed int64
-	failedAt     int64 // unix nanos of the last store call for the key that failed
-	// failingSince is when the key's store calls began to fail (unix nanos:
-	// the first failure after an answer); see Limiter.heldShare.
-	failingSince int64
 	// seq is the highest call number of the key the store answered
 	// (seqAt: when that answer came, unix nanos), and ownUntil when the last
 	// permit the store granted this pod for it stops counting: a call sent
 	// later that gets a number no greater, before then, talks to a store
 	// that lost writes (see Limiter.checkSeq).
 	seq, seqAt, ownUntil int64
-	// emptiedAt is when an answer last showed that the store lost the
-	// key's counts (unix nanos; see Limiter.drains).
-	emptiedAt int64
 
 	lastUsed atomic.Int64 // unix nanos
 	// late counts this bucket's store calls whose caller gave up and whose
@@ -116,7 +111,50 @@ type bucket struct {
 }
 
 // bucketPad rounds a bucket up to a whole number of cache lines.
-const bucketPad = 52
+const bucketPad = 20
+
+// aloneState is what a key's store failures left in its bucket.
+type aloneState struct {
+	unleasedLog
+	failedAt int64 // unix nanos of the last store call for the key that failed
+	// failingSince is when the key's store calls began to fail (unix nanos:
+	// the first failure after an answer); see Limiter.heldShare.
+	failingSince int64
+	// emptiedAt is when an answer last showed that the store lost the
+	// key's counts (unix nanos; see Limiter.drains).
+	emptiedAt int64
+}
+
+// aloneState returns b.alone, made on first use. The caller holds b.mu.
+func (b *bucket) aloneState() *aloneState {
+	if b.alone == nil {
+		b.alone = new(aloneState)
+	}
+	return b.alone
+}
+
+// failedAt, failingSince and emptiedAt read b.alone's (0: none). The
+// caller holds b.mu.
+func (b *bucket) failedAt() int64 {
+	if b.alone == nil {
+		return 0
+	}
+	return b.alone.failedAt
+}
+
+func (b *bucket) failingSince() int64 {
+	if b.alone == nil {
+		return 0
+	}
+	return b.alone.failingSince
+}
+
+func (b *bucket) emptiedAt() int64 {
+	if b.alone == nil {
+		return 0
+	}
+	return b.alone.emptiedAt
+}
 
 // unleasedLog counts the permits the local failure policy let through on
 // one key, by slots of an eighth of a window (width): n[slot%unleasedSlots]
@@ -153,13 +191,16 @@ type bucketTable struct {
 }
 
 type bucketShard struct {
-	mu sync.Mutex // serializes the writers of m and n
-	m  sync.Map   // key (string) → *bucket
-	n  int        // buckets in m
+	mu sync.Mutex                  // serializes the writers of m and n
+	m  *xsync.Map[string, *bucket] // read without a lock or an allocation
+	n  int                         // buckets in m
 }
 
 func newBucketTable(maxKeys int) *bucketTable {
 	t := &bucketTable{mask: uint64(store.ShardsFor(maxKeys, bucketShards) - 1)}
+	for i := range t.shards {
+		t.shards[i].m = xsync.NewMap[string, *bucket]()
+	}
 	t.setMaxKeys(maxKeys)
 	return t
 }
@@ -174,8 +215,8 @@ func (t *bucketTable) setMaxKeys(maxKeys int) {
 // each calls f with every bucket of the table.
 func (t *bucketTable) each(f func(b *bucket)) {
 	for i := range t.shards {
-		t.shards[i].m.Range(func(_, v any) bool {
-			f(v.(*bucket))
+		t.shards[i].m.Range(func(_ string, b *bucket) bool {
+			f(b)
 			return true
 		})
 	}
@@ -187,7 +228,7 @@ func (t *bucketTable) find(key []byte, remove bool) *bucket {
 	k := unsafe.String(unsafe.SliceData(key), len(key)) // for these calls only: no copy
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	v, ok := sh.m.Load(k)
+	b, ok := sh.m.Load(k)
 	if !ok {
 		return nil
 	}
@@ -196,7 +237,7 @@ func (t *bucketTable) find(key []byte, remove bool) *bucket {
 		sh.n--
 		t.count.Add(-1)
 	}
-	return v.(*bucket)
+	return b
 }
 
 // get returns the bucket of key, creating it when missing. It allocates only
@@ -204,8 +245,7 @@ func (t *bucketTable) find(key []byte, remove bool) *bucket {
 func (t *bucketTable) get(key []byte, now int64) *bucket {
 	sh := &t.shards[xxhash.Sum64(key)&t.mask]
 	k := unsafe.String(unsafe.SliceData(key), len(key)) // for the lookups only: no copy
-	if v, ok := sh.m.Load(k); ok {
-		b := v.(*bucket)
+	if b, ok := sh.m.Load(k); ok {
 		// Idle means unused for 10 s or more: a hot key's bucket need not
 		// write its shared cache line on every request.
 		if now-b.lastUsed.Load() > int64(time.Millisecond) {
@@ -215,8 +255,8 @@ func (t *bucketTable) get(key []byte, now int64) *bucket {
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if v, ok := sh.m.Load(k); ok {
-		return v.(*bucket)
+	if b, ok := sh.m.Load(k); ok {
+		return b
 	}
 	if int64(sh.n) >= t.perShard.Load() && !t.makeRoom(sh, now) {
 		// Full of buckets that hold state: this key is decided with a
@@ -239,8 +279,8 @@ func (t *bucketTable) get(key []byte, now int64) *bucket {
 // inUse is how recently a bucket was used for makeRoom to keep it.
 const inUse = time.Second
 
-// makeRoom drops up to four buckets that hold nothing among a few of the
-// shard's (map order is random) and reports whether it dropped any. A bucket
+// makeRoom drops up to four buckets that hold nothing among the first few
+// the shard's map ranges over and reports whether it dropped any. A bucket
 // holds something when it has a store call in flight or given up on
 // (fill, late), permits the local failure policy let through and not yet
 // reported to the store (own), leased permits not yet used or returned
@@ -258,11 +298,11 @@ const inUse = time.Second
 func (t *bucketTable) makeRoom(sh *bucketShard, now int64) bool {
 	const sample, most = 32, 4
 	seen, dropped := 0, 0
-	sh.m.Range(func(k, v any) bool {
+	sh.m.Range(func(k string, b *bucket) bool {
 		if seen++; seen > sample || dropped == most {
 			return false
 		}
-		if b := v.(*bucket); now-b.lastUsed.Load() >= int64(inUse) && b.holdsNothing(now) {
+		if now-b.lastUsed.Load() >= int64(inUse) && b.holdsNothing(now) {
 			sh.m.Delete(k)
 			sh.n--
 			t.count.Add(-1)
@@ -316,8 +356,7 @@ func (t *bucketTable) sweep(now, idleBefore int64) {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
-		sh.m.Range(func(k, v any) bool {
-			b := v.(*bucket)
+		sh.m.Range(func(k string, b *bucket) bool {
 			if b.lastUsed.Load() < idleBefore && b.mu.TryLock() {
 				if b.fill == nil && (now >= b.unleasedUntil || !b.hasUnleased()) {
 					sh.m.Delete(k)

@@ -37,7 +37,7 @@ func TestBucketTableFloodKeepsBucketsThatHoldState(t *testing.T) {
 		case 1:
 			b.expired = 2
 		case 2:
-			b.own = &unleasedLog{n: [unleasedSlots]int64{1}}
+			b.alone = &aloneState{unleasedLog: unleasedLog{n: [unleasedSlots]int64{1}}}
 		case 3:
 			b.fill = &fill{done: make(chan struct{})}
 		case 4:
@@ -65,7 +65,7 @@ func TestBucketTableFloodKeepsBucketsThatHoldState(t *testing.T) {
 
 	// Buckets that hold nothing and are not in use make room for new keys.
 	for _, b := range held {
-		b.permits, b.expired, b.own, b.fill = 0, 0, nil, nil
+		b.permits, b.expired, b.alone, b.fill = 0, 0, nil, nil
 		b.late.Store(0)
 	}
 	later := now

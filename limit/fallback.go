@@ -102,7 +102,7 @@ func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool)
 	pods := float64(l.podsSeen())
 	left := float64(min(max(b.remaining, 0), s.limit))
 	credit := b.freed(now)
-	lost := b.emptiedAt > 0 && b.answeredAt-b.emptiedAt < int64(s.recoveryWindow())
+	lost := b.emptiedAt() > 0 && b.answeredAt-b.emptiedAt() < int64(s.recoveryWindow())
 	if lost {
 		credit = 1 // a key not contested: its share alone, see below
 	}
@@ -170,7 +170,7 @@ func (l *Limiter) contested(s *spec, b *bucket) bool {
 	if s.window <= 0 || l.podsSeen() <= 1 {
 		return false // no other pod takes what the last answer left
 	}
-	return b.deniedAt > 0 && b.failingSince-b.deniedAt < int64(s.window)
+	return b.deniedAt > 0 && b.failingSince()-b.deniedAt < int64(s.window)
 }
 
 // contestedNow tells that the store refused b's key within a window, or
@@ -184,10 +184,11 @@ func (l *Limiter) contestedNow(s *spec, b *bucket, now int64) bool {
 // an answer begins a stretch of failures (failingSince). The caller holds
 // b.mu.
 func (b *bucket) failing(now int64) {
-	if b.failingSince <= b.answeredAt {
-		b.failingSince = now
+	a := b.aloneState()
+	if a.failingSince <= b.answeredAt {
+		a.failingSince = now
 	}
-	b.failedAt = now
+	a.failedAt = now
 }
 
 // recovering tells that a store call for b's key failed, or the local
@@ -197,7 +198,7 @@ func (b *bucket) failing(now int64) {
 // the store's remaining budget can hold permits that they used, so this
 // pod keeps to its local share. The caller holds b.mu.
 func (l *Limiter) recovering(s *spec, b *bucket, now int64) bool {
-	last := max(b.unleasedAt, b.failedAt)
+	last := max(b.unleasedAt, b.failedAt())
 	w := s.recoveryWindow()
 	return l.shared && l.policy == FailLocal && last > 0 && w > 0 && now-last < int64(w)
 }
@@ -214,7 +215,7 @@ func (l *Limiter) recovering(s *spec, b *bucket, now int64) bool {
 // nothing to it. The caller holds b.mu.
 func (l *Limiter) drains(s *spec, b *bucket, now int64) bool {
 	w := s.recoveryWindow()
-	return s.params.Algorithm == store.TokenBucket && b.emptiedAt > 0 && w > 0 && now-b.emptiedAt < int64(w)
+	return s.params.Algorithm == store.TokenBucket && b.emptiedAt() > 0 && w > 0 && now-b.emptiedAt() < int64(w)
 }
 
 // recoveryWindow is how long a pod's grants of s's key count after it made

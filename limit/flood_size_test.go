@@ -26,13 +26,13 @@ func TestLimiterBytesPerKey(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
 		st := store.NewMemoryStore(store.MemoryOptions{MaxKeys: 1 << 20})
 		t.Cleanup(st.Close)
-		limiterBytesPerKey(t, st, 900)
+		limiterBytesPerKey(t, st, 800)
 	})
 	t.Run("redis", func(t *testing.T) {
 		cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{redistest.Start(t).Addr}})
 		require.NoError(t, err)
 		t.Cleanup(cl.Close)
-		limiterBytesPerKey(t, store.NewRedisStore(cl, store.RedisStoreOptions{KeyPrefix: "m"}), 900)
+		limiterBytesPerKey(t, store.NewRedisStore(cl, store.RedisStoreOptions{KeyPrefix: "m"}), 800)
 	})
 }
 

@@ -146,10 +146,10 @@ func (l *Limiter) heldSince(b *bucket, open bool) (from, end int64, ok bool) {
 	if !open {
 		return 0, 0, false
 	}
-	from = b.failingSince + int64(l.peerNotice)
+	from = b.failingSince() + int64(l.peerNotice)
 	end = b.answeredAt + int64(PartitionHold-l.peerNotice-time.Second)
 	if beat := l.lastBeat(); beat > 0 {
-		from = max(beat+int64(l.peerNotice), b.failingSince)
+		from = max(beat+int64(l.peerNotice), b.failingSince())
 		end = beat + int64(PartitionHold-2*time.Second)
 	}
 	return from, end, true
@@ -195,7 +195,8 @@ func (l *Limiter) checkSeq(s *spec, b *bucket, res store.LeaseResult, sent, now 
 	case sent > b.seqAt:
 		if b.seq > 0 && res.Seq <= b.seq && (now < b.ownUntil || now-b.seqAt < w*9/10) {
 			storeEmptied.Inc()
-			b.failedAt, b.emptiedAt = now, now
+			a := b.aloneState()
+			a.failedAt, a.emptiedAt = now, now
 		}
 		b.seq, b.seqAt = res.Seq, now
 	case res.Seq > b.seq: // sent before the last answer came: no order to check

@@ -110,10 +110,10 @@ func unleasedWidth(p *store.Params) int64 {
 // hasUnleased tells whether b holds unleased permits that the
 // store has not been told of. The caller holds b.mu.
 func (b *bucket) hasUnleased() bool {
-	if b.own == nil {
+	if b.alone == nil {
 		return false
 	}
-	for _, n := range b.own.n {
+	for _, n := range b.alone.n {
 		if n != 0 {
 			return true
 		}
@@ -124,10 +124,7 @@ func (b *bucket) hasUnleased() bool {
 // addUnleased counts n permits the local policy let through at now. The
 // caller holds b.mu.
 func (b *bucket) addUnleased(n, now, width int64) {
-	if b.own == nil {
-		b.own = &unleasedLog{width: width}
-	}
-	o := b.own
+	o := &b.aloneState().unleasedLog
 	if width != o.width {
 		o.rewidth(width)
 	}
@@ -178,10 +175,10 @@ func (o *unleasedLog) rewidth(width int64) {
 // Slots that no longer count (a window old or more; for a token bucket, a
 // refill time) are dropped. The caller holds b.mu.
 func (b *bucket) unleasedParts(now int64, s *spec) (unleased int64, ago time.Duration, before [store.UnleasedParts]store.UnleasedPart) {
-	o := b.own
-	if o == nil {
+	if b.alone == nil {
 		return 0, 0, before
 	}
+	o := &b.alone.unleasedLog
 	window := unleasedWidth(&s.params) * store.UnleasedParts
 	for i := 1; i < unleasedSlots; i++ {
 		k := o.slot - int64(i)
