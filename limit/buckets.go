@@ -283,7 +283,7 @@ const inUse = time.Second
 // the shard's map ranges over and reports whether it dropped any. A bucket
 // holds something when it has a store call in flight or given up on
 // (fill, late), permits the local failure policy let through and not yet
-// reported to the store (own), leased permits not yet used or returned
+// reported to the store (alone), leased permits not yet used or returned
 // (permits, expired), or the store's answer that the key's budget is spent
 // until resetAt: dropping the first would let a limit be exceeded, the
 // second would keep budget counted in the store that nobody can use, and
