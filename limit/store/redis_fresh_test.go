@@ -46,16 +46,18 @@ func TestSlidingWindowNewKeyAnswersAsTheFullScript(t *testing.T) {
 		{limit: 100, window: 1000, want: 4, lease: 250, g: 5, need: 1, deadline: past},
 		{limit: 100, window: 1000, want: 0, lease: 250, g: 5, need: 1},
 	}
-	run := func(key string, c call, full bool) (rueidis.RedisMessage, map[string]string, int64) {
-		args := []string{
+	args := func(c call, full bool) []string {
+		a := []string{
 			fmt.Sprint(c.limit), fmt.Sprint(c.window), fmt.Sprint(c.want), fmt.Sprint(c.lease),
 			fmt.Sprint(c.g), fmt.Sprint(c.need), "0", "0", fmt.Sprint(c.deadline), "0", "0", "0",
 			fmt.Sprint(c.useWithin),
 		}
 		if full {
-			args = append(args, "0", "0")
+			a = append(a, "0", "0")
 		}
-		res := slidingWindowScript.Exec(ctx, client, []string{key}, args)
+		return a
+	}
+	read := func(key string, res rueidis.RedisResult) (rueidis.RedisMessage, map[string]string, int64) {
 		require.NoError(t, res.Error())
 		msg, _ := res.ToMessage()
 		h, err := client.Do(ctx, client.B().Hgetall().Key(key).Build()).AsStrMap()
@@ -66,11 +68,16 @@ func TestSlidingWindowNewKeyAnswersAsTheFullScript(t *testing.T) {
 	}
 	for i, c := range calls {
 		// The two calls compare only when Redis' clock gave both the same
-		// millisecond (the fields are times): try until it does.
+		// millisecond (the fields are times): they are sent in one
+		// pipeline, and again until they do.
 		for try := 0; ; try++ {
 			require.Less(t, try, 100, "call %d: never two calls in one millisecond", i)
-			fast, fastHash, fastTTL := run(fmt.Sprintf("fresh:fast:%d:%d", i, try), c, false)
-			full, fullHash, fullTTL := run(fmt.Sprintf("fresh:full:%d:%d", i, try), c, true)
+			fastKey, fullKey := fmt.Sprintf("fresh:fast:%d:%d", i, try), fmt.Sprintf("fresh:full:%d:%d", i, try)
+			res := slidingWindowScript.ExecMulti(ctx, client,
+				rueidis.LuaExec{Keys: []string{fastKey}, Args: args(c, false)},
+				rueidis.LuaExec{Keys: []string{fullKey}, Args: args(c, true)})
+			fast, fastHash, fastTTL := read(fastKey, res[0])
+			full, fullHash, fullTTL := read(fullKey, res[1])
 			if now(fastHash) != now(fullHash) {
 				continue
 			}
