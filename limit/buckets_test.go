@@ -194,3 +194,26 @@ func TestBucketHotFieldsShareALine(t *testing.T) {
 	}
 	assert.LessOrEqual(t, end, uintptr(64))
 }
+
+// TestSpentBudgetRefusedWithoutAStoreCall: the grant that leaves a key no
+// budget is remembered as a refusal, as the store's next answer would be:
+// a flooded key does not cost a store call for the refusal after every
+// permit that frees. Past maxCachedDenial the store is asked again.
+func TestSpentBudgetRefusedWithoutAStoreCall(t *testing.T) {
+	clock, now, mem, _ := clockedStore(t)
+	st := &countingStore{Store: mem}
+	cfg := testLimitsConfig(func(c *Config) { c.IP, c.Window = 5, time.Minute })
+	l := newTestLimiter(t, cfg, st, Options{Now: now})
+	req := &Request{IP: []byte("10.9.9.9")}
+	got, _ := allowN(l, req, 5)
+	require.Equal(t, 5, got)
+	calls := st.calls.Load()
+	got, d := allowN(l, req, 50)
+	assert.Zero(t, got)
+	assert.Equal(t, calls, st.calls.Load(), "a refusal after the grant that spent the budget asked the store")
+	assert.Greater(t, d.RetryAfter, 50*time.Second, "the refusal's retry-after is when the first permit leaves")
+	clock.Add(int64(maxCachedDenial))
+	got, _ = allowN(l, req, 1)
+	assert.Zero(t, got)
+	assert.Equal(t, calls+1, st.calls.Load(), "past maxCachedDenial the store is asked again")
+}

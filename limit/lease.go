@@ -288,6 +288,9 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), u
 	case g.res.Granted >= tokens:
 		l.keepLease(ctx, s, b, g, tokens, sent)
+		if !g.kept {
+			b.cacheSpent(res, now)
+		}
 		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), freshUse(b, g.res)
 	}
 	b.cacheRefusal(g.res, tokens, now)
@@ -422,6 +425,20 @@ func (b *bucket) cacheRefusal(res store.LeaseResult, tokens, now int64) {
 	case res.RetryAfter > 0:
 		b.deniedUntil = now + int64(min(res.RetryAfter, maxCachedDenial))
 	}
+}
+
+// cacheSpent remembers that the grant res, answered at now, left the key
+// no budget: once b's lease is used, the key is refused locally until its
+// first counted permit leaves (at most maxCachedDenial), as the store
+// would refuse the next call. Without it a flooded key cost two store
+// calls for every permit that freed: the grant, and a refusal. The caller
+// holds b.mu.
+func (b *bucket) cacheSpent(res store.LeaseResult, now int64) {
+	if res.Remaining > 0 || res.FirstFree <= 0 || b.late.Load() > 0 {
+		return
+	}
+	b.retryAfter, b.deniedAt, b.deniedNeed = int64(res.FirstFree), now, 1
+	b.deniedUntil = now + int64(min(res.FirstFree, maxCachedDenial))
 }
 
 // freshUse is the use of a request's permits granted by a lease call

@@ -237,6 +237,10 @@ func TestLocalShareCountsStorePermits(t *testing.T) {
 			ip := []byte("local-share-" + alg.String())
 			got, _ := allowN(l, &Request{IP: ip}, 10)
 			require.Equal(t, 10, got)
+			// The grant that spent the budget is remembered as a refusal
+			// for up to maxCachedDenial: past it, the next request asks
+			// the store.
+			time.Sleep(2 * maxCachedDenial)
 			srv.Pause()
 			defer srv.Resume()
 			local := fallbackLocal.Get()
