@@ -166,7 +166,7 @@ func confRunRedis(t *testing.T, e *confEnv) {
 	t.Run("EveryKeyHasTTL", func(t *testing.T) { confEveryKeyHasTTL(t, e) })
 }
 
-func confClient(t *testing.T, addrs []string) rueidis.Client {
+func confClient(t testing.TB, addrs []string) rueidis.Client {
 	t.Helper()
 	client, err := NewRedisClient(RedisConfig{Addrs: addrs})
 	require.NoError(t, err)

@@ -25,10 +25,7 @@ func TestSlidingWindowNewKeyAnswersAsTheFullScript(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server")
 	}
-	srv := redistest.Start(t)
-	client, err := NewRedisClient(RedisConfig{Addrs: []string{srv.Addr}})
-	require.NoError(t, err)
-	t.Cleanup(client.Close)
+	client := confClient(t, []string{redistest.Start(t).Addr})
 	ctx := context.Background()
 	type call struct {
 		limit, window, want, lease, g, need, deadline, useWithin int64

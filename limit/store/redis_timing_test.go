@@ -148,9 +148,6 @@ func benchRedisStore(b *testing.B) (*RedisStore, rueidis.Client) {
 	if testing.Short() {
 		b.Skip("needs redis-server")
 	}
-	srv := redistest.Start(b)
-	client, err := NewRedisClient(RedisConfig{Addrs: []string{srv.Addr}})
-	require.NoError(b, err)
-	b.Cleanup(client.Close)
+	client := confClient(b, []string{redistest.Start(b).Addr})
 	return NewRedisStore(client, RedisStoreOptions{KeyPrefix: "bench"}), client
 }
