@@ -91,25 +91,28 @@ func measureRow(ctx context.Context, o *options, r row, s *proc, redis *proc) (m
 	if _, err := client.ShouldRateLimit(ctx, request(r, 0)); err != nil { // connected and serving
 		return measure{}, err
 	}
-	cpu0, err := cpu(s.cmd.Process.Pid)
-	if err != nil {
-		return measure{}, err
-	}
-	rcpu0, cmds0, err := redisStats(ctx, rc)
+	before, err := snapshot(ctx, s, rc)
 	if err != nil {
 		return measure{}, err
 	}
 	m := load(ctx, client, r, o)
-	cpu1, err := cpu(s.cmd.Process.Pid)
-	if err != nil {
-		return measure{}, err
+	after, err := snapshot(ctx, s, rc)
+	m.cpu, m.redisCPU, m.commands, m.rss = after.cpu-before.cpu, after.redisCPU-before.redisCPU, after.commands-before.commands, after.rss
+	return m, err
+}
+
+// snapshot reads the service's CPU time and memory and Redis' CPU time
+// and store calls (the counters of a measure, as they are now).
+func snapshot(ctx context.Context, s *proc, rc rueidis.Client) (measure, error) {
+	var m measure
+	var err error
+	if m.cpu, err = cpu(s.cmd.Process.Pid); err != nil {
+		return m, err
 	}
-	rcpu1, cmds1, err := redisStats(ctx, rc)
-	if err != nil {
-		return measure{}, err
+	if m.rss, err = rss(s.cmd.Process.Pid); err != nil {
+		return m, err
 	}
-	m.cpu, m.redisCPU, m.commands = cpu1-cpu0, rcpu1-rcpu0, cmds1-cmds0
-	m.rss, err = rss(s.cmd.Process.Pid)
+	m.redisCPU, m.commands, err = redisStats(ctx, rc)
 	return m, err
 }
 
