@@ -429,16 +429,15 @@ func (b *bucket) cacheRefusal(res store.LeaseResult, tokens, now int64) {
 
 // cacheSpent remembers that the grant res, answered at now, left the key
 // no budget: once b's lease is used, the key is refused locally until its
-// first counted permit leaves (at most maxCachedDenial), as the store
-// would refuse the next call. Without it a flooded key cost two store
-// calls for every permit that freed: the grant, and a refusal. The caller
-// holds b.mu.
+// first counted permit leaves (at most maxCachedDenial), as the store's
+// refusal of the next call would be cached (cacheRefusal). Without it a
+// flooded key cost two store calls for every permit that freed: the
+// grant, and a refusal. The caller holds b.mu.
 func (b *bucket) cacheSpent(res store.LeaseResult, now int64) {
 	if res.Remaining > 0 || res.FirstFree <= 0 || b.late.Load() > 0 {
 		return
 	}
-	b.retryAfter, b.deniedAt, b.deniedNeed = int64(res.FirstFree), now, 1
-	b.deniedUntil = now + int64(min(res.FirstFree, maxCachedDenial))
+	b.cacheRefusal(store.LeaseResult{RetryAfter: res.FirstFree}, 1, now)
 }
 
 // freshUse is the use of a request's permits granted by a lease call
