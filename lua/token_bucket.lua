@@ -52,6 +52,7 @@ local need = tonumber(ARGV[5])
 local ret = tonumber(ARGV[6])
 local deadline = tonumber(ARGV[8])
 local unleased = tonumber(ARGV[10])
+local alone = want == 0 and ret == 0
 local maxms = 1000000000000
 
 local t = redis.call('TIME')
@@ -80,12 +81,17 @@ for _, take in ipairs(takes) do
     if tokens > capacity then tokens = capacity end
     ts = take[1]
   end
+  -- Tokens used alone while the store was unreachable take the bucket
+  -- down to empty at most; a report alone (a cost settled over its
+  -- estimate) takes it below: the debt is repaid by the refill before
+  -- anything is granted, and nothing takes it away.
+  local floor = 0
+  if tokens < 0 then floor = tokens end
   tokens = tokens - take[2]
-  if tokens < 0 then tokens = 0 end
+  if tokens < floor and not alone then tokens = floor end
 end
 tokens = tokens + (now - ts) * rate / 1000 + ret
 if tokens > capacity then tokens = capacity end
-if tokens < 0 then tokens = 0 end
 
 local status = 0
 if deadline > 0 and now_us > deadline then status = 2 end
@@ -123,4 +129,6 @@ end
 
 redis.call('HSET', key, 'tokens', string.format('%.17g', tokens), 'ts', string.format('%d', now), 'n', string.format('%d', seq))
 redis.call('PEXPIRE', key, string.format('%d', keep))
-return {granted, math.floor(tokens), retry, reset, status, 0, now_us, 0, 0, seq}
+local remaining = math.floor(tokens)
+if remaining < 0 then remaining = 0 end
+return {granted, remaining, retry, reset, status, 0, now_us, 0, 0, seq}

@@ -102,6 +102,12 @@ func checkLease(req *LeaseRequest) error {
 	switch {
 	case req.Want == 0 && req.Return > 0:
 		// A return alone: nothing is granted.
+	case req.Want == 0 && req.Return == 0 && req.reports():
+		// A report alone: counted, nothing granted (a cost settled over
+		// its estimate).
+		if req.Used != 0 {
+			return fmt.Errorf("limit: report at %q: a report alone has no lease whose use it reports", req.Key)
+		}
 	case req.Want == 0:
 		// A look changes no count, so it reports none.
 		if req.Used != 0 || req.Unleased != 0 || req.UnleasedBefore != ([UnleasedParts]UnleasedPart{}) || req.Need > MaxLimit {
@@ -226,8 +232,13 @@ func CheckRefill(capacity int64, rate float64) string {
 // need is Need with its default of 1.
 func (r *LeaseRequest) need() int64 { return max(r.Need, 1) }
 
-// IsLook reports whether r is a look: Want 0 without a Return.
-func (r *LeaseRequest) IsLook() bool { return r.Want == 0 && r.Return == 0 }
+// IsLook reports whether r is a look: Want 0 without a Return or a report.
+func (r *LeaseRequest) IsLook() bool { return r.Want == 0 && r.Return == 0 && !r.reports() }
+
+// reports tells whether r reports permits used without a lease.
+func (r *LeaseRequest) reports() bool {
+	return r.Unleased != 0 || r.UnleasedBefore != ([UnleasedParts]UnleasedPart{})
+}
 
 // resultFor is the answer to req. The algorithms answer a look's
 // RetryAfter as a refusal's (they grant nothing); a look that finds Need

@@ -26,7 +26,6 @@ func (s *bucketState) lease(now, capacity int64, rate float64, q *leaseQuery) le
 	if tokens > c {
 		tokens = c
 	}
-	tokens = max(tokens, 0)
 	granted := min(max(int64(math.Floor(tokens)), 0), q.want)
 	if granted < q.need {
 		granted = 0
@@ -34,7 +33,7 @@ func (s *bucketState) lease(now, capacity int64, rate float64, q *leaseQuery) le
 	tokens -= float64(granted)
 	s.tokens, s.ts = tokens, now
 
-	a := leaseAnswer{granted: granted, remaining: int64(math.Floor(tokens))}
+	a := leaseAnswer{granted: granted, remaining: max(int64(math.Floor(tokens)), 0)}
 	need := float64(q.need)
 	if granted == 0 {
 		switch {
@@ -75,6 +74,7 @@ func (s *bucketState) takeUnleased(now int64, c, rate float64, q *leaseQuery) (f
 	}
 	slices.SortFunc(takes[:n], func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
 	tokens, ts := s.tokens, s.ts
+	alone := q.want == 0 && q.ret == 0
 	for _, take := range takes[:n] {
 		if take[0] > ts {
 			tokens += float64(take[0]-ts) * rate / 1000
@@ -83,7 +83,11 @@ func (s *bucketState) takeUnleased(now int64, c, rate float64, q *leaseQuery) (f
 			}
 			ts = take[0]
 		}
-		tokens = max(tokens-float64(take[1]), 0)
+		// A report alone takes the bucket below empty (see token_bucket.lua).
+		floor := min(tokens, 0)
+		if tokens -= float64(take[1]); tokens < floor && !alone {
+			tokens = floor
+		}
 	}
 	return tokens, ts
 }

@@ -125,6 +125,10 @@ var confCases = []confCase{
 	{"SlidingLogReset", confReset(SlidingLog)},
 	{"TokenBucketReset", confReset(TokenBucket)},
 	{"QuotaReset", confReset(Quota)},
+	{"SlidingWindowReportAlone", confReportAlone(SlidingWindow)},
+	{"SlidingLogReportAlone", confReportAlone(SlidingLog)},
+	{"TokenBucketReportAlone", confReportAlone(TokenBucket)},
+	{"QuotaReportAlone", confReportAlone(Quota)},
 	{"EdgeValues", confEdgeValues},
 	{"OutOfBounds", confOutOfBounds},
 }
@@ -662,7 +666,7 @@ func confInvalid(t *testing.T, e *confEnv, key string) {
 		"no key":                      {Params: ok, Want: 1},
 		"negative want":               {Key: []byte(key), Params: ok, Want: -1},
 		"look that reports used":      {Key: []byte(key), Params: ok, Used: 1},
-		"look that reports own":       {Key: []byte(key), Params: ok, Unleased: 1},
+		"report alone of a use":       {Key: []byte(key), Params: ok, Used: 1, Unleased: 1},
 		"negative ttl":                {Key: []byte(key), Params: ok, Want: 1, LeaseTTL: -1},
 		"zero window":                 {Key: []byte(key), Params: Params{Limit: 1}, Want: 1},
 		"negative rate":               {Key: []byte(key), Params: Params{Algorithm: TokenBucket, Capacity: 1, RefillRate: -1}, Want: 1},
@@ -927,5 +931,34 @@ func confReset(alg Algorithm) func(*testing.T, *confEnv, string) {
 		r := e.lease(t, key, p, 2, 0, "")
 		assert.Equal(t, int64(2), r.Granted, "the budget is whole again")
 		assert.Equal(t, int64(0), e.lease(t, other, p, 1, 0, "").Granted, "another key keeps its counts")
+	}
+}
+
+// confReportAlone: a call that reports permits used without a lease and
+// asks for none (a cost settled over its estimate) counts them, past the
+// limit too, and grants nothing: the overdraft is repaid before the key
+// is granted again (a sliding window's permits leave a window after; a
+// token bucket refills from below zero).
+func confReportAlone(alg Algorithm) func(*testing.T, *confEnv, string) {
+	return func(t *testing.T, e *confEnv, key string) {
+		const window = 2 * time.Second
+		p := confParams(alg, 5, window)
+		if alg == Quota {
+			p = quotaParams(5, e.hourEndingIn(t, 30*time.Minute))
+		}
+		require.Equal(t, int64(4), e.lease(t, key, p, 4, 0, "").Granted)
+		r := e.leaseReq(t, &LeaseRequest{Key: []byte(key), Params: p, Unleased: 3})
+		assert.Zero(t, r.Granted, "a report alone grants nothing")
+		look := e.leaseReq(t, &LeaseRequest{Key: []byte(key), Params: p})
+		assert.Zero(t, look.Remaining, "7 counted for a limit of 5")
+		assert.Zero(t, e.lease(t, key, p, 1, 0, "").Granted)
+		if alg == TokenBucket {
+			// 2.5 tokens a second: 0.8 s refills 2, which repay the
+			// debt of 2 and leave none; 1.2 s more refill 3.
+			e.sleep(800 * time.Millisecond)
+			assert.Zero(t, e.lease(t, key, p, 1, 0, "").Granted, "the overdraft is repaid first")
+			e.sleep(1200 * time.Millisecond)
+			assert.Equal(t, int64(3), e.lease(t, key, p, 5, 0, "").Granted, "then the bucket refills")
+		}
 	}
 }

@@ -54,11 +54,13 @@ type LeaseRequest struct {
 	Params Params
 	// Want is the number of permits asked for (Need..MaxLimit; at most
 	// MaxLogTokens for sliding_log); the store grants 0 or Need..Want. 0
-	// with a Return: a return alone. 0 without one: a look, which takes
-	// nothing and changes no count (so another caller can never be
-	// refused because of it) and answers the Remaining budget, and the
-	// RetryAfter of Need permits (0 when they remain); it reports nothing
-	// (Used, Unleased and UnleasedBefore are 0).
+	// with a Return: a return alone. 0 with Unleased or UnleasedBefore
+	// (and no Return nor Used): a report alone, which counts them (past
+	// the limit too: a cost settled over its estimate) and grants nothing.
+	// 0 with neither: a look, which takes nothing and changes no count
+	// (so another caller can never be refused because of it) and answers
+	// the Remaining budget, and the RetryAfter of Need permits (0 when
+	// they remain).
 	Want int64
 	// Need is the fewest permits worth granting (0 means 1): when fewer are
 	// available the store grants none and takes nothing, so a request for n
