@@ -74,6 +74,9 @@ type bucket struct {
 	gaps   uint8
 	wasted bool  // permits expired unused since the last lease
 	demand int64 // tokens wanted by requests that waited for a fill
+	// reserved are permits of the current lease that reservations hold
+	// (see Reservation): its end does not report them used.
+	reserved int64
 	// owed permits the store counted at owedRef (a lease call's UsedRef)
 	// for requests a later limit refused: the key's next lease call returns
 	// them, until owedBy (unix nanos; later they no longer count). See
@@ -111,7 +114,7 @@ type bucket struct {
 }
 
 // bucketPad rounds a bucket up to a whole number of cache lines.
-const bucketPad = 20
+const bucketPad = 12
 
 // aloneState is what a key's store failures left in its bucket.
 type aloneState struct {

@@ -21,6 +21,11 @@ type use struct {
 	// lease expires, so they cannot return to the bucket (whose permits
 	// may be used until then): returnUses returns them to the store.
 	usedRef int64
+	// ref is where the store counted the lease the permits came from
+	// (0: unknown), for a reservation's return (see Reservation).
+	ref int64
+	// n is how many permits the limit took (a cost limit's estimate).
+	n int64
 	// local says the permits came from the bucket's lease, without a
 	// store call: decide counts these in sentinel_limit_local_hits_total,
 	// once per request rather than once per limit (the counter is a word
@@ -104,7 +109,7 @@ func (b *bucket) decideLocally(s *spec, tokens, now int64) (d verdict, u use, ok
 		b.permits -= tokens
 		b.uses += tokens
 		d := s.decision(true, b.remaining+b.permits, 0, b.resetAt-now)
-		u := use{b: b, gen: b.gen, local: true}
+		u := use{b: b, gen: b.gen, ref: b.ref, local: true}
 		b.mu.Unlock()
 		return d, u, true
 	}
@@ -446,7 +451,7 @@ func freshUse(b *bucket, res store.LeaseResult) use {
 	if res.UsedRef != 0 {
 		return use{b: b, usedRef: res.UsedRef}
 	}
-	return use{b: b, gen: b.gen}
+	return use{b: b, gen: b.gen, ref: b.ref}
 }
 
 // direct decides with one store call, outside the local buckets: sliding_log

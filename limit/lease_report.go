@@ -30,8 +30,11 @@ type report struct {
 // The caller holds b.mu.
 func (b *bucket) endLease(now int64) report {
 	n := min(b.permits+b.expired, b.leased)
-	used := b.leased - n
-	b.permits, b.expired, b.leased = 0, 0, 0
+	// Permits reserved for answers not yet settled are not reported used:
+	// they stay counted where the lease was until it expires plus a window,
+	// so that what a settlement gives back returns there (Limiter.Settle).
+	used := max(b.leased-n-b.reserved, 0)
+	b.permits, b.expired, b.leased, b.reserved = 0, 0, 0, 0
 	b.gen++ // returns of the old lease's used permits are dropped from now on
 	if now >= b.returnBy {
 		return report{}

@@ -17,13 +17,13 @@ import (
 // owes permits of another call already (the refusing limit's store call
 // came first, so this is not on the local fast path). An in-process store
 // takes them back at once.
-func (l *Limiter) returnUses(uses []use, specs []spec, tokens int64) {
+func (l *Limiter) returnUses(uses []use, specs []spec) {
 	if len(uses) == 0 { // the first limit refused: nothing used (and no clock read)
 		return
 	}
 	now := l.now().UnixNano()
 	for i, u := range uses {
-		b := u.b
+		b, tokens := u.b, u.n
 		if b == nil {
 			continue
 		}

@@ -286,14 +286,19 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 	if len(specs) > len(useArr) {
 		uses = make([]use, len(specs))
 	}
-	applied.NApplied = 0 // the entries past NApplied are never read
+	applied.NApplied, applied.NReserved = 0, 0 // the entries past them are never read
 	best := verdict{Allowed: true, Remaining: math.MaxInt64}
-	shadowed := false
+	shadowed, metered := false, false
 	hits := 0
 	defer func() { countLocalHits(hits) }()
 	for i := range specs {
 		s := &specs[i]
-		d, u := l.one(ctx, s, tokens, strict, req.RequestID, now)
+		n := tokens
+		if s.meter != nil {
+			n, metered = l.estimate(s, req, tokens), true
+		}
+		d, u := l.one(ctx, s, n, strict, req.RequestID, now)
+		u.n = n
 		if u.local {
 			hits++
 		}
@@ -301,7 +306,7 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 		s.counters.Count(d.Allowed, s.shadow || l.cfg.Shadow) // a policy limit's own counters
 		switch {
 		case d.Unavailable || !d.Allowed && !s.shadow && !l.cfg.Shadow:
-			l.returnUses(uses[:i], specs[:i], tokens)
+			l.returnUses(uses[:i], specs[:i])
 			counters.Blocked.Inc()
 			applied.noteUndecided(specs[i+1:])
 			applied.answer(&d)
@@ -321,6 +326,9 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 	}
 	if len(specs) == 0 {
 		best.Remaining = 0
+	}
+	if metered {
+		l.reserve(applied, specs, uses, now)
 	}
 	best.Allowed, best.Shadowed = true, shadowed
 	if shadowed {

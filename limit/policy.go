@@ -37,6 +37,9 @@ func (l *Limiter) policySpec(specs []spec, p *catalog.CompiledPolicy, subj *cata
 			continue
 		}
 		s.scope, s.name, s.shadow, s.counters = scopes[p.Shorthand], p.Items[i], shadow, p.Counters[i]
+		if i < len(p.Metered) {
+			s.meter = p.Metered[i]
+		}
 		s.setKey(p.AppendKey(s.buf[:0], i, id, subj))
 		l.finish(s, req)
 	}

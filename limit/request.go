@@ -42,6 +42,15 @@ type Request struct {
 	// refused because of a peek. The answer lists every limit (Applied);
 	// a store that cannot answer makes it Unavailable.
 	Peek bool
+	// Cost, when set, is the cost every cost limit reserves (the check
+	// API's, which knows it); 0: each estimates it from Attrs, Body and
+	// BodyLen (catalog.Metered.Estimate).
+	Cost int64
+	// Body is the request's body when a cost limit reads its estimate from
+	// it and the caller read it whole (nil otherwise); BodyLen its length
+	// (-1 unknown).
+	Body    []byte
+	BodyLen int64
 	// Arrived, when set, is when the request arrived, read by the caller
 	// from the limiter's clock (Options.Now; the proxy passes the reading
 	// its HTTP server took for the request): the decision is made at that
@@ -113,6 +122,11 @@ type Decision struct {
 	// Reset 0), and take no permit.
 	Applied  [MaxApplied]Applied
 	NApplied int
+	// Reserved are the reservations of an admitted request's cost and
+	// count_if limits (the first MaxReserved), which the caller settles
+	// when the answer ends (Limiter.Settle); NReserved how many.
+	Reserved  [MaxReserved]Reservation
+	NReserved int
 	// Decided is when the decision was made: the limiter's clock reading
 	// at its end (Decide's callers use it rather than read the clock again).
 	Decided time.Time

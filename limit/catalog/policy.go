@@ -71,7 +71,12 @@ type CompiledPolicy struct {
 	// Counters count each limit's decisions
 	// (sentinel_limit_policy_decisions_total).
 	Counters []*PolicyCounters
-	Attrs    []KeyAttr
+	// Metered says how each limit counts when it counts a cost or only
+	// some answers (nil: one permit per request).
+	Metered []*Metered
+	// ReadsBody: a limit estimates its cost from the request's JSON body.
+	ReadsBody bool
+	Attrs     []KeyAttr
 	// PlanMultiplier: the limits are multiplied by the plan's multiplier.
 	PlanMultiplier bool
 	Shadow         bool
@@ -209,8 +214,8 @@ func itemNames(cp *CompiledPolicy) []string {
 	for i, label := range cp.Labels {
 		item := cp.Name
 		if len(cp.Labels) > 1 {
-			if p := cp.Params[i]; label == p.Window.String() {
-				label = confutil.Duration(p.Window).String()
+			if p := cp.Params[i]; strings.HasPrefix(label, p.Window.String()) && p.Window > 0 {
+				label = confutil.Duration(p.Window).String() + strings.TrimPrefix(label, p.Window.String())
 			}
 			item += "/" + label
 		}
@@ -233,6 +238,9 @@ func compile(p *Policy, def Defaults) *CompiledPolicy {
 	for i := range p.Limits {
 		cp.Params = append(cp.Params, p.Limits[i].Params(def))
 		cp.Labels = append(cp.Labels, p.Limits[i].Label(def))
+		m := metered(&p.Limits[i])
+		cp.Metered = append(cp.Metered, m)
+		cp.ReadsBody = cp.ReadsBody || m != nil && m.Cost != nil && m.Cost.Estimate.NeedsBody()
 	}
 	cp.Items = itemNames(cp)
 	m := &p.Match

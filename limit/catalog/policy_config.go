@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit/cost"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -70,6 +71,11 @@ type PolicyLimit struct {
 	// Capacity and RefillRate (permits per second) make a token bucket.
 	Capacity   int64   `mapstructure:"capacity" json:"capacity,omitempty"`
 	RefillRate float64 `mapstructure:"refill_rate" json:"refill_rate,omitempty"`
+	// Cost makes the limit count what requests cost (an estimate reserved
+	// before forwarding, settled from the answer) instead of requests.
+	Cost *cost.Cost `mapstructure:"cost" json:"cost,omitempty"`
+	// CountIf makes the limit count only the answers of some statuses.
+	CountIf *cost.CountIf `mapstructure:"count_if" json:"count_if,omitempty"`
 }
 
 // PolicyLimits are a policy's limits. From JSON they decode one by one, so that a
@@ -202,6 +208,12 @@ func (l *PolicyLimit) rule(def Defaults) Rule {
 // validate returns what is wrong with l, each error naming its key
 // within the limit (limit, window, period, ...).
 func (l *PolicyLimit) validate(def Defaults) []*ValidationError {
+	return append(l.validateUnit(def), meteredErrors(l)...)
+}
+
+// validateUnit returns what is wrong with l's unit: its window, token
+// bucket or period.
+func (l *PolicyLimit) validateUnit(def Defaults) []*ValidationError {
 	if l.Period != store.NoPeriod {
 		var errs []*ValidationError
 		bad := func(k, msg string) { errs = append(errs, &ValidationError{Field: k, Msg: msg}) }
@@ -250,11 +262,11 @@ func (l *PolicyLimit) Label(def Defaults) string {
 	p := l.Params(def)
 	switch {
 	case p.Algorithm == store.Quota:
-		return p.Period.String()
+		return meteredLabel(p.Period.String(), l)
 	case p.Algorithm == store.TokenBucket:
-		return "bucket"
+		return meteredLabel("bucket", l)
 	}
-	return p.Window.String()
+	return meteredLabel(p.Window.String(), l)
 }
 
 // AttrKind is the kind of a key attribute.

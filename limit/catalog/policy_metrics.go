@@ -21,6 +21,35 @@ type PolicyCounters struct {
 	// refuse it); Blocked: the limit refused it; ShadowBlocked: it would
 	// have, in shadow mode.
 	Allowed, Blocked, ShadowBlocked *metrics.Counter
+	// The cost of a metered limit (nil for the others): reserved at
+	// admission, settled (what the answers cost), returned (reserved
+	// beyond what they cost) and overdrawn (what they cost beyond).
+	Reserved, Settled, Returned, Overdrawn *metrics.Counter
+}
+
+// costKinds are the values of sentinel_cost_total's kind label.
+var costKinds = [4]string{"reserved", "settled", "returned", "overdrawn"}
+
+// Reserve counts n reserved. A nil Counters or a limit that counts
+// requests counts nothing.
+func (c *PolicyCounters) Reserve(n int64) {
+	if c != nil && c.Reserved != nil {
+		c.Reserved.Add(int(n))
+	}
+}
+
+// Settle counts a settlement: actual, what the answer cost, and diff, the
+// reservation less it (returned when positive, overdrawn when negative).
+func (c *PolicyCounters) Settle(actual, diff int64) {
+	if c == nil || c.Settled == nil {
+		return
+	}
+	c.Settled.Add(int(actual))
+	if diff > 0 {
+		c.Returned.Add(int(diff))
+	} else if diff < 0 {
+		c.Overdrawn.Add(int(-diff))
+	}
 }
 
 // decisions are the values of the decision label.
@@ -68,14 +97,18 @@ func (r *seriesRegistry) acquire(cp *CompiledPolicy) []*PolicyCounters {
 	}
 	u.sets++
 	out := make([]*PolicyCounters, len(cp.Labels))
-	for i, limit := range cp.Labels {
-		var c [3]*metrics.Counter
-		for j, d := range decisions {
-			name := seriesName(u.label, limit, d)
+	for i := range cp.Labels {
+		names := limitSeries(cp, i, u.label)
+		c := make([]*metrics.Counter, len(names))
+		for j, name := range names {
 			r.holders[name]++
 			c[j] = metrics.GetOrCreateCounter(name)
 		}
-		out[i] = &PolicyCounters{Allowed: c[0], Blocked: c[1], ShadowBlocked: c[2]}
+		pc := &PolicyCounters{Allowed: c[0], Blocked: c[1], ShadowBlocked: c[2]}
+		if len(c) > len(decisions) {
+			pc.Reserved, pc.Settled, pc.Returned, pc.Overdrawn = c[3], c[4], c[5], c[6]
+		}
+		out[i] = pc
 	}
 	return out
 }
@@ -90,9 +123,8 @@ func (r *seriesRegistry) release(cp *CompiledPolicy) {
 	if u == nil {
 		return
 	}
-	for _, limit := range cp.Labels {
-		for _, d := range decisions {
-			name := seriesName(u.label, limit, d)
+	for i := range cp.Labels {
+		for _, name := range limitSeries(cp, i, u.label) {
 			if r.holders[name]--; r.holders[name] <= 0 {
 				delete(r.holders, name)
 				metrics.UnregisterMetric(name)
@@ -105,6 +137,22 @@ func (r *seriesRegistry) release(cp *CompiledPolicy) {
 			r.own--
 		}
 	}
+}
+
+// limitSeries are the series of cp's limit i under the policy label
+// value label: its decisions, then for a metered limit its costs.
+func limitSeries(cp *CompiledPolicy, i int, label string) []string {
+	limit := cp.Labels[i]
+	names := make([]string, 0, len(decisions)+len(costKinds))
+	for _, d := range decisions {
+		names = append(names, seriesName(label, limit, d))
+	}
+	if i < len(cp.Metered) && cp.Metered[i] != nil {
+		for _, k := range costKinds {
+			names = append(names, `sentinel_cost_total{policy="`+EscapeLabel(label)+`",limit="`+EscapeLabel(limit)+`",kind="`+k+`"}`)
+		}
+	}
+	return names
 }
 
 // seriesName is the series of one decision of one limit of a policy.
