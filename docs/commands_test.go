@@ -93,12 +93,14 @@ func TestResetExamplesRun(t *testing.T) {
 	}
 	steps := consoleSteps(docSection(t, "docs/api.md", "\n## Resetting a counter\n"))
 	require.GreaterOrEqual(t, len(steps), 3, "the reset examples")
-	conf := readDoc(t, "config.yaml") + `
+	conf := readDoc(t, "config.yaml")
+	require.Contains(t, conf, "\npolicies:\n", "config.yaml's policies, which the example's joins")
+	conf = strings.Replace(conf, "\npolicies:\n", `
 policies:
   - name: per-key-region
     key: [api_key, "query:region"]
     limits: [{limit: 100, window: 1s}, {limit: 10000, period: day}]
-`
+`, 1)
 	const token = "reset-examples-token"
 	up := harness.StartUpstream(t)
 	g := harness.Start(t, conf, "SENTINEL_UPSTREAMS_API_TARGETS="+up.URL, "SENTINEL_SERVER_ADMIN_TOKEN="+token)

@@ -89,3 +89,10 @@ func (ll *liveLimiter) swap(l *limit.Limiter) {
 
 // Close closes the current limiter.
 func (ll *liveLimiter) Close() { ll.cur.Load().Close() }
+
+// Settle settles a reservation on the current limiter: a reload's
+// limiter takes over the buckets the reservation's permits came from.
+func (ll *liveLimiter) Settle(r *limit.Reservation, actual int64) { ll.cur.Load().Settle(r, actual) }
+
+// ReadsBody asks the current limiter.
+func (ll *liveLimiter) ReadsBody(resource string) bool { return ll.cur.Load().ReadsBody(resource) }

@@ -45,6 +45,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	} else {
 		m = x.route.metrics
 		s.serve(ctx, x)
+		if x.decision.NReserved > 0 && s.settler != nil {
+			s.settle(ctx, x)
+		}
 	}
 	if s.draining.Load() && !ctx.Hijacked() { // a 101 keeps its connection: it is spliced
 		ctx.SetConnectionClose()
@@ -94,32 +97,22 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, x *exchange) {
 		}
 		return
 	}
-	why := s.admit(ctx, x)
-	switch {
-	case why != nil:
-		s.reject(ctx, x, why)
-		return
-	case !x.decision.Allowed:
-		x.outcome = outcomeRateLimited
-		rejectRateLimit.Inc()
-		s.tooMany(ctx, x)
+	var body received
+	// A cost limit that estimates from the JSON body reads it first.
+	if s.settler != nil && s.settler.ReadsBody(x.resource()) && !s.receiveBody(ctx, x, &body) {
 		return
 	}
-	x.outcome = outcomeAllowed
+	if !s.decide(ctx, x, &body) {
+		return
+	}
 	if r.WebSocket && isUpgrade(&ctx.Request.Header) {
 		s.upgrade(ctx, x)
 		return
 	}
-	// A declared body over the limit is refused before it takes a slot.
-	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > int64(s.cfg.Server.MaxRequestBody) {
-		s.reject(ctx, x, reasonBodyTooLarge)
+	if !body.done && !s.receiveBody(ctx, x, &body) {
 		return
 	}
-	pre, complete, err := s.receive(ctx, x)
-	if err != nil {
-		s.reject(ctx, x, clientFaultReason(err))
-		return
-	}
+	pre, complete := body.pre, body.complete
 	ticket, why := s.acquire(x)
 	if why != nil {
 		s.reject(ctx, x, why)
@@ -136,8 +129,50 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx, x *exchange) {
 	if pre != nil || ticket.Waited() || sent.IsZero() {
 		sent = time.Now()
 	}
-	err = s.forward(ctx, x, req, ticket, sent)
+	err := s.forward(ctx, x, req, ticket, sent)
 	s.respond(ctx, x, req, err)
+}
+
+// received is the head of a request's body as receiveBody read it.
+type received struct {
+	pre      []byte
+	complete bool // pre is the whole body
+	done     bool // read (or there is none to read)
+}
+
+// receiveBody reads the head of the request's body into b (see receive),
+// after refusing a declared body over the limit before it takes a slot.
+// It answers a body that cannot be read and reports false.
+func (s *Server) receiveBody(ctx *fasthttp.RequestCtx, x *exchange, b *received) bool {
+	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > int64(s.cfg.Server.MaxRequestBody) {
+		s.reject(ctx, x, reasonBodyTooLarge)
+		return false
+	}
+	pre, complete, err := s.receive(ctx, x)
+	if err != nil {
+		s.reject(ctx, x, clientFaultReason(err))
+		return false
+	}
+	b.pre, b.complete, b.done = pre, complete, true
+	return true
+}
+
+// decide asks the limiter (admit) and answers a refusal; it reports
+// whether the request passed. body is the request's body when read.
+func (s *Server) decide(ctx *fasthttp.RequestCtx, x *exchange, body *received) bool {
+	why := s.admit(ctx, x, body)
+	switch {
+	case why != nil:
+		s.reject(ctx, x, why)
+		return false
+	case !x.decision.Allowed:
+		x.outcome = outcomeRateLimited
+		rejectRateLimit.Inc()
+		s.tooMany(ctx, x)
+		return false
+	}
+	x.outcome = outcomeAllowed
+	return true
 }
 
 // servedFromCache is the gates' word for a request answered from the cache.
@@ -161,7 +196,7 @@ func (s *Server) gates(ctx *fasthttp.RequestCtx, x *exchange, pol adaptive.Polic
 // admit asks the limiter and writes its decision in x. The decision's
 // headers go on the answer; a store that cannot decide (on_store_failure:
 // closed) is a reason.
-func (s *Server) admit(ctx *fasthttp.RequestCtx, x *exchange) *reason {
+func (s *Server) admit(ctx *fasthttp.RequestCtx, x *exchange, body *received) *reason {
 	if s.limiter == nil {
 		x.decision = limit.Decision{Allowed: true}
 		return nil
@@ -175,6 +210,10 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, x *exchange) *reason {
 	}
 	if x.requestIDTrusted {
 		lr.RequestID = x.requestID
+	}
+	lr.BodyLen = int64(ctx.Request.Header.ContentLength())
+	if body.complete {
+		lr.Body, lr.BodyLen = body.pre, int64(len(body.pre))
 	}
 	s.limiter.Decide(context.Background(), lr, &x.decision) // not ctx: fasthttp reuses RequestCtx
 	if x.decision.Unavailable {

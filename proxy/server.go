@@ -33,6 +33,7 @@ type Server struct {
 
 	tenants Tenants
 	limiter Limiter
+	settler Settler // the limiter, when it settles cost limits
 	gate    Gate
 	cache   Cache
 
@@ -94,6 +95,7 @@ func New(deps Deps) (*Server, error) {
 		limitHeaders:    cfg.Server.RateLimitHeaders.set(),
 	}
 	s.exchanges.New = func() any { return new(exchange) }
+	s.settler, _ = deps.Limiter.(Settler)
 	t, err := s.NewTable(cfg.Routes, Bindings{Upstreams: deps.Upstreams, Limits: deps.limits(), Pools: deps.Pools})
 	if err != nil {
 		return nil, err

@@ -215,20 +215,49 @@ type answerStream[C poolConn] struct {
 	body      io.Reader
 	closeConn bool
 	eof       bool
+	tap       Tap // nil: none
 }
 
 func (s *answerStream[C]) Read(p []byte) (int, error) {
 	n, err := s.body.Read(p)
+	if n > 0 && s.tap != nil {
+		_, _ = s.tap.Write(p[:n])
+	}
 	if err == io.EOF {
 		s.eof = true
 	}
 	return n, err
 }
 
+func (s *answerStream[C]) setTap(t Tap) { s.tap = t }
+
+// Tap sees a streamed answer's body as the server passes it on: Write
+// gets each piece read (it must not keep p, nor fail the stream: its
+// error is ignored), and End is called once, when the stream is closed:
+// whole says the body was read to its end and written to the client.
+type Tap interface {
+	io.Writer
+	End(whole bool)
+}
+
+// SetTap makes tap see resp's body, which must be a stream the pool
+// made for it (an answer of unknown length or longer than
+// WholeAnswerMax); it reports whether it was.
+func SetTap(resp *fasthttp.Response, tap Tap) bool {
+	s, ok := resp.BodyStream().(interface{ setTap(Tap) })
+	if ok {
+		s.setTap(tap)
+	}
+	return ok
+}
+
 // CloseWithError ends the stream; err is the reader's (the server's write
 // error), nil when the body was passed on.
 func (s *answerStream[C]) CloseWithError(err error) error {
 	tr := s.tr
+	if s.tap != nil {
+		s.tap.End(err == nil && s.eof)
+	}
 	fasthttp.ReleaseResponse(s.framing) // releases fasthttp's stream
 	tr.hc.ReleaseReader(s.br)
 	if err != nil || !s.eof || s.closeConn {

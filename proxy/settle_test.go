@@ -1,0 +1,154 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
+	"github.com/sentinel-gateway/sentinel/limit"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/cost"
+	"github.com/sentinel-gateway/sentinel/limit/store"
+	"github.com/sentinel-gateway/sentinel/upstream"
+)
+
+// usageBackend answers like a model API: what a call cost (its query
+// cost=N) in a header (/h), in a JSON answer (/j; /big: one longer than
+// the pool reads whole), or in the last event of a streamed answer (/s);
+// /login answers 401 unless ?ok=1.
+func usageBackend(t *testing.T) string {
+	mux := http.NewServeMux()
+	n := func(r *http.Request) int { v, _ := strconv.Atoi(r.URL.Query().Get("cost")); return v }
+	mux.HandleFunc("/h/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Usage-Total-Tokens", strconv.Itoa(n(r)))
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	})
+	mux.HandleFunc("/j/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"choices":[{"usage":{"total_tokens":999}}],"usage":{"total_tokens":%d}}`, n(r))
+	})
+	mux.HandleFunc("/big/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"text":"%s","usage":{"total_tokens":%d}}`, strings.Repeat("x", upstream.WholeAnswerMax+1000), n(r))
+	})
+	mux.HandleFunc("/s/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 5 {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"w%d \"}}]}\n\n", i)
+			w.(http.Flusher).Flush()
+		}
+		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"total_tokens\":%d}}\n\ndata: [DONE]\n\n", n(r))
+	})
+	mux.HandleFunc("/login/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("ok") != "1" {
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: mux}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+// costPolicies are a token budget per API key for each way an answer
+// tells its cost (resources h, j, big, s), and a failed-login limit.
+func costPolicies(t *testing.T, cfg limit.Config) *catalog.PolicySet {
+	var ps []catalog.Policy
+	for _, a := range []struct {
+		res    string
+		actual cost.Actual
+	}{{"h", cost.Actual{Header: "X-Usage-Total-Tokens"}}, {"j", cost.Actual{JSON: "usage.total_tokens"}},
+		{"big", cost.Actual{JSON: "usage.total_tokens"}}, {"s", cost.Actual{SSE: "usage.total_tokens"}}} {
+		ps = append(ps, catalog.Policy{Name: "tokens-" + a.res, Match: catalog.PolicyMatch{Resources: []string{a.res}}, Key: []string{"api_key"}, PlanMultiplier: new(bool),
+			Limits: []catalog.PolicyLimit{{Limit: 1000, Window: confutil.Duration(time.Minute), Cost: &cost.Cost{
+				Estimate: cost.Estimate{Header: "X-Max-Tokens", Default: 100, Max: 400}, Actual: a.actual}}}})
+	}
+	ps = append(ps, catalog.Policy{Name: "failed-logins", Match: catalog.PolicyMatch{Resources: []string{"login"}}, Key: []string{"ip"},
+		Limits: []catalog.PolicyLimit{{Limit: 5, Window: confutil.Duration(time.Minute), CountIf: &cost.CountIf{Status: cost.Statuses{"401", "403"}}}}})
+	set, err := catalog.CompilePolicies(ps, cfg.CatalogDefaults())
+	require.NoError(t, err)
+	return set
+}
+
+// costProxy is a proxy with costPolicies over an in-process store.
+func costProxy(t *testing.T) (*testProxy, *limit.Limiter) {
+	mem := store.NewMemoryStore(store.MemoryOptions{})
+	t.Cleanup(mem.Close)
+	var cfg limit.Config
+	cfg.SetDefaults()
+	lim, err := limit.NewLimiter(cfg, mem, limit.Options{Catalog: testTenants(t), Policies: costPolicies(t, cfg)})
+	require.NoError(t, err)
+	t.Cleanup(lim.Close)
+	p := startProxy(t, usageBackend(t), func(d *Deps, _ *upstream.Config) {
+		d.Limiter = lim
+		d.Config.Routes = nil
+		for _, r := range []string{"h", "j", "big", "s", "login"} {
+			d.Config.Routes = append(d.Config.Routes, Route{PathPrefix: "/" + r + "/", Upstream: "api", Resource: r})
+		}
+	})
+	return p, lim
+}
+
+// remaining is what the token budget of resource res has left for the
+// test's API key, looked at without taking anything.
+func remaining(lim *limit.Limiter, res string) int64 {
+	return lim.Allow(context.Background(), &limit.Request{APIKey: []byte("acme-key"), Tenant: "acme", Plan: "PREMIUM", Resource: res, Peek: true, Cost: 1}).Remaining
+}
+
+// TestCostSettledFromTheAnswer: every call reserves its cap (400) and
+// costs 100, told by a header, a JSON answer (whole or streamed past) or
+// the last event of a stream: the rest comes back after each answer, so
+// the key passes until its spend and the next cap reach the limit.
+func TestCostSettledFromTheAnswer(t *testing.T) {
+	p, lim := costProxy(t)
+	for _, res := range []string{"h", "j", "big", "s"} {
+		for i := range 7 {
+			r, _ := get(t, p.url+"/"+res+"/chat?cost=100", "X-API-Key", "acme-key", "X-Max-Tokens", "400")
+			require.Equal(t, http.StatusOK, r.StatusCode, "%s: call %d", res, i)
+			want := int64(1000 - 100*(i+1))
+			// A streamed answer is settled when the server closes its stream,
+			// which may be just after the client has read its end.
+			require.Eventually(t, func() bool { return remaining(lim, res) == want }, 5*time.Second, time.Millisecond, "%s: call %d", res, i)
+		}
+		r, _ := get(t, p.url+"/"+res+"/chat?cost=100", "X-API-Key", "acme-key", "X-Max-Tokens", "400")
+		assert.Equal(t, http.StatusTooManyRequests, r.StatusCode, "%s: 700 spent, a cap of 400 does not fit", res)
+	}
+}
+
+// TestCostOverdraftThroughTheProxy: a call that costs more than its
+// estimate takes the rest past the limit; the key is refused after.
+func TestCostOverdraftThroughTheProxy(t *testing.T) {
+	p, lim := costProxy(t)
+	r, _ := get(t, p.url+"/s/chat?cost=1500", "X-API-Key", "acme-key") // estimate: the default, 100
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	require.Eventually(t, func() bool { return remaining(lim, "s") == 0 }, 5*time.Second, time.Millisecond)
+	r, _ = get(t, p.url+"/s/chat?cost=1", "X-API-Key", "acme-key", "X-Max-Tokens", "1")
+	assert.Equal(t, http.StatusTooManyRequests, r.StatusCode, "1500 spent of 1000")
+}
+
+// TestFailedLoginsThroughTheProxy: the sixth failure in a minute is
+// refused, and successes never count.
+func TestFailedLoginsThroughTheProxy(t *testing.T) {
+	p, _ := costProxy(t)
+	for i := range 20 {
+		r, _ := get(t, p.url+"/login/?ok=1")
+		require.Equal(t, http.StatusOK, r.StatusCode, "success %d", i)
+	}
+	for i := range 5 {
+		r, _ := get(t, p.url+"/login/")
+		require.Equal(t, http.StatusUnauthorized, r.StatusCode, "failure %d", i)
+	}
+	r, _ := get(t, p.url+"/login/")
+	assert.Equal(t, http.StatusTooManyRequests, r.StatusCode, "the sixth failure")
+}
