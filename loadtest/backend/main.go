@@ -1,5 +1,7 @@
 // Command demo-backend is the demo upstream of `make run`, the tests and the
-// load tests (see package demobackend for what it serves).
+// load tests (see package demobackend for what it serves). On top of it, it
+// serves the quick start's model call, POST /v1/chat/completions, whose
+// usage is known only at the end (chat.go), and POST /login (login.go).
 package main
 
 import (
@@ -37,7 +39,11 @@ func main() {
 	if err != nil {
 		log.Fatalf("demo-backend: %v", err)
 	}
-	srv := &fasthttp.Server{Handler: b.Handler, Name: "demo-backend", Concurrency: 1 << 20}
+	handler := b.Handler
+	if *fixedBody == 0 { // the fixed-response mode answers every path the same
+		handler = withDemoAPIs(b.Handler)
+	}
+	srv := &fasthttp.Server{Handler: handler, Name: "demo-backend", Concurrency: 1 << 20}
 	go func() {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
