@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -29,6 +31,9 @@ type Server struct {
 	token  []byte               // nil: no token required
 	cert   *tlsconf.Certificate // nil: clear text
 	server *fasthttp.Server
+	res    *reservations // the check API's open reservations
+	stop   chan struct{} // closed by Shutdown: ends res's expiry
+	once   sync.Once
 }
 
 // New checks deps, fills the defaults of deps.Config, validates it and
@@ -55,6 +60,8 @@ func New(deps Deps) (*Server, error) {
 		}
 	}
 	s.server = s.newFastServer()
+	s.res, s.stop = newReservations(deps.Limiter.Settle, time.Now), make(chan struct{})
+	go s.res.run(s.stop)
 	return s, nil
 }
 
@@ -97,6 +104,9 @@ func (s *Server) ListenAndServe() error {
 
 // Shutdown stops accepting connections and waits for in-flight requests
 // until ctx ends; then it closes the remaining connections.
+// Reservations still open stay unsettled: the store counted their
+// estimates, which stand.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.once.Do(func() { close(s.stop) })
 	return s.server.ShutdownWithContext(ctx)
 }

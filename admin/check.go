@@ -32,6 +32,7 @@ func (s *Server) check(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	d := s.deps.Limiter.Allow(context.Background(), &sc.req)
+	id := s.res.hold(&d, req.ttl())
 	reply.SetRateLimitHeaders(&ctx.Response.Header, &d)
 	status := fasthttp.StatusOK
 	if d.Unavailable {
@@ -39,8 +40,8 @@ func (s *Server) check(ctx *fasthttp.RequestCtx) {
 	}
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.SetStatusCode(status)
-	var scratch [192]byte
-	ctx.Response.SetBody(append(appendCheckResult(scratch[:0], &d, sc.req.Peek), '\n'))
+	var scratch [256]byte
+	ctx.Response.SetBody(append(appendCheckResult(scratch[:0], &d, sc.req.Peek, id), '\n'))
 }
 
 // checkBatch serves POST /v1/ratelimit/check/batch: up to MaxBatchChecks
@@ -65,7 +66,7 @@ func (s *Server) checkBatch(ctx *fasthttp.RequestCtx) {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		buf = appendCheckResult(buf, &d, reqs[i].Peek)
+		buf = appendCheckResult(buf, &d, reqs[i].Peek, s.res.hold(&d, b.Checks[i].ttl()))
 	}
 	buf = append(buf, "]}\n"...)
 	ctx.Response.Header.SetContentType("application/json")
@@ -100,6 +101,9 @@ func (s *Server) request(prefix string, c *checkRequest, dst *limit.Request, buf
 		Tokens:   c.tokens(),
 		Peek:     c.tokens() == 0,
 	}
+	if c.Cost != nil {
+		dst.Cost = *c.Cost
+	}
 	buf, dst.APIKey = appendField(buf, c.Key)
 	buf, dst.Method = appendField(buf, c.Method)
 	buf, dst.Host = appendField(buf, c.Host)
@@ -128,8 +132,9 @@ func appendField(buf []byte, v string) ([]byte, []byte) {
 // {"allowed":true,"remaining":4,"retry_after_ms":0,"limit":5,"reset_ms":1000}.
 // retry_after_ms is -1 when the budget never comes back (token bucket with
 // refill 0). shadowed and unavailable appear only when true; a peek
-// (tokens_requested 0) lists its limits.
-func appendCheckResult(dst []byte, d *limit.Decision, peek bool) []byte {
+// (tokens_requested 0) lists its limits; reservation is the id of what an
+// admitted check holds of its cost and count_if limits ("": none).
+func appendCheckResult(dst []byte, d *limit.Decision, peek bool, reservation string) []byte {
 	dst = append(dst, `{"allowed":`...)
 	dst = strconv.AppendBool(dst, d.Allowed)
 	dst = append(dst, `,"remaining":`...)
@@ -148,6 +153,11 @@ func appendCheckResult(dst []byte, d *limit.Decision, peek bool) []byte {
 	}
 	if peek {
 		dst = appendLimits(dst, d)
+	}
+	if reservation != "" {
+		dst = append(dst, `,"reservation":"`...)
+		dst = append(dst, reservation...)
+		dst = append(dst, '"')
 	}
 	return append(dst, '}')
 }

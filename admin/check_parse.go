@@ -8,11 +8,13 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // Limits of the check API's fields.
@@ -51,6 +53,20 @@ type checkRequest struct {
 	Path    string            `json:"path"`
 	Headers map[string]string `json:"headers"`
 	Query   map[string]string `json:"query"`
+	// Cost is what the check's cost limits reserve (absent: each limit's
+	// estimate, from Headers or its default); ReservationTTL how long the
+	// reservation waits for POST /v1/ratelimit/settle (DefaultReservationTTL).
+	Cost           *int64 `json:"cost"`
+	ReservationTTL string `json:"reservation_ttl"`
+}
+
+// ttl is reservation_ttl, valid, with its default.
+func (r *checkRequest) ttl() time.Duration {
+	d, err := time.ParseDuration(r.ReservationTTL)
+	if r.ReservationTTL == "" || err != nil {
+		return DefaultReservationTTL
+	}
+	return d
 }
 
 // tokens is tokens_requested with its default of 1.
@@ -116,14 +132,14 @@ func parseCheckFast(body []byte) (r checkRequest, ok bool) {
 			if *dst, ok = p.str(); !ok {
 				return r, false
 			}
-		} else if key != "tokens_requested" {
+		} else if dst := r.intField(key); dst == nil {
 			return r, false
 		} else {
 			n, ok := p.int()
 			if !ok {
 				return r, false
 			}
-			r.TokensRequested = &n
+			*dst = &n
 		}
 		if p.skip('}') {
 			return r, p.end()
@@ -140,10 +156,21 @@ func (r *checkRequest) stringField(key string) *string {
 		name string
 		v    *string
 	}{{"tenant_id", &r.TenantID}, {"resource", &r.Resource}, {"key", &r.Key}, {"request_id", &r.RequestID},
-		{"method", &r.Method}, {"host", &r.Host}, {"path", &r.Path}} {
+		{"method", &r.Method}, {"host", &r.Host}, {"path", &r.Path}, {"reservation_ttl", &r.ReservationTTL}} {
 		if f.name == key {
 			return f.v
 		}
+	}
+	return nil
+}
+
+// intField is the integer field of r named key in JSON, or nil.
+func (r *checkRequest) intField(key string) **int64 {
+	switch key {
+	case "tokens_requested":
+		return &r.TokensRequested
+	case "cost":
+		return &r.Cost
 	}
 	return nil
 }
@@ -262,6 +289,20 @@ func (r *checkRequest) validate(prefix string) *catalog.ValidationError {
 	}
 	if n := r.tokens(); n < 0 || n > MaxTokensRequested {
 		return badField(prefix+"tokens_requested", "must be between 0 (a peek) and "+strconv.Itoa(MaxTokensRequested)+", got "+strconv.FormatInt(n, 10))
+	}
+	return r.validateCost(prefix)
+}
+
+// validateCost checks cost and reservation_ttl.
+func (r *checkRequest) validateCost(prefix string) *catalog.ValidationError {
+	if r.Cost != nil && (*r.Cost < 1 || *r.Cost > store.MaxLimit) {
+		return badField(prefix+"cost", "must be between 1 and "+strconv.FormatInt(store.MaxLimit, 10)+", got "+strconv.FormatInt(*r.Cost, 10))
+	}
+	if r.ReservationTTL == "" {
+		return nil
+	}
+	if d, err := time.ParseDuration(r.ReservationTTL); err != nil || d < time.Second || d > MaxReservationTTL {
+		return badField(prefix+"reservation_ttl", strconv.Quote(r.ReservationTTL)+" is not a duration from 1s to 1h (30s, 5m)")
 	}
 	return nil
 }

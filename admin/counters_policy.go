@@ -3,6 +3,7 @@ package admin
 import (
 	"errors"
 	"strconv"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 
@@ -62,8 +63,9 @@ func limitNames(p *catalog.CompiledPolicy) []string {
 	names := make([]string, len(p.Labels))
 	for i, label := range p.Labels {
 		names[i] = label
-		if label == p.Params[i].Window.String() {
-			names[i] = confutil.Duration(p.Params[i].Window).String()
+		// A cost or count_if limit's label follows its window: "1m0s-cost".
+		if w := p.Params[i].Window; w > 0 && strings.HasPrefix(label, w.String()) {
+			names[i] = confutil.Duration(w).String() + strings.TrimPrefix(label, w.String())
 		}
 	}
 	return names

@@ -28,6 +28,12 @@ type Limiter interface {
 	MaxTokens(req *limit.Request) (int64, limit.Scope)
 	Status() limit.LimiterStatus
 	Reset(ctx context.Context, key []byte, p store.Params) error
+	// Settle settles what an admitted check reserved (POST
+	// /v1/ratelimit/settle); it must not block on the store.
+	Settle(r *limit.Reservation, actual int64)
+	// Usage answers what a policy limit's budget has left (GET
+	// /v1/usage), without taking anything.
+	Usage(ctx context.Context, key []byte, p store.Params) (limit.Applied, error)
 }
 
 // Catalog is what the admin API reads: the current rules and tenants.

@@ -21,6 +21,8 @@ const (
 	routeState
 	routeCheck
 	routeCheckBatch
+	routeSettle
+	routeUsage
 	routeRules
 	routeRule
 	routeTenants
@@ -41,6 +43,8 @@ var routeNames = [routeCount]string{
 	routeState:      "state",
 	routeCheck:      "check",
 	routeCheckBatch: "check_batch",
+	routeSettle:     "settle",
+	routeUsage:      "usage",
 	routeRules:      "rules",
 	routeRule:       "rule",
 	routeTenants:    "tenants",
@@ -60,6 +64,8 @@ var routeMethods = [routeCount]string{
 	routeState:      "GET",
 	routeCheck:      "POST",
 	routeCheckBatch: "POST",
+	routeSettle:     "POST",
+	routeUsage:      "GET",
 	routeRules:      "GET",
 	routeRule:       "GET, PUT, DELETE",
 	routeTenants:    "GET",
@@ -91,6 +97,10 @@ func routeOf(path []byte) route {
 		return routeCheck
 	case "/v1/ratelimit/check/batch":
 		return routeCheckBatch
+	case "/v1/ratelimit/settle":
+		return routeSettle
+	case "/v1/usage":
+		return routeUsage
 	case "/v1/reload":
 		return routeReload
 	case "/v1/counters":
@@ -148,6 +158,10 @@ func (s *Server) serveRoute(ctx *fasthttp.RequestCtx, r route) {
 		s.check(ctx)
 	case routeCheckBatch:
 		s.checkBatch(ctx)
+	case routeSettle:
+		s.settle(ctx)
+	case routeUsage:
+		s.usage(ctx)
 	case routeRules:
 		s.listRules(ctx)
 	case routeRule:
@@ -168,7 +182,7 @@ func (s *Server) serveRoute(ctx *fasthttp.RequestCtx, r route) {
 // methodAllowed reports whether method is one of route's methods.
 func methodAllowed(r route, method []byte) bool {
 	switch r {
-	case routeCheck, routeCheckBatch, routeReload:
+	case routeCheck, routeCheckBatch, routeSettle, routeReload:
 		return string(method) == fasthttp.MethodPost
 	case routeCounters:
 		return string(method) == fasthttp.MethodDelete

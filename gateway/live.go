@@ -96,3 +96,8 @@ func (ll *liveLimiter) Settle(r *limit.Reservation, actual int64) { ll.cur.Load(
 
 // ReadsBody asks the current limiter.
 func (ll *liveLimiter) ReadsBody(resource string) bool { return ll.cur.Load().ReadsBody(resource) }
+
+// Usage asks the current limiter.
+func (ll *liveLimiter) Usage(ctx context.Context, key []byte, p store.Params) (limit.Applied, error) {
+	return ll.cur.Load().Usage(ctx, key, p)
+}

@@ -31,8 +31,10 @@ const MaxReserved = 2
 type Reservation struct {
 	// N is the cost reserved: the estimate, or the request's tokens.
 	N int64
-	// Meter says how the limit counts (what settles it).
+	// Meter says how the limit counts (what settles it); Name names the
+	// limit as decisions do.
 	Meter *catalog.Metered
+	Name  string
 
 	b        *bucket
 	gen      uint64
@@ -59,7 +61,7 @@ func (l *Limiter) reserve(d *Decision, specs []spec, uses []use, now int64) {
 		u := &uses[i]
 		r := &d.Reserved[d.NReserved]
 		d.NReserved++
-		*r = Reservation{N: u.n, Meter: s.meter, b: u.b, params: s.params, counters: s.counters, span: s.countsUntil(now) - now}
+		*r = Reservation{N: u.n, Meter: s.meter, Name: s.name, b: u.b, params: s.params, counters: s.counters, span: s.countsUntil(now) - now}
 		if r.b == nil {
 			r.b = l.table.get(s.key(), now) // where an overdraft waits for the store
 		}
