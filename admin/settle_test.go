@@ -162,3 +162,26 @@ func TestSettleRejectsBadInput(t *testing.T) {
 	resp = call(t, c, "GET", "/v1/usage?policy=nope&key=k9", "")
 	assert.Equal(t, fasthttp.StatusNotFound, resp.StatusCode())
 }
+
+// TestPolicyAPICostLimits: the policies API takes cost and count_if as the
+// file does, and answers them back as they apply.
+func TestPolicyAPICostLimits(t *testing.T) {
+	_, c := costAdmin(t)
+	body := `{"key":["api_key"],"limits":[{"limit":500,"window":"1m","cost":{"estimate":{"json":"max_tokens","default":50,"max":200},"actual":{"sse":"usage.total_tokens"}}},` +
+		`{"limit":5,"window":"1m","count_if":{"status":[401,"5xx"]}}]}`
+	resp := call(t, c, "PUT", "/v1/policies/api-tokens", body)
+	require.Equal(t, fasthttp.StatusCreated, resp.StatusCode(), "%s", resp.Body())
+	var got struct {
+		Limits []struct {
+			Cost    *cost.Cost
+			CountIf *cost.CountIf `json:"count_if"`
+		}
+	}
+	require.NoError(t, json.Unmarshal(resp.Body(), &got), "%s", resp.Body())
+	require.Len(t, got.Limits, 2)
+	assert.Equal(t, &cost.Cost{Estimate: cost.Estimate{JSON: "max_tokens", Default: 50, Max: 200}, Actual: cost.Actual{SSE: "usage.total_tokens"}}, got.Limits[0].Cost)
+	assert.Equal(t, cost.Statuses{"401", "5xx"}, got.Limits[1].CountIf.Status)
+	resp = call(t, c, "PUT", "/v1/policies/bad-tokens", `{"key":["api_key"],"limits":[{"limit":5,"cost":{"estimate":{"fixed":1,"header":"X"}}}]}`)
+	assert.Equal(t, fasthttp.StatusBadRequest, resp.StatusCode())
+	assert.Contains(t, string(resp.Body()), "limits[0].cost.estimate")
+}
