@@ -158,19 +158,24 @@ func (r *Reservation) settleLocally(diff, now int64) (back, over int64) {
 }
 
 // giveBack returns n reserved permits that the answer did not cost to the
-// store, where it counted them, while they count there; otherwise they
-// stay counted (lostRefunds).
+// store, where it counted them, while they count there. While the key's
+// store breaker is open nothing is sent: the key's next store call, once
+// the store answers, returns them (bucket.owe). Otherwise they stay
+// counted (lostRefunds): reserved without a lease, or past their count.
 func (l *Limiter) giveBack(r *Reservation, n, now int64) {
-	if r.ref == 0 || now >= r.returnBy {
-		lostRefunds.Add(int(n))
-		return
-	}
 	req := &store.LeaseRequest{Key: []byte(r.b.key), Params: r.params}
-	if l.shared {
+	switch {
+	case r.ref == 0 || now >= r.returnBy:
+		lostRefunds.Add(int(n))
+	case l.shared && l.breakerOut(r.b):
+		if !r.b.owe(n, r.ref, r.returnBy) { // it owes permits of another ref
+			lostRefunds.Add(int(n))
+		}
+	case l.shared:
 		go l.returnPermits(req, n, r.ref)
-		return
+	default:
+		l.returnPermits(req, n, r.ref)
 	}
-	l.returnPermits(req, n, r.ref)
 }
 
 // overdraw takes n permits beyond r's reservation: the store counts them
