@@ -25,3 +25,9 @@ var TokenBucket string
 //
 //go:embed quota.lua
 var Quota string
+
+// Slots is slots.lua: a concurrency limit, slots held across pods under
+// leases that each pod renews.
+//
+//go:embed slots.lua
+var Slots string

@@ -11,6 +11,7 @@ func TestScriptsEmbedded(t *testing.T) {
 		"sliding_log":    SlidingLog,
 		"token_bucket":   TokenBucket,
 		"quota":          Quota,
+		"slots":          Slots,
 	} {
 		if !strings.HasPrefix(s, "-- "+name+":") {
 			t.Errorf("%s.lua does not start with its header comment", name)

@@ -22,6 +22,7 @@ package store
 //	<key>":tb"                                 token_bucket: hash {tokens, ts}
 //	<key>":q:"<period>":"<start ms>            quota: string, the permits counted in the period
 //	                                           (for example "{key:abc}:q:day:1767225600000")
+//	<key>":cs"                                 concurrency slots: hash {pod: "count expiry_ms"}
 //
 // RedisStoreOptions.KeyPrefix, when set, goes before all of it followed by
 // ':'. Set the prefix in one place only: either there or in AppendKey.

@@ -195,11 +195,18 @@ type LeaseResult struct {
 // granted that nobody can use (RedisStore sends the deadline with the call,
 // in Redis' clock, and the script grants nothing after it).
 //
+// Slots takes and gives back slots of a concurrency limit (SlotRequest) for
+// one pod and renews the pod's lease on them, under the same contract as
+// Lease. The store drops the leases that have expired before counting, and
+// a pod whose count falls to 0 has its lease removed. Its keys are not
+// Lease's: Reset leaves them alone.
+//
 // Reset drops every count of a key, so that its budget is whole again; p
 // is the limit's params (a quota counts per period, and p says the period
 // and its zone; the other algorithms' keys do not depend on it).
 type Store interface {
 	Lease(ctx context.Context, req *LeaseRequest) (LeaseResult, error)
+	Slots(ctx context.Context, req *SlotRequest) (SlotResult, error)
 	Reset(ctx context.Context, key []byte, p Params) error
 	Ping(ctx context.Context) error
 	Close()
