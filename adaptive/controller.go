@@ -271,6 +271,14 @@ func (c *Controller) RequestStarted(conn uint64) {
 // RequestFinished: see RequestStarted.
 func (c *Controller) RequestFinished(conn uint64) { c.hot[stripeOf(conn)].inflight.Add(-1) }
 
+// RequestWaiting and RequestResumed take a request out of the requests in
+// flight while it waits for its rate limit (max_wait) and put it back: a
+// waiting request is no load on the backend.
+func (c *Controller) RequestWaiting(conn uint64) { c.hot[stripeOf(conn)].inflight.Add(-1) }
+
+// RequestResumed: see RequestWaiting.
+func (c *Controller) RequestResumed(conn uint64) { c.hot[stripeOf(conn)].inflight.Add(1) }
+
 // ObserveUpstream records one upstream answer, which came at end, for the
 // error-rate and latency signals. Ignored results are not counted at all:
 // only the upstream's own answers may move its signals.

@@ -34,6 +34,8 @@ type Limiter interface {
 	// Usage answers what a policy limit's budget has left (GET
 	// /v1/usage), without taking anything.
 	Usage(ctx context.Context, key []byte, p store.Params) (limit.Applied, error)
+	// SlotUsage answers how many of a concurrency limit's n slots are held.
+	SlotUsage(ctx context.Context, key []byte, n int64) (int64, error)
 }
 
 // Catalog is what the admin API reads: the current rules and tenants.

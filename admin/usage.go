@@ -32,7 +32,7 @@ func (s *Server) usage(ctx *fasthttp.RequestCtx) {
 	b = strconv.AppendQuote(b, p.Name)
 	b = append(b, `,"limits":[`...)
 	for i := range t.keys {
-		a, err := s.deps.Limiter.Usage(context.Background(), t.keys[i], p.LimitParams(i, plan))
+		a, err := s.limitUsage(p, i, t.keys[i], plan)
 		if errors.Is(err, limit.ErrStoreUnavailable) {
 			writeError(ctx, fasthttp.StatusServiceUnavailable, "store", "the rate-limit store did not answer; try again")
 			return
@@ -44,6 +44,18 @@ func (s *Server) usage(ctx *fasthttp.RequestCtx) {
 	}
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.SetBody(append(b, "]}\n"...))
+}
+
+// limitUsage is the usage of p's limit i for the store key: a window's,
+// bucket's or quota's budget, or a concurrency limit's slots in use (its
+// limit the slots, reset and window 0).
+func (s *Server) limitUsage(p *catalog.CompiledPolicy, i int, key []byte, plan float64) (limit.Applied, error) {
+	params := p.LimitParams(i, plan)
+	if i < len(p.Metered) && p.Metered[i] != nil && p.Metered[i].Slots > 0 {
+		inUse, err := s.deps.Limiter.SlotUsage(context.Background(), key, params.Limit)
+		return limit.Applied{Limit: params.Limit, Remaining: max(params.Limit-inUse, 0)}, err
+	}
+	return s.deps.Limiter.Usage(context.Background(), key, params)
 }
 
 // appendUsage appends one limit's usage: {"name":"1m","limit":1000,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/store"
+	"github.com/sentinel-gateway/sentinel/proxy"
 )
 
 // liveLimiter is the limiter the proxy, the admin API and the gRPC service
@@ -101,3 +102,16 @@ func (ll *liveLimiter) ReadsBody(resource string) bool { return ll.cur.Load().Re
 func (ll *liveLimiter) Usage(ctx context.Context, key []byte, p store.Params) (limit.Applied, error) {
 	return ll.cur.Load().Usage(ctx, key, p)
 }
+
+// SlotUsage asks the current limiter.
+func (ll *liveLimiter) SlotUsage(ctx context.Context, key []byte, n int64) (int64, error) {
+	return ll.cur.Load().SlotUsage(ctx, key, n)
+}
+
+// Wait waits on the current limiter (see limit.Limiter.Wait).
+func (ll *liveLimiter) Wait(ctx context.Context, req *limit.Request, d *limit.Decision, until time.Time) bool {
+	return ll.cur.Load().Wait(ctx, req, d, until)
+}
+
+// The proxy settles cost limits and waits through the live limiter.
+var _ proxy.Settler = (*liveLimiter)(nil)

@@ -77,6 +77,9 @@ type bucket struct {
 	// reserved are permits of the current lease that reservations hold
 	// (see Reservation): its end does not report them used.
 	reserved int64
+	// slots: what the pod holds of a concurrency limit's key (nil for
+	// the other limits; see Limiter.takeSlot).
+	slots *slotState
 	// owed permits the store counted at owedRef (a lease call's UsedRef)
 	// for requests a later limit refused: the key's next lease call returns
 	// them, until owedBy (unix nanos; later they no longer count). See
@@ -114,7 +117,7 @@ type bucket struct {
 }
 
 // bucketPad rounds a bucket up to a whole number of cache lines.
-const bucketPad = 12
+const bucketPad = 4
 
 // aloneState is what a key's store failures left in its bucket.
 type aloneState struct {

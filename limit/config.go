@@ -115,6 +115,11 @@ type Config struct {
 	// MaxKeys bounds the local buckets a pod keeps (idle ones are evicted).
 	// Default 100000.
 	MaxKeys int `mapstructure:"max_keys"`
+	// WaitQueue bounds the requests waiting (max_wait) on this pod, and
+	// WaitQueuePerKey those waiting for one key; past them a request is
+	// refused at once. Defaults 10000 and 1000.
+	WaitQueue       int `mapstructure:"wait_queue"`
+	WaitQueuePerKey int `mapstructure:"wait_queue_per_key"`
 	// RequestIDRetries is how many repeats of a counted request ID a
 	// sliding_log limit spares (0..15; 0: every request counts), when the
 	// ID comes from a source trusted for it (identity.trust_request_id).
@@ -151,6 +156,8 @@ func (c *Config) SetDefaults() {
 	confutil.SetDefault(&c.BreakerFailures, 5)
 	confutil.SetDefault(&c.BreakerCooldown, 200*time.Millisecond)
 	confutil.SetDefault(&c.MaxKeys, 100000)
+	confutil.SetDefault(&c.WaitQueue, 10000)
+	confutil.SetDefault(&c.WaitQueuePerKey, 1000)
 	if c.RequestIDRetries == nil {
 		n := int64(DefaultRequestIDRetries)
 		c.RequestIDRetries = &n
@@ -249,6 +256,9 @@ func (c *Config) Validate() error {
 		{"limits.breaker_failures", c.BreakerFailures < 1, fmt.Sprintf("%d must be at least 1", c.BreakerFailures)},
 		{"limits.breaker_cooldown", c.BreakerCooldown <= 0, fmt.Sprintf("%v must be positive", c.BreakerCooldown)},
 		{"limits.max_keys", c.MaxKeys < 1, fmt.Sprintf("%d must be at least 1", c.MaxKeys)},
+		{"limits.wait_queue", c.WaitQueue < 1 || c.WaitQueue > 1_000_000, fmt.Sprintf("%d is out of range 1..1000000", c.WaitQueue)},
+		{"limits.wait_queue_per_key", c.WaitQueuePerKey < 1 || c.WaitQueuePerKey > c.WaitQueue,
+			fmt.Sprintf("%d is out of range 1..limits.wait_queue (%d)", c.WaitQueuePerKey, c.WaitQueue)},
 		{"limits.expected_pods", c.ExpectedPods < 1 || c.ExpectedPods > 10000,
 			fmt.Sprintf("%d is out of range 1..10000", c.ExpectedPods)},
 		{"limits.request_id_retries", c.IDRetries() < 0 || c.IDRetries() > store.MaxRequestIDRetries,

@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"github.com/puzpuzpuz/xsync/v4"
 	"sync/atomic"
 
 	"github.com/sentinel-gateway/sentinel/limit/store"
@@ -19,12 +20,14 @@ type kept struct {
 	refs     atomic.Int32
 	table    *bucketTable
 	fallback *store.MemoryStore
+	waits    *waits // the requests waiting (max_wait), whichever limiter they wait in
 }
 
 // newKept returns fresh state for a limiter of cfg.
 func newKept(cfg *Config, opts *Options) *kept {
 	k := &kept{table: newBucketTable(cfg.MaxKeys),
-		fallback: store.NewMemoryStore(store.MemoryOptions{MaxKeys: cfg.MaxKeys, Now: opts.Now, Role: store.RoleLocalShare})}
+		fallback: store.NewMemoryStore(store.MemoryOptions{MaxKeys: cfg.MaxKeys, Now: opts.Now, Role: store.RoleLocalShare}),
+		waits:    &waits{queues: xsync.NewMap[string, *waitQueue](), perKey: cfg.WaitQueuePerKey, maximum: cfg.WaitQueue}}
 	k.refs.Store(1)
 	return k
 }
@@ -38,7 +41,7 @@ func newKept(cfg *Config, opts *Options) *kept {
 func (l *Limiter) succeed(prev *Limiter) {
 	prev.kept.refs.Add(1)
 	l.kept = prev.kept
-	l.table, l.fallback = l.kept.table, l.kept.fallback
+	l.table, l.fallback, l.waits = l.kept.table, l.kept.fallback, l.kept.waits
 	l.table.setMaxKeys(l.cfg.MaxKeys)
 	l.fallback.SetMaxKeys(l.cfg.MaxKeys)
 	l.breakers.CopyStates(prev.breakers)

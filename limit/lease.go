@@ -26,6 +26,9 @@ type use struct {
 	ref int64
 	// n is how many permits the limit took (a cost limit's estimate).
 	n int64
+	// alone: a concurrency limit's slot taken on the pod's share while
+	// the store failed (see Limiter.takeSlot).
+	alone bool
 	// local says the permits came from the bucket's lease, without a
 	// store call: decide counts these in sentinel_limit_local_hits_total,
 	// once per request rather than once per limit (the counter is a word

@@ -27,6 +27,10 @@ func (l *Limiter) returnUses(uses []use, specs []spec) {
 		if b == nil {
 			continue
 		}
+		if m := specs[i].meter; m != nil && m.Slots > 0 {
+			l.releaseSlot(&u)
+			continue
+		}
 		if u.usedRef != 0 {
 			if w := int64(specs[i].params.Window); l.shared && w > 0 && b.owe(tokens, u.usedRef, now+w) {
 				continue

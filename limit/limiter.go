@@ -47,7 +47,8 @@ type Limiter struct {
 	now       func() time.Time
 
 	table    *bucketTable
-	kept     *kept        // table and fallback, which a reload's limiter takes over
+	waits    *waits       // the requests waiting for their keys (max_wait)
+	kept     *kept        // table, fallback and waits, which a reload's limiter takes over
 	breakers *breaker.Set // one per store node
 	nodes    store.NodeMap
 	rtt      atomic.Int64 // moving average of a store call, nanos
@@ -113,7 +114,7 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 		l.succeed(opts.Succeeds)
 	} else {
 		l.kept = newKept(&cfg, &opts)
-		l.table, l.fallback = l.kept.table, l.kept.fallback
+		l.table, l.fallback, l.waits = l.kept.table, l.kept.fallback, l.kept.waits
 	}
 	_, local := st.(*store.MemoryStore)
 	l.shared = !local
@@ -287,18 +288,15 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 		uses = make([]use, len(specs))
 	}
 	applied.NApplied, applied.NReserved = 0, 0 // the entries past them are never read
+	applied.MaxWait, applied.waitOn, applied.waitCounters = 0, "", nil
 	best := verdict{Allowed: true, Remaining: math.MaxInt64}
 	shadowed, metered := false, false
 	hits := 0
 	defer func() { countLocalHits(hits) }()
 	for i := range specs {
 		s := &specs[i]
-		n := tokens
-		if s.meter != nil {
-			n, metered = l.estimate(s, req, tokens), true
-		}
-		d, u := l.one(ctx, s, n, strict, req.RequestID, now)
-		u.n = n
+		metered = metered || s.meter != nil
+		d, u := l.decideSpec(ctx, s, req, tokens, strict, now)
 		if u.local {
 			hits++
 		}
@@ -306,6 +304,9 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 		s.counters.Count(d.Allowed, s.shadow || l.cfg.Shadow) // a policy limit's own counters
 		switch {
 		case d.Unavailable || !d.Allowed && !s.shadow && !l.cfg.Shadow:
+			if s.maxWait > 0 && !d.Unavailable {
+				applied.MaxWait, applied.waitOn, applied.waitCounters = s.maxWait, string(s.key()), s.counters
+			}
 			l.returnUses(uses[:i], specs[:i])
 			counters.Blocked.Inc()
 			applied.noteUndecided(specs[i+1:])
@@ -336,6 +337,26 @@ func (l *Limiter) decide(ctx context.Context, specs []spec, req *Request, strict
 	}
 	counters.Allowed.Inc()
 	applied.answer(&best)
+}
+
+// decideSpec decides one limit of req: a request that finds requests
+// waiting for a limit with max_wait is refused to wait behind them; a
+// concurrency limit takes a slot; any other takes its permits (a cost
+// limit its estimate) through the lease protocol.
+func (l *Limiter) decideSpec(ctx context.Context, s *spec, req *Request, tokens int64, strict bool, now int64) (verdict, use) {
+	switch {
+	case s.maxWait > 0 && !req.waiting && l.waits.queued(s.key()):
+		return s.decision(false, 0, time.Millisecond, 0), use{}
+	case s.meter != nil && s.meter.Slots > 0:
+		return l.takeSlot(ctx, s, now)
+	}
+	n := tokens
+	if s.meter != nil {
+		n = l.estimate(s, req, tokens)
+	}
+	d, u := l.one(ctx, s, n, strict, req.RequestID, now)
+	u.n = n
+	return d, u
 }
 
 // countLocalHits adds a decision's limits decided from a local lease to

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"time"
 
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
@@ -45,6 +46,9 @@ func (l *Limiter) peek(ctx context.Context, specs []spec, tokens int64) Decision
 // pods' leases stay unknown). The key is cloned: a store call may outlive
 // the spec.
 func (l *Limiter) look(ctx context.Context, s *spec, tokens int64) verdict {
+	if s.meter != nil && s.meter.Slots > 0 {
+		return l.lookSlots(ctx, s)
+	}
 	if tokens > s.most {
 		return s.overMost()
 	}
@@ -64,4 +68,19 @@ func (l *Limiter) look(ctx context.Context, s *spec, tokens int64) verdict {
 		res.RetryAfter = 0
 	}
 	return s.decision(res.RetryAfter == 0, res.Remaining+held, res.RetryAfter, int64(res.Reset))
+}
+
+// lookSlots answers a concurrency limit: whether a slot is free now, and
+// how many are.
+func (l *Limiter) lookSlots(ctx context.Context, s *spec) verdict {
+	inUse, err := l.SlotUsage(ctx, s.key(), s.params.Limit)
+	if err != nil {
+		return verdict{Unavailable: true, Scope: s.scope, Name: s.name, Limit: s.limit, RetryAfter: l.cfg.BreakerCooldown}
+	}
+	free := max(s.params.Limit-inUse, 0)
+	retry := time.Duration(0)
+	if free == 0 {
+		retry = slotRetry
+	}
+	return s.decision(free > 0, free, retry, 0)
 }

@@ -38,7 +38,7 @@ func (l *Limiter) policySpec(specs []spec, p *catalog.CompiledPolicy, subj *cata
 		}
 		s.scope, s.name, s.shadow, s.counters = scopes[p.Shorthand], p.Items[i], shadow, p.Counters[i]
 		if i < len(p.Metered) {
-			s.meter = p.Metered[i]
+			s.meter, s.maxWait = p.Metered[i], p.MaxWait[i]
 		}
 		s.setKey(p.AppendKey(s.buf[:0], i, id, subj))
 		l.finish(s, req)

@@ -51,6 +51,9 @@ type Request struct {
 	// (-1 unknown).
 	Body    []byte
 	BodyLen int64
+	// waiting: the request waited for its turn (Limiter.Wait): it does
+	// not queue behind the others again.
+	waiting bool
 	// Arrived, when set, is when the request arrived, read by the caller
 	// from the limiter's clock (Options.Now; the proxy passes the reading
 	// its HTTP server took for the request): the decision is made at that
@@ -127,6 +130,12 @@ type Decision struct {
 	// when the answer ends (Limiter.Settle); NReserved how many.
 	Reserved  [MaxReserved]Reservation
 	NReserved int
+	// MaxWait is how long the limit that refused the request lets it wait
+	// for its permit or slot (max_wait; 0: refused at once): see
+	// Limiter.Wait. waitOn is that limit's key.
+	MaxWait      time.Duration
+	waitOn       string
+	waitCounters *catalog.PolicyCounters
 	// Decided is when the decision was made: the limiter's clock reading
 	// at its end (Decide's callers use it rather than read the clock again).
 	Decided time.Time

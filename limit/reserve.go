@@ -42,6 +42,8 @@ type Reservation struct {
 	ref      int64 // where a return goes (0: nowhere)
 	returnBy int64 // unix nanos: later the permits no longer count
 	span     int64 // how long permits taken now count (spec.countsUntil)
+	slot     bool  // a concurrency limit's slot: Settle gives it back
+	alone    bool  // the slot was taken on the pod's share (use.alone)
 	params   store.Params
 	counters *catalog.PolicyCounters
 }
@@ -59,9 +61,17 @@ func (l *Limiter) reserve(d *Decision, specs []spec, uses []use, now int64) {
 			continue
 		}
 		u := &uses[i]
+		if s.meter.Slots > 0 && u.b == nil {
+			continue // a slot the failure policy let through open: nothing to give back
+		}
 		r := &d.Reserved[d.NReserved]
 		d.NReserved++
 		*r = Reservation{N: u.n, Meter: s.meter, Name: s.name, b: u.b, params: s.params, counters: s.counters, span: s.countsUntil(now) - now}
+		if s.meter.Slots > 0 {
+			r.slot, r.alone = true, u.alone
+			s.counters.Slot(1)
+			continue
+		}
 		if r.b == nil {
 			r.b = l.table.get(s.key(), now) // where an overdraft waits for the store
 		}
@@ -106,9 +116,16 @@ func countsFor(p *store.Params) int64 {
 // on the store: returns and overdrafts to the store are sent in the
 // background, and an overdraft the store does not take waits in the
 // key's bucket for its next store call, like permits let through in an
-// outage. Each reservation is settled once; Settle zeroes r.
+// outage. A concurrency limit's slot is given back, whatever actual.
+// Each reservation is settled once; Settle zeroes r.
 func (l *Limiter) Settle(r *Reservation, actual int64) {
 	if r.b == nil {
+		return
+	}
+	if r.slot {
+		l.releaseSlot(&use{b: r.b, alone: r.alone})
+		r.counters.Slot(-1)
+		*r = Reservation{}
 		return
 	}
 	actual = max(actual, 0)
@@ -117,6 +134,7 @@ func (l *Limiter) Settle(r *Reservation, actual int64) {
 	r.counters.Settle(actual, r.N-actual)
 	if back > 0 {
 		l.giveBack(r, back, now)
+		l.wakeWaiters(r.b.key) // what came back may be what a waiting request needs
 	}
 	if over > 0 {
 		l.overdraw(r, over, now)

@@ -23,8 +23,9 @@ type spec struct {
 	// counters count a policy limit's decisions (nil for other limits).
 	counters *catalog.PolicyCounters
 	// meter: the limit counts a cost or some answers (nil: requests).
-	meter  *catalog.Metered
-	useRID bool // sliding_log with a trusted request ID: always ask the store
+	meter   *catalog.Metered
+	maxWait time.Duration // max_wait: a refused request may wait (see Limiter.Wait)
+	useRID  bool          // sliding_log with a trusted request ID: always ask the store
 	// The key is buf[:keyLen], or big when it did not fit. The spec never
 	// holds a slice of its own buf, so that it can stay on the stack.
 	keyLen int
@@ -45,7 +46,7 @@ func (s *spec) setKey(k []byte) {
 // before it is read (a third of a decision's specs' bytes left alone).
 func (s *spec) clear() {
 	s.scope, s.name, s.params, s.limit, s.most = 0, "", store.Params{}, 0, 0
-	s.window, s.ttl, s.shadow, s.counters, s.meter, s.useRID = 0, 0, false, nil, nil, false
+	s.window, s.ttl, s.shadow, s.counters, s.meter, s.maxWait, s.useRID = 0, 0, false, nil, nil, 0, false
 	s.keyLen, s.big = 0, ""
 }
 

@@ -160,6 +160,11 @@ type IdentityConfig struct {
 	// "none" nobody's. An untrusted ID is passed on but the limiter does
 	// not see it.
 	TrustRequestID RequestIDTrust `mapstructure:"trust_request_id"`
+	// DeadlineHeader names the request header in which a client (or the
+	// proxy in front, Envoy's by default) says how many milliseconds it
+	// waits for the answer: a request that a limit lets wait (max_wait)
+	// never waits past it. Default "X-Envoy-Expected-Rq-Timeout-Ms".
+	DeadlineHeader string `mapstructure:"deadline_header"`
 }
 
 // RequestIDTrust is identity.trust_request_id: whose request IDs may spare
@@ -243,6 +248,7 @@ const (
 	DefaultConcurrency       = 256 * 1024
 	DefaultAPIKeyHeader      = "X-API-Key"
 	DefaultRequestIDHeader   = "X-Request-Id"
+	DefaultDeadlineHeader    = "X-Envoy-Expected-Rq-Timeout-Ms"
 	DefaultResource          = "default"
 	DefaultParseErrorLogRate = 10
 	// DefaultWebSocketIdleTimeout is routes[].websocket_idle_timeout's.
@@ -284,6 +290,7 @@ func (c *ServerConfig) SetDefaults() {
 func (c *IdentityConfig) SetDefaults() {
 	confutil.SetDefault(&c.APIKeyHeader, DefaultAPIKeyHeader)
 	confutil.SetDefault(&c.RequestIDHeader, DefaultRequestIDHeader)
+	confutil.SetDefault(&c.DeadlineHeader, DefaultDeadlineHeader)
 	confutil.SetDefault(&c.TrustRequestID, TrustRequestIDCheck)
 }
 
@@ -352,6 +359,9 @@ func (c *IdentityConfig) Validate() error {
 	}
 	if !isToken(c.RequestIDHeader) {
 		errs = append(errs, fmt.Errorf("identity.request_id_header: %q is not a header name", c.RequestIDHeader))
+	}
+	if !isToken(c.DeadlineHeader) {
+		errs = append(errs, fmt.Errorf("identity.deadline_header: %q is not a header name", c.DeadlineHeader))
 	}
 	if c.TrustRequestID != "" {
 		if _, err := ParseRequestIDTrust(string(c.TrustRequestID)); err != nil {

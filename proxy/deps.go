@@ -44,6 +44,8 @@ type Gate interface {
 	Policy() adaptive.Policy
 	RequestStarted(conn uint64)
 	RequestFinished(conn uint64)
+	RequestWaiting(conn uint64)
+	RequestResumed(conn uint64)
 	ObserveUpstream(conn uint64, end time.Time, latency time.Duration, r adaptive.Result)
 	Limits
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/valyala/bytebufferpool"
@@ -165,7 +166,7 @@ func (s *Server) decide(ctx *fasthttp.RequestCtx, x *exchange, body *received) b
 	case why != nil:
 		s.reject(ctx, x, why)
 		return false
-	case !x.decision.Allowed:
+	case !x.decision.Allowed && !s.wait(ctx, x):
 		x.outcome = outcomeRateLimited
 		rejectRateLimit.Inc()
 		s.tooMany(ctx, x)
@@ -173,6 +174,34 @@ func (s *Server) decide(ctx *fasthttp.RequestCtx, x *exchange, body *received) b
 	}
 	x.outcome = outcomeAllowed
 	return true
+}
+
+// wait holds a request that a limit refused but lets wait (max_wait)
+// until the limiter admits it, at most max_wait and the client's own
+// deadline (identity.deadline_header, in milliseconds); it reports whether
+// it was admitted. Meanwhile the request is not counted in flight by the
+// adaptive layer: it is no load on the backend.
+func (s *Server) wait(ctx *fasthttp.RequestCtx, x *exchange) bool {
+	d := &x.decision
+	if d.MaxWait <= 0 || s.settler == nil {
+		return false
+	}
+	until := x.start.Add(d.MaxWait)
+	if ms, err := strconv.ParseUint(string(ctx.Request.Header.PeekBytes(s.deadlineHeader)), 10, 32); err == nil {
+		until = minTime(until, x.start.Add(time.Duration(ms)*time.Millisecond))
+	}
+	if s.gate != nil {
+		s.gate.RequestWaiting(ctx.ConnID())
+		defer s.gate.RequestResumed(ctx.ConnID())
+	}
+	return s.settler.Wait(context.Background(), &x.limitReq, d, until)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // servedFromCache is the gates' word for a request answered from the cache.

@@ -43,6 +43,7 @@ type Server struct {
 
 	apiKeyHeader    []byte
 	requestIDHeader []byte
+	deadlineHeader  []byte // identity.deadline_header: the client's own deadline, in milliseconds
 	ids             *reqid.Gen
 	trustProxyIDs   bool            // identity.trust_request_id is proxies
 	limitHeaders    reply.HeaderSet // server.rate_limit_headers
@@ -90,6 +91,7 @@ func New(deps Deps) (*Server, error) {
 		set:             metrics.NewSet(),
 		apiKeyHeader:    []byte(cfg.Identity.APIKeyHeader),
 		requestIDHeader: fasthttp.AppendNormalizedHeaderKey(nil, cfg.Identity.RequestIDHeader), // for SetCanonical
+		deadlineHeader:  []byte(cfg.Identity.DeadlineHeader),
 		ids:             reqid.NewGen(),
 		trustProxyIDs:   cfg.Identity.TrustsProxyRequestID(),
 		limitHeaders:    cfg.Server.RateLimitHeaders.set(),

@@ -101,6 +101,8 @@ type fakeGate struct {
 func (g *fakeGate) Policy() adaptive.Policy                                           { return g.policy }
 func (g *fakeGate) RequestStarted(uint64)                                             {}
 func (g *fakeGate) RequestFinished(uint64)                                            {}
+func (g *fakeGate) RequestWaiting(uint64)                                             {}
+func (g *fakeGate) RequestResumed(uint64)                                             {}
 func (g *fakeGate) ObserveUpstream(uint64, time.Time, time.Duration, adaptive.Result) {}
 func (g *fakeGate) Concurrency(string) *adaptive.ConcurrencyLimiter                   { return g.conc }
 

@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"context"
 	"sync"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -19,6 +21,10 @@ import (
 type Settler interface {
 	Settle(r *limit.Reservation, actual int64)
 	ReadsBody(resource string) bool
+	// Wait holds a refused request that its limit lets wait (max_wait)
+	// until it is admitted or until passes (see limit.Limiter.Wait); the
+	// goroutine sleeps meanwhile.
+	Wait(ctx context.Context, req *limit.Request, d *limit.Decision, until time.Time) bool
 }
 
 var _ Settler = (*limit.Limiter)(nil)
@@ -40,6 +46,11 @@ func (s *Server) settle(ctx *fasthttp.RequestCtx, x *exchange) {
 	for i := range d.Reserved[:d.NReserved] {
 		r := &d.Reserved[i]
 		switch m := r.Meter; {
+		case m.HoldsToTheEnd() && resp.IsBodyStream():
+			if st == nil {
+				st = acquireSettlement(s.settler)
+			}
+			st.add(r, nil) // the slot is held until the stream's last byte
 		case !forwarded || !m.Counts(status):
 			s.settler.Settle(r, 0)
 		case m.Cost == nil:
@@ -91,11 +102,41 @@ func acquireSettlement(l Settler) *settlement {
 }
 
 // add takes over r (which is left settled by nobody else) and reads its
-// cost from a body of contentType.
+// cost from a body of contentType when r's limit has a cost to read.
 func (st *settlement) add(r *limit.Reservation, contentType []byte) {
 	st.res[st.n] = *r
-	st.meters[st.n].Reset(&r.Meter.Cost.Actual, contentType)
+	a := &noActual
+	if c := r.Meter.Cost; c != nil {
+		a = &c.Actual
+	}
+	st.meters[st.n].Reset(a, contentType)
 	st.n++
+}
+
+// noActual reads nothing: a reservation settled whatever the body says.
+var noActual cost.Actual
+
+// holdSlots moves x's reservations that last as long as the exchange (the
+// slots of concurrency limits) into a settlement that gives them back when
+// End is called: the end of a WebSocket's splice. nil when there are none.
+func (s *Server) holdSlots(x *exchange) *settlement {
+	d := &x.decision
+	var st *settlement
+	kept := 0
+	for i := range d.Reserved[:d.NReserved] {
+		r := &d.Reserved[i]
+		if s.settler == nil || !r.Meter.HoldsToTheEnd() {
+			d.Reserved[kept] = *r
+			kept++
+			continue
+		}
+		if st == nil {
+			st = acquireSettlement(s.settler)
+		}
+		st.add(r, nil)
+	}
+	d.NReserved = kept
+	return st
 }
 
 // Write feeds a piece of the body to every meter.

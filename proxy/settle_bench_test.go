@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/sentinel-gateway/sentinel/limit"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
@@ -31,6 +33,9 @@ type lastSettled struct{ actual int64 }
 
 func (s *lastSettled) Settle(_ *limit.Reservation, actual int64) { s.actual = actual }
 func (s *lastSettled) ReadsBody(string) bool                     { return false }
+func (s *lastSettled) Wait(context.Context, *limit.Request, *limit.Decision, time.Time) bool {
+	return false
+}
 
 // BenchmarkStreamedUsage reads a streamed answer's usage as the proxy
 // does: a 200-event SSE answer (about 40 KB) read in 4 KB pieces, each

@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,4 +154,111 @@ func TestFailedLoginsThroughTheProxy(t *testing.T) {
 	}
 	r, _ := get(t, p.url+"/login/")
 	assert.Equal(t, http.StatusTooManyRequests, r.StatusCode, "the sixth failure")
+}
+
+// slotBackend answers /slow/ after holding the request d (query d=50ms),
+// streaming /stream/ in two parts d apart, and counts the requests it
+// serves at once.
+type slotBackend struct {
+	url            string
+	mu             sync.Mutex
+	inFlight, most int
+}
+
+func startSlotBackend(t *testing.T) *slotBackend {
+	b := &slotBackend{}
+	h := func(w http.ResponseWriter, r *http.Request) {
+		b.mu.Lock()
+		b.inFlight++
+		b.most = max(b.most, b.inFlight)
+		b.mu.Unlock()
+		defer func() { b.mu.Lock(); b.inFlight--; b.mu.Unlock() }()
+		d, _ := time.ParseDuration(r.URL.Query().Get("d"))
+		if strings.HasPrefix(r.URL.Path, "/stream/") {
+			_, _ = w.Write([]byte("first\n"))
+			w.(http.Flusher).Flush()
+		}
+		time.Sleep(d)
+		_, _ = w.Write([]byte("done\n"))
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: http.HandlerFunc(h)}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	b.url = "http://" + ln.Addr().String()
+	return b
+}
+
+// slotProxy is a proxy whose /slow/ and /stream/ routes (resource
+// exports) allow n requests in flight per API key.
+func slotProxy(t *testing.T, be string, n int64) *testProxy {
+	mem := store.NewMemoryStore(store.MemoryOptions{})
+	t.Cleanup(mem.Close)
+	var cfg limit.Config
+	cfg.SetDefaults()
+	cfg.IP = 0
+	ps, err := catalog.CompilePolicies([]catalog.Policy{{Name: "exports", Match: catalog.PolicyMatch{Resources: []string{"exports"}},
+		Key: []string{"api_key"}, PlanMultiplier: new(bool), Limits: []catalog.PolicyLimit{{Concurrency: n}}}}, cfg.CatalogDefaults())
+	require.NoError(t, err)
+	lim, err := limit.NewLimiter(cfg, mem, limit.Options{Catalog: testTenants(t), Policies: ps})
+	require.NoError(t, err)
+	t.Cleanup(lim.Close)
+	return startProxy(t, be, func(d *Deps, _ *upstream.Config) {
+		d.Limiter = lim
+		d.Config.Routes = []Route{{PathPrefix: "/slow/", Upstream: "api", Resource: "exports"}, {PathPrefix: "/stream/", Upstream: "api", Resource: "exports"}}
+	})
+}
+
+// TestSlotsBoundRequestsInFlight: 40 clients at once on a key of 3 slots:
+// the backend never serves more than 3 of them at a time, the others are
+// refused with 429 and Retry-After, and the slots come back with the
+// answers.
+func TestSlotsBoundRequestsInFlight(t *testing.T) {
+	be := startSlotBackend(t)
+	p := slotProxy(t, be.url, 3)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, _ := get(t, p.url+"/slow/x?d=100ms", "X-API-Key", "acme-key")
+			mu.Lock()
+			codes[r.StatusCode]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, be.most, 3, "in flight at the backend")
+	assert.Positive(t, codes[http.StatusTooManyRequests], "%v", codes)
+	assert.Positive(t, codes[http.StatusOK], "%v", codes)
+	for i := range 6 { // every slot came back: sequential calls all pass
+		r, _ := get(t, p.url+"/slow/x", "X-API-Key", "acme-key")
+		assert.Equal(t, http.StatusOK, r.StatusCode, "call %d after", i)
+	}
+}
+
+// TestSlotHeldUntilTheStreamEnds: a streamed answer holds its slot until
+// its last byte; then the slot is free again.
+func TestSlotHeldUntilTheStreamEnds(t *testing.T) {
+	be := startSlotBackend(t)
+	p := slotProxy(t, be.url, 1)
+	req, err := http.NewRequest(http.MethodGet, p.url+"/stream/x?d=2s", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-API-Key", "acme-key")
+	resp, err := httpClient.Do(req)
+	require.NoError(t, err)
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "first\n", line, "the stream has begun")
+	r, _ := get(t, p.url+"/slow/x", "X-API-Key", "acme-key")
+	assert.Equal(t, http.StatusTooManyRequests, r.StatusCode, "the stream holds the one slot (2 s to go)")
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, resp.Body.Close())
+	require.Eventually(t, func() bool {
+		r, _ := get(t, p.url+"/slow/x", "X-API-Key", "acme-key")
+		return r.StatusCode == http.StatusOK
+	}, 5*time.Second, 10*time.Millisecond, "free after its last byte")
 }

@@ -124,7 +124,13 @@ func (s *Server) upgrade(ctx *fasthttp.RequestCtx, x *exchange) {
 	keepUpgrade(&resp.Header)
 	idle := r.WebSocketIdleTimeout
 	ws := &s.upgraded
-	ctx.Hijack(func(c net.Conn) { ws.Splice(c, up, br, idle) })
+	slots := s.holdSlots(x) // a concurrency limit's slot lasts as long as the connection
+	ctx.Hijack(func(c net.Conn) {
+		ws.Splice(c, up, br, idle)
+		if slots != nil {
+			slots.End(true)
+		}
+	})
 }
 
 // handshake writes the client's request head to the upstream connection,

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
@@ -76,7 +77,10 @@ type CompiledPolicy struct {
 	Metered []*Metered
 	// ReadsBody: a limit estimates its cost from the request's JSON body.
 	ReadsBody bool
-	Attrs     []KeyAttr
+	// MaxWait is how long each limit lets a request it refuses wait for
+	// its permit or slot (0: refused at once).
+	MaxWait []time.Duration
+	Attrs   []KeyAttr
 	// PlanMultiplier: the limits are multiplied by the plan's multiplier.
 	PlanMultiplier bool
 	Shadow         bool
@@ -238,6 +242,7 @@ func compile(p *Policy, def Defaults) *CompiledPolicy {
 	for i := range p.Limits {
 		cp.Params = append(cp.Params, p.Limits[i].Params(def))
 		cp.Labels = append(cp.Labels, p.Limits[i].Label(def))
+		cp.MaxWait = append(cp.MaxWait, p.Limits[i].MaxWait.D())
 		m := metered(&p.Limits[i])
 		cp.Metered = append(cp.Metered, m)
 		cp.ReadsBody = cp.ReadsBody || m != nil && m.Cost != nil && m.Cost.Estimate.NeedsBody()

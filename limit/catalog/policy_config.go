@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/cost"
@@ -76,7 +77,19 @@ type PolicyLimit struct {
 	Cost *cost.Cost `mapstructure:"cost" json:"cost,omitempty"`
 	// CountIf makes the limit count only the answers of some statuses.
 	CountIf *cost.CountIf `mapstructure:"count_if" json:"count_if,omitempty"`
+	// Concurrency makes the limit one on requests in flight: at most this
+	// many of the key's requests at once across pods (no window).
+	Concurrency int64 `mapstructure:"concurrency" json:"concurrency,omitempty"`
+	// MaxWait lets a request this limit would refuse wait up to this long
+	// for its permit or slot (0: refused at once).
+	MaxWait confutil.Duration `mapstructure:"max_wait" json:"max_wait,omitempty"`
 }
+
+// MaxMaxWait bounds max_wait.
+const MaxMaxWait = time.Minute
+
+// MaxConcurrency bounds a concurrency limit.
+const MaxConcurrency = 1_000_000
 
 // PolicyLimits are a policy's limits. From JSON they decode one by one, so that a
 // value that does not decode is named with its index (limits[1].period), as
@@ -208,12 +221,19 @@ func (l *PolicyLimit) rule(def Defaults) Rule {
 // validate returns what is wrong with l, each error naming its key
 // within the limit (limit, window, period, ...).
 func (l *PolicyLimit) validate(def Defaults) []*ValidationError {
-	return append(l.validateUnit(def), meteredErrors(l)...)
+	errs := append(l.validateUnit(def), meteredErrors(l)...)
+	if l.MaxWait < 0 || l.MaxWait.D() > MaxMaxWait {
+		errs = append(errs, &ValidationError{Field: "max_wait", Msg: fmt.Sprintf("%v is out of range 0..%v", l.MaxWait.D(), MaxMaxWait)})
+	}
+	return errs
 }
 
 // validateUnit returns what is wrong with l's unit: its window, token
 // bucket or period.
 func (l *PolicyLimit) validateUnit(def Defaults) []*ValidationError {
+	if l.Concurrency != 0 {
+		return l.validateConcurrency()
+	}
 	if l.Period != store.NoPeriod {
 		var errs []*ValidationError
 		bad := func(k, msg string) { errs = append(errs, &ValidationError{Field: k, Msg: msg}) }
@@ -246,8 +266,23 @@ func (l *PolicyLimit) validateUnit(def Defaults) []*ValidationError {
 	return errs
 }
 
+// validateConcurrency checks a concurrency limit: its number alone.
+func (l *PolicyLimit) validateConcurrency() []*ValidationError {
+	var errs []*ValidationError
+	if l.Concurrency < 1 || l.Concurrency > MaxConcurrency {
+		errs = append(errs, &ValidationError{Field: "concurrency", Msg: fmt.Sprintf("%d is out of range 1..%d", l.Concurrency, MaxConcurrency)})
+	}
+	if l.Limit != 0 || l.Window != 0 || l.Period != store.NoPeriod || l.Algorithm != 0 || l.Capacity != 0 || l.RefillRate != 0 || l.Cost != nil || l.CountIf != nil {
+		errs = append(errs, &ValidationError{Field: "concurrency", Msg: "a concurrency limit has no limit, window, period, algorithm, capacity, refill_rate, cost nor count_if: give those their own limit"})
+	}
+	return errs
+}
+
 // Params returns the store parameters of a valid limit.
 func (l *PolicyLimit) Params(def Defaults) store.Params {
+	if l.Concurrency != 0 {
+		return store.Params{Algorithm: store.SlidingWindow, Limit: l.Concurrency}
+	}
 	if l.Period != store.NoPeriod {
 		return store.Params{Algorithm: store.Quota, Limit: l.Limit, Period: l.Period, Zone: def.Zone}
 	}
@@ -259,6 +294,9 @@ func (l *PolicyLimit) Params(def Defaults) store.Params {
 // period ("day"), or "bucket" for a token bucket. It is the limit's
 // metric label and part of its store key.
 func (l *PolicyLimit) Label(def Defaults) string {
+	if l.Concurrency != 0 {
+		return "concurrency"
+	}
 	p := l.Params(def)
 	switch {
 	case p.Algorithm == store.Quota:

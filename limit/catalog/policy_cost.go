@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"strings"
+	"time"
 
 	"github.com/sentinel-gateway/sentinel/limit/cost"
 )
@@ -18,15 +19,34 @@ type Metered struct {
 	// give their reservation back.
 	CountIf  bool
 	Statuses cost.StatusSet
-	header   []byte // Cost.Estimate.Header, as Attrs reads it
+	// Slots is a concurrency limit's number (0: the limit is not one): a
+	// slot is taken at admission and given back when the exchange ends.
+	Slots  int64
+	header []byte // Cost.Estimate.Header, as Attrs reads it
+}
+
+// meteredAt is how limit i counts (nil: requests).
+func (p *CompiledPolicy) meteredAt(i int) *Metered {
+	if i < len(p.Metered) {
+		return p.Metered[i]
+	}
+	return nil
+}
+
+// maxWaitAt is limit i's max_wait (0: none).
+func (p *CompiledPolicy) maxWaitAt(i int) time.Duration {
+	if i < len(p.MaxWait) {
+		return p.MaxWait[i]
+	}
+	return 0
 }
 
 // metered compiles l's cost and count_if; nil when it has neither.
 func metered(l *PolicyLimit) *Metered {
-	if l.Cost == nil && l.CountIf == nil {
+	if l.Cost == nil && l.CountIf == nil && l.Concurrency == 0 {
 		return nil
 	}
-	m := &Metered{Cost: l.Cost}
+	m := &Metered{Cost: l.Cost, Slots: l.Concurrency}
 	if l.Cost != nil && l.Cost.Estimate.Header != "" {
 		m.header = []byte(l.Cost.Estimate.Header)
 	}
@@ -57,6 +77,10 @@ func (m *Metered) Estimate(attrs Attrs, body []byte, bodyLen, tokens int64) int6
 func (m *Metered) Counts(status int) bool {
 	return !m.CountIf || m.Statuses.Match(status)
 }
+
+// HoldsToTheEnd tells that the reservation lasts as long as the exchange:
+// a slot, given back when the answer's last byte is written.
+func (m *Metered) HoldsToTheEnd() bool { return m.Slots > 0 }
 
 // meteredLabel is the label of a limit that counts otherwise than one
 // permit per request, so that it has store keys and metric series of its

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"sync"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 )
@@ -25,6 +26,30 @@ type PolicyCounters struct {
 	// admission, settled (what the answers cost), returned (reserved
 	// beyond what they cost) and overdrawn (what they cost beyond).
 	Reserved, Settled, Returned, Overdrawn *metrics.Counter
+	// SlotsInUse are a concurrency limit's slots this pod's requests hold
+	// (nil for the others).
+	SlotsInUse *metrics.Gauge
+	// The waits of a limit with max_wait (nil for the others): requests
+	// admitted after a wait, timed out, refused at once (the wait could
+	// not end in time, or the queue was full); waiting now; how long the
+	// admitted ones waited.
+	WaitAdmitted, WaitTimedOut, WaitRefused *metrics.Counter
+	Waiting                                 *metrics.Gauge
+	WaitSeconds                             *metrics.PrometheusHistogram
+}
+
+// waitBuckets are the upper bounds of the wait histograms, in seconds: 1 ms
+// to max_wait's bound.
+var waitBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// waitResults are the values of sentinel_limit_waits_total's result label.
+var waitResults = [3]string{"admitted", "timed_out", "refused"}
+
+// Slot counts a slot taken (+1) or given back (-1).
+func (c *PolicyCounters) Slot(d float64) {
+	if c != nil && c.SlotsInUse != nil {
+		c.SlotsInUse.Add(d)
+	}
 }
 
 // costKinds are the values of sentinel_cost_total's kind label.
@@ -99,14 +124,24 @@ func (r *seriesRegistry) acquire(cp *CompiledPolicy) []*PolicyCounters {
 	out := make([]*PolicyCounters, len(cp.Labels))
 	for i := range cp.Labels {
 		names := limitSeries(cp, i, u.label)
-		c := make([]*metrics.Counter, len(names))
-		for j, name := range names {
+		for _, name := range names {
 			r.holders[name]++
-			c[j] = metrics.GetOrCreateCounter(name)
 		}
-		pc := &PolicyCounters{Allowed: c[0], Blocked: c[1], ShadowBlocked: c[2]}
-		if len(c) > len(decisions) {
-			pc.Reserved, pc.Settled, pc.Returned, pc.Overdrawn = c[3], c[4], c[5], c[6]
+		c := func(j int) *metrics.Counter { return metrics.GetOrCreateCounter(names[j]) }
+		pc := &PolicyCounters{Allowed: c(0), Blocked: c(1), ShadowBlocked: c(2)}
+		j := len(decisions)
+		switch m := cp.meteredAt(i); {
+		case m != nil && m.Slots > 0:
+			pc.SlotsInUse = metrics.GetOrCreateGauge(names[j], nil)
+			j++
+		case m != nil:
+			pc.Reserved, pc.Settled, pc.Returned, pc.Overdrawn = c(j), c(j+1), c(j+2), c(j+3)
+			j += len(costKinds)
+		}
+		if cp.maxWaitAt(i) > 0 {
+			pc.WaitAdmitted, pc.WaitTimedOut, pc.WaitRefused = c(j), c(j+1), c(j+2)
+			pc.Waiting = metrics.GetOrCreateGauge(names[j+3], nil)
+			pc.WaitSeconds = metrics.GetOrCreatePrometheusHistogramExt(names[j+4], waitBuckets)
 		}
 		out[i] = pc
 	}
@@ -147,10 +182,21 @@ func limitSeries(cp *CompiledPolicy, i int, label string) []string {
 	for _, d := range decisions {
 		names = append(names, seriesName(label, limit, d))
 	}
-	if i < len(cp.Metered) && cp.Metered[i] != nil {
+	labels := `policy="` + EscapeLabel(label) + `",limit="` + EscapeLabel(limit) + `"`
+	m := cp.meteredAt(i)
+	switch {
+	case m != nil && m.Slots > 0:
+		names = append(names, `sentinel_limit_slots_in_use{`+labels+`}`)
+	case m != nil:
 		for _, k := range costKinds {
-			names = append(names, `sentinel_cost_total{policy="`+EscapeLabel(label)+`",limit="`+EscapeLabel(limit)+`",kind="`+k+`"}`)
+			names = append(names, `sentinel_cost_total{`+labels+`,kind="`+k+`"}`)
 		}
+	}
+	if cp.maxWaitAt(i) > 0 {
+		for _, r := range waitResults {
+			names = append(names, `sentinel_limit_waits_total{`+labels+`,result="`+r+`"}`)
+		}
+		names = append(names, `sentinel_limit_waiting{`+labels+`}`, `sentinel_limit_wait_duration_seconds{`+labels+`}`)
 	}
 	return names
 }
@@ -173,5 +219,28 @@ func (c *PolicyCounters) Count(allowed, shadow bool) {
 		c.ShadowBlocked.Inc()
 	default:
 		c.Blocked.Inc()
+	}
+}
+
+// Wait counts what became of a wait: admitted after waited, timed out, or
+// refused at once; and joined (+1) or left (-1) the queue (waiting). A
+// nil Counters or a limit without max_wait counts nothing.
+func (c *PolicyCounters) Wait(admitted, timedOut, refused bool, waited time.Duration) {
+	switch {
+	case c == nil || c.WaitAdmitted == nil:
+	case admitted:
+		c.WaitAdmitted.Inc()
+		c.WaitSeconds.Update(waited.Seconds())
+	case timedOut:
+		c.WaitTimedOut.Inc()
+	case refused:
+		c.WaitRefused.Inc()
+	}
+}
+
+// Queued counts a request joining (+1) or leaving (-1) the limit's queue.
+func (c *PolicyCounters) Queued(d float64) {
+	if c != nil && c.Waiting != nil {
+		c.Waiting.Add(d)
 	}
 }

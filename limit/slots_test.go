@@ -1,0 +1,119 @@
+package limit
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/store"
+)
+
+// exportsPolicy is the documentation's slot limit: n exports in flight per
+// tenant.
+func exportsPolicy(n int64) catalog.Policy {
+	return catalog.Policy{Name: "exports", Match: catalog.PolicyMatch{Resources: []string{"exports"}}, Key: []string{"tenant"},
+		PlanMultiplier: new(bool), Limits: []catalog.PolicyLimit{{Concurrency: n}}}
+}
+
+// TestSlotsHoldAsManyAsTheLimit: n requests hold the key's n slots; the
+// next is refused until one gives its slot back, which the next request
+// takes without a store call.
+func TestSlotsHoldAsManyAsTheLimit(t *testing.T) {
+	l, _ := costLimiter(t, exportsPolicy(3))
+	req := &Request{Tenant: "acme", Plan: "PREMIUM", Resource: "exports"}
+	var held []Decision
+	for i := range 3 {
+		d := l.Allow(context.Background(), req)
+		require.True(t, d.Allowed, "slot %d", i)
+		require.Equal(t, 1, d.NReserved)
+		held = append(held, d)
+	}
+	d := l.Allow(context.Background(), req)
+	assert.False(t, d.Allowed, "the fourth in flight")
+	assert.Equal(t, 0, d.NReserved)
+	assert.Positive(t, d.RetryAfter)
+	l.Settle(&held[0].Reserved[0], 0)
+	d = l.Allow(context.Background(), req)
+	require.True(t, d.Allowed, "a slot came back")
+	assert.True(t, l.Allow(context.Background(), &Request{Tenant: "free", Plan: "FREE", Resource: "exports"}).Allowed, "another tenant")
+}
+
+// TestSlotReusedWithoutAStoreCall: a key whose slots are not all held
+// takes the slot its last request gave back from the pod, without a store
+// call, while its requests follow each other.
+func TestSlotReusedWithoutAStoreCall(t *testing.T) {
+	l, _ := costLimiter(t, exportsPolicy(3))
+	req := &Request{Tenant: "acme", Resource: "exports"}
+	d := l.Allow(context.Background(), req)
+	require.True(t, d.Allowed)
+	local := slotLocalTakes.Get()
+	for range 100 {
+		l.Settle(&d.Reserved[0], 0)
+		d = l.Allow(context.Background(), req)
+		require.True(t, d.Allowed)
+	}
+	// The test's clock stands still: the slot is never idle long enough
+	// to go back to the store.
+	assert.Equal(t, local+100, slotLocalTakes.Get())
+}
+
+// TestSlotsAcrossLimiters: two limiters on one store (two pods) never hold
+// more than the limit together, whatever the interleaving.
+func TestSlotsAcrossLimiters(t *testing.T) {
+	mem := store.NewMemoryStore(store.MemoryOptions{})
+	t.Cleanup(mem.Close)
+	cfg := testLimitsConfig(nil)
+	var pods [2]*Limiter
+	for i := range pods {
+		pods[i] = newTestLimiter(t, cfg, mem, Options{Catalog: testCatalog(t), Policies: withPolicies(t, cfg, exportsPolicy(4))})
+	}
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := pods[g%2]
+			for range 200 {
+				d := l.Allow(context.Background(), &Request{Tenant: "acme", Resource: "exports"})
+				if !d.Allowed {
+					continue
+				}
+				mu.Lock()
+				inFlight++
+				most = max(most, inFlight)
+				mu.Unlock()
+				time.Sleep(time.Microsecond)
+				mu.Lock()
+				inFlight--
+				mu.Unlock()
+				l.Settle(&d.Reserved[0], 0)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, most, 4)
+	assert.Equal(t, 4, most, "the slots were used")
+}
+
+// TestSlotGivenBackWhenALaterLimitRefuses: a request that a later limit
+// refuses does not keep the slot it took.
+func TestSlotGivenBackWhenALaterLimitRefuses(t *testing.T) {
+	p := exportsPolicy(1)
+	p.Limits = append(p.Limits, catalog.PolicyLimit{Limit: 1, Window: 60e9})
+	l, _ := costLimiter(t, p)
+	req := &Request{Tenant: "acme", Resource: "exports"}
+	d := l.Allow(context.Background(), req)
+	require.True(t, d.Allowed)
+	l.Settle(&d.Reserved[0], 0)
+	assert.False(t, l.Allow(context.Background(), req).Allowed, "the window's one request is spent")
+	v := l.Allow(context.Background(), &Request{Tenant: "acme", Resource: "exports", Peek: true})
+	assert.Equal(t, int64(0), v.Remaining, "the window's remaining")
+	assert.Equal(t, int64(1), v.Applied[0].Remaining, "the slot is free")
+}
