@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/cost"
 )
@@ -37,6 +38,10 @@ var meteredKinds = []struct {
 	{"count_if", func(l *catalog.PolicyLimit) {
 		l.Cost, l.CountIf = nil, &cost.CountIf{Status: cost.Statuses{"401", "403"}}
 	}, 0}, // a 200: not counted
+	{"concurrency", func(l *catalog.PolicyLimit) {
+		*l = catalog.PolicyLimit{Concurrency: catalog.MaxConcurrency} // a slot taken and given back
+	}, 0},
+	{"max_wait", func(l *catalog.PolicyLimit) { l.Cost, l.MaxWait = nil, confutil.Duration(time.Second) }, -1}, // admitted: no queue
 }
 
 // meteredLimiter is a limiter over the in-process store whose leases
@@ -71,7 +76,9 @@ func decideAndSettle(tb testing.TB, l *Limiter, req *Request, d *Decision, actua
 // local lease (beside the IP and tenant limits): plain counts requests;
 // cost reserves the X-Max-Tokens estimate (400) and settles it at 150, and
 // count_if reserves 1 and settles a 200 at 0, as the proxy does when the
-// answer ends. The difference with plain is what metering adds.
+// answer ends; concurrency takes a slot from the pod's idle ones and gives
+// it back; max_wait is plain with a max_wait, admitted without waiting.
+// The difference with plain is what each adds.
 func BenchmarkCostLimitLocal(b *testing.B) {
 	for _, k := range meteredKinds {
 		b.Run(k.name, func(b *testing.B) {
