@@ -185,3 +185,25 @@ func TestPolicyAPICostLimits(t *testing.T) {
 	assert.Equal(t, fasthttp.StatusBadRequest, resp.StatusCode())
 	assert.Contains(t, string(resp.Body()), "limits[0].cost.estimate")
 }
+
+// TestCheckAcquiresAndReleasesASlot: a check that a concurrency limit
+// applies to holds a slot until its reservation is settled (released) or
+// its reservation_ttl ends.
+func TestCheckAcquiresAndReleasesASlot(t *testing.T) {
+	s, c := costAdmin(t)
+	put := call(t, c, "PUT", "/v1/policies/exports", `{"match":{"resources":["exports"]},"key":["api_key"],"plan_multiplier":false,"limits":[{"concurrency":1}]}`)
+	require.Equal(t, fasthttp.StatusCreated, put.StatusCode(), "%s", put.Body())
+	export := `{"tenant_id":"acme","resource":"exports","key":"k9","reservation_ttl":"10s"}`
+	a := checkJSON(t, c, export)
+	require.True(t, a.Allowed)
+	require.NotEmpty(t, a.Reservation)
+	assert.False(t, checkJSON(t, c, export).Allowed, "the one slot is held")
+	resp := call(t, c, "GET", "/v1/usage?policy=exports&key=k9", "")
+	assert.Contains(t, string(resp.Body()), `"used":1`)
+	resp = call(t, c, "POST", "/v1/ratelimit/settle", `{"reservation":"`+a.Reservation+`"}`)
+	require.Equal(t, fasthttp.StatusOK, resp.StatusCode(), "%s", resp.Body())
+	b := checkJSON(t, c, export)
+	require.True(t, b.Allowed, "released")
+	s.res.expire(time.Now().Add(11 * time.Second))
+	assert.True(t, checkJSON(t, c, export).Allowed, "released at its reservation_ttl")
+}

@@ -172,13 +172,13 @@ func (s *Sync) DeletePolicy(ctx context.Context, name string) error {
 }
 
 // pinDefaults fills in each window limit's algorithm and window from def,
-// as compiling it would.
+// as compiling it would (a quota's and a concurrency limit's have none).
 func pinDefaults(p Policy, def Defaults) Policy {
 	p.Limits = slices.Clone(p.Limits)
 	for i := range p.Limits {
 		l := &p.Limits[i]
-		if l.Period != store.NoPeriod {
-			continue
+		if l.Period != store.NoPeriod || l.Concurrency != 0 {
+			continue // a quota or a concurrency limit has no algorithm nor window
 		}
 		def.fill(&l.Algorithm, &l.Window)
 	}
