@@ -21,13 +21,16 @@ type kept struct {
 	table    *bucketTable
 	fallback *store.MemoryStore
 	waits    *waits // the requests waiting (max_wait), whichever limiter they wait in
+	// slotOwner names this pod's slot leases in the store (newSlotOwner).
+	slotOwner string
 }
 
 // newKept returns fresh state for a limiter of cfg.
 func newKept(cfg *Config, opts *Options) *kept {
 	k := &kept{table: newBucketTable(cfg.MaxKeys),
-		fallback: store.NewMemoryStore(store.MemoryOptions{MaxKeys: cfg.MaxKeys, Now: opts.Now, Role: store.RoleLocalShare}),
-		waits:    &waits{queues: xsync.NewMap[string, *waitQueue](), perKey: cfg.WaitQueuePerKey, maximum: cfg.WaitQueue}}
+		fallback:  store.NewMemoryStore(store.MemoryOptions{MaxKeys: cfg.MaxKeys, Now: opts.Now, Role: store.RoleLocalShare}),
+		waits:     &waits{queues: xsync.NewMap[string, *waitQueue](), perKey: cfg.WaitQueuePerKey, maximum: cfg.WaitQueue},
+		slotOwner: newSlotOwner()}
 	k.refs.Store(1)
 	return k
 }

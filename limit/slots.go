@@ -34,6 +34,11 @@ const (
 	// slotRetry is a refusal's retry-after when the store cannot say when
 	// a slot frees (held by requests of this or a live pod).
 	slotRetry = 100 * time.Millisecond
+	// slotRefusalHold is how long a pod answers a key whose slots were all
+	// held at the store's last answer without asking again (unless one of
+	// its own comes back): a client hammering a full key costs the store
+	// at most one call per pod every slotRefusalHold.
+	slotRefusalHold = 10 * time.Millisecond
 )
 
 // slotState is what a pod holds of one key's slots. The bucket's mutex
@@ -47,12 +52,18 @@ type slotState struct {
 	renewed int64 // unix nanos: when the store last renewed the lease
 	limit   int64 // N, as last decided
 	calls   int   // store calls for the key in flight
+	// refusedUntil: the store refused a slot (all held); until then
+	// (unix nanos) the pod refuses without a call, unless one of its own
+	// slots comes back (slotRefusalHold).
+	refusedUntil int64
 }
 
-// slotOwner names this process's leases in the store: the pod's host
-// name and a number drawn at start, so that a restarted pod's lease is not
-// its predecessor's (which then expires).
-var slotOwner = func() string {
+// newSlotOwner names a pod's leases in the store: its host name and a
+// number drawn when its limiter state is made (a reload's limiter takes
+// over its predecessor's, name included), so that a restarted pod's lease
+// is not its predecessor's (which then expires), nor are two gateways' in
+// one process the same.
+func newSlotOwner() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	host, _ := os.Hostname()
@@ -60,7 +71,7 @@ var slotOwner = func() string {
 		host = host[:64]
 	}
 	return host + "/" + hex.EncodeToString(b[:])
-}()
+}
 
 // slotKeys are the buckets of keys whose slots this process holds, which
 // the slot loop renews and trims; the loop starts with the first slot.
@@ -102,12 +113,18 @@ func (l *Limiter) takeSlot(ctx context.Context, s *spec, now int64) (verdict, us
 		slotLocalTakes.Inc()
 		return s.decision(true, max(n-inUse, 0), 0, 0), use{b: b, n: 1, local: true}
 	}
+	if now < st.refusedUntil {
+		retry := time.Duration(st.refusedUntil - now)
+		b.mu.Unlock()
+		cachedDenials.Inc()
+		return s.decision(false, 0, retry, 0), use{}
+	}
 	st.calls++
 	b.mu.Unlock()
 	slotLoopOnce.Do(func() { go slotLoop() })
 	slotKeys.Store(b, l)
 	slotStoreCalls.Inc()
-	res, err := l.store.Slots(ctx, &store.SlotRequest{Key: []byte(b.key), Pod: slotOwner, Limit: n, Want: 1, TTL: SlotLeaseTTL})
+	res, err := l.store.Slots(ctx, &store.SlotRequest{Key: []byte(b.key), Pod: l.kept.slotOwner, Limit: n, Want: 1, TTL: SlotLeaseTTL})
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st.calls--
@@ -120,7 +137,8 @@ func (l *Limiter) takeSlot(ctx context.Context, s *spec, now int64) (verdict, us
 		if retry <= 0 {
 			retry = slotRetry
 		}
-		return s.decision(false, 0, retry, 0), use{}
+		st.refusedUntil = now + int64(slotRefusalHold)
+		return s.decision(false, 0, min(retry, slotRefusalHold), 0), use{}
 	}
 	st.held++
 	return s.decision(true, max(n-res.InUse, 0), 0, 0), use{b: b, n: 1}
@@ -160,15 +178,17 @@ func (l *Limiter) releaseSlot(u *use) {
 	st := b.slotsOf()
 	if u.alone {
 		st.alone = max(st.alone-1, 0)
+		st.refusedUntil = 0
 		b.mu.Unlock()
 		l.wakeWaiters(b.key)
 		return
 	}
 	st.idle++
-	st.idleAt = l.now().UnixNano()
+	st.idleAt, st.refusedUntil = l.now().UnixNano(), 0
 	give := int64(0)
 	if st.full {
 		give, st.idle, st.held = st.idle, 0, st.held-st.idle
+		st.calls++ // giveSlots' call: a renewal meanwhile does not square the count
 	}
 	limit := st.limit
 	b.mu.Unlock()
@@ -179,16 +199,15 @@ func (l *Limiter) releaseSlot(u *use) {
 }
 
 // giveSlots gives n of b's slots back to the store, in the background on
-// a shared store.
+// a shared store. The caller took them out of the pod's count and counted
+// the call in flight (slotState.calls), under b.mu, so that no renewal
+// between the two takes them for slots the pod does not know of.
 func (l *Limiter) giveSlots(b *bucket, limit, n int64) {
 	call := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.lateWait())
 		defer cancel()
 		slotStoreCalls.Inc()
-		b.mu.Lock()
-		b.slotsOf().calls++
-		b.mu.Unlock()
-		res, err := l.store.Slots(ctx, &store.SlotRequest{Key: []byte(b.key), Pod: slotOwner, Limit: limit, Release: n, TTL: SlotLeaseTTL})
+		res, err := l.store.Slots(ctx, &store.SlotRequest{Key: []byte(b.key), Pod: l.kept.slotOwner, Limit: limit, Release: n, TTL: SlotLeaseTTL})
 		b.mu.Lock()
 		st := b.slotsOf()
 		st.calls--
@@ -230,6 +249,7 @@ func (l *Limiter) tendSlots(b *bucket, now int64, renew bool) {
 	give := int64(0)
 	if st.idle > 0 && now-st.idleAt >= int64(slotIdleHold) {
 		give, st.idle, st.held = st.idle, 0, st.held-st.idle
+		st.calls++ // giveSlots' call
 	}
 	held, alone, limit := st.held, st.alone, st.limit
 	if held > 0 && now-st.renewed > int64(SlotLeaseTTL)/2 {
@@ -262,7 +282,7 @@ func (l *Limiter) renewSlots(b *bucket, limit int64) {
 	st := b.slotsOf()
 	st.calls++
 	b.mu.Unlock()
-	res, err := l.store.Slots(ctx, &store.SlotRequest{Key: []byte(b.key), Pod: slotOwner, Limit: limit, TTL: SlotLeaseTTL})
+	res, err := l.store.Slots(ctx, &store.SlotRequest{Key: []byte(b.key), Pod: l.kept.slotOwner, Limit: limit, TTL: SlotLeaseTTL})
 	b.mu.Lock()
 	st.calls--
 	if err != nil {
@@ -281,6 +301,9 @@ func (l *Limiter) renewSlots(b *bucket, limit int64) {
 			st.idle = min(st.idle, st.held)
 		}
 	}
+	if extra > 0 {
+		st.calls++ // giveSlots' call
+	}
 	b.mu.Unlock()
 	if extra > 0 {
 		slotsSquared.Add(int(extra))
@@ -292,7 +315,7 @@ func (l *Limiter) renewSlots(b *bucket, limit int64) {
 // (their requests in flight, and the slots they keep idle a moment), from
 // the store, without taking any. It fails when the store cannot answer.
 func (l *Limiter) SlotUsage(ctx context.Context, key []byte, n int64) (inUse int64, err error) {
-	res, err := l.store.Slots(ctx, &store.SlotRequest{Key: key, Pod: slotOwner, Limit: n, TTL: SlotLeaseTTL})
+	res, err := l.store.Slots(ctx, &store.SlotRequest{Key: key, Pod: l.kept.slotOwner, Limit: n, TTL: SlotLeaseTTL})
 	if err != nil {
 		return 0, ErrStoreUnavailable
 	}
