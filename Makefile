@@ -11,7 +11,7 @@ LDFLAGS        := -s -w -X main.version=$(VERSION)
 TEST_TIMEOUT   ?= 20m
 
 .DEFAULT_GOAL := help
-.PHONY: help build run cluster test test-faults test-chaos test-short model bench bench-compare bench-sidebyside bench-rls profile lint fmt vet check loadtest loadtest-overload k6 loadtest-k6 loadtest-overload-k6 docker clean
+.PHONY: help build run cluster test test-faults test-chaos test-short model bench bench-compare bench-sidebyside bench-rls bench-waiters profile lint fmt vet check loadtest loadtest-overload k6 loadtest-k6 loadtest-overload-k6 docker clean
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -61,6 +61,10 @@ bench-compare: ## Sentinel vs nginx and HAProxy side by side with wrk, with the 
 
 bench-sidebyside: ## The bare fasthttp proxy, Sentinel at BASE (default HEAD) and the working tree serving at once, wrk visiting each in turn: medians of the ratios per round (ROW=proxy|refuse; about 2 min).
 	bash bench/sidebyside.sh
+
+bench-waiters: ## Requests waiting for their limit (max_wait): the gateway's memory per waiting request and other requests' latency while N=10000 wait (about 1 min).
+	$(GO) build -o bin/sentinel .
+	$(GO) run ./bench/waiters -sentinel bin/sentinel -n $(or $(N),10000)
 
 bench-rls: ## The Envoy rate limit service on one redis-server: a hot descriptor, 100k and 1M at random, a flooded one; beside envoyproxy/ratelimit when ERL=path names its binary, interleaved (ROUNDS=n, DURATION=10s; about 1.5 min a round).
 	$(GO) build -o bin/sentinel .
