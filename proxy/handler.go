@@ -337,7 +337,9 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, x *exchange, req *fasthttp.Re
 	// (by its Content-Length) whole and streams only larger or unknown-length
 	// ones, which the server reads while it writes them to the client.
 	resp.StreamBody = true
+	stop := s.abortIfGone(ctx, x, req)
 	end, err := x.route.pool.DoAt(req, resp, sent)
+	stop()
 	if err == nil && x.cacheable {
 		err = s.bufferForCache(resp)
 	}
@@ -354,6 +356,36 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, x *exchange, req *fasthttp.Re
 		s.gate.ObserveUpstream(ctx.ConnID(), end, latency, res)
 	}
 	return err
+}
+
+// abortIfGone watches the client of a request that holds a concurrency
+// slot while its forward waits for the answer's head, and aborts the
+// forward if the client goes (see clientWatch); it returns what ends the
+// watch. Other requests pay nothing.
+func (s *Server) abortIfGone(ctx *fasthttp.RequestCtx, x *exchange, req *fasthttp.Request) (stop func()) {
+	if !x.holdsSlot() {
+		return noStop
+	}
+	a := &upstream.Aborter{}
+	upstream.Watch(req, a)
+	w := watchClient(ctx.Conn(), a.Abort)
+	return func() {
+		w.stop()
+		upstream.Unwatch(req)
+	}
+}
+
+func noStop() {}
+
+// holdsSlot tells whether x's request holds a concurrency limit's slot.
+func (x *exchange) holdsSlot() bool {
+	d := &x.decision
+	for i := range d.Reserved[:d.NReserved] {
+		if d.Reserved[i].Meter.HoldsToTheEnd() {
+			return true
+		}
+	}
+	return false
 }
 
 // bufferForCache reads a streamed answer whole when the cache could keep it:

@@ -204,9 +204,12 @@ func slotProxy(t *testing.T, be string, n int64) *testProxy {
 	lim, err := limit.NewLimiter(cfg, mem, limit.Options{Catalog: testTenants(t), Policies: ps})
 	require.NoError(t, err)
 	t.Cleanup(lim.Close)
-	return startProxy(t, be, func(d *Deps, _ *upstream.Config) {
+	return startProxy(t, be, func(d *Deps, u *upstream.Config) {
 		d.Limiter = lim
 		d.Config.Routes = []Route{{PathPrefix: "/slow/", Upstream: "api", Resource: "exports"}, {PathPrefix: "/stream/", Upstream: "api", Resource: "exports"}}
+		pc := (*u)["api"]
+		pc.Timeout = 30 * time.Second // longer than any test waits: an exchange ended early was ended by the gateway
+		(*u)["api"] = pc
 	})
 }
 
@@ -261,4 +264,48 @@ func TestSlotHeldUntilTheStreamEnds(t *testing.T) {
 		r, _ := get(t, p.url+"/slow/x", "X-API-Key", "acme-key")
 		return r.StatusCode == http.StatusOK
 	}, 5*time.Second, 10*time.Millisecond, "free after its last byte")
+}
+
+// TestSlotFreedWhenTheClientLeavesBeforeTheAnswer: a client that leaves
+// while the upstream has not answered yet gives its slot back, and the
+// gateway ends the upstream exchange (the backend sees its request
+// cancelled) instead of leaving the backend working for nobody.
+func TestSlotFreedWhenTheClientLeavesBeforeTheAnswer(t *testing.T) {
+	started, cancelled := make(chan struct{}, 1), make(chan struct{}, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/slow/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("hold") == "" {
+			return
+		}
+		started <- struct{}{}
+		select {
+		case <-r.Context().Done():
+			cancelled <- struct{}{}
+		case <-time.After(10 * time.Second):
+		}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: mux}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	p := slotProxy(t, "http://"+ln.Addr().String(), 1)
+
+	c, err := net.Dial("tcp", strings.TrimPrefix(p.url, "http://"))
+	require.NoError(t, err)
+	_, err = c.Write([]byte("GET /slow/x?hold=1 HTTP/1.1\r\nHost: gw\r\nX-API-Key: acme-key\r\n\r\n"))
+	require.NoError(t, err)
+	<-started
+	r, _ := get(t, p.url+"/slow/x", "X-API-Key", "acme-key")
+	require.Equal(t, http.StatusTooManyRequests, r.StatusCode, "the held request has the one slot")
+	require.NoError(t, c.Close())
+	select {
+	case <-cancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream exchange was not ended (it would have run 10 s, the pool's timeout is 30 s)")
+	}
+	require.Eventually(t, func() bool {
+		r, _ := get(t, p.url+"/slow/x", "X-API-Key", "acme-key")
+		return r.StatusCode == http.StatusOK
+	}, 5*time.Second, 10*time.Millisecond, "the slot came back")
 }

@@ -88,15 +88,21 @@ func (tr *transport[C]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request
 	}
 	conn := cc.Conn()
 	resp.ParseNetConn(conn)
+	a := aborterOf(req)
 	if err = tr.send(conn, req, end); err != nil {
 		tr.close(cc)
-		return true, err
+		gone := a.gone(err)
+		return gone == err, gone // an aborted forward is not sent again
 	}
+	a.awaiting(conn) // from here an Abort ends the wait for the head
 	br := hc.AcquireReader(conn)
-	if err = readHead(br, req, resp); err != nil {
+	err = readHead(br, req, resp)
+	a.awaiting(nil)
+	if err != nil {
 		hc.ReleaseReader(br)
 		tr.close(cc)
-		return true, err
+		gone := a.gone(err)
+		return gone == err, gone
 	}
 	tr.boundBody(conn, end)
 	return false, tr.readBody(cc, br, req, resp)

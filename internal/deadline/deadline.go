@@ -336,6 +336,11 @@ type conn struct {
 // saves converting RemoteAddr every time.
 func (c *conn) PeerAddr() netip.Addr { return c.peer }
 
+// Inner is the accepted connection under the Listener's bounds, for a
+// caller that watches the socket itself (it must not read from it nor set
+// its deadlines while the server may).
+func (c *conn) Inner() net.Conn { return c.Conn }
+
 // PeerAddr is addr's IP address, IPv4-mapped addresses unmapped; the zero
 // Addr when it has none. It allocates nothing.
 func PeerAddr(addr net.Addr) netip.Addr {

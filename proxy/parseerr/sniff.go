@@ -37,6 +37,9 @@ type sniffConn struct {
 	seen bool
 }
 
+// Inner is the connection sniffConn reads from.
+func (c *sniffConn) Inner() net.Conn { return c.Conn }
+
 func (c *sniffConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if !c.seen && n > 0 {
