@@ -10,10 +10,11 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
-// MaxReserved bounds Decision.Reserved: the cost limits and count_if
-// limits of one request that hold a reservation (a request that more
-// apply to is refused by none of the others' reservations: see decide).
-const MaxReserved = 2
+// MaxReserved bounds Decision.Reserved: the cost, count_if and
+// concurrency limits of one request that hold a reservation. Past it a
+// request's further ones are settled at once (reserve): a cost at its
+// estimate, a slot given back.
+const MaxReserved = 4
 
 // Reservation is what an admitted request took of a limit that is settled
 // after the answer (catalog.Metered): its estimate, reserved through the
@@ -57,12 +58,19 @@ func (d *Decision) ReservedList() []Reservation { return d.Reserved[:d.NReserved
 func (l *Limiter) reserve(d *Decision, specs []spec, uses []use, now int64) {
 	for i := range specs {
 		s := &specs[i]
-		if s.meter == nil || d.NReserved == MaxReserved {
+		if s.meter == nil {
 			continue
 		}
 		u := &uses[i]
-		if s.meter.Slots > 0 && u.b == nil {
+		switch {
+		case s.meter.Slots > 0 && u.b == nil:
 			continue // a slot the failure policy let through open: nothing to give back
+		case d.NReserved == MaxReserved:
+			unkeptReservations.Inc()
+			if s.meter.Slots > 0 {
+				l.releaseSlot(u) // not held to the exchange's end: never leaked
+			}
+			continue // a cost's estimate stands
 		}
 		r := &d.Reserved[d.NReserved]
 		d.NReserved++
@@ -224,8 +232,9 @@ func (l *Limiter) overdraw(r *Reservation, n, now int64) {
 
 // Counters of the settlements that the store could not take at once.
 var (
-	lostRefunds    = metrics.NewCounter(`sentinel_cost_refunds_lost_total`)
-	overdraftsKept = metrics.NewCounter(`sentinel_cost_overdrafts_kept_total`)
+	lostRefunds        = metrics.NewCounter(`sentinel_cost_refunds_lost_total`)
+	unkeptReservations = metrics.NewCounter(`sentinel_limit_reservations_unkept_total`)
+	overdraftsKept     = metrics.NewCounter(`sentinel_cost_overdrafts_kept_total`)
 )
 
 // estimate is the cost that s, a metered limit, reserves for req: the

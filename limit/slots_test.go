@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 	"github.com/sentinel-gateway/sentinel/limit/catalog"
+	"github.com/sentinel-gateway/sentinel/limit/cost"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -99,7 +101,21 @@ func TestSlotsAcrossLimiters(t *testing.T) {
 	}
 	wg.Wait()
 	assert.LessOrEqual(t, most, 4)
-	assert.Equal(t, 4, most, "the slots were used")
+	// Once the pods have given their idle slots back (20 ms after their
+	// last use), every slot can be taken, from either pod, and no more.
+	require.Eventually(t, func() bool { return idleSlots(pods[0])+idleSlots(pods[1]) == 0 }, 5*time.Second, time.Millisecond)
+	var held []Decision
+	for i := range 4 {
+		d := pods[i%2].Allow(context.Background(), &Request{Tenant: "acme", Resource: "exports"})
+		require.True(t, d.Allowed, "slot %d", i)
+		held = append(held, d)
+	}
+	for _, l := range pods {
+		assert.False(t, l.Allow(context.Background(), &Request{Tenant: "acme", Resource: "exports"}).Allowed)
+	}
+	for i := range held {
+		pods[i%2].Settle(&held[i].Reserved[0], 0)
+	}
 }
 
 // TestSlotGivenBackWhenALaterLimitRefuses: a request that a later limit
@@ -116,4 +132,38 @@ func TestSlotGivenBackWhenALaterLimitRefuses(t *testing.T) {
 	v := l.Allow(context.Background(), &Request{Tenant: "acme", Resource: "exports", Peek: true})
 	assert.Equal(t, int64(0), v.Remaining, "the window's remaining")
 	assert.Equal(t, int64(1), v.Applied[0].Remaining, "the slot is free")
+}
+
+// TestSlotPastTheReservationsIsNotLeaked: a request that more metered
+// limits apply to than a decision holds gives the slots past them back at
+// once rather than hold them for ever.
+func TestSlotPastTheReservationsIsNotLeaked(t *testing.T) {
+	p := exportsPolicy(1)
+	p.Limits = nil
+	for w := 1; w <= MaxReserved; w++ {
+		p.Limits = append(p.Limits, catalog.PolicyLimit{Limit: 100, Window: confutil.Duration(time.Duration(w) * time.Second),
+			CountIf: &cost.CountIf{Status: cost.Statuses{"401"}}})
+	}
+	p.Limits = append(p.Limits, catalog.PolicyLimit{Concurrency: 1})
+	l, _ := costLimiter(t, p)
+	req := &Request{Tenant: "acme", Resource: "exports"}
+	unkept := unkeptReservations.Get()
+	d := l.Allow(context.Background(), req)
+	require.True(t, d.Allowed)
+	assert.Equal(t, MaxReserved, d.NReserved)
+	assert.Equal(t, unkept+1, unkeptReservations.Get())
+	assert.True(t, l.Allow(context.Background(), req).Allowed, "the fifth limit's slot was given back")
+}
+
+// idleSlots are the slots l holds unused.
+func idleSlots(l *Limiter) int64 {
+	var n int64
+	l.table.each(func(b *bucket) {
+		b.mu.Lock()
+		if b.slots != nil {
+			n += b.slots.idle
+		}
+		b.mu.Unlock()
+	})
+	return n
 }
