@@ -120,9 +120,9 @@ func (l *Limiter) takeSlot(ctx context.Context, s *spec, now int64) (verdict, us
 		return s.decision(false, 0, retry, 0), use{}
 	}
 	st.calls++
+	slotKeys.Store(b, l) // under b.mu: tendSlots drops it only with no call in flight
 	b.mu.Unlock()
 	slotLoopOnce.Do(func() { go slotLoop() })
-	slotKeys.Store(b, l)
 	slotStoreCalls.Inc()
 	res, err := l.store.Slots(ctx, &store.SlotRequest{Key: []byte(b.key), Pod: l.kept.slotOwner, Limit: n, Want: 1, TTL: SlotLeaseTTL})
 	b.mu.Lock()
@@ -251,12 +251,15 @@ func (l *Limiter) tendSlots(b *bucket, now int64, renew bool) {
 		give, st.idle, st.held = st.idle, 0, st.held-st.idle
 		st.calls++ // giveSlots' call
 	}
-	held, alone, limit := st.held, st.alone, st.limit
+	held, limit := st.held, st.limit
 	if held > 0 && now-st.renewed > int64(SlotLeaseTTL)/2 {
 		// Not renewed for half a lifetime: the store may drop the lease
 		// before the next renewal; the idle slots are not to be used.
 		st.held -= st.idle
 		st.idle = 0
+	}
+	if held == 0 && st.alone == 0 && st.calls == 0 {
+		slotKeys.Delete(b) // nothing to renew; a call that takes a slot stores it again
 	}
 	b.mu.Unlock()
 	switch {
@@ -264,8 +267,6 @@ func (l *Limiter) tendSlots(b *bucket, now int64, renew bool) {
 		l.giveSlots(b, limit, give) // renews too
 	case renew && held > 0:
 		l.renewSlots(b, limit)
-	case held == 0 && alone == 0:
-		slotKeys.Delete(b)
 	}
 }
 

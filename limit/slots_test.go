@@ -167,3 +167,29 @@ func idleSlots(l *Limiter) int64 {
 	})
 	return n
 }
+
+// TestSlotLeaseRenewedWhileHeld: a slot held longer than the store's lease
+// (a long export) stays the pod's: its renewals keep the lease, so another
+// pod never gets it meanwhile; given back, it is the other pod's.
+func TestSlotLeaseRenewedWhileHeld(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds a slot past its lease's 5 s")
+	}
+	mem := store.NewMemoryStore(store.MemoryOptions{})
+	t.Cleanup(mem.Close)
+	cfg := testLimitsConfig(nil)
+	var pods [2]*Limiter
+	for i := range pods {
+		pods[i] = newTestLimiter(t, cfg, mem, Options{Catalog: testCatalog(t), Policies: withPolicies(t, cfg, exportsPolicy(1))})
+	}
+	req := &Request{Tenant: "acme", Resource: "exports"}
+	d := pods[0].Allow(context.Background(), req)
+	require.True(t, d.Allowed)
+	end := time.Now().Add(SlotLeaseTTL + 1500*time.Millisecond)
+	for time.Now().Before(end) {
+		require.False(t, pods[1].Allow(context.Background(), req).Allowed, "pod 0 still holds the slot")
+		time.Sleep(100 * time.Millisecond)
+	}
+	pods[0].Settle(&d.Reserved[0], 0)
+	require.Eventually(t, func() bool { return pods[1].Allow(context.Background(), req).Allowed }, 5*time.Second, 10*time.Millisecond)
+}
