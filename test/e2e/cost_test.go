@@ -592,6 +592,11 @@ func TestCostSettlementsDuringARedisPause(t *testing.T) {
 		}
 		return true
 	})
+	// A pod back from an outage the heartbeats noticed decides keys that
+	// were not contested alone, on its share, until the others have read
+	// its next heartbeat: two cluster_intervals (500 ms each) after it
+	// found the store again (docs/leases.md). The probes ask the store.
+	time.Sleep(2*500*time.Millisecond + time.Second)
 	probeRemaining(t, pods)
 	after := costKinds(t, pods[0], "tokens")
 	assert.Equal(t, 400.0, after["reserved"]-before["reserved"], "3 calls of 100 and one of 100")
