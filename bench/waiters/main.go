@@ -44,7 +44,9 @@ func run(bin string, n, keys, probes int) error {
 	if err != nil {
 		return err
 	}
-	go func() { _ = http.Serve(up, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })) }()
+	go func() {
+		_ = http.Serve(up, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) }))
+	}()
 	gw, admin := freePort(), freePort()
 	dir, err := os.MkdirTemp("", "bench-waiters-")
 	if err != nil {
