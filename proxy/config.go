@@ -354,13 +354,13 @@ func (c *ServerConfig) Validate() error {
 // Validate checks the identity section.
 func (c *IdentityConfig) Validate() error {
 	var errs []error
-	if !isToken(c.APIKeyHeader) {
+	if !confutil.IsToken(c.APIKeyHeader) {
 		errs = append(errs, fmt.Errorf("identity.api_key_header: %q is not a header name", c.APIKeyHeader))
 	}
-	if !isToken(c.RequestIDHeader) {
+	if !confutil.IsToken(c.RequestIDHeader) {
 		errs = append(errs, fmt.Errorf("identity.request_id_header: %q is not a header name", c.RequestIDHeader))
 	}
-	if !isToken(c.DeadlineHeader) {
+	if !confutil.IsToken(c.DeadlineHeader) {
 		errs = append(errs, fmt.Errorf("identity.deadline_header: %q is not a header name", c.DeadlineHeader))
 	}
 	if c.TrustRequestID != "" {
@@ -423,18 +423,4 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	}
 	a = a.Unmap()
 	return netip.PrefixFrom(a, a.BitLen()), nil
-}
-
-// isToken reports whether s is a non-empty RFC 9110 token (a header name).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
-			return false
-		}
-	}
-	return true
 }

@@ -3,6 +3,8 @@ package cost
 import (
 	"fmt"
 	"strings"
+
+	"github.com/sentinel-gateway/sentinel/internal/confutil"
 )
 
 // Cost makes a limit count permits per request from a figure of the
@@ -80,7 +82,7 @@ func (e *Estimate) validate(key string) []error {
 	case e.Fixed > 0 && e.Max != 0:
 		bad("max", "a fixed estimate takes no max")
 	}
-	if e.Header != "" && !headerName(e.Header) {
+	if e.Header != "" && !confutil.IsToken(e.Header) {
 		bad("header", "%q is not a header name", e.Header)
 	}
 	if e.JSON != "" {
@@ -119,7 +121,7 @@ func (a *Actual) validate(key string) []error {
 			continue
 		}
 		n++
-		if f.name == "header" && !headerName(f.v) {
+		if f.name == "header" && !confutil.IsToken(f.v) {
 			errs = append(errs, fmt.Errorf("%s.header: %q is not a header name", key, f.v))
 		}
 		if err := checkPath(f.v); f.name != "header" && err != nil {
@@ -144,20 +146,6 @@ func checkPath(p string) error {
 func pathKeys(p string) bool {
 	for k := range strings.SplitSeq(p, ".") {
 		if k == "" {
-			return false
-		}
-	}
-	return true
-}
-
-// headerName reports whether s is an HTTP field name (RFC 9110 token).
-func headerName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
 			return false
 		}
 	}
