@@ -27,6 +27,7 @@ require (
 
 require (
 	github.com/agnivade/levenshtein v1.2.2
+	github.com/panjf2000/ants/v2 v2.12.1
 	github.com/puzpuzpuz/xsync/v4 v4.5.0
 )
 
@@ -62,6 +63,7 @@ require (
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect
 	go.yaml.in/yaml/v2 v2.4.3 // indirect
 	golang.org/x/net v0.58.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260414002931-afd174a4e478 // indirect
