@@ -512,7 +512,7 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b
 		return store.LeaseResult{}, callTimes{start, start}, ErrStoreUnavailable
 	}
 	req.Params = l.storeParams(s, start, contested)
-	res, err := l.callStore(ctx, req, b, unleasedAt)
+	res, err := l.callStore(ctx, req, b, unleasedAt, callBreaker{br, probe})
 	timedOut := errors.Is(err, errGaveUp) || errors.Is(err, store.ErrStoreLate) || errors.Is(err, context.DeadlineExceeded)
 	if err != nil {
 		storeErrors.Inc()
@@ -522,7 +522,9 @@ func (l *Limiter) lease(ctx context.Context, s *spec, req *store.LeaseRequest, b
 			storeCallsError.Inc()
 		}
 		end := l.now().UnixNano()
-		br.Failure(probe, end)
+		if !errors.Is(err, errGaveUp) { // callStore recorded that one
+			br.Failure(probe, end)
+		}
 		l.breakers.Failed(req.Key)
 		return store.LeaseResult{}, callTimes{start, end}, err // the store's errors name the store and the key
 	}

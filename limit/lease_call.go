@@ -9,6 +9,7 @@ import (
 
 	"github.com/panjf2000/ants/v2"
 
+	"github.com/sentinel-gateway/sentinel/limit/breaker"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -49,9 +50,15 @@ func (l *Limiter) lateWait() time.Duration {
 // the next call to report (their times are measured from unleasedAt). b.late counts such calls
 // until then.
 //
+// A call given up on counts as a failure of the store node (cb) when its
+// caller stops waiting. If its answer comes later and says the store ran
+// it before its deadline, the store was up and only the way back was slow
+// (a busy pod or machine): the failure is taken back (cb.answered), so
+// that a slow moment of the pod does not open the breaker.
+//
 // An in-process store (MemoryStore) answers at once and cannot be late: it
 // is called directly, without the goroutine, channel and timer.
-func (l *Limiter) callStore(ctx context.Context, req *store.LeaseRequest, b *bucket, unleasedAt int64) (store.LeaseResult, error) {
+func (l *Limiter) callStore(ctx context.Context, req *store.LeaseRequest, b *bucket, unleasedAt int64, cb callBreaker) (store.LeaseResult, error) {
 	if !l.shared {
 		return l.store.Lease(ctx, req)
 	}
@@ -65,17 +72,7 @@ func (l *Limiter) callStore(ctx context.Context, req *store.LeaseRequest, b *buc
 			close(c.done)
 			return
 		}
-		if b == nil {
-			return
-		}
-		if err != nil {
-			b.mu.Lock()
-			b.reportLater(unleasedAt, &req.Params, req.Unleased, req.UnleasedAgo, req.UnleasedBefore)
-			b.mu.Unlock()
-		} else if res.Granted > 0 && l.returnGrant(req, res) {
-			lateReturns.Inc()
-		}
-		b.late.Add(-1)
+		l.lateAnswer(req, res, err, b, unleasedAt, cb)
 	})
 	t := time.NewTimer(l.cfg.StoreTimeout)
 	defer t.Stop()
@@ -88,14 +85,56 @@ func (l *Limiter) callStore(ctx context.Context, req *store.LeaseRequest, b *buc
 	if b != nil {
 		b.late.Add(1) // before the abandon: the call's goroutine takes it back
 	}
+	cb.failed(l.now().UnixNano()) // before the abandon: a late answer takes it back after
 	if c.state.CompareAndSwap(callRunning, callAbandoned) {
 		return store.LeaseResult{}, errGaveUp
 	}
+	cb.answered()
 	if b != nil {
 		b.late.Add(-1)
 	}
 	<-c.done // answered just now
 	return c.res, c.err
+}
+
+// lateAnswer ends a call whose caller stopped waiting: an answer takes
+// back the failure its caller recorded, and gives back the permits it
+// granted; a failure puts the unleased permits it carried back into b.
+func (l *Limiter) lateAnswer(req *store.LeaseRequest, res store.LeaseResult, err error, b *bucket, unleasedAt int64, cb callBreaker) {
+	if err == nil {
+		cb.answered()
+		storeAnswersLate.Inc()
+	}
+	if b == nil {
+		return
+	}
+	if err != nil {
+		b.mu.Lock()
+		b.reportLater(unleasedAt, &req.Params, req.Unleased, req.UnleasedAgo, req.UnleasedBefore)
+		b.mu.Unlock()
+	} else if res.Granted > 0 && l.returnGrant(req, res) {
+		lateReturns.Inc()
+	}
+	b.late.Add(-1)
+}
+
+// callBreaker is the breaker of a call's store node, and whether the call
+// is its half-open probe; the zero value records nothing.
+type callBreaker struct {
+	br    *breaker.Breaker
+	probe bool
+}
+
+func (cb callBreaker) failed(now int64) {
+	if cb.br != nil {
+		cb.br.Failure(cb.probe, now)
+	}
+}
+
+func (cb callBreaker) answered() {
+	if cb.br != nil {
+		cb.br.Answered()
+	}
 }
 
 // callWorkers run the store calls of every limiter of the process: a call

@@ -24,6 +24,7 @@ var (
 	reportedUsed      = metrics.NewCounter(`sentinel_limit_redated_permits_total`)
 	reportedUnleased  = metrics.NewCounter(`sentinel_limit_fallback_permits_reported_total`)
 	lateReturns       = metrics.NewCounter(`sentinel_limit_late_lease_returns_total`)
+	storeAnswersLate  = metrics.NewCounter(`sentinel_limit_store_answers_late_total`)
 	cachedDenials     = metrics.NewCounter(`sentinel_limit_cached_denials_total`)
 	repeatsSpared     = metrics.NewCounter(`sentinel_limit_request_id_repeats_total{result="spared"}`)
 	repeatsCounted    = metrics.NewCounter(`sentinel_limit_request_id_repeats_total{result="counted"}`)

@@ -75,6 +75,12 @@ func (b *Breaker) Failure(probe bool, now int64) {
 	}
 }
 
+// Answered records a store call that answered in time after its caller
+// had stopped waiting (its failure was already recorded): the store is up,
+// the answer was slow on its way back, so it counts as an answer; it
+// closes a breaker that such calls opened.
+func (b *Breaker) Answered() { b.Success(false) }
+
 // probeNow ends an open breaker's cooldown: its next Allow probes.
 func (b *Breaker) probeNow() {
 	if b.state.Load() == Open {
