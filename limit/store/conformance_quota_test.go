@@ -226,8 +226,8 @@ func TestQuotaCallArgs(t *testing.T) {
 		Want: 5, Need: 2, Return: 1, ReturnRef: 7, Unleased: 3, UnleasedAgo: 4 * time.Millisecond,
 		UnleasedBefore: [UnleasedParts]UnleasedPart{{N: 1, Ago: 9 * time.Millisecond}}}
 	c := getRedisCall()
-	script := c.build("p:", req, 42, at)
-	assert.Same(t, quotaScript, script)
+	c.build("p:", req, 42, at)
+	assert.Same(t, quotaScript, c.script)
 	start := time.Date(2026, 3, 29, 0, 0, 0, 0, berlin).UnixMilli()
 	end := start + 23*3600*1000
 	assert.Equal(t, []string{fmt.Sprintf("p:{key:abc}:q:day:%d", start)}, c.keys)

@@ -15,10 +15,10 @@ import (
 
 // The scripts, run with EVALSHA (EVAL once after NOSCRIPT) by rueidis.
 var (
-	slidingWindowScript = rueidis.NewLuaScript(lua.SlidingWindow)
-	slidingLogScript    = rueidis.NewLuaScript(lua.SlidingLog)
-	tokenBucketScript   = rueidis.NewLuaScript(lua.TokenBucket)
-	quotaScript         = rueidis.NewLuaScript(lua.Quota)
+	slidingWindowScript = newLeaseScript(lua.SlidingWindow)
+	slidingLogScript    = newLeaseScript(lua.SlidingLog)
+	tokenBucketScript   = newLeaseScript(lua.TokenBucket)
+	quotaScript         = newLeaseScript(lua.Quota)
 )
 
 // RedisStoreOptions configure a RedisStore. The zero value is usable.
@@ -44,6 +44,8 @@ type RedisStore struct {
 	// difference. Nodes past MaxNodes share the last clock, as they share
 	// the last breaker.
 	clocks [MaxNodes]nodeClock
+	// batch sends the calls of a single node (nil on a cluster).
+	batch *batcher
 }
 
 // nodeClock is one node's clock: its offset from ours (microseconds),
@@ -62,6 +64,9 @@ var (
 // the rest of the process: Close does not close it.
 func NewRedisStore(client rueidis.Client, opts RedisStoreOptions) *RedisStore {
 	s := &RedisStore{client: client, nodes: newStoreNodes(client)}
+	if !s.nodes.cluster {
+		s.batch = &batcher{client: client}
+	}
 	if opts.KeyPrefix != "" {
 		s.prefix = opts.KeyPrefix + ":"
 	}
@@ -111,11 +116,18 @@ const quotaAttempts = 3
 // (RunWithin counts from then, whatever the attempt), at is when the caller
 // thinks the node's clock is (a quota's period is the one that holds it).
 func (s *RedisStore) run(ctx context.Context, req *LeaseRequest, clock *nodeClock, first, at time.Time) (leaseAnswer, int64, error) {
-	sent := time.Now()
 	c := getRedisCall()
-	script := c.build(s.prefix, req, clock.deadline(ctx, first, req.RunWithin), at)
-	resp := script.Exec(ctx, s.client, c.keys, c.args)
-	a, nowUS, err := parseAnswer(resp)
+	c.build(s.prefix, req, clock.deadline(ctx, first, req.RunWithin), at)
+	var msg rueidis.RedisMessage
+	var sent time.Time
+	var err error
+	if s.batch != nil {
+		msg, sent, err = s.batch.do(ctx, c)
+	} else {
+		sent = time.Now()
+		msg, err = c.script.one.Exec(ctx, s.client, c.keys, c.args).ToMessage()
+	}
+	a, nowUS, err := parseAnswer(msg, err)
 	if err != nil {
 		// On a ctx timeout rueidis may still hold the command, whose strings
 		// point into c.buf: never reuse c then.
@@ -199,8 +211,11 @@ func (s *RedisStore) Close() {}
 // parseAnswer reads {granted, remaining, retry_after_ms, reset_ms, status,
 // ref, now_us, used_ref, free_ms[, seq]} and returns the answer and Redis'
 // clock.
-func parseAnswer(resp rueidis.RedisResult) (leaseAnswer, int64, error) {
-	msgs, err := resp.ToArray()
+func parseAnswer(msg rueidis.RedisMessage, err error) (leaseAnswer, int64, error) {
+	if err != nil {
+		return leaseAnswer{}, 0, err
+	}
+	msgs, err := msg.ToArray()
 	if err != nil {
 		return leaseAnswer{}, 0, err
 	}
@@ -220,6 +235,7 @@ func parseAnswer(resp rueidis.RedisResult) (leaseAnswer, int64, error) {
 // redisCall holds one call's keys and arguments. They are zero-copy strings
 // over buf, valid only for the call.
 type redisCall struct {
+	script *leaseScript
 	buf    []byte
 	ends   [maxKeys + maxArgs]int // ends of the pieces written into buf
 	n      int
@@ -250,18 +266,18 @@ func putRedisCall(c *redisCall) {
 		return
 	}
 	c.keyArr, c.argArr = [maxKeys]string{}, [maxArgs]string{}
-	c.keys, c.args = nil, nil
+	c.keys, c.args, c.script = nil, nil, nil
 	redisCallPool.Put(c)
 }
 
-// build writes the keys and ARGV of req's script into c and returns the
-// script; deadline is in Redis' clock (microseconds), 0 for none; a quota
-// counts in the period that holds at.
-func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64, at time.Time) *rueidis.Lua {
+// build writes req's script and its keys and ARGV into c; deadline is in
+// Redis' clock (microseconds), 0 for none; a quota counts in the period
+// that holds at.
+func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64, at time.Time) {
 	c.buf, c.n = c.buf[:0], 0
 	p := &req.Params
 	leaseMS := ceilMS(req.LeaseTTL)
-	var script *rueidis.Lua
+	var script *leaseScript
 	var nkeys int
 	switch p.Algorithm {
 	case SlidingLog:
@@ -307,7 +323,7 @@ func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64, at t
 		c.ints(part.N, int64(part.Ago/time.Millisecond))
 	}
 	c.strings(nkeys)
-	return script
+	c.script = script
 }
 
 func (c *redisCall) key(prefix string, key []byte, suffix string) {

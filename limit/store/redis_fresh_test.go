@@ -70,7 +70,7 @@ func TestSlidingWindowNewKeyAnswersAsTheFullScript(t *testing.T) {
 		for try := 0; ; try++ {
 			require.Less(t, try, 100, "call %d: never two calls in one millisecond", i)
 			fastKey, fullKey := fmt.Sprintf("fresh:fast:%d:%d", i, try), fmt.Sprintf("fresh:full:%d:%d", i, try)
-			res := slidingWindowScript.ExecMulti(ctx, client,
+			res := slidingWindowScript.one.ExecMulti(ctx, client,
 				rueidis.LuaExec{Keys: []string{fastKey}, Args: args(c, false)},
 				rueidis.LuaExec{Keys: []string{fullKey}, Args: args(c, true)})
 			fast, fastHash, fastTTL := read(fastKey, res[0])

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,6 +106,36 @@ func BenchmarkRedisSpreadKeysGrant(b *testing.B) {
 			b.ReportMetric(float64(usec-usec0)/float64(max(calls-calls0, 1)), "redis-µs/op")
 		})
 	}
+}
+
+// BenchmarkRedisSpreadKeysBatched is the dead row of
+// BenchmarkRedisSpreadKeysGrant from 64 goroutines: the calls that come
+// while one is on its way go together (redisBatch). Redis' script time is
+// per lease, not per script call.
+func BenchmarkRedisSpreadKeysBatched(b *testing.B) {
+	s, client := benchRedisStore(b)
+	ctx := context.Background()
+	keys := make([][]byte, 10000)
+	for i := range keys {
+		keys[i] = AppendKeyStrings(nil, "", "bench", "batched", strconv.Itoa(i))
+	}
+	p := Params{Algorithm: SlidingWindow, Limit: MaxLimit, Window: 100 * time.Millisecond}
+	calls0, usec0 := scriptStats(b, client)
+	var next atomic.Int64
+	b.SetParallelism(32)
+	b.RunParallel(func(pb *testing.PB) {
+		req := &LeaseRequest{Params: p, Want: 4, LeaseTTL: 250 * time.Millisecond}
+		for pb.Next() {
+			req.Key = keys[next.Add(1)%int64(len(keys))]
+			if _, err := s.Lease(ctx, req); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	calls, usec := scriptStats(b, client)
+	b.ReportMetric(float64(usec-usec0)/float64(b.N), "redis-µs/op")
+	b.ReportMetric(float64(calls-calls0)/float64(b.N), "calls/op")
 }
 
 // bareScript returns at once: what EVALSHA costs Redis before a script does
