@@ -53,8 +53,9 @@ func (l *Limiter) lateWait() time.Duration {
 // A call given up on counts as a failure of the store node (cb) when its
 // caller stops waiting. If its answer comes later and says the store ran
 // it before its deadline, the store was up and only the way back was slow
-// (a busy pod or machine): the failure is taken back (cb.answered), so
-// that a slow moment of the pod does not open the breaker.
+// (a busy pod or machine): the answer ends the run of failures
+// (cb.answered), so that timeouts of a busy pod with answers between them
+// do not open the breaker.
 //
 // An in-process store (MemoryStore) answers at once and cannot be late: it
 // is called directly, without the goroutine, channel and timer.
@@ -85,7 +86,7 @@ func (l *Limiter) callStore(ctx context.Context, req *store.LeaseRequest, b *buc
 	if b != nil {
 		b.late.Add(1) // before the abandon: the call's goroutine takes it back
 	}
-	cb.failed(l.now().UnixNano()) // before the abandon: a late answer takes it back after
+	cb.failed(l.now().UnixNano()) // before the abandon: a late answer ends the run after
 	if c.state.CompareAndSwap(callRunning, callAbandoned) {
 		return store.LeaseResult{}, errGaveUp
 	}
@@ -97,9 +98,9 @@ func (l *Limiter) callStore(ctx context.Context, req *store.LeaseRequest, b *buc
 	return c.res, c.err
 }
 
-// lateAnswer ends a call whose caller stopped waiting: an answer takes
-// back the failure its caller recorded, and gives back the permits it
-// granted; a failure puts the unleased permits it carried back into b.
+// lateAnswer ends a call whose caller stopped waiting: an answer ends the
+// breaker's run of failures and gives back the permits it granted; a
+// failure puts the unleased permits it carried back into b.
 func (l *Limiter) lateAnswer(req *store.LeaseRequest, res store.LeaseResult, err error, b *bucket, unleasedAt int64, cb callBreaker) {
 	if err == nil {
 		cb.answered()

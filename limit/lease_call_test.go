@@ -2,6 +2,7 @@ package limit
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,60 +20,68 @@ import (
 type delayedStore struct {
 	store.Store
 	back  atomic.Int64 // nanoseconds
-	ended atomic.Int64 // calls that returned
+	ended atomic.Int64 // calls for permits that returned (not returns of them)
 }
 
 func (d *delayedStore) Lease(ctx context.Context, req *store.LeaseRequest) (store.LeaseResult, error) {
 	res, err := d.Store.Lease(ctx, req)
 	time.Sleep(time.Duration(d.back.Load()))
-	d.ended.Add(1)
+	if req.Want > 0 {
+		d.ended.Add(1)
+	}
 	return res, err
 }
 
 // TestLateAnswersRunInTimeKeepTheBreakerClosed: calls whose answers come
-// after limits.store_timeout, but which Redis ran in time, count as the
-// store's answers once they come: the breaker they opened closes, and the
-// next request is decided by the store. Calls that Redis ran after their
-// deadline (it was paused) stay failures: the breaker stays open.
+// after limits.store_timeout, but which Redis ran in time, end the run of
+// failures once they come: timeouts of a busy pod with answers coming
+// between them never open the breaker. Calls that Redis ran after their
+// deadline (it was paused) stay failures: their run opens it, and it stays
+// open when their answers come.
 func TestLateAnswersRunInTimeKeepTheBreakerClosed(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, tc := range []struct {
-		name  string
-		pause bool // Redis paused 1 s, else the answers delayed 1 s
-		want  int32
-	}{
-		{"slow_way_back", false, breaker.Closed},
-		{"redis_paused", true, breaker.Open},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			st := &delayedStore{Store: newRedisStore(t, srv.Addr)}
-			cfg := testLimitsConfig(func(c *Config) {
-				c.IP, c.Window, c.StoreTimeout, c.BreakerFailures, c.BreakerCooldown = 100, time.Hour, 200*time.Millisecond, 2, time.Hour
-				c.LocalFastPath = new(bool) // a store call for every request
-			})
-			l := newTestLimiter(t, cfg, st, Options{})
-			req := &Request{IP: []byte("10.9.9." + tc.name)}
-			require.True(t, l.Allow(context.Background(), req).Allowed) // learns Redis' clock
-			if tc.pause {
-				srv.Pause()
-				time.AfterFunc(time.Second, srv.Resume)
-			} else {
-				st.back.Store(int64(time.Second))
+	cfg := testLimitsConfig(func(c *Config) {
+		c.IP, c.Window, c.StoreTimeout, c.BreakerFailures, c.BreakerCooldown = 100, time.Hour, 200*time.Millisecond, 3, time.Hour
+		c.LocalFastPath = new(bool) // a store call for every request
+	})
+	setup := func(t *testing.T) (*Limiter, *delayedStore, func(n int)) {
+		st := &delayedStore{Store: newRedisStore(t, srv.Addr)}
+		l := newTestLimiter(t, cfg, st, Options{})
+		next := 0
+		allow := func(n int) { // n requests of keys not seen before
+			for range n {
+				next++
+				l.Allow(context.Background(), &Request{IP: []byte(fmt.Sprintf("10.9.%s.%d", t.Name(), next))})
 			}
-			late := storeAnswersLate.Get()
-			for range 3 { // two timeouts open the breaker; the third is skipped
-				l.Allow(context.Background(), req)
-			}
-			require.Equal(t, breaker.Open, l.breakers.State(), "two timeouts open the breaker")
-			require.Eventually(t, func() bool { return st.ended.Load() == 3 }, 10*time.Second, 10*time.Millisecond, "the late answers came")
-			assert.Equal(t, tc.want, l.breakers.State())
-			if tc.want == breaker.Closed {
-				assert.Equal(t, uint64(2), storeAnswersLate.Get()-late, "both late answers were read")
-				st.back.Store(0)
-				calls := storeCallsOK.Get()
-				assert.True(t, l.Allow(context.Background(), req).Allowed)
-				assert.Greater(t, storeCallsOK.Get(), calls, "decided by the store")
-			}
-		})
+		}
+		allow(1) // learns Redis' clock
+		return l, st, allow
 	}
+	ended := func(t *testing.T, st *delayedStore, n int64) {
+		require.Eventually(t, func() bool { return st.ended.Load() == n }, 10*time.Second, 10*time.Millisecond, "the late answers came")
+	}
+
+	t.Run("slow_way_back", func(t *testing.T) {
+		l, st, allow := setup(t)
+		st.back.Store(int64(time.Second))
+		late := storeAnswersLate.Get()
+		allow(2) // two timeouts, short of the three that open the breaker
+		ended(t, st, 3)
+		allow(2) // two more: four in all
+		assert.Equal(t, breaker.Closed, l.breakers.State(), "the answers between the timeouts ended their run")
+		assert.Equal(t, uint64(2), storeAnswersLate.Get()-late, "the late answers were read")
+		ended(t, st, 5)
+		st.back.Store(0)
+		calls := storeCallsOK.Get()
+		allow(1)
+		assert.Greater(t, storeCallsOK.Get(), calls, "decided by the store")
+	})
+	t.Run("redis_paused", func(t *testing.T) {
+		l, st, allow := setup(t)
+		srv.Pause()
+		allow(3) // three timeouts: 600 ms of the pause
+		srv.Resume()
+		ended(t, st, 4)
+		assert.Equal(t, breaker.Open, l.breakers.State(), "calls Redis ran past their deadline stay failures")
+	})
 }

@@ -75,11 +75,13 @@ func (b *Breaker) Failure(probe bool, now int64) {
 	}
 }
 
-// Answered records a store call that answered in time after its caller
-// had stopped waiting (its failure was already recorded): the store is up,
-// the answer was slow on its way back, so it counts as an answer; it
-// closes a breaker that such calls opened.
-func (b *Breaker) Answered() { b.Success(false) }
+// Answered records a store call that the store ran in time but whose
+// answer came after its caller had stopped waiting (its failure was
+// already recorded): the store is up, the answer was slow on its way back.
+// It ends the run of consecutive failures; a breaker already open stays
+// open until its probe (the store's state after the failures that opened
+// it, a failover for one, is the probe's to find).
+func (b *Breaker) Answered() { b.fails.Store(0) }
 
 // probeNow ends an open breaker's cooldown: its next Allow probes.
 func (b *Breaker) probeNow() {
