@@ -85,19 +85,32 @@ func TestWaitRefusedAtOnceWhenItCannotSucceed(t *testing.T) {
 	assert.False(t, ok, "the permit frees in a minute: max_wait is a second")
 	assert.Less(t, time.Since(start), 500*time.Millisecond, "refused at once")
 
-	l2 := waitLimiter(t, func(c *Config) { c.WaitQueuePerKey = 2 }, smoothPolicy(1, 2*time.Second, 5*time.Second))
+	// A permit in 50 s, waits of up to a minute: the two waiters stay
+	// queued however slow the machine, until the test ends their wait.
+	l2 := waitLimiter(t, func(c *Config) { c.WaitQueuePerKey = 2 }, smoothPolicy(1, 50*time.Second, time.Minute))
 	ok, _ = decideOrWait(l2, req)
 	require.True(t, ok)
+	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for range 2 {
-		wg.Add(1)
-		go func() { defer wg.Done(); decideOrWait(l2, req) }()
+		wg.Go(func() {
+			var d Decision
+			l2.Decide(ctx, req, &d)
+			l2.Wait(ctx, req, &d, time.Now().Add(time.Minute))
+		})
 	}
-	require.Eventually(t, func() bool { return l2.waits.total.Load() == 2 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return l2.waits.total.Load() == 2 }, 10*time.Second, time.Millisecond)
 	var d Decision
 	l2.Decide(context.Background(), req, &d)
 	require.False(t, d.Allowed)
-	assert.False(t, l2.Wait(context.Background(), req, &d, time.Now().Add(5*time.Second)), "the key's queue is full")
+	// Refused at once, not after a wait: a wait would last the 40 s of its
+	// context (the permit frees in 50).
+	full, cancelFull := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancelFull()
+	start = time.Now()
+	assert.False(t, l2.Wait(full, req, &d, time.Now().Add(time.Minute)), "the key's queue is full")
+	assert.Less(t, time.Since(start), 30*time.Second, "refused without waiting")
+	cancel()
 	wg.Wait()
 }
 
