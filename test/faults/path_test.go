@@ -283,13 +283,16 @@ adaptive: {enabled: false}
 	dialer := &net.Dialer{Timeout: 2 * time.Second}
 	tr := &http.Transport{
 		MaxIdleConnsPerHost: 64,
-		// Below the pod's drain idle (1 s), as a client must be that sends
-		// POSTs it cannot send again: a pod that shuts down closes only
-		// connections idle that long, so none is closed as this client
-		// picks it from its pool. (With a longer idle timeout, a burst
-		// that reaches a connection idle for a second just as the pod
-		// closes it loses that POST: the keep-alive race of HTTP/1.1.)
-		IdleConnTimeout: 500 * time.Millisecond,
+		// Well below the pod's drain idle (1 s), as a client must be that
+		// sends POSTs it cannot send again: a pod that shuts down closes
+		// only connections idle that long, so none is closed as this
+		// client picks it from its pool. (With a longer idle timeout, a
+		// burst that reaches a connection idle for a second just as the
+		// pod closes it loses that POST: the keep-alive race of HTTP/1.1.)
+		// The pod counts the idle time from its answer, the client from
+		// reading it: 750 ms of margin for a client slow to read on a
+		// busy machine (500 ms lost one POST of 3,993 in a CI run).
+		IdleConnTimeout: 250 * time.Millisecond,
 		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			return dialer.DialContext(ctx, network, *current.Load())
 		},
