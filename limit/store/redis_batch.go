@@ -22,8 +22,8 @@ import (
 // most one call's time to a busy one. A call whose caller stops waiting
 // before it is sent is never sent.
 //
-// Only on a single node (or a sentinel-managed master): a cluster runs a
-// script on one slot, and a batch's keys are on many.
+// Only on a single node: a cluster runs a script on one slot, and a
+// batch's keys are on many.
 
 // maxBatch bounds the calls of one batch: a batch is one script run, during
 // which Redis serves nothing else (each call of a rare key costs it a few
