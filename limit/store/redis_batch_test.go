@@ -3,13 +3,10 @@ package store
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -38,7 +35,7 @@ func TestBatchedCallsAnswerAsAlone(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, client.Do(ctx, client.B().Set().Key("{wrong}:sw").Value("x").Build()).Error())
-	before := scriptCalls(t, client)
+	before, _ := scriptStats(t, client)
 
 	const keys = 8 // per algorithm
 	srv.Pause()
@@ -79,26 +76,9 @@ func TestBatchedCallsAnswerAsAlone(t *testing.T) {
 		}
 		assert.Equal(t, 10, granted, "%s key %d", name, i)
 	}
-	calls := scriptCalls(t, client) - before
+	after, _ := scriptStats(t, client)
+	calls := after - before
 	leases := int64(len(got)*12 + 1)
 	t.Logf("%d leases in %d script calls", leases, calls)
 	assert.Less(t, calls, leases, "calls went together")
-}
-
-// scriptCalls is how many scripts Redis has run (EVALSHA and EVAL).
-func scriptCalls(t *testing.T, client rueidis.Client) int64 {
-	info, err := client.Do(context.Background(), client.B().Info().Section("commandstats").Build()).ToString()
-	require.NoError(t, err)
-	var n int64
-	for _, line := range strings.Split(info, "\n") {
-		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
-			if rest, ok := strings.CutPrefix(line, cmd); ok {
-				calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-				v, err := strconv.ParseInt(calls, 10, 64)
-				require.NoError(t, err)
-				n += v
-			}
-		}
-	}
-	return n
 }

@@ -150,23 +150,26 @@ func bareLease(ctx context.Context, client rueidis.Client, prefix string, req *L
 	return bareScript.Exec(ctx, client, c.keys, c.args).Error()
 }
 
-// scriptStats reads the calls and microseconds of EVALSHA from INFO
-// commandstats.
-func scriptStats(b *testing.B, client rueidis.Client) (calls, usec int64) {
+// scriptStats reads the calls and microseconds of the scripts Redis has
+// run (EVALSHA, and EVAL after a NOSCRIPT) from INFO commandstats.
+func scriptStats(t testing.TB, client rueidis.Client) (calls, usec int64) {
 	info, err := client.Do(context.Background(), client.B().Info().Section("commandstats").Build()).ToString()
-	require.NoError(b, err)
+	require.NoError(t, err)
 	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") {
-			continue
-		}
-		for _, f := range strings.Split(strings.TrimSpace(strings.TrimPrefix(line, "cmdstat_evalsha:")), ",") {
-			k, v, _ := strings.Cut(f, "=")
-			n, _ := strconv.ParseInt(v, 10, 64)
-			switch k {
-			case "calls":
-				calls = n
-			case "usec":
-				usec = n
+		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+			rest, ok := strings.CutPrefix(line, cmd)
+			if !ok {
+				continue
+			}
+			for _, f := range strings.Split(strings.TrimSpace(rest), ",") {
+				k, v, _ := strings.Cut(f, "=")
+				n, _ := strconv.ParseInt(v, 10, 64)
+				switch k {
+				case "calls":
+					calls += n
+				case "usec":
+					usec += n
+				}
 			}
 		}
 	}
