@@ -253,7 +253,13 @@ func (l *Limiter) keepShare(ctx context.Context, s *spec, req *store.LeaseReques
 		if !drain {
 			go l.returnGrant(req, res)
 		}
+		// Refused until the share frees a permit (cached so, see
+		// cacheRefusal): for longer, a client the share has room for
+		// again would be refused.
 		res.Granted, res.Remaining, res.RetryAfter = 0, 0, maxCachedDenial
+		if err == nil && local.RetryAfter > 0 {
+			res.RetryAfter = min(local.RetryAfter, maxCachedDenial)
+		}
 		return res, 0, false
 	}
 	// The permits beyond the request's are leased ones (counted at Ref).

@@ -363,3 +363,39 @@ func TestFailedProbeSharesLikeAnOpenBreaker(t *testing.T) {
 	t.Logf("store calls timed out during the pause (the first ones and the probes): %d", storeCallsTimeout.Get()-probes)
 	assert.Zero(t, refused, "a client at 70% of its limit refused while Redis was paused")
 }
+
+// TestTrimmedGrantRefusedUntilTheShareFrees: in the window after a pod
+// decided alone, a store grant that its share has no room for is refused,
+// and the refusal is remembered only until the share frees a permit: a
+// client that its share has room for again is served at once, not refused
+// for the rest of the cached refusal (a steady tenant at 70% of its limit
+// over 6 pods, after a stretch of slow store calls).
+func TestTrimmedGrantRefusedUntilTheShareFrees(t *testing.T) {
+	clock, now, _, st := clockedStore(t)
+	cfg := testLimitsConfig(func(c *Config) {
+		c.IP, c.Window, c.StoreTimeout = 30, time.Second, 50*time.Millisecond
+		c.BreakerFailures, c.BreakerCooldown = 1, 50*time.Millisecond
+		c.LocalFastPath = new(bool) // one permit per call
+	})
+	l := newTestLimiter(t, cfg, st, Options{Now: now, LivePods: func() int { return 3 }})
+	req := &Request{IP: []byte("10.6.6.7")}
+	st.down.Store(true)
+	got, _ := allowN(l, req, 5)
+	clock.Add(int64(400 * time.Millisecond))
+	more, _ := allowN(l, req, 5)
+	require.Equal(t, 10, got+more, "the local share: a third of 30")
+
+	// Back, a little before the first five leave the share (a window and
+	// the share's slack after they were let through): the store grants,
+	// the share does not.
+	st.down.Store(false)
+	clock.Add(int64(630 * time.Millisecond))
+	trims := recoveryTrims.Get()
+	d := l.Allow(context.Background(), req)
+	require.False(t, d.Allowed, "the store's grant kept to the share")
+	require.Greater(t, recoveryTrims.Get(), trims)
+	require.Less(t, d.RetryAfter, maxCachedDenial, "the share frees a permit sooner than the longest cached refusal")
+
+	clock.Add(int64(d.RetryAfter))
+	assert.True(t, l.Allow(context.Background(), req).Allowed, "refused after the share freed a permit")
+}

@@ -26,11 +26,13 @@ import (
 //
 // I2, a client under its limit whose pod's share has room is not refused:
 // for the steady tenant (30-70% of its limit, round robin over the pods) and
-// every new user of a key flood (one request each), a refusal at span end b
-// breaks it when the key's approvals touching (b-window, b] number at most
-// limit-1 (the client was under its limit, counted generously: any approval
-// that may lie in that window counts) and the refusing pod's own approvals
-// that its share still counts then number at most its share-1 (the limit ÷
+// every new user of a key flood (one request each), a refusal decided
+// within its span [a, b] breaks it when the key's approvals touching
+// (a-window, b] number at most limit-1 (the client was under its limit,
+// counted generously: any approval that may lie in the window before the
+// decision counts, whenever in its span it was made) and the refusing pod's
+// own approvals that its share may still count then number at most its
+// share-1 (the limit ÷
 // the schedule's pods, at least 1; the share counts a permit a little
 // longer than the window, see shareCounts). Refusals where the pod's share was spent are listed apart:
 // the share is what a pod may decide alone when the store fails.
@@ -228,11 +230,12 @@ func (r *chaosRun) checkI2(f *chaosFindings, name string, k *chaosKey) (refused,
 // the window.
 const shareCounts = 50*time.Millisecond + chaosWindow/40
 
-// approvedAround counts the approvals that touch the window before the
-// refusal d's answer, of every pod, and those of d's pod that its share
-// still counts then (shareCounts).
+// approvedAround counts the approvals that may touch the window before the
+// refusal d was decided, of every pod, and those of d's pod that its share
+// may still count then (shareCounts): d was decided at some moment of its
+// span, which on a busy machine can be long.
 func approvedAround(decisions []chaosDecision, d chaosDecision) (all, own int) {
-	from, to := d.span.To.Add(-chaosWindow), d.span.To
+	from, to := d.span.From.Add(-chaosWindow), d.span.To
 	for _, a := range decisions {
 		if !a.allowed || a.span.From.After(to) {
 			continue
