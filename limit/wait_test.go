@@ -94,6 +94,7 @@ func TestWaitRefusedAtOnceWhenItCannotSucceed(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
+			req := &Request{APIKey: []byte("k1"), Resource: "batch"} // a Wait changes its request
 			var d Decision
 			l2.Decide(ctx, req, &d)
 			l2.Wait(ctx, req, &d, time.Now().Add(time.Minute))
