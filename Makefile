@@ -40,7 +40,7 @@ test-faults: ## Run the fault suite alone, verbose, with its figures (real redis
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -v ./test/faults
 
 # The randomized fault harness alone: SCHEDULES schedules drawn from every
-# fault kind (CI draws 4 from the kinds the gateway is known to hold under);
+# fault kind (CI draws 3 from the kinds the gateway is known to hold under);
 # SEED=n replays the schedules from seed n, CHAOS_FAULTS narrows the kinds.
 SCHEDULES      ?= $(if $(SEED),1,20)
 CHAOS_FAULTS   ?= all
