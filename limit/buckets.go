@@ -50,16 +50,14 @@ type bucket struct {
 	// permits it granted (at most that many return), and until when a
 	// return is worth sending (unix nanos; after it the lease no longer
 	// counts).
-	ref        int64
-	localRef   int64 // where the local share counted it (see Limiter.useLocally)
-	leased     int64
-	expired    int64 // permits of the lease that expired unused, not yet returned
-	returnBy   int64
-	deniedNeed int64 // tokens of the cached refusal: it holds for as many or more
-	deniedAt   int64 // unix nanos of the cached refusal
-	retryAfter int64 // nanos, of the cached refusal (-1: never)
-	freeAt     int64 // unix nanos when its first counted permit leaves (math.MaxInt64: never)
-	fill       *fill // the store call in flight for this key, or nil
+	ref      int64
+	localRef int64 // where the local share counted it (see Limiter.useLocally)
+	leased   int64
+	expired  int64 // permits of the lease that expired unused, not yet returned
+	returnBy int64
+	deniedAt int64 // unix nanos of the cached refusal (its tokens and retry: rare)
+	freeAt   int64 // unix nanos when its first counted permit leaves (math.MaxInt64: never)
+	fill     *fill // the store call in flight for this key, or nil
 	// size is the lease size that fits this pod's traffic on the key: it
 	// doubles while leases run out before they expire and halves when
 	// permits expire unused (wasted budget).
@@ -71,31 +69,16 @@ type bucket struct {
 	// moving average of the time between two of them (nanos), over gaps
 	// samples (at most rateSamples counted).
 	gap    int64
-	gaps   uint8
-	wasted bool  // permits expired unused since the last lease
 	demand int64 // tokens wanted by requests that waited for a fill
-	// reserved are permits of the current lease that reservations hold
-	// (see Reservation): its end does not report them used.
-	reserved int64
-	// slots: what the pod holds of a concurrency limit's key (nil for
-	// the other limits; see Limiter.takeSlot).
-	slots *slotState
-	// owed permits the store counted at owedRef (a lease call's UsedRef)
-	// for requests a later limit refused: the key's next lease call returns
-	// them, until owedBy (unix nanos; later they no longer count). See
-	// Limiter.settleOwed.
-	owed, owedRef, owedBy int64
+	// rare is what only some keys use (nil until the first use): kept
+	// apart, a bucket is four cache lines instead of five.
+	rare *bucketRare
 	// alone is what the key's store failures left (nil until the first:
 	// most keys never have any, and inline it took two fifths of every
 	// key's bucket): the permits the local failure policy let through on
 	// the key since the last lease call that reached the store, and when
 	// calls failed.
-	alone      *aloneState
-	unleasedAt int64 // unix nanos: when the last permit let through alone was
-	// unleasedUntil is when the last of them stops counting in any window to
-	// come (unix nanos; math.MaxInt64: never, a token bucket that does not
-	// refill): until then the sweep keeps the bucket.
-	unleasedUntil int64
+	alone *aloneState
 	// The last store answer for the key: when it came (unix nanos, 0:
 	// none yet; remaining is its budget) and the permits the local policy
 	// let through since (fallbackRoom).
@@ -112,12 +95,45 @@ type bucket struct {
 	// late counts this bucket's store calls whose caller gave up and whose
 	// answer has not come yet (their leases are still counted in the store).
 	late atomic.Int32
+	// gaps counts the samples of gap (see above); wasted tells that
+	// permits expired unused since the last lease. Here beside late, where
+	// they fill what would be padding.
+	gaps   uint8
+	wasted bool
 
 	_ [bucketPad]byte
 }
 
 // bucketPad rounds a bucket up to a whole number of cache lines.
-const bucketPad = 4
+const bucketPad = 10
+
+// bucketRare is what a bucket holds for only some keys: a refused one, one
+// of a cost limit, of a concurrency limit, or of a request a later limit
+// refused.
+type bucketRare struct {
+	// The cached refusal's tokens (it holds for as many or more) and
+	// retry-after (nanos; -1: never); see bucket.cacheRefusal.
+	deniedNeed, retryAfter int64
+	// reserved are permits of the current lease that reservations hold
+	// (see Reservation): its end does not report them used.
+	reserved int64
+	// slots: what the pod holds of a concurrency limit's key (nil for
+	// the other limits; see Limiter.takeSlot).
+	slots *slotState
+	// owed permits the store counted at owedRef (a lease call's UsedRef)
+	// for requests a later limit refused: the key's next lease call
+	// returns them, until owedBy (unix nanos; later they no longer
+	// count). See Limiter.settleOwed.
+	owed, owedRef, owedBy int64
+}
+
+// rareState returns b.rare, made on first use. The caller holds b.mu.
+func (b *bucket) rareState() *bucketRare {
+	if b.rare == nil {
+		b.rare = new(bucketRare)
+	}
+	return b.rare
+}
 
 // aloneState is what a key's store failures left in its bucket.
 type aloneState struct {
@@ -129,6 +145,11 @@ type aloneState struct {
 	// emptiedAt is when an answer last showed that the store lost the
 	// key's counts (unix nanos; see Limiter.drains).
 	emptiedAt int64
+	// unleasedAt is when the last permit was let through alone (unix
+	// nanos), and unleasedUntil when the last of them stops counting in
+	// any window to come (math.MaxInt64: never, a token bucket that does
+	// not refill): until then the sweep keeps the bucket.
+	unleasedAt, unleasedUntil int64
 }
 
 // aloneState returns b.alone, made on first use. The caller holds b.mu.
@@ -328,7 +349,8 @@ func (b *bucket) holdsNothing(now int64) bool {
 	}
 	defer b.mu.Unlock()
 	spent := b.answeredAt > 0 && b.remaining <= 0 && now < b.resetAt
-	return b.fill == nil && !b.hasUnleased() && b.permits == 0 && b.expired == 0 && b.owed == 0 && !spent
+	owes := b.rare != nil && b.rare.owed > 0
+	return b.fill == nil && !b.hasUnleased() && b.permits == 0 && b.expired == 0 && !owes && !spent
 }
 
 // owe keeps n permits that the store counted at ref for a request another
@@ -338,10 +360,11 @@ func (b *bucket) holdsNothing(now int64) bool {
 func (b *bucket) owe(n, ref, until int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.owed > 0 && b.owedRef != ref {
+	r := b.rareState()
+	if r.owed > 0 && r.owedRef != ref {
 		return false
 	}
-	b.owed, b.owedRef, b.owedBy = b.owed+n, ref, until
+	r.owed, r.owedRef, r.owedBy = r.owed+n, ref, until
 	return true
 }
 
@@ -364,7 +387,7 @@ func (t *bucketTable) sweep(now, idleBefore int64) {
 		sh.mu.Lock()
 		sh.m.Range(func(k string, b *bucket) bool {
 			if b.lastUsed.Load() < idleBefore && b.mu.TryLock() {
-				if b.fill == nil && (now >= b.unleasedUntil || !b.hasUnleased()) {
+				if b.fill == nil && (!b.hasUnleased() || now >= b.alone.unleasedUntil) {
 					sh.m.Delete(k)
 					sh.n--
 					t.count.Add(-1)
@@ -382,8 +405,12 @@ func (t *bucketTable) len() int { return int(t.count.Load()) }
 
 // retryFrom is the retry-after of the cached refusal, seen at now.
 func (b *bucket) retryFrom(now int64) time.Duration {
-	if b.retryAfter < 0 {
+	var retry int64
+	if b.rare != nil {
+		retry = b.rare.retryAfter
+	}
+	if retry < 0 {
 		return -1
 	}
-	return time.Duration(max(b.retryAfter-(now-b.deniedAt), int64(time.Millisecond)))
+	return time.Duration(max(retry-(now-b.deniedAt), int64(time.Millisecond)))
 }

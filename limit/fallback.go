@@ -53,8 +53,7 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 		// Reported with the bucket's next call that reaches the store, so
 		// that the store, once it answers again, does not grant the
 		// window's whole budget on top of these.
-		b.addUnleased(tokens, now, unleasedWidth(&s.params))
-		b.unleasedUntil = max(b.unleasedUntil, s.countsUntil(now))
+		b.addUnleased(tokens, now, unleasedWidth(&s.params), s.countsUntil(now))
 		b.fallbackUsed += tokens
 	}
 	d := s.decision(allowed, res.Remaining, res.RetryAfter, int64(res.Reset))
@@ -198,7 +197,10 @@ func (b *bucket) failing(now int64) {
 // the store's remaining budget can hold permits that they used, so this
 // pod keeps to its local share. The caller holds b.mu.
 func (l *Limiter) recovering(s *spec, b *bucket, now int64) bool {
-	last := max(b.unleasedAt, b.failedAt())
+	last := b.failedAt()
+	if b.alone != nil {
+		last = max(last, b.alone.unleasedAt)
+	}
 	w := s.recoveryWindow()
 	return l.shared && l.policy == FailLocal && last > 0 && w > 0 && now-last < int64(w)
 }

@@ -125,7 +125,7 @@ func TestUnleasedPartsKeepTheirTimes(t *testing.T) {
 			var at []int64
 			for i := range 300 { // 3 s at 100/s
 				now := start + int64(i)*step
-				b.addUnleased(1, now, unleasedWidth(&s.params))
+				b.addUnleased(1, now, unleasedWidth(&s.params), 0)
 				at = append(at, now)
 			}
 			now := at[len(at)-1] + step
@@ -207,7 +207,7 @@ func TestUnleasedBurstsKeepTheirTimes(t *testing.T) {
 				for burst := range 50 { // 10 s
 					now := start + int64(burst)*int64(200*time.Millisecond)
 					for range 28 {
-						b.addUnleased(1, now, unleasedWidth(&s.params))
+						b.addUnleased(1, now, unleasedWidth(&s.params), 0)
 						at = append(at, now)
 					}
 				}
@@ -315,10 +315,10 @@ func TestUnleasedSlotsFollowAChangedWindow(t *testing.T) {
 	start := int64(1_000_000) * int64(time.Second)
 	step := int64(10 * time.Millisecond)
 	for i := range 100 { // the last second at 100/s
-		b.addUnleased(1, start+int64(i)*step, unleasedWidth(&before.params))
+		b.addUnleased(1, start+int64(i)*step, unleasedWidth(&before.params), 0)
 	}
 	now := start + 100*step
-	b.addUnleased(1, now, unleasedWidth(&after.params))
+	b.addUnleased(1, now, unleasedWidth(&after.params), 0)
 	spent, ago, parts := b.unleasedParts(now, after)
 	total := spent
 	for _, p := range parts {

@@ -80,7 +80,7 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		want := l.leaseSize(s, b, tokens, strict)
 		ret := b.nextReport(s, now)
 		ret.contested = contested
-		if b.owed > 0 {
+		if b.rare != nil && b.rare.owed > 0 {
 			l.settleOwed(s, b, &ret, now)
 		}
 		b.mu.Unlock()
@@ -116,7 +116,7 @@ func (b *bucket) decideLocally(s *spec, tokens, now int64) (d verdict, u use, ok
 		b.mu.Unlock()
 		return d, u, true
 	}
-	if now < b.deniedUntil && tokens >= b.deniedNeed {
+	if now < b.deniedUntil && tokens >= b.rare.deniedNeed { // deniedUntil is set with rare
 		d := s.decision(false, 0, b.retryFrom(now), b.resetAt-now)
 		b.mu.Unlock()
 		cachedDenials.Inc()
@@ -423,7 +423,8 @@ func (b *bucket) clipToPeriod(res store.LeaseResult, sent int64) {
 // key is refused locally until its retry-after (at most maxCachedDenial).
 // The caller holds b.mu.
 func (b *bucket) cacheRefusal(res store.LeaseResult, tokens, now int64) {
-	b.retryAfter, b.deniedAt, b.deniedNeed = int64(res.RetryAfter), now, tokens
+	r := b.rareState()
+	r.retryAfter, r.deniedNeed, b.deniedAt = int64(res.RetryAfter), tokens, now
 	switch {
 	case b.late.Load() > 0:
 		// The refusal may come from this pod's own late leases, which

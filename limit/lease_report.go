@@ -33,8 +33,12 @@ func (b *bucket) endLease(now int64) report {
 	// Permits reserved for answers not yet settled are not reported used:
 	// they stay counted where the lease was until it expires plus a window,
 	// so that what a settlement gives back returns there (Limiter.Settle).
-	used := max(b.leased-n-b.reserved, 0)
-	b.permits, b.expired, b.leased, b.reserved = 0, 0, 0, 0
+	var reserved int64
+	if b.rare != nil {
+		reserved, b.rare.reserved = b.rare.reserved, 0
+	}
+	used := max(b.leased-n-reserved, 0)
+	b.permits, b.expired, b.leased = 0, 0, 0
 	b.gen++ // returns of the old lease's used permits are dropped from now on
 	if now >= b.returnBy {
 		return report{}
@@ -68,14 +72,14 @@ func (b *bucket) keepLogExcess(ret *report, now, width int64) {
 		return
 	}
 	n := min(excess, ret.unleased)
-	b.addUnleased(n, now-int64(ret.unleasedAgo), width)
+	b.addUnleased(n, now-int64(ret.unleasedAgo), width, 0)
 	ret.unleased -= n
 	excess -= n
 	for i := range ret.unleasedBefore {
 		p := &ret.unleasedBefore[i]
 		n := min(excess, p.N)
 		if n > 0 {
-			b.addUnleased(n, now-int64(p.Ago), width)
+			b.addUnleased(n, now-int64(p.Ago), width, 0)
 			p.N -= n
 			excess -= n
 		}
@@ -124,16 +128,20 @@ func (b *bucket) hasUnleased() bool {
 	return false
 }
 
-// addUnleased counts n permits the local policy let through at now. The
-// caller holds b.mu.
-func (b *bucket) addUnleased(n, now, width int64) {
-	o := &b.aloneState().unleasedLog
+// addUnleased counts n permits the local policy let through at now, which
+// count in the windows to come until until (see aloneState.unleasedUntil;
+// 0 for permits put back, whose until was counted when they were let
+// through). The caller holds b.mu.
+func (b *bucket) addUnleased(n, now, width, until int64) {
+	a := b.aloneState()
+	o := &a.unleasedLog
 	if width != o.width {
 		o.rewidth(width)
 	}
 	if o.add(n, now) {
-		b.unleasedAt = max(b.unleasedAt, now)
+		a.unleasedAt = max(a.unleasedAt, now)
 	}
+	a.unleasedUntil = max(a.unleasedUntil, until)
 }
 
 // add counts n permits let through at now in the slot of now, unless they
@@ -211,10 +219,10 @@ func (b *bucket) reportLater(now int64, p *store.Params, unleased int64, ago tim
 	width := unleasedWidth(p)
 	for i := store.UnleasedParts - 1; i >= 0; i-- {
 		if p := before[i]; p.N > 0 {
-			b.addUnleased(p.N, now-int64(p.Ago), width)
+			b.addUnleased(p.N, now-int64(p.Ago), width, 0)
 		}
 	}
 	if unleased > 0 {
-		b.addUnleased(unleased, now-int64(ago), width)
+		b.addUnleased(unleased, now-int64(ago), width, 0)
 	}
 }

@@ -39,7 +39,7 @@ type Reservation struct {
 
 	b        *bucket
 	gen      uint64
-	local    bool  // from b's lease gen: b.reserved holds it
+	local    bool  // from b's lease gen: b.rare.reserved holds it
 	ref      int64 // where a return goes (0: nowhere)
 	returnBy int64 // unix nanos: later the permits no longer count
 	span     int64 // how long permits taken now count (spec.countsUntil)
@@ -99,7 +99,7 @@ func (l *Limiter) holdReserved(r *Reservation, s *spec, u *use, now int64) {
 		b := u.b
 		b.mu.Lock()
 		if b.gen == u.gen {
-			b.reserved += u.n
+			b.rareState().reserved += u.n
 			r.local, r.gen, r.ref, r.returnBy = true, u.gen, u.ref, b.returnBy
 		}
 		b.mu.Unlock()
@@ -160,7 +160,9 @@ func (r *Reservation) settleLocally(diff, now int64) (back, over int64) {
 	defer b.mu.Unlock()
 	current := r.local && b.gen == r.gen
 	if current {
-		b.reserved = max(b.reserved-r.N, 0)
+		if b.rare != nil {
+			b.rare.reserved = max(b.rare.reserved-r.N, 0)
+		}
 	}
 	if diff < 0 {
 		b.deniedUntil = 0 // the refund may be what the refused request needs
@@ -217,8 +219,7 @@ func (l *Limiter) overdraw(r *Reservation, n, now int64) {
 			return
 		}
 		b.mu.Lock()
-		b.addUnleased(n, now, unleasedWidth(&p))
-		b.unleasedUntil = max(b.unleasedUntil, now+span)
+		b.addUnleased(n, now, unleasedWidth(&p), now+span)
 		b.fallbackUsed += n // the local share counts it too
 		b.mu.Unlock()
 		overdraftsKept.Add(int(n))

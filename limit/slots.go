@@ -90,10 +90,11 @@ var (
 
 // slotsOf returns b's slot state, made on first use. The caller holds b.mu.
 func (b *bucket) slotsOf() *slotState {
-	if b.slots == nil {
-		b.slots = new(slotState)
+	r := b.rareState()
+	if r.slots == nil {
+		r.slots = new(slotState)
 	}
-	return b.slots
+	return r.slots
 }
 
 // takeSlot decides a concurrency limit: a slot of the key, from the pod's

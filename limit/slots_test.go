@@ -160,8 +160,8 @@ func idleSlots(l *Limiter) int64 {
 	var n int64
 	l.table.each(func(b *bucket) {
 		b.mu.Lock()
-		if b.slots != nil {
-			n += b.slots.idle
+		if b.rare != nil && b.rare.slots != nil {
+			n += b.rare.slots.idle
 		}
 		b.mu.Unlock()
 	})
