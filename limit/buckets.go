@@ -127,6 +127,9 @@ type bucketRare struct {
 	owed, owedRef, owedBy int64
 }
 
+// owes tells that b holds owed permits (see owe). The caller holds b.mu.
+func (b *bucket) owes() bool { return b.rare != nil && b.rare.owed > 0 }
+
 // rareState returns b.rare, made on first use. The caller holds b.mu.
 func (b *bucket) rareState() *bucketRare {
 	if b.rare == nil {
@@ -349,8 +352,7 @@ func (b *bucket) holdsNothing(now int64) bool {
 	}
 	defer b.mu.Unlock()
 	spent := b.answeredAt > 0 && b.remaining <= 0 && now < b.resetAt
-	owes := b.rare != nil && b.rare.owed > 0
-	return b.fill == nil && !b.hasUnleased() && b.permits == 0 && b.expired == 0 && !owes && !spent
+	return b.fill == nil && !b.hasUnleased() && b.permits == 0 && b.expired == 0 && !b.owes() && !spent
 }
 
 // owe keeps n permits that the store counted at ref for a request another

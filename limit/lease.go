@@ -80,7 +80,7 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		want := l.leaseSize(s, b, tokens, strict)
 		ret := b.nextReport(s, now)
 		ret.contested = contested
-		if b.rare != nil && b.rare.owed > 0 {
+		if b.owes() {
 			l.settleOwed(s, b, &ret, now)
 		}
 		b.mu.Unlock()
