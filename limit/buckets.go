@@ -100,12 +100,16 @@ type bucket struct {
 	// they fill what would be padding.
 	gaps   uint8
 	wasted bool
+	// slight tells that the store's last answer left the key's count at
+	// most a thousandth of its limit (spec.slight): the sweep may drop the
+	// bucket once it is idle for a second.
+	slight bool
 
 	_ [bucketPad]byte
 }
 
 // bucketPad rounds a bucket up to a whole number of cache lines.
-const bucketPad = 10
+const bucketPad = 9
 
 // bucketRare is what a bucket holds for only some keys: a refused one, one
 // of a cost limit, of a concurrency limit, or of a request a later limit
@@ -209,6 +213,10 @@ type fill struct {
 // unkeptBuckets counts the keys decided with a bucket the full table did
 // not keep.
 var unkeptBuckets = metrics.NewCounter(`sentinel_limit_local_buckets_unkept_total`)
+
+// sweptSlight counts the slight buckets the sweep dropped before they were
+// idle for the usual time (see bucketTable.sweep).
+var sweptSlight = metrics.NewCounter(`sentinel_limit_local_buckets_swept_slight_total`)
 
 // bucketTable maps keys to buckets, in shards whose maps are read without
 // a lock and without allocating. (A read lock would write a word that every
@@ -383,16 +391,34 @@ func (b *bucket) owe(n, ref, until int64) bool {
 // not take new buckets (get). Leased permits not yet used or returned are
 // dropped with the bucket: the store keeps counting them, so that loses
 // budget, never overshoots.
+//
+// A slight bucket (see bucket.slight) goes sooner, once unused for a second
+// (inUse), when it holds nothing but its lease and the store's last answer:
+// no call in flight or given up on, no store failure of the key (alone) and
+// nothing rare (a cached refusal, reservations, slots, owed permits). What
+// that forgets is bounded by the key's count, which the answer put at a
+// thousandth of its limit at most: the lease's unused permits, which the
+// store counts on (budget lost, never overshoot), and the call number that
+// would notice a store that lost the key's writes (a store that forgets a
+// slight count grants at most that thousandth again). Most keys of a large
+// population are slight: one or two requests each, for a limit far above.
 func (t *bucketTable) sweep(now, idleBefore int64) {
+	slightBefore := now - int64(inUse)
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
 		sh.m.Range(func(k string, b *bucket) bool {
-			if b.lastUsed.Load() < idleBefore && b.mu.TryLock() {
-				if b.fill == nil && (!b.hasUnleased() || now >= b.alone.unleasedUntil) {
+			used := b.lastUsed.Load()
+			if used < max(idleBefore, slightBefore) && b.mu.TryLock() {
+				drop := b.fill == nil && (used < idleBefore && (!b.hasUnleased() || now >= b.alone.unleasedUntil) ||
+					b.slight && b.alone == nil && b.rare == nil && b.late.Load() == 0)
+				if drop {
 					sh.m.Delete(k)
 					sh.n--
 					t.count.Add(-1)
+					if used >= idleBefore {
+						sweptSlight.Inc()
+					}
 				}
 				b.mu.Unlock()
 			}

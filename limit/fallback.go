@@ -300,6 +300,22 @@ func (l *Limiter) localShare(s *spec) store.Params {
 	return p
 }
 
+// slightPart: a key whose count in the store is at most its limit ÷
+// slightPart is slight (spec.slight).
+const slightPart = 1000
+
+// slight reports whether a store answer that left remaining of s's budget
+// puts the key's count at a thousandth of its limit or less: a limit of a
+// window or a period (not a token bucket, whose remaining tokens tell no
+// count) of 1,000 or more. See useLocally and bucketTable.sweep.
+func (s *spec) slight(remaining int64) bool {
+	p := &s.params
+	if p.Algorithm == store.TokenBucket || p.Limit < slightPart || remaining < 0 {
+		return false
+	}
+	return (p.Limit-remaining)*slightPart <= p.Limit
+}
+
 // useLocally takes the n permits the store just granted from this pod's
 // local share too, under the local policy. Without it the share would be
 // full whenever the store fails: a pod whose store call timed out, having
@@ -313,8 +329,20 @@ func (l *Limiter) localShare(s *spec) store.Params {
 // its share has used more, and its share must stay used up until those leave
 // the window (a capped count would forget the last ones first). The leased
 // permits count from the lease's expiry, as the store counts them.
-func (l *Limiter) useLocally(ctx context.Context, s *spec, n int64) int64 {
+//
+// A slight grant (the store's count after it, read from the remaining
+// budget it left, is a thousandth of the limit or less: spec.slight) is not
+// counted: most keys of a large population are slight, and their counts
+// would take a memory-store entry each for nothing. What the shares then
+// miss in a window is bounded: the last slight grant in it saw a count that
+// held every grant of the window before it, so the pods together miss a
+// thousandth of the limit at most.
+func (l *Limiter) useLocally(ctx context.Context, s *spec, n, remaining int64) int64 {
 	if !l.shared || l.policy != FailLocal || n <= 0 {
+		return 0
+	}
+	if s.slight(remaining) {
+		slightGrants.Inc()
 		return 0
 	}
 	p := l.localShare(s)
@@ -331,7 +359,7 @@ func (l *Limiter) useLocally(ctx context.Context, s *spec, n int64) int64 {
 // its share when the store fails. Credited whether or not the store gets
 // its return: the permits were not used.
 func (l *Limiter) returnLocally(ctx context.Context, s *spec, n, ref int64) {
-	if !l.shared || l.policy != FailLocal || n <= 0 {
+	if !l.shared || l.policy != FailLocal || n <= 0 || ref == 0 { // 0: not counted (useLocally)
 		return
 	}
 	_, _ = l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s), Return: n, ReturnRef: ref})

@@ -19,33 +19,45 @@ import (
 // TestLimiterBytesPerKey measures the heap one key of a header policy (5
 // per hour) takes in a pod: its local bucket and its counter in the
 // in-memory store, or with Redis its local bucket and its count in the
-// local share's table (the Redis keys are Redis' memory). The figures are
+// local share's table (the Redis keys are Redis' memory); and with Redis,
+// a slight key of a policy of a million per hour, its local bucket alone.
+// The figures are
 // the ones docs/performance.md gives for limits.max_keys:
 // `go test -run TestLimiterBytesPerKey -v ./limit/`.
 func TestLimiterBytesPerKey(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
 		st := store.NewMemoryStore(store.MemoryOptions{MaxKeys: 1 << 20})
 		t.Cleanup(st.Close)
-		limiterBytesPerKey(t, st, 800)
+		limiterBytesPerKey(t, st, 5, 800)
 	})
 	t.Run("redis", func(t *testing.T) {
 		cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{redistest.Start(t).Addr}})
 		require.NoError(t, err)
 		t.Cleanup(cl.Close)
-		limiterBytesPerKey(t, store.NewRedisStore(cl, store.RedisStoreOptions{KeyPrefix: "m"}), 800)
+		limiterBytesPerKey(t, store.NewRedisStore(cl, store.RedisStoreOptions{KeyPrefix: "m"}), 5, 800)
+	})
+	// A slight key (a request under a limit of a million): its local bucket
+	// alone, which goes a second after its last use (see Limiter.useLocally;
+	// the limiter's clock stands still here, so that all are held).
+	t.Run("redis-slight", func(t *testing.T) {
+		cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{redistest.Start(t).Addr}})
+		require.NoError(t, err)
+		t.Cleanup(cl.Close)
+		limiterBytesPerKey(t, store.NewRedisStore(cl, store.RedisStoreOptions{KeyPrefix: "m"}), 1_000_000, 450)
 	})
 }
 
-func limiterBytesPerKey(t *testing.T, st store.Store, most float64) {
+func limiterBytesPerKey(t *testing.T, st store.Store, limit int64, most float64) {
 	const keys = 100_000
 	// limits.window 1h: idle buckets are swept after 2 h, so all are held.
 	cfg := testLimitsConfig(func(c *Config) { c.MaxKeys, c.Window = 1<<20, time.Hour })
 	ps := withPolicies(t, cfg, catalog.Policy{Name: "per-user", Key: []string{"header:X-User-Id"},
-		Limits: []catalog.PolicyLimit{{Limit: 5, Window: confutil.Duration(time.Hour)}}})
+		Limits: []catalog.PolicyLimit{{Limit: limit, Window: confutil.Duration(time.Hour)}}})
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	l := newTestLimiter(t, cfg, st, Options{Catalog: testCatalog(t), Policies: ps})
+	at := time.Now()
+	l := newTestLimiter(t, cfg, st, Options{Catalog: testCatalog(t), Policies: ps, Now: func() time.Time { return at }})
 	h := headers{"X-User-Id": ""}
 	req := &Request{Attrs: h}
 	ctx := context.Background()

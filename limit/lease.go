@@ -279,7 +279,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	}
 	leaseSize.Update(float64(want))
 	l.checkSeq(s, b, res, sent, now)
-	b.remaining = res.Remaining
+	b.remaining, b.slight = res.Remaining, s.slight(res.Remaining)
 	b.answeredAt, b.fallbackUsed = now, 0
 	b.resetAt = now + int64(res.Reset)
 	b.freeAt = now + int64(res.FirstFree)
@@ -367,7 +367,7 @@ func (l *Limiter) grantBeside(ctx context.Context, s *spec, b *bucket, req *stor
 		}
 	}
 	if !g.kept {
-		l.useLocally(ctx, s, tokens)
+		l.useLocally(ctx, s, tokens, g.res.Remaining)
 	}
 	if g.res.UsedRef != 0 {
 		return freshUse(b, g.res)
@@ -390,7 +390,7 @@ func (l *Limiter) keepLease(ctx context.Context, s *spec, b *bucket, g grant, to
 	b.permits, b.leased, b.ref = g.res.Granted-tokens, leased, g.res.Ref
 	b.localRef = g.keptRef
 	if !g.kept {
-		b.localRef = l.useLocally(ctx, s, g.res.Granted)
+		b.localRef = l.useLocally(ctx, s, g.res.Granted, g.res.Remaining)
 	}
 	b.expires = sent + int64(s.ttl)
 	switch s.params.Algorithm {
@@ -492,7 +492,7 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 			}
 		}
 	}
-	l.useLocally(ctx, s, res.Granted)
+	l.useLocally(ctx, s, res.Granted, res.Remaining)
 	return s.decision(res.Granted >= tokens || res.Duplicate, res.Remaining, res.RetryAfter, int64(res.Reset))
 }
 

@@ -38,7 +38,10 @@ var (
 	// Store grants returned at once because the pod keeps to its local
 	// share for a window after deciding locally (Limiter.keepShare).
 	recoveryTrims = metrics.NewCounter(`sentinel_limit_recovery_trimmed_permits_total`)
-	_             = metrics.NewGauge(`sentinel_limit_local_buckets`, func() float64 { return float64(totalBuckets()) })
+	// slightGrants counts the store grants the local share did not count
+	// (see Limiter.useLocally).
+	slightGrants = metrics.NewCounter(`sentinel_limit_share_slight_grants_total`)
+	_            = metrics.NewGauge(`sentinel_limit_local_buckets`, func() float64 { return float64(totalBuckets()) })
 )
 
 // live holds the Limiters of the process for the gauges (tests build many).
