@@ -278,7 +278,9 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		reportedUnleased.Add(int(n))
 	}
 	leaseSize.Update(float64(want))
-	l.checkSeq(s, b, res, sent, now)
+	if prevAt := b.seqAt; l.checkSeq(s, b, res, sent, now) {
+		l.reportLost(s, b, res, &ret, prevAt, now)
+	}
 	b.remaining, b.slight = res.Remaining, s.slight(res.Remaining)
 	b.answeredAt, b.fallbackUsed = now, 0
 	b.resetAt = now + int64(res.Reset)

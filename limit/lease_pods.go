@@ -171,6 +171,10 @@ func (l *Limiter) lastBeat() int64 {
 // counts while this pod still had permits counting in them.
 var storeEmptied = metrics.NewCounter(`sentinel_limit_store_emptied_total`)
 
+// lostReported counts the permits pods reported again to a store that
+// lost them (see Limiter.reportLost).
+var lostReported = metrics.NewCounter(`sentinel_limit_store_emptied_reported_permits_total`)
+
 // checkSeq compares the key's call number in a store answer res (a call
 // sent at sent, answered at now) with the highest one b saw: a store numbers
 // a key's calls one more each time, and starts again only with a key made
@@ -185,10 +189,12 @@ var storeEmptied = metrics.NewCounter(`sentinel_limit_store_emptied_total`)
 // pod that served the key within the window notices at its first call, so
 // the pods together stay within the limit: a pod that had not noticed
 // from its own writes alone took the budget the store forgot that the
-// others had used. The caller holds b.mu.
-func (l *Limiter) checkSeq(s *spec, b *bucket, res store.LeaseResult, sent, now int64) {
+// others had used. It reports whether the answer showed the loss (then the
+// caller reports again what the store lost of this pod's grants:
+// reportLost). The caller holds b.mu.
+func (l *Limiter) checkSeq(s *spec, b *bucket, res store.LeaseResult, sent, now int64) (emptied bool) {
 	if res.Seq == 0 {
-		return
+		return false
 	}
 	w := int64(s.recoveryWindow())
 	switch {
@@ -197,6 +203,7 @@ func (l *Limiter) checkSeq(s *spec, b *bucket, res store.LeaseResult, sent, now 
 			storeEmptied.Inc()
 			a := b.aloneState()
 			a.failedAt, a.emptiedAt = now, now
+			emptied = true
 		}
 		b.seq, b.seqAt = res.Seq, now
 	case res.Seq > b.seq: // sent before the last answer came: no order to check
@@ -206,5 +213,53 @@ func (l *Limiter) checkSeq(s *spec, b *bucket, res store.LeaseResult, sent, now 
 		// A margin of a tenth of the window for the store's sub-windows
 		// and clock: a key made anew later than that is no loss.
 		b.ownUntil = max(b.ownUntil, sent+w*9/10)
+	}
+	return emptied
+}
+
+// reportLost puts what the store lost of this pod's grants for b's key
+// into b's unleased log, for the key's next call to report at their times
+// (see checkSeq). An answer res, which came at now to a call that reported
+// ret, from a key the store made anew after the pod's last answer for it
+// (at prevAt) holds none of what the store granted the pod before: every
+// permit the local share counts then (it counts them as the store did, and
+// this answer's grant not yet) was lost, but those that ret reported, which
+// the new key counted. Reported again by every pod that served the key,
+// they hold the budget the pods used before the loss from the pods that
+// cannot know of it: one restarted since, or one that had no grant of the
+// key before. A replica promoted before it had the last writes keeps the
+// key's time: what it lost of the pod's grants is not known, and nothing
+// is reported again. The caller holds b.mu.
+func (l *Limiter) reportLost(s *spec, b *bucket, res store.LeaseResult, ret *report, prevAt, now int64) {
+	alg, w := s.params.Algorithm, s.params.Window
+	if !l.shared || l.policy != FailLocal || (alg != store.SlidingWindow && alg != store.SlidingLog) ||
+		res.MadeAgo < 0 || now-int64(res.MadeAgo) <= prevAt {
+		return
+	}
+	var lost []store.UnleasedPart // N permits counted from Ago: here a time (ms)
+	l.fallback.Counted(s.key(), alg, w, func(at, n int64) {
+		lost = append(lost, store.UnleasedPart{N: n, Ago: time.Duration(at)})
+	})
+	// Not twice: what the call reported, and what the log holds already
+	// (let through alone, put back for the next call), the newest first.
+	twice := ret.unleasedTotal()
+	if b.alone != nil {
+		for _, n := range b.alone.n {
+			twice += n
+		}
+	}
+	width := unleasedWidth(&s.params)
+	for i := len(lost) - 1; i >= 0; i-- {
+		p := lost[i]
+		d := min(twice, p.N)
+		twice -= d
+		if n := p.N - d; n > 0 {
+			// The share counts a permit until a window after at; dated
+			// a millisecond before it, the store counts it from the same
+			// sub-window on, or the next: never for less long.
+			at := (int64(p.Ago) - 1) * int64(time.Millisecond)
+			b.addUnleased(n, at, width, at+int64(w))
+			lostReported.Add(int(n))
+		}
 	}
 }

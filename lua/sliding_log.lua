@@ -6,7 +6,8 @@
 --          need permits the caller uses at once, the lease's expiry for the rest;
 --          a permit counts while score + window > now.
 -- KEYS[2]  hash: "seq" (the member sequence), "t" (the newest Redis time seen,
---          ms), "n" (the key's call number).
+--          ms), "n" (the key's call number), "m" (the Redis time the key
+--          was made at, ms: when "n" started at 1).
 -- KEYS[3]  sorted set of request IDs already counted: score = forget * 16 +
 --          spared, where forget is when the ID is forgotten (the counted
 --          call plus id_window, ms) and spared how many of its repeats were
@@ -44,7 +45,7 @@
 --          scored at its own time, as unleased is (unleased and these
 --          together at most 1000)
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
---          used_ref, free_ms, seq}
+--          used_ref, free_ms, seq, made_ago_ms}
 --          status 1 when the request ID repeats within its allowance
 --          (spared: nothing is taken, granted is 0), 2 when past the deadline
 --          (nothing granted), 3 when it repeats past its allowance (counted
@@ -58,7 +59,8 @@
 --          calls, one more than the last call's, 1 for a key made anew, which
 --          happens only once no permit of it counts (the hash expires a window
 --          after the last one): a lower number sooner tells the caller that
---          the store lost the key.
+--          the store lost the key; made_ago_ms is how long ago it was made
+--          ("m"), -1 when its hash, written by an older script, does not say.
 -- All keys share one hash tag. A clock that moves backwards is treated as the
 -- newest time seen. The return and used are applied even past the deadline;
 -- unleased only before it (a call run late would date them late: its caller
@@ -83,7 +85,8 @@ local id_window = tonumber(ARGV[15])
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(now_us / 1000)
-local last = tonumber(redis.call('HGET', meta, 't'))
+local tm = redis.call('HMGET', meta, 't', 'm')
+local last, made = tonumber(tm[1]), tonumber(tm[2])
 if last and last > now then now = last end
 
 if ret > 0 then
@@ -174,7 +177,14 @@ if status == 1 then
 end
 if status == 0 and repeated then status = 3 end
 local seq = redis.call('HINCRBY', meta, 'n', 1)
-redis.call('HSET', meta, 't', string.format('%d', now))
+local made_ago = -1
+if seq == 1 then
+  made = now
+  redis.call('HSET', meta, 't', string.format('%d', now), 'm', string.format('%d', now))
+else
+  redis.call('HSET', meta, 't', string.format('%d', now))
+end
+if made then made_ago = now - made end
 
 local retry = 0
 if granted == 0 and status ~= 1 then
@@ -211,4 +221,4 @@ if ids_written then
 end
 local remaining = limit - counted
 if remaining < 0 then remaining = 0 end
-return {granted, remaining, retry, reset, status, ref, now_us, used_ref, free, seq}
+return {granted, remaining, retry, reset, status, ref, now_us, used_ref, free, seq, made_ago}

@@ -30,20 +30,23 @@
 -- ARGV[14..29] unleased_before: up to eight more (permits, ms ago) pairs of
 --          permits used without a lease, earlier than unleased's;
 --          each counts from its own time, as unleased does
--- V in field "t" ("T N LO HI V") numbers the key's calls: each call's is
+-- V in field "t" ("T N LO HI V M") numbers the key's calls: each call's is
 -- one more than the last's, and a key made anew (every counter dead) starts
--- again at 1. A caller that gets a number no greater than one it saw
+-- again at 1; M is the Redis time (ms) it was made at. A caller that gets
+-- a number no greater than one it saw
 -- earlier, while permits it was granted still count, talks to a store that
 -- lost writes: emptied, or a replica promoted before it had them.
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
---          used_ref, free_ms, seq}
+--          used_ref, free_ms, seq, made_ago_ms}
 --          status 0, or 2 when past the deadline (nothing granted); ref is
 --          the field E of the leased permits (granted - need), used_ref the
 --          field of the need permits; retry_after_ms is 0 when granted > 0,
 --          the window when limit is 0, -1 when need > limit; reset_ms is
 --          when the last counted permit leaves the window, free_ms when the
 --          first one does (the oldest live sub-window's end plus the window;
---          0 when nothing is counted): the budget grows back between the two.
+--          0 when nothing is counted): the budget grows back between the two;
+--          made_ago_ms is how long ago the key was made (M), -1 when its
+--          hash, written by an older script, does not say.
 --
 -- The caller uses need permits at once (within use_within, the time it
 -- waits for the answer): they count from then. The rest of a lease granted at t may be
@@ -117,25 +120,25 @@ if not st and unleased <= 0 and not ARGV[14] then
       if ref > hi then hi = ref end
     end
     reset, free = hi + window - now, lo + window - now
-    local t = fmt('%d %d %d %d 1', now, granted, lo, hi)
+    local t = fmt('%d %d %d %d 1 %d', now, granted, lo, hi, now)
     if granted == need or ref == used_ref then
       redis.call('HSET', key, 't', t, fmt('%d', used_ref), fmt('%d', granted))
     else
       redis.call('HSET', key, 't', t, fmt('%d', used_ref), fmt('%d', need), fmt('%d', ref), fmt('%d', granted - need))
     end
   else
-    redis.call('HSET', key, 't', fmt('%d 0 0 0 1', now))
+    redis.call('HSET', key, 't', fmt('%d 0 0 0 1 %d', now, now))
   end
   local keep = reset
   if keep < window then keep = window end
   redis.call('PEXPIRE', key, fmt('%d', keep + 1000))
-  return {granted, limit - granted, retry, reset, status, ref, now_us, used_ref, free, 1}
+  return {granted, limit - granted, retry, reset, status, ref, now_us, used_ref, free, 1, 0}
 end
-local last, n, lo, hi, seq
+local last, n, lo, hi, seq, made
 if st then
-  local a, b, c, d, v = string.match(st, '^(%d+) (%d+) (%d+) (%d+) ?(%d*)$')
+  local a, b, c, d, v, m = string.match(st, '^(%d+) (%d+) (%d+) (%d+) ?(%d*) ?(%d*)$')
   if a then
-    last, n, lo, hi, seq = tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(v)
+    last, n, lo, hi, seq, made = tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(v), tonumber(m)
   else
     last = tonumber(st)
   end
@@ -174,7 +177,7 @@ if n and n > 0 and hi and hi <= horizon then
   -- Every counter is dead (a key too rare for them to stay live): the
   -- hash holds nothing else worth reading, and is written anew below.
   redis.call('DEL', key)
-  n, lo, hi, seq = 0, nil, nil, nil
+  n, lo, hi, seq, made = 0, nil, nil, nil, nil
 elseif not st then
   n = 0 -- no key: every script writes "t"
 elseif not n or (n > 0 and not (lo and hi and lo > horizon)) then
@@ -288,14 +291,21 @@ if lost_lo or lost_hi then
   scan()
 end
 
+local made_ago = -1
+if not seq then
+  made = now -- made anew: numbered from 1, from now
+elseif not made then
+  made = 0 -- written by an older script: not known
+end
 seq = (seq or 0) + 1
+if made > 0 then made_ago = now - made end
 local reset, free = 0, 0
 if n > 0 then
   reset = hi + window - now
   free = lo + window - now
-  redis.call('HSET', key, unpack(fresh_args({'t', fmt('%d %d %d %d %d', now, n, lo, hi, seq)})))
+  redis.call('HSET', key, unpack(fresh_args({'t', fmt('%d %d %d %d %d %d', now, n, lo, hi, seq, made)})))
 else
-  redis.call('HSET', key, 't', fmt('%d 0 0 0 %d', now, seq))
+  redis.call('HSET', key, 't', fmt('%d 0 0 0 %d %d', now, seq, made))
 end
 local remaining = limit - counted
 if remaining < 0 then remaining = 0 end
@@ -303,4 +313,4 @@ if remaining < 0 then remaining = 0 end
 local keep = reset
 if keep < window then keep = window end
 redis.call('PEXPIRE', key, fmt('%d', keep + 1000))
-return {granted, remaining, retry, reset, status, ref, now_us, used_ref, free, seq}
+return {granted, remaining, retry, reset, status, ref, now_us, used_ref, free, seq, made_ago}

@@ -26,10 +26,11 @@ type leaseAnswer struct {
 	usedRef            int64 // where the need permits were counted; 0: with the rest, at ref
 	keepMS             int64 // how long the state must be kept (the key's TTL)
 	seq                int64 // the key's call number (LeaseResult.Seq)
+	madeMS             int64 // how long ago the key was made (LeaseResult.MadeAgo); -1: not known
 }
 
 func (a *leaseAnswer) result() LeaseResult {
-	return LeaseResult{
+	r := LeaseResult{
 		Granted:    a.granted,
 		Remaining:  a.remaining,
 		RetryAfter: fromMS(a.retryMS),
@@ -40,7 +41,12 @@ func (a *leaseAnswer) result() LeaseResult {
 		Ref:        a.ref,
 		UsedRef:    a.usedRef,
 		Seq:        a.seq,
+		MadeAgo:    -1,
 	}
+	if a.seq > 0 && a.madeMS >= 0 {
+		r.MadeAgo = time.Duration(a.madeMS) * time.Millisecond
+	}
+	return r
 }
 
 // fromMS converts script milliseconds to a Duration, keeping -1 ("never") as

@@ -301,3 +301,32 @@ func (s *MemoryStore) sweep() {
 		sh.mu.Unlock()
 	}
 }
+
+// Counted calls f with each count of key's sliding_window or sliding_log
+// state that still counts at now: the millisecond from which it stops
+// counting once a window has passed (see counts) and its permits, oldest
+// first. It calls f for nothing when the key is missing, expired or of
+// another algorithm. f runs under the shard's lock: it must not call s.
+func (s *MemoryStore) Counted(key []byte, alg Algorithm, window time.Duration, f func(atMS, n int64)) {
+	now := s.now().UnixMilli()
+	sh := &s.shards[xxhash.Sum64(key)&s.mask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[string(key)]
+	if e == nil || e.alg != alg || e.expireAt <= now {
+		return
+	}
+	var c counts
+	switch st := e.state.(type) {
+	case *windowState:
+		c = st.subs
+	case *logState:
+		c = st.runs
+	}
+	horizon := now - window.Milliseconds()
+	for _, x := range c {
+		if x.at > horizon {
+			f(x.at, x.n)
+		}
+	}
+}

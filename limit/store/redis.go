@@ -209,8 +209,8 @@ func (s *RedisStore) Ping(ctx context.Context) error {
 func (s *RedisStore) Close() {}
 
 // parseAnswer reads {granted, remaining, retry_after_ms, reset_ms, status,
-// ref, now_us, used_ref, free_ms[, seq]} and returns the answer and Redis'
-// clock.
+// ref, now_us, used_ref, free_ms[, seq[, made_ago_ms]]} and returns the
+// answer and Redis' clock.
 func parseAnswer(msg rueidis.RedisMessage, err error) (leaseAnswer, int64, error) {
 	if err != nil {
 		return leaseAnswer{}, 0, err
@@ -219,17 +219,17 @@ func parseAnswer(msg rueidis.RedisMessage, err error) (leaseAnswer, int64, error
 	if err != nil {
 		return leaseAnswer{}, 0, err
 	}
-	if len(msgs) != 9 && len(msgs) != 10 {
-		return leaseAnswer{}, 0, fmt.Errorf("script returned %d values, want 9 or 10", len(msgs))
+	if len(msgs) < 9 || len(msgs) > 11 {
+		return leaseAnswer{}, 0, fmt.Errorf("script returned %d values, want 9 to 11", len(msgs))
 	}
-	var v [10]int64
+	v := [11]int64{10: -1} // made_ago_ms: not known unless said
 	for i := range msgs {
 		if v[i], err = msgs[i].AsInt64(); err != nil {
 			return leaseAnswer{}, 0, fmt.Errorf("script value %d: %w", i, err)
 		}
 	}
 	return leaseAnswer{granted: v[0], remaining: v[1], retryMS: v[2], resetMS: v[3],
-		duplicate: v[4] == 1, late: v[4] == 2, repeated: v[4] == 3, stale: v[4] == 4, ref: v[5], usedRef: v[7], freeMS: v[8], seq: v[9]}, v[6], nil
+		duplicate: v[4] == 1, late: v[4] == 2, repeated: v[4] == 3, stale: v[4] == 4, ref: v[5], usedRef: v[7], freeMS: v[8], seq: v[9], madeMS: v[10]}, v[6], nil
 }
 
 // redisCall holds one call's keys and arguments. They are zero-copy strings

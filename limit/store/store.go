@@ -184,9 +184,16 @@ type LeaseResult struct {
 	// call's, from 1 when the key is made anew, which a store does only once
 	// no permit of it counts any more, unless it lost writes (emptied, or a
 	// replica promoted before it had them). 0 when the store does not number
-	// them (the in-process store, which cannot lose them; algorithms other
-	// than sliding_window).
+	// them (the in-process store, which cannot lose them; calendar
+	// quotas).
 	Seq int64
+	// MadeAgo is how long before the call the store made the key anew: at
+	// its call numbered 1. A pod whose last answer for the key came before
+	// then knows that the store lost every permit it had granted the pod
+	// for the key; a replica promoted before it had the last writes keeps
+	// the time. -1 when the store does not say (Seq 0, token_bucket, a key
+	// written by an older script).
+	MadeAgo time.Duration
 }
 
 // Store grants permits atomically for one key. Implementations must be safe
