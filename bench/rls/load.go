@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,23 +85,72 @@ func measureRow(ctx context.Context, o *options, r row, s *proc, redis *proc) (m
 	if err := rc.Do(ctx, rc.B().Flushall().Build()).Error(); err != nil {
 		return measure{}, err
 	}
-	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	call, done, err := caller(o, s.addr)
 	if err != nil {
 		return measure{}, err
 	}
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
-	if _, err := client.ShouldRateLimit(ctx, request(r, 0)); err != nil { // connected and serving
+	defer done()
+	if _, err := call(ctx, r, 0); err != nil { // connected and serving
 		return measure{}, err
 	}
 	before, err := snapshot(ctx, s, rc)
 	if err != nil {
 		return measure{}, err
 	}
-	m := load(ctx, client, r, o)
+	m := load(ctx, call, r, o)
 	after, err := snapshot(ctx, s, rc)
 	m.cpu, m.redisCPU, m.commands, m.rss = after.cpu-before.cpu, after.redisCPU-before.redisCPU, after.commands-before.commands, after.rss
 	return m, err
+}
+
+// callFunc makes one call of row r (n picks its key) and reports whether
+// it was allowed.
+type callFunc func(ctx context.Context, r row, n int) (bool, error)
+
+// caller returns the calls of o.api to the service at addr, and what
+// closes their connections.
+func caller(o *options, addr string) (callFunc, func(), error) {
+	if o.api == "check" {
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.callers}}
+		url := "http://" + addr + "/v1/ratelimit/check"
+		return func(ctx context.Context, r row, n int) (bool, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(checkBody(r, n)))
+			if err != nil {
+				return false, err
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				return false, err
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return false, err
+			}
+			if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
+				return false, fmt.Errorf("check API: %s: %s", resp.Status, b)
+			}
+			return bytes.Contains(b, []byte(`"allowed":true`)), nil
+		}, client.CloseIdleConnections, nil
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	return func(ctx context.Context, r row, n int) (bool, error) {
+		resp, err := client.ShouldRateLimit(ctx, request(r, n))
+		if err != nil {
+			return false, err
+		}
+		return resp.OverallCode == rlsv3.RateLimitResponse_OK, nil
+	}, func() { conn.Close() }, nil
+}
+
+// checkBody is the check API's body for the call of row r; n picks its key
+// (the API key limit's: limits.api_key).
+func checkBody(r row, n int) string {
+	return `{"tenant_id":"bench","resource":"default","key":"` + r.key + "-" + value(r, n) + `"}`
 }
 
 // snapshot reads the service's CPU time and memory and Redis' CPU time
@@ -118,17 +170,21 @@ func snapshot(ctx context.Context, s *proc, rc rueidis.Client) (measure, error) 
 
 // request is the call of row r; n picks its descriptor's value.
 func request(r row, n int) *rlsv3.RateLimitRequest {
-	value := "1"
-	if r.values > 0 {
-		value = strconv.Itoa(n % r.values)
-	}
 	return &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*corev3.RateLimitDescriptor{
-		{Entries: []*corev3.RateLimitDescriptor_Entry{{Key: r.key, Value: value}}},
+		{Entries: []*corev3.RateLimitDescriptor_Entry{{Key: r.key, Value: value(r, n)}}},
 	}}
 }
 
-// load runs o.callers callers of r on client for o.duration.
-func load(ctx context.Context, client rlsv3.RateLimitServiceClient, r row, o *options) measure {
+// value is the key's value of row r's call n: one for a row of one key.
+func value(r row, n int) string {
+	if r.values > 0 {
+		return strconv.Itoa(n % r.values)
+	}
+	return "1"
+}
+
+// load runs o.callers callers of r with call for o.duration.
+func load(ctx context.Context, call callFunc, r row, o *options) measure {
 	var calls, ok, errs atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -139,12 +195,12 @@ func load(ctx context.Context, client rlsv3.RateLimitServiceClient, r row, o *op
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(c), uint64(start.UnixNano())))
 			for time.Now().Before(end) && ctx.Err() == nil {
-				resp, err := client.ShouldRateLimit(ctx, request(r, rng.IntN(1<<30)))
+				allowed, err := call(ctx, r, rng.IntN(1<<30))
 				calls.Add(1)
 				switch {
 				case err != nil:
 					errs.Add(1)
-				case resp.OverallCode == rlsv3.RateLimitResponse_OK:
+				case allowed:
 					ok.Add(1)
 				}
 			}

@@ -13,6 +13,11 @@
 //     service answers OK (the limit over the row's duration is the
 //     right answer).
 //
+// With -api check the same rows call Sentinel's check API over HTTP
+// instead (POST /v1/ratelimit/check, the row's value as the key, limited
+// by limits.api_key: a million a minute, 100 a second for the flood row),
+// Sentinel alone.
+//
 // For each row and service it prints calls a second, the service's CPU
 // and Redis' CPU per call (from /proc and INFO cpu), Redis commands per
 // call and the service's resident memory at the end, and for the two
@@ -38,6 +43,7 @@ func main() {
 	flag.IntVar(&o.callers, "callers", 64, "concurrent callers")
 	flag.IntVar(&o.rounds, "rounds", 1, "rounds of every row and service")
 	flag.StringVar(&o.rows, "rows", "hot,100k,1m,flood", "rows to run, in order")
+	flag.StringVar(&o.api, "api", "grpc", "the API called: grpc (Envoy's rate limit service) or check (Sentinel's check API, its limits.api_key on the row's keys; Sentinel alone)")
 	flag.Parse()
 	if err := run(&o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-rls:", err)
@@ -52,12 +58,19 @@ type options struct {
 	callers       int
 	rounds        int
 	rows          string
+	api           string
 }
 
 // run starts Redis, runs the rows on each service and prints the table.
 func run(o *options) error {
 	if o.sentinel == "" {
 		return fmt.Errorf("-sentinel is required")
+	}
+	switch {
+	case o.api != "grpc" && o.api != "check":
+		return fmt.Errorf("-api: %q is neither grpc nor check", o.api)
+	case o.api == "check" && o.erl != "":
+		return fmt.Errorf("-erl: envoyproxy/ratelimit has no check API (-api check runs Sentinel alone)")
 	}
 	rows, err := parseRows(o.rows)
 	if err != nil {

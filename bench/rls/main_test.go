@@ -26,6 +26,11 @@ func TestRequestValues(t *testing.T) {
 	assert.Equal(t, "1", request(allRows[0], 12345).Descriptors[0].Entries[0].Value, "hot: one value")
 }
 
+func TestCheckBody(t *testing.T) {
+	assert.Equal(t, `{"tenant_id":"bench","resource":"default","key":"user-5"}`, checkBody(allRows[1], 100_005))
+	assert.Equal(t, `{"tenant_id":"bench","resource":"default","key":"flood-1"}`, checkBody(allRows[3], 7), "flood: one key")
+}
+
 func TestMediansAndRatios(t *testing.T) {
 	assert.Equal(t, 0.0, medianOf(nil))
 	assert.Equal(t, 2.0, medianOf([]float64{3, 1, 2}))

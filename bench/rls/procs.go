@@ -98,9 +98,12 @@ func measureFresh(ctx context.Context, o *options, dir string, r row, name strin
 		return measure{}, err
 	}
 	var p *proc
-	if name == "sentinel" {
+	switch {
+	case o.api == "check":
+		p, err = startSentinelCheck(ctx, o.sentinel, dir, redis.addr, r)
+	case name == "sentinel":
 		p, err = startSentinel(ctx, o.sentinel, dir, redis.addr, file)
-	} else {
+	default:
 		p, err = startERL(ctx, o.erl, dir, redis.addr, file)
 	}
 	if err != nil {
@@ -134,6 +137,41 @@ grpc: {listen: %q, config_files: [%q]}
 		return nil, err
 	}
 	return start(ctx, dir, "sentinel", addrs[2], exec.CommandContext(ctx, bin, "-config", path))
+}
+
+// startSentinelCheck runs Sentinel for its check API on row r: a tenant
+// and the API key limit on the keys the row sends, a million a minute
+// (never reached), or the row's limit a second.
+func startSentinelCheck(ctx context.Context, bin, dir, redisAddr string, r row) (*proc, error) {
+	var addrs [2]string
+	for i := range addrs {
+		a, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = a
+	}
+	limit, window := 1_000_000, "1m"
+	if r.limit > 0 {
+		limit, window = r.limit, "1s"
+	}
+	cfg := fmt.Sprintf(`server: {listen: %q, admin_listen: %q, drain_delay: 0s, shutdown_grace: 1s}
+tenants:
+  - {id: bench, plan: PREMIUM}
+upstreams:
+  api: {targets: ["http://127.0.0.1:9"]}
+routes:
+  - {path_prefix: /, upstream: api, resource: default}
+redis: {addrs: [%q]}
+adaptive: {enabled: false}
+log: {level: warn}
+limits: {api_key: %d, window: %s}
+`, addrs[0], addrs[1], redisAddr, limit, window)
+	path := filepath.Join(dir, "sentinel-check.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	return start(ctx, dir, "sentinel", addrs[1], exec.CommandContext(ctx, bin, "-config", path))
 }
 
 // startERL runs envoyproxy/ratelimit as its README runs it, with only its
