@@ -66,9 +66,10 @@ bench-waiters: ## Requests waiting for their limit (max_wait): the gateway's mem
 	$(GO) build -o bin/sentinel .
 	$(GO) run ./bench/waiters -sentinel bin/sentinel -n $(or $(N),10000)
 
-bench-rls: ## The Envoy rate limit service on one redis-server: a hot descriptor, 100k and 1M at random, a flooded one; beside envoyproxy/ratelimit when ERL=path names its binary, interleaved (ROUNDS=n, DURATION=10s; about 1.5 min a round). API=check: the same rows on the check API, Sentinel alone.
+bench-rls: ## The Envoy rate limit service on one redis-server: a hot descriptor, 100k and 1M at random, a flooded one; beside envoyproxy/ratelimit when ERL=path names its binary, interleaved (ROUNDS=n, DURATION=10s; about 1.5 min a round). API=check or API=proxy: the same rows on the check API or the proxy (per client address), Sentinel alone.
 	$(GO) build -o bin/sentinel .
-	$(GO) run ./bench/rls -sentinel bin/sentinel $(if $(ERL),-erl $(ERL)) $(if $(API),-api $(API)) -rounds $(or $(ROUNDS),1) -duration $(or $(DURATION),10s)
+	$(GO) build -o bin/demo-backend ./loadtest/backend
+	$(GO) run ./bench/rls -sentinel bin/sentinel -backend bin/demo-backend $(if $(ERL),-erl $(ERL)) $(if $(API),-api $(API)) -rounds $(or $(ROUNDS),1) -duration $(or $(DURATION),10s)
 
 profile: ## CPU and allocation profiles of the proxy path under 10 s of wrk load (pprof -top in bin/profile-*.txt).
 	bash bench/profile.sh

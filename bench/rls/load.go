@@ -110,6 +110,29 @@ type callFunc func(ctx context.Context, r row, n int) (bool, error)
 // caller returns the calls of o.api to the service at addr, and what
 // closes their connections.
 func caller(o *options, addr string) (callFunc, func(), error) {
+	if o.api == "proxy" {
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.callers}}
+		url := "http://" + addr + "/"
+		return func(ctx context.Context, r row, n int) (bool, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				return false, err
+			}
+			req.Header.Set("X-Forwarded-For", clientIP(r, n))
+			resp, err := client.Do(req)
+			if err != nil {
+				return false, err
+			}
+			defer resp.Body.Close()
+			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+				return false, err
+			}
+			if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
+				return false, fmt.Errorf("proxy: %s", resp.Status)
+			}
+			return resp.StatusCode == http.StatusOK, nil
+		}, client.CloseIdleConnections, nil
+	}
 	if o.api == "check" {
 		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.callers}}
 		url := "http://" + addr + "/v1/ratelimit/check"
@@ -145,6 +168,17 @@ func caller(o *options, addr string) (callFunc, func(), error) {
 		}
 		return resp.OverallCode == rlsv3.RateLimitResponse_OK, nil
 	}, func() { conn.Close() }, nil
+}
+
+// clientIP is the client address of row r's call n through the proxy (its
+// X-Forwarded-For, which the gateway trusts from the load client), limited
+// by limits.ip: 10.0.0.1 for a row of one key.
+func clientIP(r row, n int) string {
+	v := 1
+	if r.values > 0 {
+		v = n % r.values
+	}
+	return fmt.Sprintf("10.%d.%d.%d", v>>16&255, v>>8&255, v&255)
 }
 
 // checkBody is the check API's body for the call of row r; n picks its key

@@ -15,8 +15,10 @@
 //
 // With -api check the same rows call Sentinel's check API over HTTP
 // instead (POST /v1/ratelimit/check, the row's value as the key, limited
-// by limits.api_key: a million a minute, 100 a second for the flood row),
-// Sentinel alone.
+// by limits.api_key: a million a minute, 100 a second for the flood row);
+// with -api proxy, its proxy (GET / from the row's client address, in an
+// X-Forwarded-For the gateway trusts, limited by limits.ip, in front of
+// the demo backend's fixed 64-byte answer). Sentinel alone.
 //
 // For each row and service it prints calls a second, the service's CPU
 // and Redis' CPU per call (from /proc and INFO cpu), Redis commands per
@@ -43,7 +45,8 @@ func main() {
 	flag.IntVar(&o.callers, "callers", 64, "concurrent callers")
 	flag.IntVar(&o.rounds, "rounds", 1, "rounds of every row and service")
 	flag.StringVar(&o.rows, "rows", "hot,100k,1m,flood", "rows to run, in order")
-	flag.StringVar(&o.api, "api", "grpc", "the API called: grpc (Envoy's rate limit service) or check (Sentinel's check API, its limits.api_key on the row's keys; Sentinel alone)")
+	flag.StringVar(&o.api, "api", "grpc", "the API called: grpc (Envoy's rate limit service), check (Sentinel's check API, its limits.api_key on the row's keys) or proxy (Sentinel's proxy, its limits.ip on the row's client addresses); Sentinel alone but for grpc")
+	flag.StringVar(&o.backend, "backend", "", "the demo backend's binary (loadtest/backend), the proxy's upstream (-api proxy)")
 	flag.Parse()
 	if err := run(&o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-rls:", err)
@@ -59,6 +62,7 @@ type options struct {
 	rounds        int
 	rows          string
 	api           string
+	backend       string
 }
 
 // run starts Redis, runs the rows on each service and prints the table.
@@ -67,10 +71,12 @@ func run(o *options) error {
 		return fmt.Errorf("-sentinel is required")
 	}
 	switch {
-	case o.api != "grpc" && o.api != "check":
-		return fmt.Errorf("-api: %q is neither grpc nor check", o.api)
-	case o.api == "check" && o.erl != "":
-		return fmt.Errorf("-erl: envoyproxy/ratelimit has no check API (-api check runs Sentinel alone)")
+	case o.api != "grpc" && o.api != "check" && o.api != "proxy":
+		return fmt.Errorf("-api: %q is none of grpc, check and proxy", o.api)
+	case o.api != "grpc" && o.erl != "":
+		return fmt.Errorf("-erl: envoyproxy/ratelimit is an Envoy rate limit service alone (-api %s runs Sentinel alone)", o.api)
+	case o.api == "proxy" && o.backend == "":
+		return fmt.Errorf("-backend is required with -api proxy")
 	}
 	rows, err := parseRows(o.rows)
 	if err != nil {

@@ -31,6 +31,12 @@ func TestCheckBody(t *testing.T) {
 	assert.Equal(t, `{"tenant_id":"bench","resource":"default","key":"flood-1"}`, checkBody(allRows[3], 7), "flood: one key")
 }
 
+func TestClientIP(t *testing.T) {
+	assert.Equal(t, "10.1.134.159", clientIP(allRows[1], 99_999+100_000))
+	assert.Equal(t, "10.15.66.63", clientIP(allRows[2], 999_999))
+	assert.Equal(t, "10.0.0.1", clientIP(allRows[3], 7), "flood: one client")
+}
+
 func TestMediansAndRatios(t *testing.T) {
 	assert.Equal(t, 0.0, medianOf(nil))
 	assert.Equal(t, 2.0, medianOf([]float64{3, 1, 2}))

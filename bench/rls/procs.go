@@ -101,6 +101,13 @@ func measureFresh(ctx context.Context, o *options, dir string, r row, name strin
 	switch {
 	case o.api == "check":
 		p, err = startSentinelCheck(ctx, o.sentinel, dir, redis.addr, r)
+	case o.api == "proxy":
+		var backend *proc
+		if backend, err = startBackend(ctx, o.backend, dir); err != nil {
+			return measure{}, err
+		}
+		defer backend.stop()
+		p, err = startSentinelProxy(ctx, o.sentinel, dir, redis.addr, backend.addr, r)
 	case name == "sentinel":
 		p, err = startSentinel(ctx, o.sentinel, dir, redis.addr, file)
 	default:
@@ -172,6 +179,50 @@ limits: {api_key: %d, window: %s}
 		return nil, err
 	}
 	return start(ctx, dir, "sentinel", addrs[1], exec.CommandContext(ctx, bin, "-config", path))
+}
+
+// startBackend runs the demo backend, answering every request with the
+// same 64 bytes.
+func startBackend(ctx context.Context, bin, dir string) (*proc, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	return start(ctx, dir, "backend", addr, exec.CommandContext(ctx, bin, "-listen", addr, "-fixed-body", "64"))
+}
+
+// startSentinelProxy runs Sentinel's proxy in front of the backend at
+// upstream for row r: the client address limit (limits.ip, on the address
+// the load client puts in X-Forwarded-For) a million a minute (never
+// reached), or the row's limit a second.
+func startSentinelProxy(ctx context.Context, bin, dir, redisAddr, upstream string, r row) (*proc, error) {
+	var addrs [2]string
+	for i := range addrs {
+		a, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = a
+	}
+	limit, window := 1_000_000, "1m"
+	if r.limit > 0 {
+		limit, window = r.limit, "1s"
+	}
+	cfg := fmt.Sprintf(`server: {listen: %q, admin_listen: %q, drain_delay: 0s, shutdown_grace: 1s, trusted_proxies: ["127.0.0.1"]}
+upstreams:
+  api: {targets: ["http://%s"]}
+routes:
+  - {path_prefix: /, upstream: api, resource: default}
+redis: {addrs: [%q]}
+adaptive: {enabled: false}
+log: {level: warn}
+limits: {ip: %d, window: %s}
+`, addrs[0], addrs[1], upstream, redisAddr, limit, window)
+	path := filepath.Join(dir, "sentinel-proxy.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	return start(ctx, dir, "sentinel", addrs[0], exec.CommandContext(ctx, bin, "-config", path))
 }
 
 // startERL runs envoyproxy/ratelimit as its README runs it, with only its
