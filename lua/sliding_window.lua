@@ -30,12 +30,13 @@
 -- ARGV[14..29] unleased_before: up to eight more (permits, ms ago) pairs of
 --          permits used without a lease, earlier than unleased's;
 --          each counts from its own time, as unleased does
--- V in field "t" ("T N LO HI V M") numbers the key's calls: each call's is
+-- V in field "t" ("T N LO HI V") numbers the key's calls: each call's is
 -- one more than the last's, and a key made anew (every counter dead) starts
--- again at 1; M is the Redis time (ms) it was made at. A caller that gets
--- a number no greater than one it saw
--- earlier, while permits it was granted still count, talks to a store that
--- lost writes: emptied, or a replica promoted before it had them.
+-- again at 1; field "m" is the Redis time (ms) it was made at (apart from
+-- "t", whose form an older script still reads). A caller that gets a
+-- number no greater than one it saw earlier, while permits it was granted
+-- still count, talks to a store that lost writes: emptied, or a replica
+-- promoted before it had them.
 -- Returns  {granted, remaining, retry_after_ms, reset_ms, status, ref, now_us,
 --          used_ref, free_ms, seq, made_ago_ms}
 --          status 0, or 2 when past the deadline (nothing granted); ref is
@@ -45,7 +46,7 @@
 --          when the last counted permit leaves the window, free_ms when the
 --          first one does (the oldest live sub-window's end plus the window;
 --          0 when nothing is counted): the budget grows back between the two;
---          made_ago_ms is how long ago the key was made (M), -1 when its
+--          made_ago_ms is how long ago the key was made ("m"), -1 when its
 --          hash, written by an older script, does not say.
 --
 -- The caller uses need permits at once (within use_within, the time it
@@ -93,7 +94,8 @@ local now = math.floor(now_us / 1000)
 -- to find a bound that a return or a report of used permits removed, to
 -- list them when refusing, and when the sum is missing (a new key, or one
 -- an older script wrote).
-local st = redis.call('HGET', key, 't')
+local tm = redis.call('HMGET', key, 't', 'm')
+local st = tm[1]
 if not st and unleased <= 0 and not ARGV[14] then
   -- A key with no hash (new, or gone with its expiry): what the steps
   -- below do for it, without them (nothing to return, scan or report: a
@@ -120,25 +122,26 @@ if not st and unleased <= 0 and not ARGV[14] then
       if ref > hi then hi = ref end
     end
     reset, free = hi + window - now, lo + window - now
-    local t = fmt('%d %d %d %d 1 %d', now, granted, lo, hi, now)
+    local t, m = fmt('%d %d %d %d 1', now, granted, lo, hi), fmt('%d', now)
     if granted == need or ref == used_ref then
-      redis.call('HSET', key, 't', t, fmt('%d', used_ref), fmt('%d', granted))
+      redis.call('HSET', key, 't', t, 'm', m, fmt('%d', used_ref), fmt('%d', granted))
     else
-      redis.call('HSET', key, 't', t, fmt('%d', used_ref), fmt('%d', need), fmt('%d', ref), fmt('%d', granted - need))
+      redis.call('HSET', key, 't', t, 'm', m, fmt('%d', used_ref), fmt('%d', need), fmt('%d', ref), fmt('%d', granted - need))
     end
   else
-    redis.call('HSET', key, 't', fmt('%d 0 0 0 1 %d', now, now))
+    redis.call('HSET', key, 't', fmt('%d 0 0 0 1', now), 'm', fmt('%d', now))
   end
   local keep = reset
   if keep < window then keep = window end
   redis.call('PEXPIRE', key, fmt('%d', keep + 1000))
   return {granted, limit - granted, retry, reset, status, ref, now_us, used_ref, free, 1, 0}
 end
-local last, n, lo, hi, seq, made
+local last, n, lo, hi, seq
+local made = tonumber(tm[2])
 if st then
-  local a, b, c, d, v, m = string.match(st, '^(%d+) (%d+) (%d+) (%d+) ?(%d*) ?(%d*)$')
+  local a, b, c, d, v = string.match(st, '^(%d+) (%d+) (%d+) (%d+) ?(%d*)$')
   if a then
-    last, n, lo, hi, seq, made = tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(v), tonumber(m)
+    last, n, lo, hi, seq = tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(v)
   else
     last = tonumber(st)
   end
@@ -159,7 +162,7 @@ local function scan(list)
   n, lo, hi, lost_lo, lost_hi = 0, nil, nil, false, false
   for i = 1, #raw, 2 do
     local f = raw[i]
-    if f ~= 't' then
+    if f ~= 't' and f ~= 'm' then
       local e, c = tonumber(f), tonumber(raw[i + 1])
       if e and c and e > horizon then
         n = n + c
@@ -291,11 +294,12 @@ if lost_lo or lost_hi then
   scan()
 end
 
-local made_ago = -1
+local made_ago, fields = -1, {'t', ''}
 if not seq then
   made = now -- made anew: numbered from 1, from now
+  fields[3], fields[4] = 'm', fmt('%d', now)
 elseif not made then
-  made = 0 -- written by an older script: not known
+  made = 0 -- numbered by an older script, which keeps no time: not known
 end
 seq = (seq or 0) + 1
 if made > 0 then made_ago = now - made end
@@ -303,9 +307,11 @@ local reset, free = 0, 0
 if n > 0 then
   reset = hi + window - now
   free = lo + window - now
-  redis.call('HSET', key, unpack(fresh_args({'t', fmt('%d %d %d %d %d %d', now, n, lo, hi, seq, made)})))
+  fields[2] = fmt('%d %d %d %d %d', now, n, lo, hi, seq)
+  redis.call('HSET', key, unpack(fresh_args(fields)))
 else
-  redis.call('HSET', key, 't', fmt('%d 0 0 0 %d %d', now, seq, made))
+  fields[2] = fmt('%d 0 0 0 %d', now, seq)
+  redis.call('HSET', key, unpack(fields))
 end
 local remaining = limit - counted
 if remaining < 0 then remaining = 0 end
