@@ -121,64 +121,24 @@ func measureFresh(ctx context.Context, o *options, dir string, r row, name strin
 }
 
 func startSentinel(ctx context.Context, bin, dir, redisAddr, file string) (*proc, error) {
-	var addrs [3]string
-	for i := range addrs {
-		a, err := freeAddr()
-		if err != nil {
-			return nil, err
-		}
-		addrs[i] = a
-	}
-	cfg := fmt.Sprintf(`server: {listen: %q, admin_listen: %q, drain_delay: 0s, shutdown_grace: 1s}
-upstreams:
-  api: {targets: ["http://127.0.0.1:9"]}
-routes:
-  - {path_prefix: /, upstream: api, resource: default}
-redis: {addrs: [%q]}
-adaptive: {enabled: false}
-log: {level: warn}
-grpc: {listen: %q, config_files: [%q]}
-`, addrs[0], addrs[1], redisAddr, addrs[2], file)
-	path := filepath.Join(dir, "sentinel.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+	a, err := sentinelAddrs()
+	if err != nil {
 		return nil, err
 	}
-	return start(ctx, dir, "sentinel", addrs[2], exec.CommandContext(ctx, bin, "-config", path))
+	api := fmt.Sprintf("grpc: {listen: %q, config_files: [%q]}\n", a[2], file)
+	return startSentinelWith(ctx, bin, dir, "sentinel", a, a[2], redisAddr, "http://127.0.0.1:9", "", api)
 }
 
 // startSentinelCheck runs Sentinel for its check API on row r: a tenant
-// and the API key limit on the keys the row sends, a million a minute
-// (never reached), or the row's limit a second.
+// and the API key limit on the keys the row sends (rowLimit).
 func startSentinelCheck(ctx context.Context, bin, dir, redisAddr string, r row) (*proc, error) {
-	var addrs [2]string
-	for i := range addrs {
-		a, err := freeAddr()
-		if err != nil {
-			return nil, err
-		}
-		addrs[i] = a
-	}
-	limit, window := 1_000_000, "1m"
-	if r.limit > 0 {
-		limit, window = r.limit, "1s"
-	}
-	cfg := fmt.Sprintf(`server: {listen: %q, admin_listen: %q, drain_delay: 0s, shutdown_grace: 1s}
-tenants:
-  - {id: bench, plan: PREMIUM}
-upstreams:
-  api: {targets: ["http://127.0.0.1:9"]}
-routes:
-  - {path_prefix: /, upstream: api, resource: default}
-redis: {addrs: [%q]}
-adaptive: {enabled: false}
-log: {level: warn}
-limits: {api_key: %d, window: %s}
-`, addrs[0], addrs[1], redisAddr, limit, window)
-	path := filepath.Join(dir, "sentinel-check.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+	a, err := sentinelAddrs()
+	if err != nil {
 		return nil, err
 	}
-	return start(ctx, dir, "sentinel", addrs[1], exec.CommandContext(ctx, bin, "-config", path))
+	limit, window := rowLimit(r)
+	api := fmt.Sprintf("tenants:\n  - {id: bench, plan: PREMIUM}\nlimits: {api_key: %d, window: %s}\n", limit, window)
+	return startSentinelWith(ctx, bin, dir, "sentinel-check", a, a[1], redisAddr, "http://127.0.0.1:9", "", api)
 }
 
 // startBackend runs the demo backend, answering every request with the
@@ -193,36 +153,59 @@ func startBackend(ctx context.Context, bin, dir string) (*proc, error) {
 
 // startSentinelProxy runs Sentinel's proxy in front of the backend at
 // upstream for row r: the client address limit (limits.ip, on the address
-// the load client puts in X-Forwarded-For) a million a minute (never
-// reached), or the row's limit a second.
+// the load client puts in X-Forwarded-For; rowLimit).
 func startSentinelProxy(ctx context.Context, bin, dir, redisAddr, upstream string, r row) (*proc, error) {
-	var addrs [2]string
-	for i := range addrs {
-		a, err := freeAddr()
-		if err != nil {
-			return nil, err
-		}
-		addrs[i] = a
+	a, err := sentinelAddrs()
+	if err != nil {
+		return nil, err
 	}
-	limit, window := 1_000_000, "1m"
+	limit, window := rowLimit(r)
+	api := fmt.Sprintf("limits: {ip: %d, window: %s}\n", limit, window)
+	return startSentinelWith(ctx, bin, dir, "sentinel-proxy", a, a[0], redisAddr, "http://"+upstream, `, trusted_proxies: ["127.0.0.1"]`, api)
+}
+
+// rowLimit is the limit a row's keys get on the check API and the proxy: a
+// million a minute (never reached), or the row's limit a second.
+func rowLimit(r row) (limit int, window string) {
 	if r.limit > 0 {
-		limit, window = r.limit, "1s"
+		return r.limit, "1s"
 	}
-	cfg := fmt.Sprintf(`server: {listen: %q, admin_listen: %q, drain_delay: 0s, shutdown_grace: 1s, trusted_proxies: ["127.0.0.1"]}
+	return 1_000_000, "1m"
+}
+
+// sentinelAddrs are free addresses for Sentinel's listen, admin_listen
+// and grpc.listen.
+func sentinelAddrs() ([3]string, error) {
+	var a [3]string
+	for i := range a {
+		var err error
+		if a[i], err = freeAddr(); err != nil {
+			return a, err
+		}
+	}
+	return a, nil
+}
+
+// startSentinelWith writes the configuration every benchmark's Sentinel
+// shares (its listen and admin addresses a[0] and a[1], one route to
+// upstream, Redis at redisAddr, adaptive off), with serverExtra in its
+// server section and api after it, to name.yaml in dir, and starts
+// Sentinel on it, ready once it listens on wait.
+func startSentinelWith(ctx context.Context, bin, dir, name string, a [3]string, wait, redisAddr, upstream, serverExtra, api string) (*proc, error) {
+	cfg := fmt.Sprintf(`server: {listen: %q, admin_listen: %q, drain_delay: 0s, shutdown_grace: 1s%s}
 upstreams:
-  api: {targets: ["http://%s"]}
+  api: {targets: [%q]}
 routes:
   - {path_prefix: /, upstream: api, resource: default}
 redis: {addrs: [%q]}
 adaptive: {enabled: false}
 log: {level: warn}
-limits: {ip: %d, window: %s}
-`, addrs[0], addrs[1], upstream, redisAddr, limit, window)
-	path := filepath.Join(dir, "sentinel-proxy.yaml")
+%s`, a[0], a[1], serverExtra, upstream, redisAddr, api)
+	path := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	return start(ctx, dir, "sentinel", addrs[0], exec.CommandContext(ctx, bin, "-config", path))
+	return start(ctx, dir, "sentinel", wait, exec.CommandContext(ctx, bin, "-config", path))
 }
 
 // startERL runs envoyproxy/ratelimit as its README runs it, with only its
