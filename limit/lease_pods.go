@@ -242,12 +242,7 @@ func (l *Limiter) reportLost(s *spec, b *bucket, res store.LeaseResult, ret *rep
 	})
 	// Not twice: what the call reported, and what the log holds already
 	// (let through alone, put back for the next call), the newest first.
-	twice := ret.unleasedTotal()
-	if b.alone != nil {
-		for _, n := range b.alone.n {
-			twice += n
-		}
-	}
+	twice := ret.unleasedTotal() + b.unleasedTotal()
 	width := unleasedWidth(&s.params)
 	for i := len(lost) - 1; i >= 0; i-- {
 		p := lost[i]

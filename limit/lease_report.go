@@ -128,6 +128,18 @@ func (b *bucket) hasUnleased() bool {
 	return false
 }
 
+// unleasedTotal is the permits b's unleased log holds. The caller holds
+// b.mu.
+func (b *bucket) unleasedTotal() int64 {
+	var total int64
+	if b.alone != nil {
+		for _, n := range b.alone.n {
+			total += n
+		}
+	}
+	return total
+}
+
 // addUnleased counts n permits the local policy let through at now, which
 // count in the windows to come until until (see aloneState.unleasedUntil;
 // 0 for permits put back, whose until was counted when they were let
