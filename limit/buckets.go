@@ -278,19 +278,29 @@ func (t *bucketTable) find(key []byte, remove bool) *bucket {
 	return b
 }
 
+// lookup returns the bucket of key, used at now; nil when there is none.
+func (t *bucketTable) lookup(key []byte, now int64) *bucket {
+	sh := &t.shards[xxhash.Sum64(key)&t.mask]
+	b, ok := sh.m.Load(unsafe.String(unsafe.SliceData(key), len(key))) // no copy
+	if !ok {
+		return nil
+	}
+	// Idle means unused for 10 s or more: a hot key's bucket need not
+	// write its shared cache line on every request.
+	if now-b.lastUsed.Load() > int64(time.Millisecond) {
+		b.lastUsed.Store(now)
+	}
+	return b
+}
+
 // get returns the bucket of key, creating it when missing. It allocates only
 // to create one.
 func (t *bucketTable) get(key []byte, now int64) *bucket {
-	sh := &t.shards[xxhash.Sum64(key)&t.mask]
-	k := unsafe.String(unsafe.SliceData(key), len(key)) // for the lookups only: no copy
-	if b, ok := sh.m.Load(k); ok {
-		// Idle means unused for 10 s or more: a hot key's bucket need not
-		// write its shared cache line on every request.
-		if now-b.lastUsed.Load() > int64(time.Millisecond) {
-			b.lastUsed.Store(now)
-		}
+	if b := t.lookup(key, now); b != nil {
 		return b
 	}
+	sh := &t.shards[xxhash.Sum64(key)&t.mask]
+	k := unsafe.String(unsafe.SliceData(key), len(key)) // for the lookups only: no copy
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if b, ok := sh.m.Load(k); ok {

@@ -23,6 +23,8 @@ type kept struct {
 	waits    *waits // the requests waiting (max_wait), whichever limiter they wait in
 	// slotOwner names this pod's slot leases in the store (newSlotOwner).
 	slotOwner string
+	// firstUses are the keys let through on their reserved permit lately.
+	firstUses *firstUses
 }
 
 // newKept returns fresh state for a limiter of cfg.
@@ -30,7 +32,7 @@ func newKept(cfg *Config, opts *Options) *kept {
 	k := &kept{table: newBucketTable(cfg.MaxKeys),
 		fallback:  store.NewMemoryStore(store.MemoryOptions{MaxKeys: cfg.MaxKeys, Now: opts.Now, Role: store.RoleLocalShare}),
 		waits:     &waits{queues: xsync.NewMap[string, *waitQueue](), perKey: cfg.WaitQueuePerKey, maximum: cfg.WaitQueue},
-		slotOwner: newSlotOwner()}
+		slotOwner: newSlotOwner(), firstUses: newFirstUses()}
 	k.refs.Store(1)
 	return k
 }

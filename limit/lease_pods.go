@@ -81,6 +81,9 @@ func (l *Limiter) podsSeen() int64 {
 func (l *Limiter) storeParams(s *spec, now int64, contested bool) store.Params {
 	p := s.params
 	live, seen := l.pods(now)
+	if r := s.reserved(seen); r > 0 && l.shared {
+		p.Limit = max(p.Limit-r, 0) // the pods' first uses (Limiter.firstUse)
+	}
 	if contested {
 		live = max(live-int64(l.suspectPods()), 1)
 	}

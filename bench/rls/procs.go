@@ -205,7 +205,7 @@ log: {level: warn}
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	return start(ctx, dir, "sentinel", wait, exec.CommandContext(ctx, bin, "-config", path))
+	return start(ctx, dir, "sentinel", wait, exec.CommandContext(ctx, bin, append([]string{"-config", path}, strings.Fields(os.Getenv("BENCH_SENTINEL_ARGS"))...)...))
 }
 
 // startERL runs envoyproxy/ratelimit as its README runs it, with only its

@@ -1,0 +1,177 @@
+package limit
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/internal/redistest"
+	"github.com/sentinel-gateway/sentinel/limit/store"
+)
+
+// TestFirstUseTakesNoStoreCall: on Redis, a key's first request in a
+// window under a limit of a thousand a pod or more makes no store call and
+// keeps no bucket; its second asks the store, which has kept a permit for
+// the pod. A limit under a thousand a pod asks the store from the first.
+func TestFirstUseTakesNoStoreCall(t *testing.T) {
+	for _, c := range []struct {
+		limit int64
+		first bool
+	}{{1_000_000, true}, {2999, false}} {
+		t.Run(strconv.FormatInt(c.limit, 10), func(t *testing.T) {
+			srv := redistest.Start(t)
+			st := newRedisStore(t, srv.Addr)
+			cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
+			require.NoError(t, err)
+			t.Cleanup(cl.Close)
+			cfg := testLimitsConfig(func(cfg *Config) { cfg.IP, cfg.Window = c.limit, time.Minute })
+			l := newTestLimiter(t, cfg, st, Options{LivePods: func() int { return 3 }})
+			const keys = 100
+			ask := func() {
+				for i := range keys {
+					d := l.Allow(context.Background(), &Request{IP: []byte("10.8.0." + strconv.Itoa(i))})
+					require.True(t, d.Allowed)
+					require.LessOrEqual(t, d.Remaining, c.limit-1)
+				}
+			}
+			ask()
+			if !c.first {
+				assert.EqualValues(t, keys, st.calls.Load())
+				return
+			}
+			assert.Zero(t, st.calls.Load(), "first uses asked the store")
+			assert.Zero(t, l.table.len(), "first uses kept a bucket")
+			n, err := cl.Do(context.Background(), cl.B().Dbsize().Build()).AsInt64()
+			require.NoError(t, err)
+			assert.Zero(t, n, "first uses wrote to Redis")
+			ask()
+			assert.EqualValues(t, keys, st.calls.Load(), "a key's second request in the window did not ask the store")
+		})
+	}
+}
+
+// TestFirstUsesAndTheStoreGrantTheLimit: three pods on one Redis, each
+// with its own client, offer one key three times its limit: the store
+// grants the limit less the three permits it keeps, each pod lets one
+// request through on its own, and together they let through the limit
+// exactly.
+func TestFirstUsesAndTheStoreGrantTheLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	const limit, pods = 3000, 3
+	var ls []*Limiter
+	for range pods {
+		cfg := testLimitsConfig(func(cfg *Config) { cfg.IP, cfg.Window = limit, time.Minute })
+		ls = append(ls, newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{LivePods: func() int { return pods }}))
+	}
+	before := firstUseGrants.Get()
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n, _ := allowN(l, &Request{IP: []byte("10.8.1.1")}, limit)
+				allowed.Add(int64(n))
+			}()
+		}
+	}
+	wg.Wait()
+	assert.EqualValues(t, pods, firstUseGrants.Get()-before, "each pod's first use")
+	assert.EqualValues(t, limit, allowed.Load())
+}
+
+// TestFirstUseOncePerWindow: a pod lets a key through on its reserved
+// permit once in a window: after it, the key asks the store, even once
+// its bucket is gone; a window later it may again.
+func TestFirstUseOncePerWindow(t *testing.T) {
+	clock, now, _, sw := clockedStore(t)
+	st := &countingStore{Store: sw}
+	cfg := testLimitsConfig(func(cfg *Config) { cfg.IP, cfg.Window = 10_000, time.Minute })
+	l := newTestLimiter(t, cfg, st, Options{Now: now, LivePods: func() int { return 1 }})
+	req := &Request{IP: []byte("10.8.2.1")}
+	ask := func() { require.True(t, l.Allow(context.Background(), req).Allowed) }
+	ask()
+	require.Zero(t, st.calls.Load())
+	ask()
+	require.EqualValues(t, 1, st.calls.Load())
+	clock.Add(int64(1500 * time.Millisecond))
+	l.sweep() // the slight bucket goes
+	require.Zero(t, l.table.len())
+	ask()
+	require.EqualValues(t, 2, st.calls.Load(), "a second first use in the window")
+	clock.Add(int64(1500 * time.Millisecond))
+	l.sweep()
+	clock.Add(int64(2*time.Minute + time.Second))
+	ask()
+	assert.EqualValues(t, 2, st.calls.Load(), "no first use a window later")
+}
+
+// TestFirstUsesKeepTheShareExact: a pod whose store fails decides on its
+// share less the permit its first use took: one pod, a limit of 1,000,
+// lets through 1,000 in the window, the first use among them.
+func TestFirstUsesKeepTheShareExact(t *testing.T) {
+	_, now, _, sw := clockedStore(t)
+	cfg := testLimitsConfig(func(cfg *Config) {
+		cfg.IP, cfg.Window = 1000, time.Minute
+		cfg.BreakerFailures = 1
+	})
+	l := newTestLimiter(t, cfg, sw, Options{Now: now, LivePods: func() int { return 1 }})
+	req := &Request{IP: []byte("10.8.3.1")}
+	require.True(t, l.Allow(context.Background(), req).Allowed)
+	sw.down.Store(true)
+	alone, _ := allowN(l, req, 3000)
+	assert.Equal(t, 999, alone)
+}
+
+// TestUseFilterClaimsOnce: of concurrent claims of one key one succeeds;
+// distinct keys far beyond the first generation's size are claimed (a
+// false positive in a few hundred at most) as the filter grows, within its
+// bound; a key stays claimed for a window at least, then may be again.
+func TestUseFilterClaimsOnce(t *testing.T) {
+	f := &useFilter{window: int64(time.Minute)}
+	at := int64(time.Hour)
+	const keys = 5000
+	var won atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range keys {
+				if f.claim(uint64(k)*0x9E3779B97F4A7C15, at) {
+					won.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, won.Load(), int64(keys))
+	assert.GreaterOrEqual(t, won.Load(), int64(keys*99/100))
+
+	g := &useFilter{window: int64(time.Minute)}
+	const many = 300_000
+	claimed := 0
+	for k := range many {
+		if g.claim(uint64(k+1)*0xBF58476D1CE4E5B9, at+int64(k)) {
+			claimed++
+		}
+	}
+	assert.GreaterOrEqual(t, claimed, many*99/100, "false positives")
+	words := 0
+	for _, gen := range g.gens {
+		words += len(gen.words)
+	}
+	assert.LessOrEqual(t, words, 2*maxUseWords)
+	t.Logf("%d of %d claimed, %d generations, %d words", claimed, many, len(g.gens), words)
+
+	first := uint64(1) * 0xBF58476D1CE4E5B9 // claimed at at
+	require.False(t, g.claim(first, at+int64(time.Minute)-1), "a key claimed again within its window")
+	assert.True(t, g.claim(first, at+int64(3*time.Minute)), "a key claimed a window before")
+}
