@@ -205,7 +205,9 @@ log: {level: warn}
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	return start(ctx, dir, "sentinel", wait, exec.CommandContext(ctx, bin, append([]string{"-config", path}, strings.Fields(os.Getenv("BENCH_SENTINEL_ARGS"))...)...))
+	// BENCH_SENTINEL_ARGS adds flags, "-pprof 127.0.0.1:6061" to profile a row.
+	args := append([]string{"-config", path}, strings.Fields(os.Getenv("BENCH_SENTINEL_ARGS"))...)
+	return start(ctx, dir, "sentinel", wait, exec.CommandContext(ctx, bin, args...))
 }
 
 // startERL runs envoyproxy/ratelimit as its README runs it, with only its
