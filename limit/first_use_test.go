@@ -175,3 +175,62 @@ func TestUseFilterClaimsOnce(t *testing.T) {
 	require.False(t, g.claim(first, at+int64(time.Minute)-1), "a key claimed again within its window")
 	assert.True(t, g.claim(first, at+int64(3*time.Minute)), "a key claimed a window before")
 }
+
+// TestFirstUsesAndSharesGrantTheLimitWhenTheStoreFails: three pods on one
+// Redis, each with its first use and some grants of the store, then the
+// store fails for all of them: on their shares (the limit less the reserved
+// permits, divided) they let through no more than the limit in the window.
+// One of them asks the store for every decision and takes no first use.
+func TestFirstUsesAndSharesGrantTheLimitWhenTheStoreFails(t *testing.T) {
+	srv := redistest.Start(t)
+	const limit, pods = 3000, 3
+	var ls []*Limiter
+	var sws []*switchStore
+	for range pods {
+		cfg := testLimitsConfig(func(cfg *Config) {
+			cfg.IP, cfg.Window = limit, time.Minute
+			cfg.BreakerFailures = 1
+		})
+		strict := cfg
+		strict.LocalFastPath = new(bool) // a pod asking the store for every decision takes no first use
+		if len(ls) == 0 {
+			cfg = strict
+		}
+		sw := &switchStore{Store: newRedisStore(t, srv.Addr)}
+		sws = append(sws, sw)
+		ls = append(ls, newTestLimiter(t, cfg, sw, Options{LivePods: func() int { return pods }}))
+	}
+	req := &Request{IP: []byte("10.8.4.1")}
+	before := firstUseGrants.Get()
+	total := 0
+	for _, l := range ls {
+		n, _ := allowN(l, req, 400)
+		total += n
+	}
+	require.EqualValues(t, pods-1, firstUseGrants.Get()-before)
+	require.Equal(t, pods*400, total)
+	for _, sw := range sws {
+		sw.down.Store(true)
+	}
+	for _, l := range ls {
+		n, _ := allowN(l, req, limit)
+		total += n
+	}
+	t.Logf("%d let through in the window", total)
+	assert.LessOrEqual(t, total, limit)
+}
+
+// TestFirstUseClaimAllocatesNothing: a claim, granted or not, allocates
+// nothing but a generation's words when it opens one.
+func TestFirstUseClaimAllocatesNothing(t *testing.T) {
+	f := newFirstUses()
+	key := []byte("t{ip:10.8.5.1}:sw")
+	f.claim(key, time.Minute, int64(time.Hour))
+	i := 0
+	allocs := testing.AllocsPerRun(1000, func() {
+		key[len(key)-1] = byte('a' + i%26) // 26 keys: claimed once, then seen
+		i++
+		f.claim(key, time.Minute, int64(time.Hour))
+	})
+	assert.Zero(t, allocs)
+}
