@@ -49,6 +49,7 @@ func TestEnvOverrides(t *testing.T) {
 		"SENTINEL_SERVER_READ_TIMEOUT=7s",
 		"SENTINEL_REDIS_ADDRS=10.0.0.5:6379,10.0.0.6:6379",
 		"SENTINEL_LIMITS_IP=7",
+		"SENTINEL_LIMITS_FIRST_USES=false",
 		"SENTINEL_UPSTREAMS_API_TARGETS=http://127.0.0.1:9001,http://127.0.0.1:9002",
 		"SENTINEL_UPSTREAMS_API_PIPELINE=2", // a key the file does not have, of a pool it names
 		"PATH=/usr/bin",
@@ -59,6 +60,7 @@ func TestEnvOverrides(t *testing.T) {
 	assert.Equal(t, 7*time.Second, cfg.Proxy.Server.ReadTimeout)
 	assert.Equal(t, []string{"10.0.0.5:6379", "10.0.0.6:6379"}, cfg.Redis.Addrs)
 	assert.EqualValues(t, 7, cfg.Limits.IP)
+	assert.False(t, cfg.Limits.FirstUse())
 	assert.Equal(t, []string{"http://127.0.0.1:9001", "http://127.0.0.1:9002"}, cfg.Upstreams["api"].Targets)
 	assert.Equal(t, 2, cfg.Upstreams["api"].Pipeline)
 }

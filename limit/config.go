@@ -83,6 +83,12 @@ type Config struct {
 	// from them locally. false: every decision asks the store (lease size 1).
 	// Default true.
 	LocalFastPath *bool `mapstructure:"local_fast_path"`
+	// FirstUses lets a pod decide a key's first request of a window on a
+	// permit the store keeps for it, without a store call (sliding_window
+	// and sliding_log limits of 1,000 a pod or more; see Limiter.firstUse).
+	// false: the store keeps none, and every first request asks it.
+	// Default true.
+	FirstUses *bool `mapstructure:"first_uses"`
 	// StoreTimeout is the deadline of one store call; a slower call counts as
 	// a failure and the request is decided by the failure policy. Default
 	// 50ms: well above a store round trip, and above the scheduling delays
@@ -148,6 +154,10 @@ func (c *Config) SetDefaults() {
 	if c.LocalFastPath == nil {
 		t := true
 		c.LocalFastPath = &t
+	}
+	if c.FirstUses == nil {
+		t := true
+		c.FirstUses = &t
 	}
 	confutil.SetDefault(&c.StoreTimeout, 50*time.Millisecond)
 	confutil.SetDefault(&c.ExpectedPods, 3)
@@ -220,6 +230,9 @@ func (c *Config) CatalogDefaults() catalog.Defaults {
 func (c *Config) Shorthands() catalog.Shorthands {
 	return catalog.Shorthands{Tenant: c.Tenant, APIKey: c.APIKey, IP: c.IP, IPAnonymous: c.IPScope == IPScopeAnonymous}
 }
+
+// FirstUse reports whether first uses are on (first_uses).
+func (c *Config) FirstUse() bool { return c.FirstUses == nil || *c.FirstUses }
 
 // FastPath reports whether local leases are on (local_fast_path).
 func (c *Config) FastPath() bool { return c.LocalFastPath == nil || *c.LocalFastPath }

@@ -296,7 +296,7 @@ func (l *Limiter) localShare(s *spec) store.Params {
 		p.RefillRate /= float64(pods)
 	} else if p.Limit > 0 {
 		// Less the pod's reserved permit, which its first uses take.
-		p.Limit = max((p.Limit-s.reserved(pods))/pods, 1)
+		p.Limit = max((p.Limit-l.reserved(s, pods))/pods, 1)
 	}
 	return p
 }

@@ -40,11 +40,12 @@ var firstUseGrants = metrics.NewCounter(`sentinel_limit_first_use_grants_total`)
 var firstUseSeen = metrics.NewCounter(`sentinel_limit_first_use_seen_total`)
 
 // reserved is how many permits of s's limit the store keeps for the pods'
-// first uses: one a pod, when s is a window's limit of at least slightPart
-// a pod; else 0.
-func (s *spec) reserved(pods int64) int64 {
+// first uses: one a pod, when they are on (limits.first_uses), the store is
+// another process's, and s is a window's limit of at least slightPart a
+// pod; else 0.
+func (l *Limiter) reserved(s *spec, pods int64) int64 {
 	p := &s.params
-	if p.Algorithm != store.SlidingWindow && p.Algorithm != store.SlidingLog || p.Window <= 0 || p.Limit < slightPart*pods {
+	if !l.shared || !l.cfg.FirstUse() || p.Algorithm != store.SlidingWindow && p.Algorithm != store.SlidingLog || p.Window <= 0 || p.Limit < slightPart*pods {
 		return 0
 	}
 	return pods
@@ -57,10 +58,10 @@ func (s *spec) reserved(pods int64) int64 {
 // while the store fails under a policy other than the local one (its
 // refusals, or its free passage, are the operator's choice).
 func (l *Limiter) firstUse(s *spec, tokens int64, strict bool, now int64) (verdict, bool) {
-	if tokens != 1 || strict || !l.shared || s.meter != nil {
+	if tokens != 1 || strict || s.meter != nil {
 		return verdict{}, false
 	}
-	r := s.reserved(l.podsSeen())
+	r := l.reserved(s, l.podsSeen())
 	if r == 0 || l.policy != FailLocal && !l.StoreHealthy() {
 		return verdict{}, false
 	}

@@ -2,6 +2,7 @@ package limit
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,19 +19,27 @@ import (
 // TestFirstUseTakesNoStoreCall: on Redis, a key's first request in a
 // window under a limit of a thousand a pod or more makes no store call and
 // keeps no bucket; its second asks the store, which has kept a permit for
-// the pod. A limit under a thousand a pod asks the store from the first.
+// the pod. A limit under a thousand a pod asks the store from the first,
+// and so does every key with limits.first_uses off.
 func TestFirstUseTakesNoStoreCall(t *testing.T) {
 	for _, c := range []struct {
 		limit int64
 		first bool
-	}{{1_000_000, true}, {2999, false}} {
-		t.Run(strconv.FormatInt(c.limit, 10), func(t *testing.T) {
+		off   bool // limits.first_uses: false
+	}{{1_000_000, true, false}, {2999, false, false}, {1_000_000, false, true}} {
+		t.Run(fmt.Sprintf("%d,off=%v", c.limit, c.off), func(t *testing.T) {
 			srv := redistest.Start(t)
 			st := newRedisStore(t, srv.Addr)
 			cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
 			require.NoError(t, err)
 			t.Cleanup(cl.Close)
-			cfg := testLimitsConfig(func(cfg *Config) { cfg.IP, cfg.Window = c.limit, time.Minute })
+			cfg := testLimitsConfig(func(cfg *Config) {
+				cfg.IP, cfg.Window = c.limit, time.Minute
+				cfg.FirstUses = &c.first
+				if !c.off {
+					cfg.FirstUses = nil // the default
+				}
+			})
 			l := newTestLimiter(t, cfg, st, Options{LivePods: func() int { return 3 }})
 			const keys = 100
 			ask := func() {

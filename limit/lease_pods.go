@@ -81,7 +81,7 @@ func (l *Limiter) podsSeen() int64 {
 func (l *Limiter) storeParams(s *spec, now int64, contested bool) store.Params {
 	p := s.params
 	live, seen := l.pods(now)
-	if r := s.reserved(seen); r > 0 && l.shared {
+	if r := l.reserved(s, seen); r > 0 {
 		p.Limit = max(p.Limit-r, 0) // the pods' first uses (Limiter.firstUse)
 	}
 	if contested {
