@@ -243,3 +243,41 @@ func TestFirstUseClaimAllocatesNothing(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 }
+
+// TestFirstUsesThroughAStoreThatLostItsWrites: first uses are not in the
+// store, so a store that loses its writes (FLUSHALL) loses none of them;
+// the pods' grants before the loss are reported again (reportLost), and
+// three pods, each with its first use, stay within the limit in the window.
+func TestFirstUsesThroughAStoreThatLostItsWrites(t *testing.T) {
+	srv := redistest.Start(t)
+	const limit, pods = 3000, 3
+	cfg := testLimitsConfig(func(cfg *Config) { cfg.IP, cfg.Window = limit, time.Minute })
+	var ls []*Limiter
+	for range pods {
+		ls = append(ls, newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{LivePods: func() int { return pods }}))
+	}
+	req := &Request{IP: []byte("10.8.6.1")}
+	before := firstUseGrants.Get()
+	total := 0
+	for _, l := range ls {
+		n, _ := allowN(l, req, 500)
+		total += n
+	}
+	require.EqualValues(t, pods, firstUseGrants.Get()-before)
+	require.Equal(t, pods*500, total)
+
+	cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	require.NoError(t, cl.Do(context.Background(), cl.B().Flushall().Build()).Error())
+
+	for range 4 {
+		for _, l := range ls {
+			n, _ := allowN(l, req, limit/4)
+			total += n
+		}
+	}
+	t.Logf("%d let through in the window", total)
+	assert.LessOrEqual(t, total, limit+limit/slightPart)
+	assert.GreaterOrEqual(t, total, limit-limit/50, "the pods were held under the limit")
+}
