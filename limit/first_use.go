@@ -53,26 +53,54 @@ func (l *Limiter) reserved(s *spec, pods int64) int64 {
 
 // firstUse lets one permit of s's key through on this pod's reserved
 // permit, when the key has no bucket here and this pod has not done so for
-// it within a window (ok). Not for a request of more than one permit, a
-// cost limit, a pod that asks the store for every decision (strict), nor
-// while the store fails under a policy other than the local one (its
-// refusals, or its free passage, are the operator's choice).
+// it within a window (ok).
 func (l *Limiter) firstUse(s *spec, tokens int64, strict bool, now int64) (verdict, bool) {
-	if tokens != 1 || strict || s.meter != nil {
-		return verdict{}, false
-	}
-	r := l.reserved(s, l.podsSeen())
-	if r == 0 || l.policy != FailLocal && !l.StoreHealthy() {
-		return verdict{}, false
-	}
-	if !l.kept.firstUses.claim(s.key(), s.params.Window, now) {
-		firstUseSeen.Inc()
+	r, ok := l.claimFirst(s, tokens, strict, now)
+	if !ok {
+		if r > 0 {
+			firstUseSeen.Inc()
+		}
 		return verdict{}, false
 	}
 	firstUseGrants.Inc()
 	// As the store would answer a key whose reserved permits were all used:
 	// the remaining budget the store's next answer starts from.
 	return s.decision(true, s.limit-r, 0, int64(s.params.Window)), true
+}
+
+// lastUse lets through a request that d refused on this pod's reserved
+// permit, when the pod has not used it for the key within a window: a key
+// whose bucket lives from one window to the next (a busy one) takes no
+// first use, and would otherwise be held to the limit less the pods'
+// permits. ok tells that it did, and d is then the grant.
+func (l *Limiter) lastUse(s *spec, d *verdict, tokens int64, strict bool, now int64) bool {
+	if d.Allowed || d.Unavailable {
+		return false
+	}
+	if _, ok := l.claimFirst(s, tokens, strict, now); !ok {
+		return false
+	}
+	firstUseGrants.Inc()
+	d.Allowed, d.Remaining, d.RetryAfter = true, 0, 0
+	return true
+}
+
+// claimFirst claims this pod's reserved permit of s's key for the window
+// (see firstUse) and returns the permits reserved (0: none); ok is false
+// when there are none or the permit was used within the window. Not for a request
+// of more than one permit, a cost limit, a pod that asks the store for
+// every decision (strict), nor while the store fails under a policy other
+// than the local one (its refusals, or its free passage, are the
+// operator's choice).
+func (l *Limiter) claimFirst(s *spec, tokens int64, strict bool, now int64) (int64, bool) {
+	if tokens != 1 || strict || s.meter != nil {
+		return 0, false
+	}
+	r := l.reserved(s, l.podsSeen())
+	if r == 0 || l.policy != FailLocal && !l.StoreHealthy() {
+		return 0, false
+	}
+	return r, l.kept.firstUses.claim(s.key(), s.params.Window, now)
 }
 
 // firstUses remembers, for each window length, the keys this pod let

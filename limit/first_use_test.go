@@ -281,3 +281,22 @@ func TestFirstUsesThroughAStoreThatLostItsWrites(t *testing.T) {
 	assert.LessOrEqual(t, total, limit+limit/slightPart)
 	assert.GreaterOrEqual(t, total, limit-limit/50, "the pods were held under the limit")
 }
+
+// TestBusyKeyGetsItsWholeLimitEveryWindow: a key whose bucket lives from
+// one window to the next takes no first use; when the store refuses it,
+// the pod lets one request through on its reserved permit, once a window,
+// so the key gets the whole limit in every window, not the limit less the
+// pods' permits.
+func TestBusyKeyGetsItsWholeLimitEveryWindow(t *testing.T) {
+	clock, now, _, sw := clockedStore(t)
+	cfg := testLimitsConfig(func(cfg *Config) { cfg.IP, cfg.Window = 1000, time.Minute })
+	l := newTestLimiter(t, cfg, sw, Options{Now: now, LivePods: func() int { return 1 }})
+	req := &Request{IP: []byte("10.8.7.1")}
+	for w := range 3 {
+		n, last := allowN(l, req, 1500)
+		assert.Equal(t, 1000, n, "window %d", w)
+		assert.False(t, last.Allowed)
+		clock.Add(int64(2 * time.Minute)) // past the window and its leases; the bucket stays: no sweep
+		require.Equal(t, 1, l.table.len(), "the bucket went")
+	}
+}

@@ -355,6 +355,9 @@ func (l *Limiter) decideSpec(ctx context.Context, s *spec, req *Request, tokens 
 		n = l.estimate(s, req, tokens)
 	}
 	d, u := l.one(ctx, s, n, strict, req.RequestID, now)
+	if l.lastUse(s, &d, n, strict, now) {
+		u = use{local: true}
+	}
 	u.n = n
 	return d, u
 }
