@@ -93,7 +93,7 @@ func (l *Limiter) lastUse(s *spec, d *verdict, tokens int64, strict bool, now in
 // than the local one (its refusals, or its free passage, are the
 // operator's choice).
 func (l *Limiter) claimFirst(s *spec, tokens int64, strict bool, now int64) (int64, bool) {
-	if tokens != 1 || strict || s.meter != nil {
+	if tokens != 1 || strict || s.meter != nil || l.reserved(s, 1) == 0 { // the pods are read only for a limit that may qualify
 		return 0, false
 	}
 	r := l.reserved(s, l.podsSeen())
