@@ -25,7 +25,7 @@ import (
 // In any window, the store's grants (the limit less the pods' permits) and
 // the pods' first uses (one each at most) add up to the limit: the bound
 // is exact. Only a limit of a window (sliding_window or sliding_log) of at
-// least a thousand a pod reserves (spec.reserved): the store's limit is
+// least a thousand a pod reserves (Limiter.reserved): the store's limit is
 // lower by a thousandth at most. While the pods seen change, a limit can
 // be exceeded by the first uses of the pods not yet counted: a thousandth
 // of it at most, as the limit of one whose reservation stops (fewer than a
@@ -44,11 +44,18 @@ var firstUseSeen = metrics.NewCounter(`sentinel_limit_first_use_seen_total`)
 // another process's, and s is a window's limit of at least slightPart a
 // pod; else 0.
 func (l *Limiter) reserved(s *spec, pods int64) int64 {
-	p := &s.params
-	if !l.shared || !l.cfg.FirstUse() || p.Algorithm != store.SlidingWindow && p.Algorithm != store.SlidingLog || p.Window <= 0 || p.Limit < slightPart*pods {
+	if !l.reserves(s) || s.params.Limit < slightPart*pods {
 		return 0
 	}
 	return pods
+}
+
+// reserves reports whether s may have permits reserved for first uses,
+// whatever the pods: they are on, the store is another process's, and s is
+// a window's limit of at least slightPart.
+func (l *Limiter) reserves(s *spec) bool {
+	p := &s.params
+	return l.shared && l.cfg.FirstUse() && (p.Algorithm == store.SlidingWindow || p.Algorithm == store.SlidingLog) && p.Window > 0 && p.Limit >= slightPart
 }
 
 // firstUse lets one permit of s's key through on this pod's reserved
@@ -87,13 +94,13 @@ func (l *Limiter) lastUse(s *spec, d *verdict, tokens int64, strict bool, now in
 
 // claimFirst claims this pod's reserved permit of s's key for the window
 // (see firstUse) and returns the permits reserved (0: none); ok is false
-// when there are none or the permit was used within the window. Not for a request
-// of more than one permit, a cost limit, a pod that asks the store for
-// every decision (strict), nor while the store fails under a policy other
-// than the local one (its refusals, or its free passage, are the
-// operator's choice).
+// when there are none or the permit was used within the window. Not for
+// a request of more than one permit, a cost limit, a pod that asks the
+// store for every decision (strict), nor while the store fails under a
+// policy other than the local one (its refusals, or its free passage, are
+// the operator's choice).
 func (l *Limiter) claimFirst(s *spec, tokens int64, strict bool, now int64) (int64, bool) {
-	if tokens != 1 || strict || s.meter != nil || l.reserved(s, 1) == 0 { // the pods are read only for a limit that may qualify
+	if tokens != 1 || strict || s.meter != nil || !l.reserves(s) { // the pods are read only for a limit that may qualify
 		return 0, false
 	}
 	r := l.reserved(s, l.podsSeen())
@@ -130,9 +137,9 @@ func (f *firstUses) claim(key []byte, window time.Duration, now int64) bool {
 // The open generation is sealed after a window, or sooner when it holds
 // loadMost keys a word (a new one, four times the size, takes the rest);
 // a sealed one is dropped once its latest key has been recorded for a
-// window. Its memory is bounded: at most
-// maxUseWords words a generation (8 MB), beyond which the filter fills and
-// sends more keys to the store instead of growing.
+// window. Its memory is bounded: at most maxUseWords words a generation
+// (8 MB), beyond which the filter fills and sends more keys to the store
+// instead of growing.
 type useFilter struct {
 	window int64
 	mu     sync.RWMutex // claims hold it shared; sealing and dropping, alone
@@ -161,6 +168,11 @@ func newUseGen(words int, now int64) *useGen {
 func (g *useGen) word(h uint64) (*atomic.Uint64, uint64) {
 	mask := uint64(1)<<(h>>40&63) | uint64(1)<<(h>>46&63) | uint64(1)<<(h>>52&63) | uint64(1)<<(h>>58)
 	return &g.words[h&uint64(len(g.words)-1)], mask
+}
+
+// full reports whether g holds loadMost keys a word and may grow.
+func (g *useGen) full() bool {
+	return len(g.words) < maxUseWords && g.claims.Load() >= loadMost*int64(len(g.words))
 }
 
 func (g *useGen) has(h uint64) bool {
@@ -208,7 +220,7 @@ func (f *useFilter) stale(now int64) bool {
 		return true
 	}
 	open := f.gens[len(f.gens)-1]
-	if now-open.opened >= f.window || len(open.words) < maxUseWords && open.claims.Load() >= loadMost*int64(len(open.words)) {
+	if now-open.opened >= f.window || open.full() {
 		return true
 	}
 	return f.gens[0].over(now, f.window)
@@ -226,22 +238,20 @@ func (g *useGen) over(now, window int64) bool {
 func (f *useFilter) renew(now int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if n := len(f.gens); n == 0 {
+	if len(f.gens) == 0 {
 		f.gens = append(f.gens, newUseGen(minUseWords, now))
-	} else if open := f.gens[n-1]; open.sealed == 0 {
-		claims, words := open.claims.Load(), len(open.words)
-		full := words < maxUseWords && claims >= loadMost*int64(words)
-		if full || now-open.opened >= f.window {
-			next := words * 4 // full: the keys come faster than it holds them
-			if !full {
-				next = minUseWords // a window's keys, at a key a word
-				for next < maxUseWords && int64(next) < claims {
-					next *= 2
-				}
+	}
+	open := f.gens[len(f.gens)-1] // the last is always open
+	if full := open.full(); full || now-open.opened >= f.window {
+		claims, next := open.claims.Load(), len(open.words)*4 // full: the keys come faster than it holds them
+		if !full {
+			next = minUseWords // a window's keys, at a key a word
+			for next < maxUseWords && int64(next) < claims {
+				next *= 2
 			}
-			open.sealed = now
-			f.gens = append(f.gens, newUseGen(min(next, maxUseWords), now))
 		}
+		open.sealed = now
+		f.gens = append(f.gens, newUseGen(min(next, maxUseWords), now))
 	}
 	keep := f.gens[:0]
 	for _, g := range f.gens {

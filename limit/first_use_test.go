@@ -35,9 +35,8 @@ func TestFirstUseTakesNoStoreCall(t *testing.T) {
 			t.Cleanup(cl.Close)
 			cfg := testLimitsConfig(func(cfg *Config) {
 				cfg.IP, cfg.Window = c.limit, time.Minute
-				cfg.FirstUses = &c.first
-				if !c.off {
-					cfg.FirstUses = nil // the default
+				if c.off {
+					cfg.FirstUses = new(bool)
 				}
 			})
 			l := newTestLimiter(t, cfg, st, Options{LivePods: func() int { return 3 }})

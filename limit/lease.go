@@ -45,12 +45,13 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 	if s.useRID {
 		return l.direct(ctx, s, nil, tokens, rid), use{}
 	}
-	b := l.table.lookup(s.key(), now)
+	key := s.key()
+	b := l.table.lookup(key, now)
 	if b == nil {
 		if d, ok := l.firstUse(s, tokens, strict, now); ok {
 			return d, use{local: true}
 		}
-		b = l.table.get(s.key(), now)
+		b = l.table.get(key, now)
 	}
 	for attempt := 0; ; attempt++ {
 		b.mu.Lock()

@@ -78,6 +78,8 @@ func (l *Limiter) podsSeen() int64 {
 // limit needs no hold: the pods that reach the store take only what they
 // ask, and holding the share of the pods that merely have not published
 // since refused its clients at the resume.
+// In every case the store's limit leaves out the permits it keeps for the
+// pods' first uses (Limiter.reserved).
 func (l *Limiter) storeParams(s *spec, now int64, contested bool) store.Params {
 	p := s.params
 	live, seen := l.pods(now)
