@@ -67,8 +67,8 @@ func TestFirstUseTakesNoStoreCall(t *testing.T) {
 // TestFirstUsesAndTheStoreGrantTheLimit: three pods on one Redis, each
 // with its own client, offer one key three times its limit: the store
 // grants the limit less the three permits it keeps, each pod lets one
-// request through on its own, and together they let through the limit
-// exactly.
+// request through on its own, and together they let through no more than
+// the limit.
 func TestFirstUsesAndTheStoreGrantTheLimit(t *testing.T) {
 	srv := redistest.Start(t)
 	const limit, pods = 3000, 3
@@ -92,7 +92,11 @@ func TestFirstUsesAndTheStoreGrantTheLimit(t *testing.T) {
 	}
 	wg.Wait()
 	assert.EqualValues(t, pods, firstUseGrants.Get()-before, "each pod's first use")
-	assert.EqualValues(t, limit, allowed.Load())
+	// At most the limit (3,003 without the store's reservation); a lease
+	// that expired unused after a pod's last request, on a busy machine,
+	// stays counted, so a little less may pass.
+	assert.LessOrEqual(t, allowed.Load(), int64(limit))
+	assert.GreaterOrEqual(t, allowed.Load(), int64(limit-limit/100))
 }
 
 // TestFirstUseOncePerWindow: a pod lets a key through on its reserved
