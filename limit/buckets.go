@@ -101,7 +101,7 @@ type bucket struct {
 	gaps   uint8
 	wasted bool
 	// slight tells that the store's last answer left the key's count at
-	// most a thousandth of its limit (spec.slight): the sweep may drop the
+	// most a thousandth of its limit (Limiter.slight): the sweep may drop the
 	// bucket once it is idle for a second.
 	slight bool
 

@@ -302,19 +302,25 @@ func (l *Limiter) localShare(s *spec) store.Params {
 }
 
 // slightPart: a key whose count in the store is at most its limit ÷
-// slightPart is slight (spec.slight).
+// slightPart is slight (Limiter.slight).
 const slightPart = 1000
 
 // slight reports whether a store answer that left remaining of s's budget
-// puts the key's count at a thousandth of its limit or less: a limit of a
-// window or a period (not a token bucket, whose remaining tokens tell no
-// count) of 1,000 or more. See useLocally and bucketTable.sweep.
-func (s *spec) slight(remaining int64) bool {
+// puts the key's count in the store at a thousandth of its limit or less:
+// a limit of a window or a period (not a token bucket, whose remaining
+// tokens tell no count) of 1,000 or more. The store's budget leaves out
+// the permits it keeps for the pods' first uses (Limiter.reserved), which
+// the pods count apart. See useLocally and bucketTable.sweep.
+func (l *Limiter) slight(s *spec, remaining int64) bool {
 	p := &s.params
 	if p.Algorithm == store.TokenBucket || p.Limit < slightPart || remaining < 0 {
 		return false
 	}
-	return (p.Limit-remaining)*slightPart <= p.Limit
+	r := int64(0)
+	if l.reserves(s) { // the pods are read only for a limit that may reserve
+		r = l.reserved(s, l.podsSeen())
+	}
+	return (p.Limit-r-remaining)*slightPart <= p.Limit
 }
 
 // useLocally takes the n permits the store just granted from this pod's
@@ -332,7 +338,7 @@ func (s *spec) slight(remaining int64) bool {
 // permits count from the lease's expiry, as the store counts them.
 //
 // A slight grant (the store's count after it, read from the remaining
-// budget it left, is a thousandth of the limit or less: spec.slight) is not
+// budget it left, is a thousandth of the limit or less: Limiter.slight) is not
 // counted: most keys of a large population are slight, and their counts
 // would take a memory-store entry each for nothing. What the shares then
 // miss in a window is bounded: the last slight grant in it saw a count that
@@ -342,7 +348,7 @@ func (l *Limiter) useLocally(ctx context.Context, s *spec, n, remaining int64) i
 	if !l.shared || l.policy != FailLocal || n <= 0 {
 		return 0
 	}
-	if s.slight(remaining) {
+	if l.slight(s, remaining) {
 		slightGrants.Inc()
 		return 0
 	}

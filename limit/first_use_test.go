@@ -16,11 +16,12 @@ import (
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
-// TestFirstUseTakesNoStoreCall: on Redis, a key's first request in a
-// window under a limit of a thousand a pod or more makes no store call and
-// keeps no bucket; its second asks the store, which has kept a permit for
-// the pod. A limit under a thousand a pod asks the store from the first,
-// and so does every key with limits.first_uses off.
+// TestFirstUseTakesNoStoreCall: on Redis, a key's first requests in a
+// window under a limit of a thousand a pod or more make no store call and
+// keep no bucket, as many as the permits the store keeps for the pod (a
+// thousandth of the limit a pod, firstUseMost at most); the next asks the
+// store. A limit under a thousand a pod asks the store from the first, and
+// so does every key with limits.first_uses off.
 func TestFirstUseTakesNoStoreCall(t *testing.T) {
 	for _, c := range []struct {
 		limit int64
@@ -53,28 +54,37 @@ func TestFirstUseTakesNoStoreCall(t *testing.T) {
 				assert.EqualValues(t, keys, st.calls.Load())
 				return
 			}
+			for range firstUseMost - 1 {
+				ask()
+			}
 			assert.Zero(t, st.calls.Load(), "first uses asked the store")
 			assert.Zero(t, l.table.len(), "first uses kept a bucket")
 			n, err := cl.Do(context.Background(), cl.B().Dbsize().Build()).AsInt64()
 			require.NoError(t, err)
 			assert.Zero(t, n, "first uses wrote to Redis")
 			ask()
-			assert.EqualValues(t, keys, st.calls.Load(), "a key's second request in the window did not ask the store")
+			assert.EqualValues(t, keys, st.calls.Load(), "a key's request past its pod's permits in the window did not ask the store")
 		})
 	}
 }
 
 // TestFirstUsesAndTheStoreGrantTheLimit: three pods on one Redis, each
 // with its own client, offer one key three times its limit: the store
-// grants the limit less the three permits it keeps, each pod lets one
-// request through on its own, and together they let through no more than
-// the limit.
+// grants the limit less the permits it keeps for the pods (one each of
+// 3,000, ten each of 30,000), each pod lets as many through on its own,
+// and together they let through no more than the limit.
 func TestFirstUsesAndTheStoreGrantTheLimit(t *testing.T) {
+	for _, limit := range []int{3000, 30_000} {
+		t.Run(strconv.Itoa(limit), func(t *testing.T) { firstUsesAndTheStore(t, limit) })
+	}
+}
+
+func firstUsesAndTheStore(t *testing.T, limit int) {
 	srv := redistest.Start(t)
-	const limit, pods = 3000, 3
+	const pods = 3
 	var ls []*Limiter
 	for range pods {
-		cfg := testLimitsConfig(func(cfg *Config) { cfg.IP, cfg.Window = limit, time.Minute })
+		cfg := testLimitsConfig(func(cfg *Config) { cfg.IP, cfg.Window = int64(limit), time.Minute })
 		ls = append(ls, newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{LivePods: func() int { return pods }}))
 	}
 	before := firstUseGrants.Get()
@@ -91,7 +101,7 @@ func TestFirstUsesAndTheStoreGrantTheLimit(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	assert.EqualValues(t, pods, firstUseGrants.Get()-before, "each pod's first use")
+	assert.EqualValues(t, limit/slightPart, firstUseGrants.Get()-before, "each pod's first uses")
 	// At most the limit (3,003 without the store's reservation); a lease
 	// that expired unused after a pod's last request, on a busy machine,
 	// stays counted, so a little less may pass.
@@ -99,83 +109,113 @@ func TestFirstUsesAndTheStoreGrantTheLimit(t *testing.T) {
 	assert.GreaterOrEqual(t, allowed.Load(), int64(limit-limit/100))
 }
 
-// TestFirstUseOncePerWindow: a pod lets a key through on its reserved
-// permit once in a window: after it, the key asks the store, even once
-// its bucket is gone; a window later it may again.
-func TestFirstUseOncePerWindow(t *testing.T) {
+// TestFirstUsesAPodsPermitsAWindow: a pod lets a key through on its
+// reserved permits (ten of a limit of 10,000) as many times in a window:
+// after them, the key asks the store, even once its bucket is gone; a
+// window later it may use them again.
+func TestFirstUsesAPodsPermitsAWindow(t *testing.T) {
 	clock, now, _, sw := clockedStore(t)
 	st := &countingStore{Store: sw}
 	cfg := testLimitsConfig(func(cfg *Config) { cfg.IP, cfg.Window = 10_000, time.Minute })
 	l := newTestLimiter(t, cfg, st, Options{Now: now, LivePods: func() int { return 1 }})
 	req := &Request{IP: []byte("10.8.2.1")}
-	ask := func() { require.True(t, l.Allow(context.Background(), req).Allowed) }
-	ask()
+	ask := func(remaining int64) {
+		d := l.Allow(context.Background(), req)
+		require.True(t, d.Allowed)
+		if remaining >= 0 {
+			require.Equal(t, remaining, d.Remaining, "one pod: the limit less the key's uses")
+		}
+	}
+	for i := range 10 {
+		ask(int64(10_000 - 1 - i))
+	}
 	require.Zero(t, st.calls.Load())
-	ask()
+	ask(9989)
 	require.EqualValues(t, 1, st.calls.Load())
 	clock.Add(int64(1500 * time.Millisecond))
 	l.sweep() // the slight bucket goes
 	require.Zero(t, l.table.len())
-	ask()
-	require.EqualValues(t, 2, st.calls.Load(), "a second first use in the window")
+	ask(-1)
+	require.EqualValues(t, 2, st.calls.Load(), "a first use in the window past the pod's permits")
 	clock.Add(int64(1500 * time.Millisecond))
 	l.sweep()
 	clock.Add(int64(2*time.Minute + time.Second))
-	ask()
-	assert.EqualValues(t, 2, st.calls.Load(), "no first use a window later")
+	for range 10 {
+		ask(-1)
+	}
+	assert.EqualValues(t, 2, st.calls.Load(), "no first uses a window later")
 }
 
 // TestFirstUsesKeepTheShareExact: a pod whose store fails decides on its
-// share less the permit its first use took: one pod, a limit of 1,000,
-// lets through 1,000 in the window, the first use among them.
+// share less the permits kept for its first uses, and on those it has
+// left: one pod, a limit of 1,000 (or 10,000), lets through 1,000 (10,000)
+// in the window, its first use among them.
 func TestFirstUsesKeepTheShareExact(t *testing.T) {
-	_, now, _, sw := clockedStore(t)
-	cfg := testLimitsConfig(func(cfg *Config) {
-		cfg.IP, cfg.Window = 1000, time.Minute
-		cfg.BreakerFailures = 1
-	})
-	l := newTestLimiter(t, cfg, sw, Options{Now: now, LivePods: func() int { return 1 }})
-	req := &Request{IP: []byte("10.8.3.1")}
-	require.True(t, l.Allow(context.Background(), req).Allowed)
-	sw.down.Store(true)
-	alone, _ := allowN(l, req, 3000)
-	assert.Equal(t, 999, alone)
+	for _, limit := range []int64{1000, 10_000} {
+		t.Run(strconv.FormatInt(limit, 10), func(t *testing.T) {
+			_, now, _, sw := clockedStore(t)
+			cfg := testLimitsConfig(func(cfg *Config) {
+				cfg.IP, cfg.Window = limit, time.Minute
+				cfg.BreakerFailures = 1
+			})
+			l := newTestLimiter(t, cfg, sw, Options{Now: now, LivePods: func() int { return 1 }})
+			req := &Request{IP: []byte("10.8.3.1")}
+			require.True(t, l.Allow(context.Background(), req).Allowed)
+			sw.down.Store(true)
+			alone, _ := allowN(l, req, int(3*limit))
+			assert.EqualValues(t, limit-1, alone)
+		})
+	}
 }
 
-// TestUseFilterClaimsOnce: of concurrent claims of one key one succeeds;
-// distinct keys far beyond the first generation's size are claimed (a
-// false positive in a few hundred at most) as the filter grows, within its
-// bound; a key stays claimed for a window at least, then may be again.
-func TestUseFilterClaimsOnce(t *testing.T) {
-	f := &useFilter{window: int64(time.Minute)}
+// TestUseFilterCountsUses: of concurrent claims of one key, no more than
+// the most succeed, and each says how many the key has had; distinct keys
+// far beyond the first generation's size are claimed (an over-count in a
+// few hundred at most) as the filter grows, within its bound; a key's uses
+// count for a window at least, then it may have as many again.
+func TestUseFilterCountsUses(t *testing.T) {
 	at := int64(time.Hour)
 	const keys = 5000
-	var won atomic.Int64
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := range keys {
-				if f.claim(uint64(k)*0x9E3779B97F4A7C15, at) {
-					won.Add(1)
+	for _, most := range []int64{1, 5, firstUseMost} {
+		f := &useFilter{window: int64(time.Minute)}
+		var won [keys]atomic.Int64
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range most {
+					for k := range keys {
+						if n, ok := f.claim(uint64(k+1)*0x9E3779B97F4A7C15, most, at); ok {
+							if n < 1 || n > most {
+								t.Errorf("key %d: count %d of %d", k, n, most)
+							}
+							won[k].Add(1)
+						}
+					}
 				}
-			}
-		}()
+			}()
+		}
+		wg.Wait()
+		total := int64(0)
+		for k := range won {
+			require.LessOrEqual(t, won[k].Load(), most, "key %d", k)
+			total += won[k].Load()
+		}
+		assert.GreaterOrEqual(t, total, keys*most*99/100, "most %d", most)
+		t.Logf("most %d: %d of %d claimed", most, total, keys*most)
 	}
-	wg.Wait()
-	assert.LessOrEqual(t, won.Load(), int64(keys))
-	assert.GreaterOrEqual(t, won.Load(), int64(keys*99/100))
 
 	g := &useFilter{window: int64(time.Minute)}
 	const many = 300_000
 	claimed := 0
 	for k := range many {
-		if g.claim(uint64(k+1)*0xBF58476D1CE4E5B9, at+int64(k)) {
+		if n, ok := g.claim(uint64(k+1)*0xBF58476D1CE4E5B9, 1, at+int64(k)); ok {
+			require.EqualValues(t, 1, n)
 			claimed++
 		}
 	}
-	assert.GreaterOrEqual(t, claimed, many*99/100, "false positives")
+	assert.GreaterOrEqual(t, claimed, many*99/100, "over-counts")
 	words := 0
 	for _, gen := range g.gens {
 		words += len(gen.words)
@@ -184,8 +224,14 @@ func TestUseFilterClaimsOnce(t *testing.T) {
 	t.Logf("%d of %d claimed, %d generations, %d words", claimed, many, len(g.gens), words)
 
 	first := uint64(1) * 0xBF58476D1CE4E5B9 // claimed at at
-	require.False(t, g.claim(first, at+int64(time.Minute)-1), "a key claimed again within its window")
-	assert.True(t, g.claim(first, at+int64(3*time.Minute)), "a key claimed a window before")
+	_, ok := g.claim(first, 1, at+int64(time.Minute)-1)
+	require.False(t, ok, "a key claimed again within its window")
+	n, ok := g.claim(first, 2, at+int64(time.Minute)-1)
+	require.True(t, ok, "a key under a higher most")
+	require.EqualValues(t, 2, n)
+	n, ok = g.claim(first, 1, at+int64(3*time.Minute))
+	assert.True(t, ok, "a key claimed a window before")
+	assert.EqualValues(t, 1, n)
 }
 
 // TestFirstUsesAndSharesGrantTheLimitWhenTheStoreFails: three pods on one
@@ -237,12 +283,12 @@ func TestFirstUsesAndSharesGrantTheLimitWhenTheStoreFails(t *testing.T) {
 func TestFirstUseClaimAllocatesNothing(t *testing.T) {
 	f := newFirstUses()
 	key := []byte("t{ip:10.8.5.1}:sw")
-	f.claim(key, time.Minute, int64(time.Hour))
+	f.claim(key, time.Minute, 2, int64(time.Hour))
 	i := 0
 	allocs := testing.AllocsPerRun(1000, func() {
-		key[len(key)-1] = byte('a' + i%26) // 26 keys: claimed once, then seen
+		key[len(key)-1] = byte('a' + i%26) // 26 keys: claimed twice, then seen
 		i++
-		f.claim(key, time.Minute, int64(time.Hour))
+		f.claim(key, time.Minute, 2, int64(time.Hour))
 	})
 	assert.Zero(t, allocs)
 }
@@ -287,19 +333,23 @@ func TestFirstUsesThroughAStoreThatLostItsWrites(t *testing.T) {
 
 // TestBusyKeyGetsItsWholeLimitEveryWindow: a key whose bucket lives from
 // one window to the next takes no first use; when the store refuses it,
-// the pod lets one request through on its reserved permit, once a window,
-// so the key gets the whole limit in every window, not the limit less the
-// pods' permits.
+// the pod lets requests through on its reserved permits (one of 1,000,
+// ten of 10,000), as many a window, so the key gets the whole limit in
+// every window, not the limit less the pods' permits.
 func TestBusyKeyGetsItsWholeLimitEveryWindow(t *testing.T) {
-	clock, now, _, sw := clockedStore(t)
-	cfg := testLimitsConfig(func(cfg *Config) { cfg.IP, cfg.Window = 1000, time.Minute })
-	l := newTestLimiter(t, cfg, sw, Options{Now: now, LivePods: func() int { return 1 }})
-	req := &Request{IP: []byte("10.8.7.1")}
-	for w := range 3 {
-		n, last := allowN(l, req, 1500)
-		assert.Equal(t, 1000, n, "window %d", w)
-		assert.False(t, last.Allowed)
-		clock.Add(int64(2 * time.Minute)) // past the window and its leases; the bucket stays: no sweep
-		require.Equal(t, 1, l.table.len(), "the bucket went")
+	for _, limit := range []int{1000, 10_000} {
+		t.Run(strconv.Itoa(limit), func(t *testing.T) {
+			clock, now, _, sw := clockedStore(t)
+			cfg := testLimitsConfig(func(cfg *Config) { cfg.IP, cfg.Window = int64(limit), time.Minute })
+			l := newTestLimiter(t, cfg, sw, Options{Now: now, LivePods: func() int { return 1 }})
+			req := &Request{IP: []byte("10.8.7.1")}
+			for w := range 3 {
+				n, last := allowN(l, req, limit*3/2)
+				assert.Equal(t, limit, n, "window %d", w)
+				assert.False(t, last.Allowed)
+				clock.Add(int64(2 * time.Minute)) // past the window and its leases; the bucket stays: no sweep
+				require.Equal(t, 1, l.table.len(), "the bucket went")
+			}
+		})
 	}
 }

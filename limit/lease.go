@@ -288,7 +288,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	if prevAt := b.seqAt; l.checkSeq(s, b, res, sent, now) {
 		l.reportLost(s, b, res, &ret, prevAt, now)
 	}
-	b.remaining, b.slight = res.Remaining, s.slight(res.Remaining)
+	b.remaining, b.slight = res.Remaining, l.slight(s, res.Remaining)
 	b.answeredAt, b.fallbackUsed = now, 0
 	b.resetAt = now + int64(res.Reset)
 	b.freeAt = now + int64(res.FirstFree)
