@@ -20,34 +20,43 @@ import (
 // per hour) takes in a pod: its local bucket and its counter in the
 // in-memory store, or with Redis its local bucket and its count in the
 // local share's table (the Redis keys are Redis' memory); and with Redis,
-// a slight key of a policy of a million per hour, its local bucket alone.
-// The figures are
+// a slight key of a policy of a million per hour, its local bucket alone,
+// and a key of that policy seen once, on a first use: the filter's slot
+// alone. The figures are
 // the ones docs/performance.md gives for limits.max_keys:
 // `go test -run TestLimiterBytesPerKey -v ./limit/`.
 func TestLimiterBytesPerKey(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
 		st := store.NewMemoryStore(store.MemoryOptions{MaxKeys: 1 << 20})
 		t.Cleanup(st.Close)
-		limiterBytesPerKey(t, st, 5, 800)
+		limiterBytesPerKey(t, st, 5, 1, 800)
 	})
 	t.Run("redis", func(t *testing.T) {
 		cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{redistest.Start(t).Addr}})
 		require.NoError(t, err)
 		t.Cleanup(cl.Close)
-		limiterBytesPerKey(t, store.NewRedisStore(cl, store.RedisStoreOptions{KeyPrefix: "m"}), 5, 800)
+		limiterBytesPerKey(t, store.NewRedisStore(cl, store.RedisStoreOptions{KeyPrefix: "m"}), 5, 1, 800)
 	})
-	// A slight key (a request under a limit of a million): its local bucket
-	// alone, which goes a second after its last use (see Limiter.useLocally;
-	// the limiter's clock stands still here, so that all are held).
+	// A slight key (a few requests under a limit of a million, the last of
+	// them past the pod's first uses): its local bucket alone, which goes a
+	// second after its last use (see Limiter.useLocally; the limiter's
+	// clock stands still here, so that all are held).
 	t.Run("redis-slight", func(t *testing.T) {
 		cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{redistest.Start(t).Addr}})
 		require.NoError(t, err)
 		t.Cleanup(cl.Close)
-		limiterBytesPerKey(t, store.NewRedisStore(cl, store.RedisStoreOptions{KeyPrefix: "m"}), 1_000_000, 450)
+		limiterBytesPerKey(t, store.NewRedisStore(cl, store.RedisStoreOptions{KeyPrefix: "m"}), 1_000_000, firstUseMost+1, 450)
+	})
+	// A key seen once under that limit: a first use, which keeps no bucket.
+	t.Run("redis-first-use", func(t *testing.T) {
+		cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{redistest.Start(t).Addr}})
+		require.NoError(t, err)
+		t.Cleanup(cl.Close)
+		limiterBytesPerKey(t, store.NewRedisStore(cl, store.RedisStoreOptions{KeyPrefix: "m"}), 1_000_000, 1, 64)
 	})
 }
 
-func limiterBytesPerKey(t *testing.T, st store.Store, limit int64, most float64) {
+func limiterBytesPerKey(t *testing.T, st store.Store, limit int64, requests int, most float64) {
 	const keys = 100_000
 	// limits.window 1h: idle buckets are swept after 2 h, so all are held.
 	cfg := testLimitsConfig(func(c *Config) { c.MaxKeys, c.Window = 1<<20, time.Hour })
@@ -64,7 +73,9 @@ func limiterBytesPerKey(t *testing.T, st store.Store, limit int64, most float64)
 	start := time.Now()
 	for i := range keys {
 		h["X-User-Id"] = "user-" + strconv.Itoa(1_000_000+i)
-		require.True(t, l.Allow(ctx, req).Allowed)
+		for range requests {
+			require.True(t, l.Allow(ctx, req).Allowed)
+		}
 	}
 	took := time.Since(start)
 	runtime.GC()

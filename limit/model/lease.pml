@@ -47,9 +47,13 @@
  *                paused for every pod; pod p is cut off from it (a
  *                partition of one pod).
  *   reload       a new limiter for the pod (gateway/reload.go) takes over
- *                the old one's state: share, unreported permits, breaker;
- *                its held lease is dropped (still counted: budget lost,
- *                never an overshoot).
+ *                the old one's state: share, unreported permits, breaker,
+ *                first uses; its held lease is dropped (still counted:
+ *                budget lost, never an overshoot).
+ *   fu[p*2+a]    with -DFIRST_USES: the permits pod p let through in tick
+ *                a on those the store keeps for it (Limiter.firstUse and
+ *                lastUse, counted in firstUses), FU a pod a window; the
+ *                store grants STORE_LIMIT, the limit less them.
  *
  * The shadow counts (not the protocol's: the checker's):
  *   use[a]       permits used in tick a, all pods: the ground truth of I1.
@@ -73,7 +77,14 @@
  *   - reports carry the tick of every permit let through alone;
  *   - a store that lost its data says so for a window, and a pod trims its
  *     grants to its share meanwhile;
- *   - a reload keeps the share and the unreported permits.
+ *   - a reload keeps the share and the unreported permits;
+ *   - with -DFIRST_USES (LIMIT 4), the store keeps FU permits a pod out
+ *     of what it grants, the shares divide the rest, and a pod lets a
+ *     request through on one of its own while it has one left in the
+ *     window: at any time, without a store call (a key's first requests),
+ *     and in place of any refusal (a busy key's, lastUse). I2 then counts
+ *     the other pods' unused first uses as taken: a key asked for on one
+ *     pod only may be refused that much under the limit.
  *
  * Known-wrong variants (each must yield a counterexample):
  *   -DWHOLE_SHARE   the fallback share is the whole limit, not LIMIT/NPODS
@@ -88,6 +99,9 @@
  *                   the store lost its data (the others take its budget)
  *   -DRELOAD_RESET  a reload starts with an empty share, a closed breaker
  *                   and no unreported permits
+ *   -DFIRST_USES -DFU_UNRESERVED  the store grants the whole limit beside
+ *                   the first uses
+ *   -DFIRST_USES -DFU_FORGET  a reload forgets the pod's first uses
  *
  * Sizes: NPODS 2 (the tick and I2 read pods 0 and 1 by name), LIMIT 3 (a
  * share of 1, so that a pod may take more than its share while the other
@@ -100,10 +114,24 @@
 #define NPODS 2
 #endif
 #ifndef LIMIT
+#ifdef FIRST_USES
+#define LIMIT 4
+#else
 #define LIMIT 3
 #endif
+#endif
 #define WIN 2
-#define SHARE (LIMIT / NPODS)
+#ifdef FIRST_USES
+#define FU 1
+#ifdef FU_UNRESERVED
+#define STORE_LIMIT LIMIT
+#else
+#define STORE_LIMIT (LIMIT - NPODS * FU)
+#endif
+#else
+#define STORE_LIMIT LIMIT
+#endif
+#define SHARE (STORE_LIMIT / NPODS)
 #ifdef WHOLE_SHARE
 #define FALLBACK_SHARE LIMIT
 #else
@@ -129,6 +157,9 @@ bit brk[NPODS];       /* 0 closed, 1 open */
 bit fly[NPODS];
 byte fg[NPODS];
 bit frec[NPODS];
+#ifdef FIRST_USES
+byte fu[NPODS*2];
+#endif
 #if defined(HELD_WHEN_CUT) || defined(NO_RESERVE)
 /* Without the share kept in the store, the gateway's recovery rule
  * (Limiter.recovering): for a window after a pod decided alone, it trims
@@ -167,10 +198,32 @@ inline used(p) {
 	assert(use[0] + use[1] <= LIMIT)
 }
 
-/* I2: a refusal at p needs p's share or the window to be full. */
+#ifdef FIRST_USES
+/* A first use: p lets a request through on a permit the store keeps for
+ * it. */
+inline firstUse(p) {
+	fu[W2(p)]++;
+	used(p);
+	tc[W2(p)] = capped(tc[W2(p)] + 1)
+}
+#endif
+
+/* I2: a refusal at p needs p's share or the window to be full. With first
+ * uses, p has used its own (else it takes one: lastUse), and the other
+ * pod's unused ones count as taken. */
 inline refused(p) {
 	total = tc[0] + tc[1] + tc[2] + tc[3];
+#ifndef FIRST_USES
 	assert(win(tc, p) + 1 > SHARE || total + 1 > LIMIT)
+#else
+	if
+	:: win(fu, p) < FU ->
+		printf("pod%d: admits on its first use, in place of a refusal\n", p);
+		firstUse(p)
+	:: else ->
+		assert(win(tc, p) + 1 > SHARE + FU || total + 1 + FU - win(fu, (1 - p)) > LIMIT)
+	fi
+#endif
 }
 
 /* fallbackDecision: the local share decides. */
@@ -234,8 +287,8 @@ inline storeRuns(p, want) {
 	/* grant */
 	reserved(p);
 	if
-	:: win(sc, p) + res + 1 <= LIMIT ->
-		fg[p] = LIMIT - win(sc, p) - res;
+	:: win(sc, p) + res + 1 <= STORE_LIMIT ->
+		fg[p] = STORE_LIMIT - win(sc, p) - res;
 		if
 		:: fg[p] > want -> fg[p] = want
 		:: else
@@ -322,6 +375,13 @@ inline gaveUp(p) {
 
 proctype pod(byte p) {
 	do
+#ifdef FIRST_USES
+	/* A request of a key with no bucket here takes one of the permits the
+	 * store keeps for the pod, while it has one left (firstUse). */
+	:: atomic { win(fu, p) < FU ->
+		printf("pod%d: admits on its first use\n", p);
+		firstUse(p) }
+#endif
 	/* A request finds a leased permit (decideLocally). */
 	:: atomic { !fly[p] && held[p] > 0 ->
 		printf("pod%d: admits from its lease\n", p);
@@ -351,6 +411,9 @@ proctype pod(byte p) {
 		led[W2(p)] = 0; led[W2(p)+1] = 0; xp[p] = 0;
 		unl[W2(p)] = 0; unl[W2(p)+1] = 0;
 #endif
+#ifdef FU_FORGET
+		fu[W2(p)] = 0; fu[W2(p)+1] = 0;
+#endif
 		skip }
 #endif
 	od
@@ -377,6 +440,9 @@ active proctype world() {
 			unl[W2(i)+1] = capped(unl[W2(i)+1] + unl[W2(i)]);
 #endif
 			unl[W2(i)] = 0;
+#ifdef FIRST_USES
+			fu[W2(i)+1] = fu[W2(i)]; fu[W2(i)] = 0;
+#endif
 			xp[i] = held[i]; held[i] = 0;
 			brk[i] = CLOSED;
 			COOL(i);

@@ -105,29 +105,42 @@ var (
 var update = flag.Bool("update", false, "rewrite testdata/*.trail with the counterexamples found")
 
 // TestLeaseProtocolHolds checks the protocol as modelled against both
-// invariants, exhaustively (about 300,000 states, a few seconds).
+// invariants, exhaustively (about 300,000 states, a few seconds), without
+// and with the permits the store keeps for each pod's first uses
+// (limits.first_uses).
 func TestLeaseProtocolHolds(t *testing.T) {
 	tools(t)
-	out, dir := verify(t)
-	if !strings.Contains(out, "errors: 0") {
-		t.Fatalf("the model breaks an invariant (or pan did not finish):\n%s\ncounterexample:\n%s", out, trail(t, dir))
-	}
-	if strings.Contains(out, "max search depth too small") {
-		t.Fatalf("pan's search was cut at its depth bound, so it was not exhaustive:\n%s", out)
+	for _, c := range []struct {
+		name   string
+		macros []string
+	}{{"plain", nil}, {"first_uses", []string{"-DFIRST_USES"}}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			out, dir := verify(t, c.macros...)
+			if !strings.Contains(out, "errors: 0") {
+				t.Fatalf("the model breaks an invariant (or pan did not finish):\n%s\ncounterexample:\n%s", out, trail(t, dir, c.macros...))
+			}
+			if strings.Contains(out, "max search depth too small") {
+				t.Fatalf("pan's search was cut at its depth bound, so it was not exhaustive:\n%s", out)
+			}
+		})
 	}
 }
 
 // wrong are known-wrong variants of the protocol: each must break the
 // invariant named (I1 is the window's uses, I2 the refusal's room), with
-// the shortest counterexample kept in testdata/NAME.trail.
-var wrong = []struct{ name, invariant string }{
-	{"WHOLE_SHARE", "use[0]+use[1]"},   // the fallback share is the whole limit
-	{"REPORT_NOW", "total+1"},          // reports dated when sent
-	{"NO_RESERVE", "use[0]+use[1]"},    // no share kept for a pod deciding alone
-	{"HELD_WHEN_CUT", "use[0]+use[1]"}, // the share kept only once its pod is cut off
-	{"NO_NOTICE", "use[0]+use[1]"},     // an emptied store taken at face value
-	{"NOTICE_OWN", "use[0]+use[1]"},    // only pods with permits counting notice
-	{"RELOAD_RESET", "use[0]+use[1]"},  // a reload starts empty
+// the shortest counterexample kept in testdata/NAME.trail; with is a
+// macro the variant needs beside its own.
+var wrong = []struct{ name, invariant, with string }{
+	{"WHOLE_SHARE", "use[0]+use[1]", ""},             // the fallback share is the whole limit
+	{"REPORT_NOW", "total+1", ""},                    // reports dated when sent
+	{"NO_RESERVE", "use[0]+use[1]", ""},              // no share kept for a pod deciding alone
+	{"HELD_WHEN_CUT", "use[0]+use[1]", ""},           // the share kept only once its pod is cut off
+	{"NO_NOTICE", "use[0]+use[1]", ""},               // an emptied store taken at face value
+	{"NOTICE_OWN", "use[0]+use[1]", ""},              // only pods with permits counting notice
+	{"RELOAD_RESET", "use[0]+use[1]", ""},            // a reload starts empty
+	{"FU_UNRESERVED", "use[0]+use[1]", "FIRST_USES"}, // the store grants the whole limit beside the first uses
+	{"FU_FORGET", "use[0]+use[1]", "FIRST_USES"},     // a reload forgets the pod's first uses
 }
 
 // TestWrongVariantsBreakTheInvariants shows that the check can fail: each
@@ -139,6 +152,9 @@ func TestWrongVariantsBreakTheInvariants(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
 			macros := []string{"-DBFS", "-D" + v.name}
+			if v.with != "" {
+				macros = append(macros, "-D"+v.with)
+			}
 			out, dir := verify(t, macros...)
 			if strings.Contains(out, "errors: 0") {
 				t.Fatalf("-D%s yields no counterexample:\n%s", v.name, out)
