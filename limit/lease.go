@@ -320,6 +320,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 // or not the answer arrives: a return is never sent twice.
 func (l *Limiter) callLease(ctx context.Context, s *spec, b *bucket, tokens, want int64, ret report) (*store.LeaseRequest, store.LeaseResult, callTimes, error) {
 	req := &store.LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.useWithin(s), Return: ret.unused, ReturnRef: ret.ref, Used: ret.used, Unleased: ret.unleased, UnleasedAgo: ret.unleasedAgo, UnleasedBefore: ret.unleasedBefore,
+		Level: ret.level, LevelAgo: ret.levelAgo, LevelKnown: ret.levelKnown,
 		// Run after its caller gives up, the call would grant what only
 		// returns, and take unleased permits that the caller reports again.
 		RunWithin: l.cfg.StoreTimeout}

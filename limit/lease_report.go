@@ -21,6 +21,11 @@ type report struct {
 	// contested tells that the store refused the key within a window, or
 	// had when the pod's calls for it began to fail (see storeParams).
 	contested bool
+	// level is what the key's last store answer left of a token bucket,
+	// levelAgo before the call (LeaseRequest.Level), when levelKnown.
+	level      int64
+	levelAgo   time.Duration
+	levelKnown bool
 }
 
 // endLease empties the bucket of its unused permits (expired or too few
@@ -57,6 +62,17 @@ func (b *bucket) nextReport(s *spec, now int64) report {
 	}
 	ret.unleased, ret.unleasedAgo, ret.unleasedBefore = b.unleasedParts(now, s)
 	ret.at = now
+	if p := &s.params; p.Algorithm == store.TokenBucket && b.answeredAt > 0 {
+		// Only while the key cannot have expired: it lives until its
+		// bucket would be full again.
+		ago, full := now-b.answeredAt, int64(24*time.Hour)
+		if p.RefillRate > 0 {
+			full = int64(float64(p.Capacity) / p.RefillRate * float64(time.Second))
+		}
+		if ago >= 0 && ago < full {
+			ret.level, ret.levelAgo, ret.levelKnown = min(max(b.remaining, 0), p.Capacity), time.Duration(ago), true
+		}
+	}
 	if s.params.Algorithm == store.SlidingLog {
 		b.keepLogExcess(&ret, now, unleasedWidth(&s.params))
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sentinel-gateway/sentinel/internal/redistest"
+	"github.com/sentinel-gateway/sentinel/limit/catalog"
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
@@ -43,4 +44,47 @@ func TestLostGrantsReportedAgain(t *testing.T) {
 	t.Logf("%d before the loss, %d after it, %d to a pod started after it", before, after, got)
 	assert.LessOrEqual(t, before+after+got, 100)
 	assert.GreaterOrEqual(t, before+after+got, 98, "the pods were held under the limit")
+}
+
+// TestTokenBucketAfterALossStartsAtTheLastLevel: three pods share a token
+// bucket unevenly (the first takes two requests of every four) until it is
+// empty, none refused yet; the store loses it (FLUSHALL). The first call after the loss
+// makes the bucket at the level its pod's last answer left (plus the
+// refill since), not full: the pods' shares alone, which they keep to after
+// the loss, would let the pods that had used less than theirs take the rest
+// of them again (106 of 90 without it).
+func TestTokenBucketAfterALossStartsAtTheLastLevel(t *testing.T) {
+	srv := redistest.Start(t)
+	const capacity = 90
+	cat := testCatalog(t, catalog.Rule{Tenant: "acme", Resource: "tb", Algorithm: store.TokenBucket, Capacity: capacity, RefillRate: 0.001})
+	cfg := testLimitsConfig(func(c *Config) {
+		c.Tenant = 1_000_000
+		c.LocalFastPath = new(bool) // one permit per call: the store's count is exact
+	})
+	var ls []*Limiter
+	for range 3 {
+		ls = append(ls, newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{Catalog: cat, LivePods: func() int { return 3 }}))
+	}
+	req := &Request{Tenant: "acme", Plan: "PREMIUM", Resource: "tb"}
+	turns := []int{0, 0, 1, 2}
+	offer := func(n int) int {
+		got := 0
+		for i := range n {
+			if ls[turns[i%len(turns)]].Allow(context.Background(), req).Allowed {
+				got++
+			}
+		}
+		return got
+	}
+	before := offer(capacity) // exactly: no pod holds a refusal of the store's
+	require.Equal(t, capacity, before)
+
+	cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	require.NoError(t, cl.Do(context.Background(), cl.B().Flushall().Build()).Error())
+
+	after := offer(2 * capacity)
+	t.Logf("%d before the loss, %d after it", before, after)
+	assert.LessOrEqual(t, before+after, capacity+3, "the bucket made anew full")
 }

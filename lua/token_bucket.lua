@@ -20,7 +20,14 @@
 -- ARGV[11] unleased_ago in ms (>= 0): how long before this call the last of
 --          them was taken
 -- ARGV[12] use_within (unused: a taken token counts from the grant)
--- ARGV[13..28] unleased_before: up to eight more (tokens, ms ago) pairs of
+-- ARGV[13] level + 1 (0: not known): what the caller's last answer for the
+--          key left (its remaining), and ARGV[14] how many ms before this
+--          call it came; a key that does not exist is made at that level
+--          plus the refill since, when that is under the capacity, instead
+--          of full: the store lost it (a key expires only once its bucket
+--          would be full again), and the caller's last answer bounds what
+--          the bucket holds now
+-- ARGV[15..30] unleased_before: up to eight more (tokens, ms ago) pairs of
 --          tokens used without a lease, earlier than unleased's. The bucket
 --          takes every part at its time, oldest first, refilled up to each
 --          (a part older than the bucket's last call is taken at that call's
@@ -64,12 +71,17 @@ local tokens, ts = tonumber(st[1]), tonumber(st[2])
 local seq = (tonumber(st[3]) or 0) + 1
 if tokens == nil or ts == nil then
   tokens, ts = capacity, now
+  local level = tonumber(ARGV[13])
+  if level > 0 then
+    local was = (level - 1) + tonumber(ARGV[14]) * rate / 1000
+    if was < tokens then tokens = was end
+  end
 end
 if ts > now then now = ts end
 local takes = {}
 if not (deadline > 0 and now_us > deadline) then
   if unleased > 0 then takes[1] = {now - tonumber(ARGV[11]), unleased} end
-  for i = 13, #ARGV - 1, 2 do
+  for i = 15, #ARGV - 1, 2 do
     local n = tonumber(ARGV[i])
     if n > 0 then takes[#takes + 1] = {now - tonumber(ARGV[i + 1]), n} end
   end

@@ -144,6 +144,9 @@ func checkLease(req *LeaseRequest) error {
 	if err := checkUnleased(req); err != nil {
 		return err
 	}
+	if req.LevelKnown && (req.Level < 0 || req.Level > MaxLimit || req.LevelAgo < 0 || req.LevelAgo > MaxWindow) {
+		return fmt.Errorf("limit: lease for %q: a level of %d %v ago is out of range 0..%d, [0, %v]", req.Key, req.Level, req.LevelAgo, MaxLimit, MaxWindow)
+	}
 	return checkParams(req)
 }
 

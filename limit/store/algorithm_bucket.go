@@ -19,6 +19,11 @@ func (s *bucketState) lease(now, capacity int64, rate float64, q *leaseQuery) le
 	c := float64(capacity)
 	if !s.init {
 		s.tokens, s.ts, s.init = c, now, true
+		if q.level > 0 { // made before the key's expiry: a lost key (LeaseRequest.Level)
+			if was := float64(q.level-1) + float64(q.levelAgoMS)*rate/1000; was < c {
+				s.tokens = was
+			}
+		}
 	}
 	now = max(now, s.ts)
 	tokens, ts := s.takeUnleased(now, c, rate, q)

@@ -201,6 +201,7 @@ type leaseQuery struct {
 	useWithinMS                                int64
 	idRetries, idWindowMS                      int64                   // the request ID allowance (sliding_log)
 	before                                     [UnleasedParts][2]int64 // UnleasedBefore: permits, ms ago
+	level, levelAgoMS                          int64                   // LeaseRequest.Level + 1 (0: not known), LevelAgo
 }
 
 func newLeaseQuery(req *LeaseRequest) leaseQuery {
@@ -209,6 +210,9 @@ func newLeaseQuery(req *LeaseRequest) leaseQuery {
 		leaseMS: ceilMS(req.LeaseTTL), ret: req.Return, retRef: req.ReturnRef, used: req.Used, unleased: req.Unleased,
 		unleasedAgoMS: int64(req.UnleasedAgo / time.Millisecond), useWithinMS: ceilMS(req.UseWithin),
 		idRetries: req.RequestIDRetries, idWindowMS: ceilMS(req.RequestIDWindow),
+	}
+	if req.LevelKnown {
+		q.level, q.levelAgoMS = req.Level+1, int64(req.LevelAgo/time.Millisecond)
 	}
 	for i, part := range req.UnleasedBefore {
 		q.before[i] = [2]int64{part.N, int64(part.Ago / time.Millisecond)}

@@ -311,8 +311,15 @@ func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64, at t
 		c.ints(p.Limit, w, req.Want, leaseMS, granularityMS(w, leaseMS))
 	}
 	c.ints(req.need(), req.Return, req.ReturnRef, deadline, req.Used, req.Unleased, int64(req.UnleasedAgo/time.Millisecond), ceilMS(req.UseWithin))
-	if p.Algorithm == SlidingLog {
+	switch p.Algorithm {
+	case SlidingLog:
 		c.ints(req.RequestIDRetries, ceilMS(req.RequestIDWindow))
+	case TokenBucket:
+		level := int64(0)
+		if req.LevelKnown {
+			level = req.Level + 1
+		}
+		c.ints(level, int64(req.LevelAgo/time.Millisecond))
 	}
 	// The parts up to the last that holds permits: most calls send none.
 	parts := len(req.UnleasedBefore)

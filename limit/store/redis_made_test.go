@@ -85,3 +85,48 @@ func restoreAll(t *testing.T, client rueidis.Client, keys map[string]string) {
 		require.NoError(t, client.Do(ctx, client.B().Restore().Key(k).Ttl(0).SerializedValue(v).Replace().Build()).Error())
 	}
 }
+
+// TestTokenBucketMadeAnewAtTheCallersLevel: a token bucket that a store
+// makes anew while its caller's last answer is younger than the time it
+// takes to refill (LeaseRequest.Level) starts at that answer's level plus
+// the refill since, not full: Redis emptied, and the in-process store
+// alike. A key that exists, or a level refilled past the capacity, is not
+// changed by it.
+func TestTokenBucketMadeAnewAtTheCallersLevel(t *testing.T) {
+	client := confClient(t, []string{redistest.Start(t).Addr})
+	ctx := context.Background()
+	mem := NewMemoryStore(MemoryOptions{})
+	t.Cleanup(mem.Close)
+	for _, st := range []struct {
+		name  string
+		s     Store
+		empty func()
+	}{
+		{"redis", NewRedisStore(client, RedisStoreOptions{KeyPrefix: "level"}), func() {
+			require.NoError(t, client.Do(ctx, client.B().Flushall().Build()).Error())
+		}},
+		{"memory", mem, nil},
+	} {
+		t.Run(st.name, func(t *testing.T) {
+			p := Params{Algorithm: TokenBucket, Capacity: 100, RefillRate: 1}
+			lease := func(key string, want int64, level int64, ago time.Duration) LeaseResult {
+				res, err := st.s.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: want, Need: 1,
+					Level: level, LevelAgo: ago, LevelKnown: level >= 0})
+				require.NoError(t, err)
+				return res
+			}
+			// A key that exists keeps its own level.
+			assert.EqualValues(t, 80, lease("kept", 80, -1, 0).Granted)
+			assert.EqualValues(t, 20, lease("kept", 100, 90, 0).Granted, "an existing key took the caller's level")
+			// A key made anew starts at the caller's level plus the refill since.
+			if st.empty != nil {
+				st.empty()
+			}
+			res := lease("lost", 100, 15, 5*time.Second)
+			assert.EqualValues(t, 20, res.Granted, "15 left 5 s ago, refilled at 1 a second")
+			assert.EqualValues(t, 0, res.Remaining)
+			// Refilled past the capacity: full.
+			assert.EqualValues(t, 100, lease("refilled", 100, 90, 20*time.Second).Granted)
+		})
+	}
+}

@@ -138,6 +138,17 @@ type LeaseRequest struct {
 	// RequestIDWindow is how long after the counted call its repeats are
 	// spared (0..MaxWindow); the first call after it counts afresh.
 	RequestIDWindow time.Duration
+	// Level, when LevelKnown, is what the caller's last answer for a token
+	// bucket's key left (its Remaining, 0..Capacity), LevelAgo (0..MaxWindow)
+	// before this call on the caller's clock. A store that has no key
+	// makes it at that level plus the refill since, when that is under the
+	// capacity, instead of full: it lost the key (emptied, or a replica
+	// promoted before it had the key's last writes), since a key expires
+	// only once its bucket would be full again, and the caller's last
+	// answer bounds what the bucket holds now. Other algorithms ignore it.
+	Level      int64
+	LevelAgo   time.Duration
+	LevelKnown bool
 }
 
 // MaxRequestIDRetries is the most repeats of one request ID a store spares.
