@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -158,10 +159,15 @@ func (s *service) decideRule(ctx context.Context, d *domainRules, r *rule, desc 
 		Code:         rlsv3.RateLimitResponse_OK,
 		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: r.name, RequestsPerUnit: r.perUnit, Unit: r.unit},
 	}
-	key := counterKey(d.name, r, desc, values)
+	kb := keyBufs.Get().(*[]byte)
+	key := appendCounterKey((*kb)[:0], d.name, r, desc, values)
+	defer func() { // the limiter keeps no key past Allow, nor does the answer
+		*kb = key[:0]
+		keyBufs.Put(kb)
+	}()
 	b := fileBudget{
 		lim:    limit.Limit{Name: r.label(), Scope: fileScope, Key: key, Params: unitParams(r.unit, r.perUnit), Shadow: r.shadow},
-		marker: limit.Limit{Name: r.label(), Scope: fileScope, Key: overKey(key), Params: unitParams(r.unit, 1)},
+		unit:   r.unit,
 		window: s.window(r.unit),
 	}
 	var (
@@ -192,14 +198,42 @@ func (s *service) decideRule(ctx context.Context, d *domainRules, r *rule, desc 
 // which tells a spent budget (a look is OK) from one that a hit went over
 // (a look is OVER_LIMIT), since the limiter never counts past the limit.
 type fileBudget struct {
-	lim, marker limit.Limit
-	window      time.Duration // the unit's, or the calendar period's, length
+	lim    limit.Limit
+	unit   rlsv3.RateLimitResponse_RateLimit_Unit
+	window time.Duration // the unit's, or the calendar period's, length
+}
+
+// marker is b's marker, made when a call needs it (most calls are under
+// their limit and need none).
+func (b *fileBudget) marker() limit.Limit {
+	return limit.Limit{Name: b.lim.Name, Scope: fileScope, Key: overKey(b.lim.Key), Params: unitParams(b.unit, 1)}
+}
+
+// oneLimit is a limiter request of one limit, kept for the next call: the
+// limiter keeps neither after Allow returns, and one made for each call
+// escapes through the Limiter interface (two allocations a call).
+type oneLimit struct {
+	req  limit.Request
+	lims [1]limit.Limit
+}
+
+var oneLimits = sync.Pool{New: func() any { return new(oneLimit) }}
+
+// allow asks the limiter for tokens of lim (a look when peek).
+func (s *service) allow(ctx context.Context, lim limit.Limit, tokens int64, peek bool) limit.Decision {
+	o := oneLimits.Get().(*oneLimit)
+	o.lims[0] = lim
+	o.req = limit.Request{Limits: o.lims[:], Tokens: tokens, Peek: peek}
+	dec := s.limiter.Allow(ctx, &o.req)
+	o.req, o.lims[0] = limit.Request{}, limit.Limit{}
+	oneLimits.Put(o)
+	return dec
 }
 
 // hit takes hits from b, and reports whether they went over the limit and
 // when the budget is whole again; an allowed hit sets st's remaining.
 func (s *service) hit(ctx context.Context, b *fileBudget, r *rule, hits uint64, st *rlsv3.RateLimitResponse_DescriptorStatus) (bool, time.Duration, error) {
-	dec := s.limiter.Allow(ctx, &limit.Request{Limits: []limit.Limit{b.lim}, Tokens: int64(min(hits, MaxHits))})
+	dec := s.allow(ctx, b.lim, int64(min(hits, MaxHits)), false)
 	if dec.Unavailable {
 		return false, 0, unavailable()
 	}
@@ -220,7 +254,7 @@ func (s *service) hit(ctx context.Context, b *fileBudget, r *rule, hits uint64, 
 // look answers a look at b: what remains, and whether a hit went over the
 // limit when nothing does.
 func (s *service) look(ctx context.Context, b *fileBudget, st *rlsv3.RateLimitResponse_DescriptorStatus) (bool, time.Duration, error) {
-	dec := s.limiter.Allow(ctx, &limit.Request{Limits: []limit.Limit{b.lim}, Tokens: 1, Peek: true})
+	dec := s.allow(ctx, b.lim, 1, true)
 	if dec.Unavailable {
 		return false, 0, unavailable()
 	}
@@ -238,7 +272,7 @@ func (s *service) mark(ctx context.Context, b *fileBudget, r *rule) error {
 	if r.shadow {
 		return nil
 	}
-	if dec := s.limiter.Allow(ctx, &limit.Request{Limits: []limit.Limit{b.marker}, Tokens: 1}); dec.Unavailable {
+	if dec := s.allow(ctx, b.marker(), 1, false); dec.Unavailable {
 		return unavailable()
 	}
 	return nil
@@ -246,7 +280,7 @@ func (s *service) mark(ctx context.Context, b *fileBudget, r *rule) error {
 
 // marked reports whether a hit went over b's limit in its window.
 func (s *service) marked(ctx context.Context, b *fileBudget) (bool, error) {
-	dec := s.limiter.Allow(ctx, &limit.Request{Limits: []limit.Limit{b.marker}, Tokens: 1, Peek: true})
+	dec := s.allow(ctx, b.marker(), 1, true)
 	if dec.Unavailable {
 		return false, unavailable()
 	}
@@ -289,12 +323,11 @@ func overAnswer(st *rlsv3.RateLimitResponse_DescriptorStatus, r *rule, over bool
 // again (reset, the refusal's, when nothing was left to take). A failure
 // here changes no answer.
 func (s *service) drain(ctx context.Context, lim limit.Limit, reset time.Duration) time.Duration {
-	lims := []limit.Limit{lim}
-	left := s.limiter.Allow(ctx, &limit.Request{Limits: lims, Tokens: 1, Peek: true})
+	left := s.allow(ctx, lim, 1, true)
 	if !left.Allowed || left.Shadowed || left.Remaining <= 0 {
 		return max(reset, left.Reset)
 	}
-	if took := s.limiter.Allow(ctx, &limit.Request{Limits: lims, Tokens: left.Remaining}); took.Allowed {
+	if took := s.allow(ctx, lim, left.Remaining, false); took.Allowed {
 		return took.Reset
 	}
 	return reset
@@ -308,7 +341,14 @@ func (s *service) drain(ctx context.Context, lim limit.Limit, reset time.Duratio
 // each limit, its unit part "MINUTE/5": the limiter keeps one budget per
 // key and limit.
 func counterKey(domain string, r *rule, desc *commonv3.RateLimitDescriptor, values []string) []byte {
-	k := make([]byte, 0, 64)
+	return appendCounterKey(make([]byte, 0, 64), domain, r, desc, values)
+}
+
+// keyBufs keep the buffers of counter keys from one call to the next.
+var keyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 64); return &b }}
+
+// appendCounterKey appends counterKey's key to k.
+func appendCounterKey(k []byte, domain string, r *rule, desc *commonv3.RateLimitDescriptor, values []string) []byte {
 	part := func(p string) {
 		k = strconv.AppendInt(k, int64(len(p)), 10)
 		k = append(k, ':')
