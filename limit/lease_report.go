@@ -64,10 +64,11 @@ func (b *bucket) nextReport(s *spec, now int64) report {
 	ret.at = now
 	if p := &s.params; p.Algorithm == store.TokenBucket && b.answeredAt > 0 {
 		// Only while the key cannot have expired: it lives until its
-		// bucket would be full again.
-		ago, full := now-b.answeredAt, int64(24*time.Hour)
-		if p.RefillRate > 0 {
-			full = int64(float64(p.Capacity) / p.RefillRate * float64(time.Second))
+		// bucket would be full again (s.window, its refill time), or for
+		// a day when it never refills.
+		ago, full := now-b.answeredAt, int64(s.window)
+		if full == 0 {
+			full = int64(store.MaxWindow)
 		}
 		if ago >= 0 && ago < full {
 			ret.level, ret.levelAgo, ret.levelKnown = min(max(b.remaining, 0), p.Capacity), time.Duration(ago), true

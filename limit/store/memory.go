@@ -211,9 +211,7 @@ func newLeaseQuery(req *LeaseRequest) leaseQuery {
 		unleasedAgoMS: int64(req.UnleasedAgo / time.Millisecond), useWithinMS: ceilMS(req.UseWithin),
 		idRetries: req.RequestIDRetries, idWindowMS: ceilMS(req.RequestIDWindow),
 	}
-	if req.LevelKnown {
-		q.level, q.levelAgoMS = req.Level+1, int64(req.LevelAgo/time.Millisecond)
-	}
+	q.level, q.levelAgoMS = req.levelArg(), int64(req.LevelAgo/time.Millisecond)
 	for i, part := range req.UnleasedBefore {
 		q.before[i] = [2]int64{part.N, int64(part.Ago / time.Millisecond)}
 	}

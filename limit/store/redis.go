@@ -315,11 +315,7 @@ func (c *redisCall) build(prefix string, req *LeaseRequest, deadline int64, at t
 	case SlidingLog:
 		c.ints(req.RequestIDRetries, ceilMS(req.RequestIDWindow))
 	case TokenBucket:
-		level := int64(0)
-		if req.LevelKnown {
-			level = req.Level + 1
-		}
-		c.ints(level, int64(req.LevelAgo/time.Millisecond))
+		c.ints(req.levelArg(), int64(req.LevelAgo/time.Millisecond))
 	}
 	// The parts up to the last that holds permits: most calls send none.
 	parts := len(req.UnleasedBefore)

@@ -108,7 +108,8 @@ func TestTokenBucketMadeAnewAtTheCallersLevel(t *testing.T) {
 		{"memory", mem, nil},
 	} {
 		t.Run(st.name, func(t *testing.T) {
-			p := Params{Algorithm: TokenBucket, Capacity: 100, RefillRate: 1}
+			// A token in 1,000 s: the test's own time refills nothing.
+			p := Params{Algorithm: TokenBucket, Capacity: 100, RefillRate: 0.001}
 			lease := func(key string, want int64, level int64, ago time.Duration) LeaseResult {
 				res, err := st.s.Lease(ctx, &LeaseRequest{Key: []byte(key), Params: p, Want: want, Need: 1,
 					Level: level, LevelAgo: ago, LevelKnown: level >= 0})
@@ -122,11 +123,11 @@ func TestTokenBucketMadeAnewAtTheCallersLevel(t *testing.T) {
 			if st.empty != nil {
 				st.empty()
 			}
-			res := lease("lost", 100, 15, 5*time.Second)
-			assert.EqualValues(t, 20, res.Granted, "15 left 5 s ago, refilled at 1 a second")
+			res := lease("lost", 100, 15, 5000*time.Second)
+			assert.EqualValues(t, 20, res.Granted, "15 left 5,000 s ago, refilled at 1 in 1,000 s")
 			assert.EqualValues(t, 0, res.Remaining)
 			// Refilled past the capacity: full.
-			assert.EqualValues(t, 100, lease("refilled", 100, 90, 20*time.Second).Granted)
+			assert.EqualValues(t, 100, lease("refilled", 100, 90, 20_000*time.Second).Granted)
 		})
 	}
 }

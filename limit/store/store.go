@@ -151,6 +151,15 @@ type LeaseRequest struct {
 	LevelKnown bool
 }
 
+// levelArg is Level as the token bucket's script takes it: one more, 0
+// when not known.
+func (r *LeaseRequest) levelArg() int64 {
+	if !r.LevelKnown {
+		return 0
+	}
+	return r.Level + 1
+}
+
 // MaxRequestIDRetries is the most repeats of one request ID a store spares.
 const MaxRequestIDRetries = 15
 
