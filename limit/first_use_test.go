@@ -260,20 +260,13 @@ func TestFirstUsesAndSharesGrantTheLimitWhenTheStoreFails(t *testing.T) {
 	}
 	req := &Request{IP: []byte("10.8.4.1")}
 	before := firstUseGrants.Get()
-	total := 0
-	for _, l := range ls {
-		n, _ := allowN(l, req, 400)
-		total += n
-	}
+	total := allowOnEach(ls, req, 400)
 	require.EqualValues(t, pods-1, firstUseGrants.Get()-before)
 	require.Equal(t, pods*400, total)
 	for _, sw := range sws {
 		sw.down.Store(true)
 	}
-	for _, l := range ls {
-		n, _ := allowN(l, req, limit)
-		total += n
-	}
+	total += allowOnEach(ls, req, limit)
 	t.Logf("%d let through in the window", total)
 	assert.LessOrEqual(t, total, limit)
 }
@@ -307,11 +300,7 @@ func TestFirstUsesThroughAStoreThatLostItsWrites(t *testing.T) {
 	}
 	req := &Request{IP: []byte("10.8.6.1")}
 	before := firstUseGrants.Get()
-	total := 0
-	for _, l := range ls {
-		n, _ := allowN(l, req, 500)
-		total += n
-	}
+	total := allowOnEach(ls, req, 500)
 	require.EqualValues(t, pods, firstUseGrants.Get()-before)
 	require.Equal(t, pods*500, total)
 
@@ -321,10 +310,7 @@ func TestFirstUsesThroughAStoreThatLostItsWrites(t *testing.T) {
 	require.NoError(t, cl.Do(context.Background(), cl.B().Flushall().Build()).Error())
 
 	for range 4 {
-		for _, l := range ls {
-			n, _ := allowN(l, req, limit/4)
-			total += n
-		}
+		total += allowOnEach(ls, req, limit/4)
 	}
 	t.Logf("%d let through in the window", total)
 	assert.LessOrEqual(t, total, limit+limit/slightPart)
@@ -352,4 +338,15 @@ func TestBusyKeyGetsItsWholeLimitEveryWindow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// allowOnEach offers n requests of req to each limiter in turn, one after
+// another, and returns how many they let through together.
+func allowOnEach(ls []*Limiter, req *Request, n int) int {
+	total := 0
+	for _, l := range ls {
+		got, _ := allowN(l, req, n)
+		total += got
+	}
+	return total
 }

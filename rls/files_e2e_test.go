@@ -151,7 +151,7 @@ func runMesh(t *testing.T, st store.Store) {
 }
 
 // memLimiter is a limiter on the in-memory store, without derived limits.
-func memLimiter(t *testing.T) (*limit.Limiter, *catalog.Catalog) {
+func memLimiter(t testing.TB) (*limit.Limiter, *catalog.Catalog) {
 	var cfg limit.Config
 	cfg.SetDefaults()
 	cat, err := catalog.NewCatalog(nil, nil, nil)

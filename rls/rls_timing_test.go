@@ -116,13 +116,7 @@ func BenchmarkShouldRateLimitFiles(b *testing.B) {
 	dir := b.TempDir()
 	path := filepath.Join(dir, "bench.yaml")
 	require.NoError(b, os.WriteFile(path, []byte("domain: bench\ndescriptors:\n  - key: hot\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n"), 0o600))
-	var cfg limit.Config
-	cfg.SetDefaults()
-	cat, err := catalog.NewCatalog(nil, nil, nil)
-	require.NoError(b, err)
-	lim, err := limit.NewLimiter(cfg, store.NewMemoryStore(store.MemoryOptions{}), limit.Options{Catalog: cat})
-	require.NoError(b, err)
-	b.Cleanup(lim.Close)
+	lim, cat := memLimiter(b)
 	var rc Config
 	rc.ConfigFiles = []string{path}
 	srv, err := New(Deps{Config: rc, Limiter: lim, Catalog: cat})
