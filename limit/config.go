@@ -83,10 +83,11 @@ type Config struct {
 	// from them locally. false: every decision asks the store (lease size 1).
 	// Default true.
 	LocalFastPath *bool `mapstructure:"local_fast_path"`
-	// FirstUses lets a pod decide a key's first request of a window on a
-	// permit the store keeps for it, without a store call (sliding_window
-	// and sliding_log limits of 1,000 a pod or more; see Limiter.firstUse).
-	// false: the store keeps none, and every first request asks it.
+	// FirstUses lets a pod decide a key's first requests of a window on
+	// permits the store keeps for it (a thousandth of the limit a pod, 15
+	// at most), without a store call (sliding_window and sliding_log
+	// limits of 1,000 a pod or more; see Limiter.firstUse). false: the
+	// store keeps none, and every first request asks it.
 	// Default true.
 	FirstUses *bool `mapstructure:"first_uses"`
 	// StoreTimeout is the deadline of one store call; a slower call counts as

@@ -295,7 +295,7 @@ func (l *Limiter) localShare(s *spec) store.Params {
 		}
 		p.RefillRate /= float64(pods)
 	} else if p.Limit > 0 {
-		// Less the pod's reserved permit, which its first uses take.
+		// Less the pods' reserved permits, which their first uses take.
 		p.Limit = max((p.Limit-l.reserved(s, pods))/pods, 1)
 	}
 	return p

@@ -23,7 +23,7 @@ type kept struct {
 	waits    *waits // the requests waiting (max_wait), whichever limiter they wait in
 	// slotOwner names this pod's slot leases in the store (newSlotOwner).
 	slotOwner string
-	// firstUses are the keys let through on their reserved permit lately.
+	// firstUses count the keys' uses of this pod's reserved permits lately.
 	firstUses *firstUses
 }
 
