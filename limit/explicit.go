@@ -32,15 +32,14 @@ type Limit struct {
 const defaultLimitScope = "limit"
 
 // withLimits returns the specs of req: base (the derived limits) followed
-// by one per req.Limits. It allocates: only callers that name limits pay
-// for them.
+// by one per req.Limits, appended in base's room (nextSpec: a decision's
+// pooled array, which allocates only past maxLocalSpecs).
 func (l *Limiter) withLimits(base []spec, req *Request, mult float64) []spec {
-	out := make([]spec, len(base), len(base)+len(req.Limits))
-	copy(out, base) // a spec never holds a slice of its own buf (see setKey)
+	out := base
 	for i := range req.Limits {
 		lim := &req.Limits[i]
-		out = append(out, spec{})
-		s := &out[len(out)-1]
+		var s *spec
+		out, s = nextSpec(out)
 		s.scope, s.shadow, s.params, s.name = ScopeLimit, lim.Shadow, catalog.Scale(lim.Params, mult), lim.Name
 		scope := lim.Scope
 		if scope == "" {

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -32,32 +34,85 @@ type fileStatus struct {
 	quota bool // the rule is in quota_mode
 }
 
+// statusParts are the messages of one descriptor's answer, made together:
+// an answer of separate messages took four allocations a descriptor. The
+// answer points into them and keeps them; nothing else does.
+type statusParts struct {
+	st    rlsv3.RateLimitResponse_DescriptorStatus
+	limit rlsv3.RateLimitResponse_RateLimit
+	reset durationpb.Duration
+}
+
+// oneAnswer is the answer to a call of one descriptor, the usual call, in
+// one allocation.
+type oneAnswer struct {
+	resp  rlsv3.RateLimitResponse
+	list  [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	parts statusParts
+}
+
+// newAnswer is an answer of n descriptors and the parts of each.
+func newAnswer(n int) (*rlsv3.RateLimitResponse, []statusParts) {
+	if n == 1 {
+		a := new(oneAnswer)
+		a.resp.Statuses = a.list[:]
+		return &a.resp, unsafe.Slice(&a.parts, 1)
+	}
+	return &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}, make([]statusParts, n)
+}
+
+// filesScratch is what decideFiles keeps between its two passes over a
+// call's descriptors: each one's rule and counted values (vals holds them
+// all). Pooled: a call keeps none past its answer.
+type filesScratch struct {
+	rules  []*rule
+	values [][]string
+	vals   []string
+}
+
+var filesScratches = sync.Pool{New: func() any { return new(filesScratch) }}
+
 // decideFiles answers a request for a domain of the files, as
 // envoyproxy/ratelimit does: each descriptor's rule is found, every matched
 // rule's replaces are gathered in one pass (unlimited rules and replaced
 // ones replace too), and each descriptor that keeps a rule is decided on its
 // own, counting its hits even when another is over the limit.
 func (s *service) decideFiles(ctx context.Context, f *Files, d *domainRules, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	rules := make([]*rule, len(req.Descriptors))
-	values := make([][]string, len(req.Descriptors))
+	sc := filesScratches.Get().(*filesScratch)
+	defer func() {
+		clear(sc.rules)
+		clear(sc.values)
+		clear(sc.vals)
+		sc.rules, sc.values, sc.vals = sc.rules[:0], sc.values[:0], sc.vals[:0]
+		filesScratches.Put(sc)
+	}()
+	entries := 0
+	for _, desc := range req.Descriptors {
+		entries += len(desc.GetEntries())
+	}
+	sc.vals = slices.Grow(sc.vals, entries)
 	replaced := map[string]bool{}
 	for i, desc := range req.Descriptors {
-		r, vals, err := s.fileRule(f, d, i, desc)
+		// Each descriptor's values go to vals' room: no descriptor's
+		// append moves another's.
+		n := len(desc.GetEntries())
+		r, vals, err := s.fileRule(f, d, i, desc, sc.vals[len(sc.vals):len(sc.vals):len(sc.vals)+n])
 		if err != nil {
 			callsInvalid.Inc()
 			return nil, err
 		}
-		rules[i], values[i] = r, vals
+		sc.vals = sc.vals[:len(sc.vals)+n]
+		sc.rules, sc.values = append(sc.rules, r), append(sc.values, vals)
 		if r != nil {
 			for _, name := range r.replaces {
 				replaced[name] = true
 			}
 		}
 	}
-	resp := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
+	resp, parts := newAnswer(len(req.Descriptors))
 	var over, quotas, quotasOver int
 	for i, desc := range req.Descriptors {
-		fs, err := s.fileDescriptor(ctx, d, rules[i], replaced, desc, values[i], hitsOf(req, desc))
+		fs, err := s.fileDescriptor(ctx, d, sc.rules[i], replaced, desc, sc.values[i], hitsOf(req, desc), &parts[i])
 		if err != nil {
 			return nil, err
 		}
@@ -86,11 +141,12 @@ func (s *service) decideFiles(ctx context.Context, f *Files, d *domainRules, req
 
 // fileRule is the rule of descriptor i and the values it counts under: the
 // descriptor's own limit when grpc.descriptor_override allows it, else the
-// files' rule (nil: none).
-func (s *service) fileRule(f *Files, d *domainRules, i int, desc *commonv3.RateLimitDescriptor) (*rule, []string, error) {
+// files' rule (nil: none). The files' values are appended to buf (see
+// domainRules.match).
+func (s *service) fileRule(f *Files, d *domainRules, i int, desc *commonv3.RateLimitDescriptor, buf []string) (*rule, []string, error) {
 	lim := desc.GetLimit()
 	if lim == nil || !s.override.Load() {
-		r, vals := d.match(desc)
+		r, vals := d.match(desc, buf)
 		return r, vals, nil
 	}
 	unit := rlsv3.RateLimitResponse_RateLimit_Unit(lim.GetUnit())
@@ -114,24 +170,27 @@ func hitsOf(req *rlsv3.RateLimitRequest, desc *commonv3.RateLimitDescriptor) uin
 	return max(uint64(req.GetHitsAddend()), 1)
 }
 
-// fileDescriptor answers one descriptor of a files domain.
+// fileDescriptor answers one descriptor of a files domain, in p.
 func (s *service) fileDescriptor(ctx context.Context, d *domainRules, r *rule, replaced map[string]bool,
-	desc *commonv3.RateLimitDescriptor, values []string, hits uint64) (fileStatus, error) {
+	desc *commonv3.RateLimitDescriptor, values []string, hits uint64, p *statusParts) (fileStatus, error) {
 	switch {
 	case r == nil:
 		descNoLimit.Inc()
-		return fileStatus{st: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}}, nil
+		p.st.Code = rlsv3.RateLimitResponse_OK
+		return fileStatus{st: &p.st}, nil
 	case r.unlimited:
 		descNoLimit.Inc()
 		r.metrics.count(decUnlimited, hits, detailed(r, desc))
-		return fileStatus{st: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}}, nil
+		p.st.Code, p.st.LimitRemaining = rlsv3.RateLimitResponse_OK, math.MaxUint32
+		return fileStatus{st: &p.st}, nil
 	case r.name != "" && replaced[r.name]:
 		// A replaced rule is no rule: its counter is not touched.
 		descNoLimit.Inc()
 		r.metrics.count(decReplaced, hits, detailed(r, desc))
-		return fileStatus{st: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}}, nil
+		p.st.Code = rlsv3.RateLimitResponse_OK
+		return fileStatus{st: &p.st}, nil
 	}
-	st, dec, err := s.decideRule(ctx, d, r, desc, values, hits)
+	st, dec, err := s.decideRule(ctx, d, r, desc, values, hits, p)
 	if err != nil {
 		return fileStatus{}, err
 	}
@@ -152,13 +211,13 @@ func (s *service) fileDescriptor(ctx context.Context, d *domainRules, r *rule, r
 // too, and is over when it is above the limit: a hit that the budget
 // cannot hold is OVER_LIMIT (OK in shadow mode) and spends the budget for
 // the rest of its window; a look (no hits) is OK with what remains, also
-// when nothing does, unless a hit went over the limit in the window.
+// when nothing does, unless a hit went over the limit in the window. The
+// answer is made in p.
 func (s *service) decideRule(ctx context.Context, d *domainRules, r *rule, desc *commonv3.RateLimitDescriptor,
-	values []string, hits uint64) (*rlsv3.RateLimitResponse_DescriptorStatus, string, error) {
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{
-		Code:         rlsv3.RateLimitResponse_OK,
-		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: r.name, RequestsPerUnit: r.perUnit, Unit: r.unit},
-	}
+	values []string, hits uint64, p *statusParts) (*rlsv3.RateLimitResponse_DescriptorStatus, string, error) {
+	p.limit.Name, p.limit.RequestsPerUnit, p.limit.Unit = r.name, r.perUnit, r.unit
+	st := &p.st
+	st.Code, st.CurrentLimit = rlsv3.RateLimitResponse_OK, &p.limit
 	kb := keyBufs.Get().(*[]byte)
 	key := appendCounterKey((*kb)[:0], d.name, r, desc, values)
 	defer func() { // the limiter keeps no key past Allow, nor does the answer
@@ -189,7 +248,9 @@ func (s *service) decideRule(ctx context.Context, d *domainRules, r *rule, desc 
 	if err != nil {
 		return nil, "", err
 	}
-	st.DurationUntilReset = durationpb.New(min(max(reset, 0), b.window))
+	reset = min(max(reset, 0), b.window)
+	p.reset.Seconds, p.reset.Nanos = int64(reset/time.Second), int32(reset%time.Second)
+	st.DurationUntilReset = &p.reset
 	return overAnswer(st, r, over)
 }
 

@@ -107,7 +107,7 @@ func TestMatchPeerBasic(t *testing.T) {
 		{[]string{"key5", "value5"}, 15, rlsv3.RateLimitResponse_RateLimit_DAY},
 		{[]string{"unknown", "x"}, 0, 0},
 	} {
-		r, _ := d.match(descriptor(tc.entries...))
+		r, _ := d.match(descriptor(tc.entries...), nil)
 		if tc.perUnit == 0 {
 			assert.Nil(t, r, "%v", tc.entries)
 			continue
@@ -117,10 +117,10 @@ func TestMatchPeerBasic(t *testing.T) {
 			assert.Equal(t, tc.unit, r.unit, "%v", tc.entries)
 		}
 	}
-	r, _ := d.match(descriptor("key4", "x"))
+	r, _ := d.match(descriptor("key4", "x"), nil)
 	assert.Equal(t, "key4_rate_limit", r.name)
 	assert.Equal(t, "key4_rate_limit", r.label())
-	r, _ = d.match(descriptor("key3", "x"))
+	r, _ = d.match(descriptor("key3", "x"), nil)
 	assert.Equal(t, "test-domain.key3", r.label())
 }
 
@@ -149,7 +149,7 @@ func TestMatchPeerWildcard(t *testing.T) {
 		{[]string{"nestedWild", "val1", "wild", "goober"}, 20},
 		{[]string{"nestedWild", "val1", "wild", "foo"}, 0},
 	} {
-		r, _ := d.match(descriptor(tc.entries...))
+		r, _ := d.match(descriptor(tc.entries...), nil)
 		if tc.perUnit == 0 {
 			assert.Nil(t, r, "%v", tc.entries)
 		} else if assert.NotNil(t, r, "%v", tc.entries) {
@@ -175,9 +175,9 @@ descriptors:
 `)})
 	require.NoError(t, err)
 	d := f.domains["d"]
-	r, _ := d.match(descriptor("path", "/api/v1/y"))
+	r, _ := d.match(descriptor("path", "/api/v1/y"), nil)
 	assert.Equal(t, uint32(1), r.perUnit)
-	r, _ = d.match(descriptor("path", "/api/v1/x"))
+	r, _ = d.match(descriptor("path", "/api/v1/x"), nil)
 	assert.Equal(t, uint32(3), r.perUnit)
 }
 

@@ -12,11 +12,12 @@ import (
 // exactly at a node with a rule: a deeper descriptor, an entry the level
 // does not have, or a node without rate_limit (an exempt value) is no rule.
 // The second result is the value each entry counts under (a shared wildcard
-// counts under its pattern).
-func (d *domainRules) match(desc *commonv3.RateLimitDescriptor) (*rule, []string) {
+// counts under its pattern), in buf's room when it has enough (a call's
+// values need no allocation of their own).
+func (d *domainRules) match(desc *commonv3.RateLimitDescriptor, buf []string) (*rule, []string) {
 	entries := desc.GetEntries()
 	lv := d.root
-	values := make([]string, len(entries))
+	values := append(buf[:0], make([]string, len(entries))...)
 	for i, e := range entries {
 		n := lv.find(e.GetKey(), e.GetValue())
 		if n == nil {

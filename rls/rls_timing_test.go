@@ -113,17 +113,8 @@ func benchCalls(b *testing.B, c rlsv3.RateLimitServiceClient, reqs []*rlsv3.Rate
 // decided from a local lease on the in-memory store: what the Envoy
 // service adds to gRPC's work for each call of make bench-rls's hot row.
 func BenchmarkShouldRateLimitFiles(b *testing.B) {
-	dir := b.TempDir()
-	path := filepath.Join(dir, "bench.yaml")
-	require.NoError(b, os.WriteFile(path, []byte("domain: bench\ndescriptors:\n  - key: hot\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n"), 0o600))
-	lim, cat := memLimiter(b)
-	var rc Config
-	rc.ConfigFiles = []string{path}
-	srv, err := New(Deps{Config: rc, Limiter: lim, Catalog: cat})
-	require.NoError(b, err)
-	req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{{
-		Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "hot", Value: "1"}},
-	}}}
+	srv := hotFilesServer(b)
+	req := hotFilesRequest(1)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -132,4 +123,29 @@ func BenchmarkShouldRateLimitFiles(b *testing.B) {
 			b.Fatal(resp, err)
 		}
 	}
+}
+
+// hotFilesServer is a service of one envoyproxy/ratelimit file whose
+// descriptors of key hot (any value) have a limit no test reaches, on the
+// in-memory store.
+func hotFilesServer(tb testing.TB) *Server {
+	path := filepath.Join(tb.TempDir(), "bench.yaml")
+	require.NoError(tb, os.WriteFile(path, []byte("domain: bench\ndescriptors:\n  - key: hot\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n"), 0o600))
+	lim, cat := memLimiter(tb)
+	var rc Config
+	rc.ConfigFiles = []string{path}
+	srv, err := New(Deps{Config: rc, Limiter: lim, Catalog: cat})
+	require.NoError(tb, err)
+	return srv
+}
+
+// hotFilesRequest is a call of n hot descriptors (values 1 to n).
+func hotFilesRequest(n int) *rlsv3.RateLimitRequest {
+	req := &rlsv3.RateLimitRequest{Domain: "bench"}
+	for i := range n {
+		req.Descriptors = append(req.Descriptors, &commonv3.RateLimitDescriptor{
+			Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "hot", Value: strconv.Itoa(i + 1)}},
+		})
+	}
+	return req
 }
