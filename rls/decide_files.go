@@ -86,28 +86,9 @@ func (s *service) decideFiles(ctx context.Context, f *Files, d *domainRules, req
 		sc.rules, sc.values, sc.vals = sc.rules[:0], sc.values[:0], sc.vals[:0]
 		filesScratches.Put(sc)
 	}()
-	entries := 0
-	for _, desc := range req.Descriptors {
-		entries += len(desc.GetEntries())
-	}
-	sc.vals = slices.Grow(sc.vals, entries)
 	replaced := map[string]bool{}
-	for i, desc := range req.Descriptors {
-		// Each descriptor's values go to vals' room: no descriptor's
-		// append moves another's.
-		n := len(desc.GetEntries())
-		r, vals, err := s.fileRule(f, d, i, desc, sc.vals[len(sc.vals):len(sc.vals):len(sc.vals)+n])
-		if err != nil {
-			callsInvalid.Inc()
-			return nil, err
-		}
-		sc.vals = sc.vals[:len(sc.vals)+n]
-		sc.rules, sc.values = append(sc.rules, r), append(sc.values, vals)
-		if r != nil {
-			for _, name := range r.replaces {
-				replaced[name] = true
-			}
-		}
+	if err := s.fileRules(f, d, req, sc, replaced); err != nil {
+		return nil, err
 	}
 	resp, parts := newAnswer(len(req.Descriptors))
 	var over, quotas, quotasOver int
@@ -137,6 +118,34 @@ func (s *service) decideFiles(ctx context.Context, f *Files, d *domainRules, req
 		callsOK.Inc()
 	}
 	return resp, nil
+}
+
+// fileRules finds each descriptor's rule and values for sc, and gathers
+// the replaces of every matched rule in replaced.
+func (s *service) fileRules(f *Files, d *domainRules, req *rlsv3.RateLimitRequest, sc *filesScratch, replaced map[string]bool) error {
+	entries := 0
+	for _, desc := range req.Descriptors {
+		entries += len(desc.GetEntries())
+	}
+	sc.vals = slices.Grow(sc.vals, entries)
+	for i, desc := range req.Descriptors {
+		// Each descriptor's values go to vals' room: no descriptor's
+		// append moves another's.
+		n := len(desc.GetEntries())
+		r, vals, err := s.fileRule(f, d, i, desc, sc.vals[len(sc.vals):len(sc.vals):len(sc.vals)+n])
+		if err != nil {
+			callsInvalid.Inc()
+			return err
+		}
+		sc.vals = sc.vals[:len(sc.vals)+n]
+		sc.rules, sc.values = append(sc.rules, r), append(sc.values, vals)
+		if r != nil {
+			for _, name := range r.replaces {
+				replaced[name] = true
+			}
+		}
+	}
+	return nil
 }
 
 // fileRule is the rule of descriptor i and the values it counts under: the
