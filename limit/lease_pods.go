@@ -184,7 +184,8 @@ var lostReported = metrics.NewCounter(`sentinel_limit_store_emptied_reported_per
 // sent at sent, answered at now) with the highest one b saw: a store numbers
 // a key's calls one more each time, and starts again only with a key made
 // anew, once no permit of it counts. A call sent after that answer came and
-// numbered no higher, while a permit counted by then may still count (the
+// numbered no higher, or answered by a key made anew after it (MadeAgo),
+// while a permit counted by then may still count (the
 // store granted this pod permits that do, or answered it within most of a
 // window: the key then lives a window at least), talks to a store that lost
 // writes (emptied, or a replica promoted before it had them): this pod's or
@@ -204,7 +205,13 @@ func (l *Limiter) checkSeq(s *spec, b *bucket, res store.LeaseResult, sent, now 
 	w := int64(s.recoveryWindow())
 	switch {
 	case sent > b.seqAt:
-		if b.seq > 0 && res.Seq <= b.seq && (now < b.ownUntil || now-b.seqAt < w*9/10) {
+		// The key made anew after this pod's last answer came tells the
+		// same when the others' calls since numbered it past the pod's
+		// (the script ran after sent, and MadeAgo is in whole
+		// milliseconds of the store's clock: a key made before
+		// sent-MadeAgo-2ms is not known to be made later).
+		made := res.MadeAgo >= 0 && sent-int64(res.MadeAgo+2*time.Millisecond) > b.seqAt
+		if b.seq > 0 && (res.Seq <= b.seq || made) && (now < b.ownUntil || now-b.seqAt < w*9/10) {
 			storeEmptied.Inc()
 			a := b.aloneState()
 			a.failedAt, a.emptiedAt = now, now

@@ -88,3 +88,78 @@ func TestTokenBucketAfterALossStartsAtTheLastLevel(t *testing.T) {
 	t.Logf("%d before the loss, %d after it", before, after)
 	assert.LessOrEqual(t, before+after, capacity+3, "the bucket made anew full")
 }
+
+// TestAfterALossClientsUnderTheLimitAreServed: five pods share a sliding
+// window of 100 evenly, 10 each, and the store loses the key (FLUSHALL):
+// each notices the loss and keeps to its share of 20 for a window, and
+// the 10 more that each asks for, the limit in all, fit in it.
+func TestAfterALossClientsUnderTheLimitAreServed(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testLimitsConfig(func(c *Config) {
+		c.IP, c.Window = 100, 1000*time.Second
+		c.LocalFastPath = new(bool) // one permit per call: the store's count is exact
+	})
+	var ls []*Limiter
+	for range 5 {
+		ls = append(ls, newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{LivePods: func() int { return 5 }}))
+	}
+	req := &Request{IP: []byte("10.9.9.11")}
+	use := func() (got int) {
+		for range 10 {
+			for _, l := range ls {
+				if l.Allow(context.Background(), req).Allowed {
+					got++
+				}
+			}
+		}
+		return got
+	}
+	require.Equal(t, 50, use())
+
+	cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	require.NoError(t, cl.Do(context.Background(), cl.B().Flushall().Build()).Error())
+	emptied := storeEmptied.Get()
+	assert.Equal(t, 50, use(), "clients under the limit were refused after the loss")
+	assert.Greater(t, storeEmptied.Get(), emptied, "the loss was not noticed")
+}
+
+// TestALossIsNoticedAfterTheOthersCalls: the store loses a key (FLUSHALL)
+// that two pods used, 40 and 10 times; the second then calls for it more
+// times than the first had before the loss, so the key's call number is
+// past the first pod's when it calls again. The first still notices the
+// loss, from the time the key was made anew, and the pods stay within the
+// limit; taken for a store that lost nothing, its 40 were forgotten and
+// the pods let 140 through.
+func TestALossIsNoticedAfterTheOthersCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testLimitsConfig(func(c *Config) {
+		c.IP, c.Window = 100, 1000*time.Second
+		c.LocalFastPath = new(bool) // one permit per call: the store's count is exact
+	})
+	pods := func() int { return 2 }
+	a := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{LivePods: pods})
+	b := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{LivePods: pods})
+	req := &Request{IP: []byte("10.9.9.12")}
+	first, _ := allowN(a, req, 40)
+	second, _ := allowN(b, req, 10)
+	require.Equal(t, 50, first+second)
+
+	cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	require.NoError(t, cl.Do(context.Background(), cl.B().Flushall().Build()).Error())
+	// The key is made anew later than the first pod's last answer by more
+	// than a store call can take (the time it is known to within).
+	time.Sleep(cfg.StoreTimeout + 5*time.Millisecond)
+
+	emptied := storeEmptied.Get()
+	more, _ := allowN(b, req, 45)
+	require.Equal(t, emptied+1, storeEmptied.Get(), "the second pod noticed the loss")
+	last, _ := allowN(a, req, 100)
+	t.Logf("%d and %d before the loss; %d and %d after it", first, second, more, last)
+	assert.Equal(t, emptied+2, storeEmptied.Get(), "the first pod did not notice the loss")
+	assert.LessOrEqual(t, first+second+more+last, 100)
+	assert.GreaterOrEqual(t, first+second+more+last, 98, "the pods were held under the limit")
+}
