@@ -157,6 +157,10 @@ type aloneState struct {
 	// any window to come (math.MaxInt64: never, a token bucket that does
 	// not refill): until then the sweep keeps the bucket.
 	unleasedAt, unleasedUntil int64
+	// refusedAt is when the local policy last refused a request for the
+	// key (unix nanos): its clients asked this pod for more than its share
+	// while it decided alone. See Limiter.contestedNow.
+	refusedAt int64
 }
 
 // aloneState returns b.alone, made on first use. The caller holds b.mu.

@@ -35,6 +35,7 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 	}
 	if b != nil && !l.fallbackRoom(s, b, tokens, now, open) {
 		fallbackDeniedAnswer.Inc()
+		b.aloneState().refusedAt = now
 		d := s.decision(false, 0, l.cfg.BreakerCooldown, 0)
 		d.Limit = limit
 		return d
@@ -49,6 +50,9 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 	allowed := res.Granted >= tokens
 	if !allowed {
 		fallbackDeniedShare.Inc()
+		if b != nil {
+			b.aloneState().refusedAt = now
+		}
 	} else if b != nil {
 		// Reported with the bucket's next call that reaches the store, so
 		// that the store, once it answers again, does not grant the
@@ -177,6 +181,20 @@ func (l *Limiter) contested(s *spec, b *bucket) bool {
 // ask for more than the limit. The caller holds b.mu.
 func (l *Limiter) contestedNow(s *spec, b *bucket, now int64) bool {
 	return l.contested(s, b) || b.deniedAt > 0 && now-b.deniedAt < int64(s.window)
+}
+
+// refusedAlone tells that the local policy refused b's key within a window
+// (the pod's share, deciding alone, had no room for its clients), while
+// the pod is back from an outage of its own and the others may not have
+// read its heartbeat yet (StoreReachable). The store may have refused none
+// of the key's requests before the outage (its calls were slow, and timed
+// out), so the key is not taken for contested; but what the pod let through
+// alone is reported now, before the others stop holding its share: its
+// clients ask more than its share, and the others may take that share again
+// once they read the heartbeat (62 in a second for 51, over 4 pods, a slow
+// store and then a pod cut off). The caller holds b.mu.
+func (l *Limiter) refusedAlone(s *spec, b *bucket, now int64) bool {
+	return now < l.reportsFrom.Load() && b.alone != nil && b.alone.refusedAt > 0 && now-b.alone.refusedAt < int64(s.window)
 }
 
 // failing records a failed store call for b's key at now: the first after

@@ -73,7 +73,7 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 			continue
 		}
 		contested := l.contestedNow(s, b, now)
-		if !contested && b.answeredAt > 0 && l.heldByOthers(now) {
+		if !contested && b.answeredAt > 0 && l.heldByOthers(now) && !l.refusedAlone(s, b, now) {
 			// Cut off from the others, or back before they read this
 			// pod's heartbeat: see StoreReachable. (A key never answered
 			// may be contested: the store decides it.)

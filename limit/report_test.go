@@ -122,6 +122,39 @@ func TestUncontestedKeyDecidedAloneUntilTheOthersRead(t *testing.T) {
 	assert.Equal(t, limit-first-alone-1, got, "the store counts them")
 }
 
+// TestKeyRefusedAloneReportedWhenBack: a key the store never refused, whose
+// clients asked a pod for more than its share while the pod decided alone
+// (its calls failed), is not decided alone when the pod is back before the
+// others read its heartbeat: its next call reports what the pod let
+// through. Decided alone, it was reported after they had read the
+// heartbeat and stopped holding the pod's share, which they could then
+// take again (62 in a second for 51, over 4 pods, a slow store and then a
+// pod cut off).
+func TestKeyRefusedAloneReportedWhenBack(t *testing.T) {
+	const limit, pods = 30, 3
+	clock, now, _, st := clockedStore(t)
+	cfg := testLimitsConfig(func(c *Config) { c.BreakerFailures, c.MaxLease = 1, 1 })
+	rule := catalog.Rule{Tenant: "free", Resource: "r", Algorithm: store.SlidingWindow, Limit: limit, Window: confutil.Duration(time.Minute)}
+	beat := now() // its last heartbeat before the outage
+	l := newTestLimiter(t, cfg, st, Options{Now: now, Catalog: testCatalog(t, rule), LivePods: func() int { return pods },
+		HeartbeatAt: func() time.Time { return beat }, HeartbeatTTL: time.Second})
+	req := &Request{Tenant: "free", Plan: "FREE", Resource: "r"}
+	first, _ := allowN(l, req, 1)
+	require.Equal(t, 1, first, "answered by the store")
+
+	st.down.Store(true)
+	own, last := allowN(l, req, 2*limit/pods)
+	require.Less(t, own, 2*limit/pods, "the share refused none")
+	require.False(t, last.Allowed)
+	clock.Add(int64(2 * time.Second)) // an outage longer than HeartbeatTTL
+	st.down.Store(false)
+	l.StoreReachable(time.Second)
+	reported, held := reportedUnleased.Get(), aloneWhileHeld.Get()
+	allowN(l, req, 1)
+	assert.Zero(t, aloneWhileHeld.Get()-held, "decided alone")
+	assert.Equal(t, uint64(own), reportedUnleased.Get()-reported, "what it let through alone, reported")
+}
+
 // TestContestedShareComesBackAWindowAfterTheHold: a pod cut off from the
 // store grants nothing of a contested key (the store refused it) until the
 // others have held its share for a window and a lease: the window before
