@@ -159,7 +159,7 @@ type aloneState struct {
 	unleasedAt, unleasedUntil int64
 	// refusedAt is when the local policy last refused a request for the
 	// key (unix nanos): its clients asked this pod for more than its share
-	// while it decided alone. See Limiter.contestedNow.
+	// while it decided alone. See Limiter.refusedAlone.
 	refusedAt int64
 }
 
