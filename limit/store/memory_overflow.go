@@ -15,10 +15,14 @@ import (
 //   - A key whose budget is whole again (every counted permit has left the
 //     window, a token bucket refilled) is evicted first: nothing is lost.
 //   - Else the least used of a sample of keys that are not exhausted is
-//     evicted: it forgets what it had used, so that key may take that many
-//     permits more within the window. A flood's keys have used little, so
-//     they go first; a key that forgets its counts gets no more than a new
-//     key would, which the attacker can mint at will anyway.
+//     evicted, and of those used alike the one whose budget is whole
+//     soonest (used least recently): it forgets what it had used, so that
+//     key may take that many permits more within the window. A flood's
+//     keys have used little, so they go first; a key that forgets its
+//     counts gets no more than a new key would, which the attacker can mint
+//     at will anyway. A key in use that has used as little as a flood's
+//     key (its first permit of a window) is younger than the flood's older
+//     keys, which go before it.
 //   - An exhausted key (its last answer left no budget) is never evicted:
 //     a flood cannot free a client that used up its limit. When a sample
 //     holds only exhausted keys, the shard grows, up to twice its share of
@@ -84,7 +88,7 @@ func (sh *memoryShard) makeRoom(now int64, limit int, ev *memoryEvictions) bool 
 		return true
 	}
 	var victim string
-	found, least, seen := false, int64(math.MaxInt64), 0
+	found, least, soonest, seen := false, int64(math.MaxInt64), int64(math.MaxInt64), 0
 	for k, e := range sh.m {
 		if seen++; seen > evictSample {
 			break
@@ -94,8 +98,9 @@ func (sh *memoryShard) makeRoom(now int64, limit int, ev *memoryEvictions) bool 
 			ev.whole.Inc()
 			return true
 		}
-		if used := e.full - e.left; (e.left >= 1 || !ev.keepExhausted) && used < least {
-			victim, least, found = k, used, true
+		used := e.full - e.left
+		if (e.left >= 1 || !ev.keepExhausted) && (used < least || used == least && e.wholeAt < soonest) {
+			victim, least, soonest, found = k, used, e.wholeAt, true
 		}
 	}
 	if found {

@@ -145,3 +145,43 @@ func TestMemoryStoreSmallTableKeepsBusyKey(t *testing.T) {
 	assert.LessOrEqual(t, s.Len(), 100)
 	assert.Equal(t, int64(4), memLease(t, s, "{p:busy}", p, 10, 0).Granted, "the busy key kept its count")
 }
+
+// TestMemoryStoreFloodKeepsAKeyInUse: a limiter's local share of 4 a
+// second (MaxKeys 100), for a key asked for every 80 ms for a second and
+// then idle, while new keys of one permit each arrive 25 at a time between
+// its requests. At the start of each burst the key has used one permit,
+// as many as a flood key: the flood's older keys go first, and the key
+// keeps its count, 4 in any second. (Evicted on that tie, it got its share
+// again within the second: a heavy user of a random fault schedule got 5
+// in a second on one pod, during a key flood and a store outage.)
+func TestMemoryStoreFloodKeepsAKeyInUse(t *testing.T) {
+	clock := newConfClock()
+	s := NewMemoryStore(MemoryOptions{Now: clock.Now, MaxKeys: 100, SweepInterval: time.Hour, Role: RoleLocalShare})
+	defer s.Close()
+	p := Params{Algorithm: SlidingWindow, Limit: 4, Window: time.Second}
+	const step = 80 * time.Millisecond
+	var granted []time.Duration // when the key got a permit, from the start
+	flood := 0
+	for i := range 400 {
+		if i%25 < 13 && memLease(t, s, "{p:busy}", p, 1, 0).Granted == 1 { // 13 requests, then 12 steps idle
+			granted = append(granted, time.Duration(i)*step)
+		}
+		for range 25 {
+			memLease(t, s, fmt.Sprintf("{p:u:flood-%d}", flood), p, 1, 0)
+			flood++
+		}
+		clock.Advance(step)
+	}
+	most := 0
+	for i, at := range granted {
+		n := 0
+		for _, b := range granted[i:] {
+			if b-at < time.Second {
+				n++
+			}
+		}
+		most = max(most, n)
+	}
+	assert.LessOrEqual(t, most, 4, "the key got its share again in a second")
+	assert.GreaterOrEqual(t, len(granted), 4*400/25, "the key got less than its share")
+}
