@@ -304,10 +304,7 @@ func TestFirstUsesThroughAStoreThatLostItsWrites(t *testing.T) {
 	require.EqualValues(t, pods, firstUseGrants.Get()-before)
 	require.Equal(t, pods*500, total)
 
-	cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
-	require.NoError(t, err)
-	t.Cleanup(cl.Close)
-	require.NoError(t, cl.Do(context.Background(), cl.B().Flushall().Build()).Error())
+	flushAll(t, srv.Addr)
 
 	for range 4 {
 		total += allowOnEach(ls, req, limit/4)

@@ -29,10 +29,7 @@ func TestLostGrantsReportedAgain(t *testing.T) {
 	before, _ := allowN(first, req, 40)
 	require.Equal(t, 40, before)
 
-	cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
-	require.NoError(t, err)
-	t.Cleanup(cl.Close)
-	require.NoError(t, cl.Do(context.Background(), cl.B().Flushall().Build()).Error())
+	flushAll(t, srv.Addr)
 
 	emptied, reported := storeEmptied.Get(), lostReported.Get()
 	after, _ := allowN(first, req, 2) // the first call finds the loss, the next reports
@@ -79,10 +76,7 @@ func TestTokenBucketAfterALossStartsAtTheLastLevel(t *testing.T) {
 	before := offer(capacity) // exactly: no pod holds a refusal of the store's
 	require.Equal(t, capacity, before)
 
-	cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
-	require.NoError(t, err)
-	t.Cleanup(cl.Close)
-	require.NoError(t, cl.Do(context.Background(), cl.B().Flushall().Build()).Error())
+	flushAll(t, srv.Addr)
 
 	after := offer(2 * capacity)
 	t.Logf("%d before the loss, %d after it", before, after)
@@ -95,14 +89,7 @@ func TestTokenBucketAfterALossStartsAtTheLastLevel(t *testing.T) {
 // the 10 more that each asks for, the limit in all, fit in it.
 func TestAfterALossClientsUnderTheLimitAreServed(t *testing.T) {
 	srv := redistest.Start(t)
-	cfg := testLimitsConfig(func(c *Config) {
-		c.IP, c.Window = 100, 1000*time.Second
-		c.LocalFastPath = new(bool) // one permit per call: the store's count is exact
-	})
-	var ls []*Limiter
-	for range 5 {
-		ls = append(ls, newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{LivePods: func() int { return 5 }}))
-	}
+	ls := exactPods(t, srv.Addr, 5)
 	req := &Request{IP: []byte("10.9.9.11")}
 	use := func() (got int) {
 		for range 10 {
@@ -116,10 +103,7 @@ func TestAfterALossClientsUnderTheLimitAreServed(t *testing.T) {
 	}
 	require.Equal(t, 50, use())
 
-	cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
-	require.NoError(t, err)
-	t.Cleanup(cl.Close)
-	require.NoError(t, cl.Do(context.Background(), cl.B().Flushall().Build()).Error())
+	flushAll(t, srv.Addr)
 	emptied := storeEmptied.Get()
 	assert.Equal(t, 50, use(), "clients under the limit were refused after the loss")
 	assert.Greater(t, storeEmptied.Get(), emptied, "the loss was not noticed")
@@ -134,25 +118,17 @@ func TestAfterALossClientsUnderTheLimitAreServed(t *testing.T) {
 // the pods let 140 through.
 func TestALossIsNoticedAfterTheOthersCalls(t *testing.T) {
 	srv := redistest.Start(t)
-	cfg := testLimitsConfig(func(c *Config) {
-		c.IP, c.Window = 100, 1000*time.Second
-		c.LocalFastPath = new(bool) // one permit per call: the store's count is exact
-	})
-	pods := func() int { return 2 }
-	a := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{LivePods: pods})
-	b := newTestLimiter(t, cfg, newRedisStore(t, srv.Addr), Options{LivePods: pods})
+	ls := exactPods(t, srv.Addr, 2)
+	a, b := ls[0], ls[1]
 	req := &Request{IP: []byte("10.9.9.12")}
 	first, _ := allowN(a, req, 40)
 	second, _ := allowN(b, req, 10)
 	require.Equal(t, 50, first+second)
 
-	cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{srv.Addr}})
-	require.NoError(t, err)
-	t.Cleanup(cl.Close)
-	require.NoError(t, cl.Do(context.Background(), cl.B().Flushall().Build()).Error())
+	flushAll(t, srv.Addr)
 	// The key is made anew later than the first pod's last answer by more
 	// than a store call can take (the time it is known to within).
-	time.Sleep(cfg.StoreTimeout + 5*time.Millisecond)
+	time.Sleep(a.cfg.StoreTimeout + 5*time.Millisecond)
 
 	emptied := storeEmptied.Get()
 	more, _ := allowN(b, req, 45)
@@ -162,4 +138,29 @@ func TestALossIsNoticedAfterTheOthersCalls(t *testing.T) {
 	assert.Equal(t, emptied+2, storeEmptied.Get(), "the first pod did not notice the loss")
 	assert.LessOrEqual(t, first+second+more+last, 100)
 	assert.GreaterOrEqual(t, first+second+more+last, 98, "the pods were held under the limit")
+}
+
+// exactPods are n pods (LivePods n) on the redis-server at addr, each
+// asking the store for every permit (its count is exact), with an IP
+// limit of 100 in a window long enough that no permit leaves it during a
+// test, however slow the machine.
+func exactPods(t *testing.T, addr string, n int) []*Limiter {
+	cfg := testLimitsConfig(func(c *Config) {
+		c.IP, c.Window = 100, 1000*time.Second
+		c.LocalFastPath = new(bool)
+	})
+	ls := make([]*Limiter, n)
+	for i := range ls {
+		ls[i] = newTestLimiter(t, cfg, newRedisStore(t, addr), Options{LivePods: func() int { return n }})
+	}
+	return ls
+}
+
+// flushAll empties the redis-server at addr (FLUSHALL): the store loses
+// every key's writes.
+func flushAll(t *testing.T, addr string) {
+	cl, err := store.NewRedisClient(store.RedisConfig{Addrs: []string{addr}})
+	require.NoError(t, err)
+	defer cl.Close()
+	require.NoError(t, cl.Do(context.Background(), cl.B().Flushall().Build()).Error())
 }

@@ -3,6 +3,7 @@ package limit
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,6 +87,32 @@ func offerTenTimes(pods [3]*Limiter, rate int, at func(time.Duration)) []spans.S
 	return approvals
 }
 
+// outagePod is a pod of pods (LivePods) on a store that can be taken
+// down (st.down), deciding a rule of limit a minute for req, whose last
+// heartbeat reached the store at beat (HeartbeatTTL 1 s), and whose first
+// request the store answered.
+type outagePod struct {
+	clock *atomic.Int64
+	now   func() time.Time
+	st    *switchStore
+	l     *Limiter
+	req   *Request
+	beat  time.Time
+}
+
+func newOutagePod(t *testing.T, limit int64, pods int) *outagePod {
+	p := &outagePod{req: &Request{Tenant: "free", Plan: "FREE", Resource: "r"}}
+	p.clock, p.now, _, p.st = clockedStore(t)
+	cfg := testLimitsConfig(func(c *Config) { c.BreakerFailures, c.MaxLease = 1, 1 })
+	rule := catalog.Rule{Tenant: "free", Resource: "r", Algorithm: store.SlidingWindow, Limit: limit, Window: confutil.Duration(time.Minute)}
+	p.beat = p.now() // its last heartbeat before the outage
+	p.l = newTestLimiter(t, cfg, p.st, Options{Now: p.now, Catalog: testCatalog(t, rule), LivePods: func() int { return pods },
+		HeartbeatAt: func() time.Time { return p.beat }, HeartbeatTTL: time.Second})
+	first, _ := allowN(p.l, p.req, 1)
+	require.Equal(t, 1, first, "answered by the store")
+	return p
+}
+
 // TestUncontestedKeyDecidedAloneUntilTheOthersRead: back from an outage, a
 // pod decides a key that was not contested alone, on its share, until the
 // other pods have read its heartbeat (StoreReachable's read): until then
@@ -93,15 +120,9 @@ func offerTenTimes(pods [3]*Limiter, rate int, at func(time.Duration)) []spans.S
 // granted this pod. Then the next call reports what it let through, and the
 // store counts it.
 func TestUncontestedKeyDecidedAloneUntilTheOthersRead(t *testing.T) {
-	const limit, alone = 30, 6
-	clock, now, _, st := clockedStore(t)
-	cfg := testLimitsConfig(func(c *Config) { c.BreakerFailures, c.MaxLease = 1, 1 })
-	rule := catalog.Rule{Tenant: "free", Resource: "r", Algorithm: store.SlidingWindow, Limit: limit, Window: confutil.Duration(time.Minute)}
-	beat := now() // its last heartbeat before the outage
-	l := newTestLimiter(t, cfg, st, Options{Now: now, Catalog: testCatalog(t, rule), HeartbeatAt: func() time.Time { return beat }, HeartbeatTTL: time.Second})
-	req := &Request{Tenant: "free", Plan: "FREE", Resource: "r"}
-	first, _ := allowN(l, req, 1)
-	require.Equal(t, 1, first, "answered by the store")
+	const limit, alone, first = 30, 6, 1
+	p := newOutagePod(t, limit, 1)
+	clock, now, st, l, req := p.clock, p.now, p.st, p.l, p.req
 
 	st.down.Store(true)
 	own, _ := allowN(l, req, alone)
@@ -116,7 +137,7 @@ func TestUncontestedKeyDecidedAloneUntilTheOthersRead(t *testing.T) {
 	assert.Equal(t, uint64(1), aloneWhileHeld.Get()-held, "decided alone")
 
 	clock.Add(int64(2 * time.Second))
-	beat = now() // its heartbeats arrive again
+	p.beat = now() // its heartbeats arrive again
 	got, _ = allowN(l, req, limit)
 	assert.Equal(t, uint64(alone+1), reportedUnleased.Get()-reported, "reported once they have")
 	assert.Equal(t, limit-first-alone-1, got, "the store counts them")
@@ -132,15 +153,8 @@ func TestUncontestedKeyDecidedAloneUntilTheOthersRead(t *testing.T) {
 // pod cut off).
 func TestKeyRefusedAloneReportedWhenBack(t *testing.T) {
 	const limit, pods = 30, 3
-	clock, now, _, st := clockedStore(t)
-	cfg := testLimitsConfig(func(c *Config) { c.BreakerFailures, c.MaxLease = 1, 1 })
-	rule := catalog.Rule{Tenant: "free", Resource: "r", Algorithm: store.SlidingWindow, Limit: limit, Window: confutil.Duration(time.Minute)}
-	beat := now() // its last heartbeat before the outage
-	l := newTestLimiter(t, cfg, st, Options{Now: now, Catalog: testCatalog(t, rule), LivePods: func() int { return pods },
-		HeartbeatAt: func() time.Time { return beat }, HeartbeatTTL: time.Second})
-	req := &Request{Tenant: "free", Plan: "FREE", Resource: "r"}
-	first, _ := allowN(l, req, 1)
-	require.Equal(t, 1, first, "answered by the store")
+	p := newOutagePod(t, limit, pods)
+	clock, st, l, req := p.clock, p.st, p.l, p.req
 
 	st.down.Store(true)
 	own, last := allowN(l, req, 2*limit/pods)

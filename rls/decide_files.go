@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -48,7 +47,7 @@ type statusParts struct {
 type oneAnswer struct {
 	resp  rlsv3.RateLimitResponse
 	list  [1]*rlsv3.RateLimitResponse_DescriptorStatus
-	parts statusParts
+	parts [1]statusParts
 }
 
 // newAnswer is an answer of n descriptors and the parts of each.
@@ -56,7 +55,7 @@ func newAnswer(n int) (*rlsv3.RateLimitResponse, []statusParts) {
 	if n == 1 {
 		a := new(oneAnswer)
 		a.resp.Statuses = a.list[:]
-		return &a.resp, unsafe.Slice(&a.parts, 1)
+		return &a.resp, a.parts[:]
 	}
 	return &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}, make([]statusParts, n)
 }
