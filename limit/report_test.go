@@ -205,3 +205,45 @@ func TestContestedShareComesBackAWindowAfterTheHold(t *testing.T) {
 	got, _ = allowN(l, req, limit)
 	assert.Equal(t, limit/pods, got, "its share, once the others' grants from before the hold have left")
 }
+
+// TestUnrefusedKeyTakesItsShareAlone: a pod whose calls fail while the
+// others reach the store lets its share of a key through alone when the
+// store had not refused the key on it (it never answered it, or answered
+// it under the limit): nothing tells the pod that the key's clients ask
+// more than the limit. The others, answered, take the whole limit, so the
+// window holds the limit plus that pod's share, the bound docs/leases.md
+// gives such a key, and no more however often its clients ask.
+func TestUnrefusedKeyTakesItsShareAlone(t *testing.T) {
+	const limit, pods, share = 30, 3, 10
+	for _, answered := range []bool{false, true} {
+		t.Run(map[bool]string{false: "never answered", true: "answered under the limit"}[answered], func(t *testing.T) {
+			clock, now, mem, cut := clockedStore(t)
+			cfg := testLimitsConfig(func(c *Config) { c.BreakerFailures, c.MaxLease = 1, 1 })
+			rule := catalog.Rule{Tenant: "free", Resource: "r", Algorithm: store.SlidingWindow, Limit: limit, Window: confutil.Duration(time.Minute)}
+			cat := testCatalog(t, rule)
+			pod := func(st store.Store) *Limiter {
+				return newTestLimiter(t, cfg, st, Options{Now: now, Catalog: cat, LivePods: func() int { return pods }})
+			}
+			alone, other := pod(cut), pod(&switchStore{Store: mem})
+			req := &Request{Tenant: "free", Plan: "FREE", Resource: "r"}
+			first := 0
+			if answered {
+				first, _ = allowN(alone, req, 1)
+				require.Equal(t, 1, first, "answered by the store")
+			}
+			cut.down.Store(true)
+			others, _ := allowN(other, req, limit)
+			require.Equal(t, limit-first, others, "the others took the rest of the limit")
+			var own int
+			for range 5 {
+				n, _ := allowN(alone, req, limit)
+				own += n
+				clock.Add(int64(time.Second))
+			}
+			t.Logf("first %d, the others %d, alone %d: %d in the window", first, others, own, first+others+own)
+			assert.Positive(t, own, "let nothing through alone")
+			assert.LessOrEqual(t, first+own, share, "more than its share")
+			assert.LessOrEqual(t, first+others+own, limit+share, "the window")
+		})
+	}
+}
