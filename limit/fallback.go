@@ -54,6 +54,9 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 			b.aloneState().refusedAt = now
 		}
 	} else if b != nil {
+		if b.answeredAt == 0 {
+			fallbackUnanswered.Add(int(tokens))
+		}
 		// Reported with the bucket's next call that reaches the store, so
 		// that the store, once it answers again, does not grant the
 		// window's whole budget on top of these.

@@ -31,6 +31,10 @@ var (
 	fallbackLocal     = metrics.NewCounter(`sentinel_limit_fallback_decisions_total{policy="local"}`)
 	fallbackOpen      = metrics.NewCounter(`sentinel_limit_fallback_decisions_total{policy="open"}`)
 	fallbackClosed    = metrics.NewCounter(`sentinel_limit_fallback_decisions_total{policy="closed"}`)
+	// Permits the local policy let through on keys the store had never
+	// answered on this pod: nothing told it whether their clients ask more
+	// than the limit (docs/leases.md, which bound holds).
+	fallbackUnanswered = metrics.NewCounter(`sentinel_limit_fallback_unanswered_grants_total`)
 	// Refusals of the local policy: the pod's share of the limit is spent,
 	// or the store's last answer left too little (Limiter.fallbackRoom).
 	fallbackDeniedShare  = metrics.NewCounter(`sentinel_limit_fallback_denials_total{reason="local_share"}`)

@@ -234,6 +234,7 @@ func TestUnrefusedKeyTakesItsShareAlone(t *testing.T) {
 			cut.down.Store(true)
 			others, _ := allowN(other, req, limit)
 			require.Equal(t, limit-first, others, "the others took the rest of the limit")
+			unanswered := fallbackUnanswered.Get()
 			var own int
 			for range 5 {
 				n, _ := allowN(alone, req, limit)
@@ -244,6 +245,11 @@ func TestUnrefusedKeyTakesItsShareAlone(t *testing.T) {
 			assert.Positive(t, own, "let nothing through alone")
 			assert.LessOrEqual(t, first+own, share, "more than its share")
 			assert.LessOrEqual(t, first+others+own, limit+share, "the window")
+			if answered {
+				assert.Equal(t, unanswered, fallbackUnanswered.Get(), "grants on a key the store answered counted as unanswered")
+			} else {
+				assert.Equal(t, unanswered+uint64(own), fallbackUnanswered.Get(), "grants on a key the store never answered")
+			}
 		})
 	}
 }
