@@ -453,7 +453,7 @@ func TestFaultClusterMasterKilled(t *testing.T) {
 // timed out every pod's first calls together (the first calls of a process
 // run slower), and a pod whose calls for hot kept failing knew nothing of
 // the key: it let its share through alone while the others took the whole
-// limit (133 in a second for 100 in 1 run of 37), the bound
+// limit (133 in a second for 100 in 1 run of 56), the bound
 // docs/leases.md gives a key the store had not refused on a pod when its
 // calls began to fail (limit.TestUnrefusedKeyTakesItsShareAlone).
 func TestFaultStoreSlowed(t *testing.T) {
