@@ -100,13 +100,21 @@ type outagePod struct {
 	beat  time.Time
 }
 
+// outageRule is the configuration and the catalog of the outage tests: a
+// breaker that opens on the first failure, leases of one permit, and a
+// rule of limit a minute (sliding_window) for tenant free on resource r.
+func outageRule(t *testing.T, limit int64) (Config, *catalog.Catalog) {
+	cfg := testLimitsConfig(func(c *Config) { c.BreakerFailures, c.MaxLease = 1, 1 })
+	rule := catalog.Rule{Tenant: "free", Resource: "r", Algorithm: store.SlidingWindow, Limit: limit, Window: confutil.Duration(time.Minute)}
+	return cfg, testCatalog(t, rule)
+}
+
 func newOutagePod(t *testing.T, limit int64, pods int) *outagePod {
 	p := &outagePod{req: &Request{Tenant: "free", Plan: "FREE", Resource: "r"}}
 	p.clock, p.now, _, p.st = clockedStore(t)
-	cfg := testLimitsConfig(func(c *Config) { c.BreakerFailures, c.MaxLease = 1, 1 })
-	rule := catalog.Rule{Tenant: "free", Resource: "r", Algorithm: store.SlidingWindow, Limit: limit, Window: confutil.Duration(time.Minute)}
+	cfg, cat := outageRule(t, limit)
 	p.beat = p.now() // its last heartbeat before the outage
-	p.l = newTestLimiter(t, cfg, p.st, Options{Now: p.now, Catalog: testCatalog(t, rule), LivePods: func() int { return pods },
+	p.l = newTestLimiter(t, cfg, p.st, Options{Now: p.now, Catalog: cat, LivePods: func() int { return pods },
 		HeartbeatAt: func() time.Time { return p.beat }, HeartbeatTTL: time.Second})
 	first, _ := allowN(p.l, p.req, 1)
 	require.Equal(t, 1, first, "answered by the store")
@@ -218,9 +226,7 @@ func TestUnrefusedKeyTakesItsShareAlone(t *testing.T) {
 	for _, answered := range []bool{false, true} {
 		t.Run(map[bool]string{false: "never answered", true: "answered under the limit"}[answered], func(t *testing.T) {
 			clock, now, mem, cut := clockedStore(t)
-			cfg := testLimitsConfig(func(c *Config) { c.BreakerFailures, c.MaxLease = 1, 1 })
-			rule := catalog.Rule{Tenant: "free", Resource: "r", Algorithm: store.SlidingWindow, Limit: limit, Window: confutil.Duration(time.Minute)}
-			cat := testCatalog(t, rule)
+			cfg, cat := outageRule(t, limit)
 			pod := func(st store.Store) *Limiter {
 				return newTestLimiter(t, cfg, st, Options{Now: now, Catalog: cat, LivePods: func() int { return pods }})
 			}
