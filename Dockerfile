@@ -5,7 +5,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/sentinel . && \
+RUN CGO_ENABLED=0 go build -trimpath -tags vtprotobuf -ldflags "-s -w -X main.version=${VERSION}" -o /out/sentinel . && \
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/demo-backend ./loadtest/backend
 
 # The demo backend, for deploy/compose.yaml: docker build --target demo-backend .

@@ -103,6 +103,7 @@ func New(deps Deps) (*Server, error) {
 		// make bench-rls). Past streamWorkers calls at once, a call gets a
 		// goroutine of its own.
 		grpc.NumStreamWorkers(streamWorkers),
+		grpc.ForceServerCodecV2(newCodec()),
 		grpc.ChainUnaryInterceptor(s.authUnary),
 		grpc.ChainStreamInterceptor(s.authStream),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
