@@ -11,13 +11,14 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/mem"
 	gproto "google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // TestCodecWritesWhatTheProtoCodecWrites marshals the service's answers (of
-// one descriptor, and of 40: past the size gRPC pools buffers from), an
+// one descriptor, and of 64: past the size gRPC pools buffers from), an
 // answer with every field set, and a message without generated code (the
 // health check's) with the service's codec and with gRPC's proto codec: the
 // bytes are the same (but for the order of a map's entries, which neither
@@ -25,11 +26,12 @@ import (
 func TestCodecWritesWhatTheProtoCodecWrites(t *testing.T) {
 	srv := hotFilesServer(t)
 	var msgs []any
-	for _, n := range []int{1, 40} {
+	for _, n := range []int{1, 64} {
 		resp, err := srv.svc.ShouldRateLimit(context.Background(), hotFilesRequest(n))
 		require.NoError(t, err)
 		msgs = append(msgs, resp)
 	}
+	require.False(t, mem.IsBelowBufferPoolingThreshold(gproto.Size(msgs[1].(*rlsv3.RateLimitResponse))), "the answer of 64 is written in a pooled buffer")
 	meta, err := structpb.NewStruct(map[string]any{"tenant": "acme", "used": 3.0})
 	require.NoError(t, err)
 	msgs = append(msgs, &rlsv3.RateLimitResponse{
