@@ -238,6 +238,7 @@ func (a *Gateway) newLimiter(cfg limit.Config, prev *limit.Limiter) (*limit.Limi
 	return limit.NewLimiter(cfg, a.store, limit.Options{
 		Adjuster: a.adaptive, LivePods: a.adaptive.LivePods, RecentPods: a.adaptive.RecentPods, SuspectPods: a.adaptive.SuspectPods, Catalog: a.catalog, Policies: a.sync.PolicySet(), Succeeds: prev,
 		PeerNotice: a.cfg.Adaptive.PressureTTL + 2*a.cfg.Adaptive.ClusterInterval, HeartbeatAt: a.adaptive.HeartbeatAt, HeartbeatTTL: a.cfg.Adaptive.PressureTTL,
+		HeartbeatEvery: a.cfg.Adaptive.ClusterInterval,
 	})
 }
 

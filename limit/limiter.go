@@ -37,9 +37,10 @@ type Limiter struct {
 	suspectPods func() int
 	// reportsFrom is when the other pods have read this pod's heartbeat
 	// after it came back (unix nanos; see StoreReachable).
-	reportsFrom  atomic.Int64
-	heartbeatTTL int64 // Options.HeartbeatTTL
-	catalog      *catalog.Catalog
+	reportsFrom    atomic.Int64
+	heartbeatTTL   int64 // Options.HeartbeatTTL
+	heartbeatEvery int64 // Options.HeartbeatEvery
+	catalog        *catalog.Catalog
 	// shorthand are the limits section's shorthand limits and the rules,
 	// compiled into the policies they are; policies are the others.
 	shorthand []*catalog.CompiledPolicy
@@ -99,7 +100,8 @@ func NewLimiter(cfg Config, st store.Store, opts Options) (*Limiter, error) {
 		livePods: opts.LivePods, recentPods: opts.RecentPods, suspectPods: opts.SuspectPods,
 		// A pod cut off from the store stops sending heartbeats with it.
 		peerNotice: opts.PeerNotice, heartbeatAt: opts.HeartbeatAt, heartbeatTTL: int64(opts.HeartbeatTTL),
-		catalog: opts.Catalog,
+		heartbeatEvery: int64(opts.HeartbeatEvery),
+		catalog:        opts.Catalog,
 		// The rules are looked up in the catalog for each request: a
 		// change of the catalog applies without a new limiter.
 		shorthand: catalog.CompileShorthand(cfg.Shorthands(), cfg.CatalogDefaults(), opts.Catalog),

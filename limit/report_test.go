@@ -259,3 +259,82 @@ func TestUnrefusedKeyTakesItsShareAlone(t *testing.T) {
 		})
 	}
 }
+
+// limitsSeen is a store that remembers the limit of each call it gets.
+type limitsSeen struct {
+	store.Store
+	mu     sync.Mutex
+	limits []int64
+}
+
+func (s *limitsSeen) Lease(ctx context.Context, req *store.LeaseRequest) (store.LeaseResult, error) {
+	s.mu.Lock()
+	s.limits = append(s.limits, req.Params.Limit)
+	s.mu.Unlock()
+	return s.Store.Lease(ctx, req)
+}
+
+// TestBlindPodHoldsTheOthersShares: a pod whose heartbeats have failed
+// for longer than the others' may have before they decide alone (a
+// heartbeat interval short of HeartbeatTTL) sends the calls of a
+// contested key with the limit lowered by every other pod's share: the
+// store's node of the heartbeats may be down for every pod while the
+// keys' nodes answer, and then none reads that the others stopped. A key
+// of 30 a 10 s window over 3 pods, taken 15 and 15 five seconds apart
+// and refused then: once the first 15 have left (2 s past the window: a
+// lease counts until its expiry plus the window), a pod whose heartbeat
+// is fresh gets 15 more, a blind one none (the store's limit for it is
+// its share, 10, and 15 are counted). A key that was not contested keeps
+// its whole limit.
+func TestBlindPodHoldsTheOthersShares(t *testing.T) {
+	const limit, pods, half = 30, 3, 15
+	const ttl, every, window = 3 * time.Second, 500 * time.Millisecond, 10 * time.Second
+	run := func(t *testing.T, beatAge time.Duration) (granted int, sent []int64) {
+		clock, now, mem, _ := clockedStore(t)
+		st := &limitsSeen{Store: mem}
+		cfg := testLimitsConfig(func(c *Config) { c.MaxLease = 1 })
+		rules := []catalog.Rule{
+			{Tenant: "free", Resource: "r", Algorithm: store.SlidingLog, Limit: limit, Window: confutil.Duration(window)},
+			{Tenant: "gold", Resource: "r", Algorithm: store.SlidingLog, Limit: limit, Window: confutil.Duration(window)},
+		}
+		start := now()
+		beat := start
+		livePods := func() int { return pods }
+		l := newTestLimiter(t, cfg, st, Options{Now: now, Catalog: testCatalog(t, rules...), LivePods: livePods, RecentPods: livePods,
+			HeartbeatAt: func() time.Time { return beat }, HeartbeatTTL: ttl, HeartbeatEvery: every})
+		req := &Request{Tenant: "free", Plan: "FREE", Resource: "r"}
+		got, _ := allowN(l, req, half)
+		require.Equal(t, half, got)
+		clock.Add(int64(window / 2))
+		beat = now()
+		got, _ = allowN(l, req, half+1)
+		require.Equal(t, half, got, "the store refuses the key: it is contested")
+		clock.Store(start.Add(window + 2*time.Second).UnixNano())
+		beat = now().Add(-beatAge)
+		holds := blindHolds.Get()
+		st.limits = st.limits[:0]
+		granted, _ = allowN(l, req, half)
+		gold, _ := allowN(l, &Request{Tenant: "gold", Plan: "FREE", Resource: "r"}, 1)
+		require.Equal(t, 1, gold, "a key that was not contested")
+		if beatAge > ttl-every {
+			assert.Positive(t, blindHolds.Get()-holds, "counted")
+		} else {
+			assert.Zero(t, blindHolds.Get()-holds)
+		}
+		return granted, st.limits
+	}
+	t.Run("fresh", func(t *testing.T) {
+		granted, sent := run(t, ttl-every-100*time.Millisecond)
+		assert.Equal(t, half, granted, "the first 15 have left")
+		for _, l := range sent {
+			assert.Equal(t, int64(limit), l, "the whole limit")
+		}
+	})
+	t.Run("blind", func(t *testing.T) {
+		granted, sent := run(t, ttl-every+100*time.Millisecond)
+		assert.Zero(t, granted, "its share, 10, and 15 counted")
+		require.NotEmpty(t, sent)
+		assert.Equal(t, int64(limit-(pods-1)*limit/pods), sent[0], "the contested key: its share alone")
+		assert.Equal(t, int64(limit), sent[len(sent)-1], "the key that was not contested: the whole limit")
+	})
+}

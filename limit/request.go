@@ -233,6 +233,10 @@ type Options struct {
 	// contested alone until they read its heartbeat again (see
 	// Limiter.StoreReachable).
 	HeartbeatTTL time.Duration
+	// HeartbeatEvery is how often this pod publishes its heartbeat
+	// (adaptive.cluster_interval; 0: unknown): another pod's last heartbeat
+	// may be that much older than this one's (see Limiter.blind).
+	HeartbeatEvery time.Duration
 	// Catalog holds the tenants' plans and the rules (nil: no rules; plan
 	// multipliers default to 1).
 	Catalog *catalog.Catalog
