@@ -195,10 +195,13 @@ func (l *Limiter) lastBeat() int64 {
 // itself (storeParams); of the keys whose clients ask less than the
 // limit, no pod takes more than they ask. When only this pod cannot reach
 // the heartbeats, the others hold its share as well: the store gets less
-// of a contested key meanwhile, never more.
+// of a contested key meanwhile, never more. A heartbeat is at most an
+// interval old while the exchanges work, so a pod is never blind before
+// two (with pressure_ttl under three intervals, a pod may then go blind
+// after another decides alone, by the difference).
 func (l *Limiter) blind(now int64) bool {
 	beat := l.lastBeat()
-	return l.heartbeatTTL > 0 && beat > 0 && now-beat > l.heartbeatTTL-l.heartbeatEvery
+	return l.heartbeatTTL > 0 && beat > 0 && now-beat > max(l.heartbeatTTL-l.heartbeatEvery, 2*l.heartbeatEvery)
 }
 
 // storeEmptied counts the answers that showed a store that lost a key's

@@ -338,3 +338,25 @@ func TestBlindPodHoldsTheOthersShares(t *testing.T) {
 		assert.Equal(t, int64(limit), sent[len(sent)-1], "the key that was not contested: the whole limit")
 	})
 }
+
+// TestBlindNotWhileTheHeartbeatsWork: a pod is blind a heartbeat interval
+// short of HeartbeatTTL after its last heartbeat, but never while its
+// heartbeat is under two intervals old, which it is while the exchanges
+// work, however short pressure_ttl is set.
+func TestBlindNotWhileTheHeartbeatsWork(t *testing.T) {
+	for _, tc := range []struct {
+		ttl, every, age time.Duration
+		blind           bool
+	}{
+		{3 * time.Second, 500 * time.Millisecond, 2400 * time.Millisecond, false},
+		{3 * time.Second, 500 * time.Millisecond, 2600 * time.Millisecond, true},
+		{600 * time.Millisecond, 500 * time.Millisecond, 700 * time.Millisecond, false},
+		{600 * time.Millisecond, 500 * time.Millisecond, 1100 * time.Millisecond, true},
+	} {
+		_, now, mem, _ := clockedStore(t)
+		beat := now().Add(-tc.age)
+		l := newTestLimiter(t, testLimitsConfig(nil), mem, Options{Now: now,
+			HeartbeatAt: func() time.Time { return beat }, HeartbeatTTL: tc.ttl, HeartbeatEvery: tc.every})
+		assert.Equal(t, tc.blind, l.blind(now().UnixNano()), "pressure_ttl %v, every %v, heartbeat %v old", tc.ttl, tc.every, tc.age)
+	}
+}
