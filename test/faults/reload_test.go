@@ -56,7 +56,7 @@ func TestFaultReloadDuringOutage(t *testing.T) {
 		require.Equal(t, []string{"limits.max_keys"}, applied)
 	}
 	reloaded := time.Now()
-	time.Sleep(stopped.Add(7 * time.Second).Sub(time.Now()))
+	time.Sleep(time.Until(stopped.Add(7 * time.Second)))
 	srv.Restart()
 	restarted := time.Now()
 	time.Sleep(2500 * time.Millisecond)
