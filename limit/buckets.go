@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,10 +23,11 @@ const bucketShards = 64
 // different keys never contend.
 //
 // The fields a decision from the lease reads and writes (decideLocally) come
-// first, with the mutex, within one cache line, and a bucket is a whole
-// number of lines (so that its allocation starts one): a hot key's bucket
-// moves between the cores that serve it, one line per decision rather than
-// four (TestBucketHotFieldsShareALine).
+// first, with the mutex, within one cache line, and a bucket is three whole
+// lines (so that its allocation starts one): a hot key's bucket moves
+// between the cores that serve it, one line per decision rather than three
+// (TestBucketHotFieldsShareALine). What only some keys use is kept apart
+// (rate, rare, alone), so that a key called once or twice takes no more.
 type bucket struct {
 	mu      sync.Mutex
 	permits int64 // leased, unused permits
@@ -39,51 +41,40 @@ type bucket struct {
 	resetAt   int64
 	// gen changes with every lease, so that a return never puts permits of
 	// an earlier lease into a later one.
-	gen uint64
-	// deniedUntil caches the store's refusal: until then the key is refused
-	// locally without a store call (a flood over the limit does not reach
-	// the store once per request).
-	deniedUntil int64
+	gen uint32
+	// late counts this bucket's store calls whose caller gave up and whose
+	// answer has not come yet (their leases are still counted in the store).
+	late atomic.Int32
+	// freeIn is when the first permit counted in the store's last answer
+	// leaves, in milliseconds after answeredAt, rounded up (freeNever: never;
+	// freeAtReset: with the last, at resetAt). See freeAt.
+	freeIn uint32
+	// slight tells that the store's last answer left the key's count at
+	// most a thousandth of its limit (Limiter.slight): the sweep may drop the
+	// bucket once it is idle for a second.
+	slight bool
 
 	key string
 	// The current lease: where the store counted it (ref), how many
-	// permits it granted (at most that many return), and until when a
-	// return is worth sending (unix nanos; after it the lease no longer
-	// counts).
+	// permits it granted (at most that many return; until when a return is
+	// worth sending: returnBy).
 	ref      int64
 	localRef int64 // where the local share counted it (see Limiter.useLocally)
 	leased   int64
 	expired  int64 // permits of the lease that expired unused, not yet returned
-	returnBy int64
-	deniedAt int64 // unix nanos of the cached refusal (its tokens and retry: rare)
-	freeAt   int64 // unix nanos when its first counted permit leaves (math.MaxInt64: never)
 	fill     *fill // the store call in flight for this key, or nil
-	// size is the lease size that fits this pod's traffic on the key: it
-	// doubles while leases run out before they expire and halves when
-	// permits expire unused (wasted budget).
-	size     int64
 	leasedAt int64 // unix nanos when the last lease call was sent
-	// The key's own rate on this pod, which a lease beyond the request's
-	// tokens needs (see Limiter.leaseSize): uses counts the tokens taken
-	// since the last lease call (its own included; uses, above), gap is a
-	// moving average of the time between two of them (nanos), over gaps
-	// samples (at most rateSamples counted).
-	gap    int64
-	demand int64 // tokens wanted by requests that waited for a fill
-	// rare is what only some keys use (nil until the first use): kept
-	// apart, a bucket is four cache lines instead of five.
-	rare *bucketRare
-	// alone is what the key's store failures left (nil until the first:
-	// most keys never have any, and inline it took two fifths of every
-	// key's bucket): the permits the local failure policy let through on
-	// the key since the last lease call that reached the store, and when
-	// calls failed.
+
+	// rate is what sizes the key's leases once it was called twice (nil
+	// before: see leaseSize); rare is what only some keys use (nil until
+	// the first use); alone is what the key's store failures left (nil
+	// until the first: most keys never have any).
+	rate  *leaseRate
+	rare  *bucketRare
 	alone *aloneState
 	// The last store answer for the key: when it came (unix nanos, 0:
-	// none yet; remaining is its budget) and the permits the local policy
-	// let through since (fallbackRoom).
-	answeredAt   int64
-	fallbackUsed int64
+	// none yet; remaining is its budget).
+	answeredAt int64
 	// seq is the highest call number of the key the store answered
 	// (seqAt: when that answer came, unix nanos), and ownUntil when the last
 	// permit the store granted this pod for it stops counting: a call sent
@@ -92,47 +83,131 @@ type bucket struct {
 	seq, seqAt, ownUntil int64
 
 	lastUsed atomic.Int64 // unix nanos
-	// late counts this bucket's store calls whose caller gave up and whose
-	// answer has not come yet (their leases are still counted in the store).
-	late atomic.Int32
-	// gaps counts the samples of gap (see above); wasted tells that
-	// permits expired unused since the last lease. Here beside late, where
-	// they fill what would be padding.
-	gaps   uint8
-	wasted bool
-	// slight tells that the store's last answer left the key's count at
-	// most a thousandth of its limit (Limiter.slight): the sweep may drop the
-	// bucket once it is idle for a second.
-	slight bool
-
-	_ [bucketPad]byte
 }
 
-// bucketPad rounds a bucket up to a whole number of cache lines.
-const bucketPad = 9
+// leaseRate sizes a key's leases from its own traffic on the pod (see
+// Limiter.leaseSize): size is the lease size that fits it (it doubles
+// while leases run out before they expire and halves when permits expire
+// unused: wasted), gap a moving average of the time between two uses
+// (nanos) over gaps samples (at most rateSamples counted), and demand the
+// tokens wanted by requests that waited for a fill.
+type leaseRate struct {
+	size, gap, demand int64
+	gaps              uint8
+	wasted            bool
+}
+
+// rateState returns b.rate, made on first use: at the size a key's lease
+// calls so far left (none: 0; one or more without a rate: 1). The caller
+// holds b.mu.
+func (b *bucket) rateState() *leaseRate {
+	if b.rate == nil {
+		b.rate = new(leaseRate)
+		if b.leasedAt > 0 {
+			b.rate.size = 1
+		}
+	}
+	return b.rate
+}
+
+// freeIn's values that are not a time.
+const (
+	freeNever   = math.MaxUint32     // the bucket never refills
+	freeAtReset = math.MaxUint32 - 1 // further than freeIn holds: with the last permit
+)
+
+// setFree records that the first permit counted in an answer that came at
+// b.answeredAt leaves in d (d < 0: never). Rounded up to a millisecond:
+// later, never earlier, so that the local share counts no permit freed that
+// is not. The caller holds b.mu.
+func (b *bucket) setFree(d time.Duration) {
+	switch ms := (d + time.Millisecond - 1) / time.Millisecond; {
+	case d < 0:
+		b.freeIn = freeNever
+	case ms >= freeAtReset:
+		b.freeIn = freeAtReset
+	default:
+		b.freeIn = uint32(ms)
+	}
+}
+
+// freeAt is when the first permit counted in the store's last answer
+// leaves (unix nanos; math.MaxInt64: never). The caller holds b.mu.
+func (b *bucket) freeAt() int64 {
+	switch b.freeIn {
+	case freeNever:
+		return math.MaxInt64
+	case freeAtReset:
+		return b.resetAt
+	}
+	return b.answeredAt + int64(b.freeIn)*int64(time.Millisecond)
+}
+
+// returnBy is until when a return of b's lease is worth sending (unix
+// nanos): about half a window after its permits expire, when it no longer
+// counts; a token bucket's, always (a token taken counts until it refills);
+// a quota's, until its period ends (later the store drops it). The caller
+// holds b.mu.
+func (b *bucket) returnBy(p *store.Params) int64 {
+	switch p.Algorithm {
+	case store.TokenBucket:
+		return math.MaxInt64
+	case store.Quota:
+		return b.resetAt
+	}
+	return b.expires + int64(p.Window)/2
+}
 
 // bucketRare is what a bucket holds for only some keys: a refused one, one
 // of a cost limit, of a concurrency limit, or of a request a later limit
 // refused.
 type bucketRare struct {
-	// The cached refusal's tokens (it holds for as many or more) and
-	// retry-after (nanos; -1: never); see bucket.cacheRefusal.
-	deniedNeed, retryAfter int64
+	// deniedUntil caches the store's refusal: until then the key is
+	// refused locally without a store call (a flood over the limit does
+	// not reach the store once per request). deniedAt is when it came
+	// (unix nanos), deniedNeed its tokens (it holds for as many or more),
+	// retryAfter its retry-after (nanos; -1: never); see
+	// bucket.cacheRefusal.
+	deniedUntil, deniedAt, deniedNeed, retryAfter int64
 	// reserved are permits of the current lease that reservations hold
 	// (see Reservation): its end does not report them used.
 	reserved int64
 	// slots: what the pod holds of a concurrency limit's key (nil for
 	// the other limits; see Limiter.takeSlot).
 	slots *slotState
-	// owed permits the store counted at owedRef (a lease call's UsedRef)
-	// for requests a later limit refused: the key's next lease call
-	// returns them, until owedBy (unix nanos; later they no longer
-	// count). See Limiter.settleOwed.
-	owed, owedRef, owedBy int64
+	// owed: permits the store counted for requests a later limit
+	// refused (nil until the first; see bucket.owe). Apart, so that a
+	// bucketRare is one cache line.
+	owed *owedPermits
+}
+
+// owedPermits are n permits the store counted at ref (a lease call's
+// UsedRef) for requests a later limit refused: the key's next lease call
+// returns them, until by (unix nanos; later they no longer count). See
+// Limiter.settleOwed.
+type owedPermits struct {
+	n, ref, by int64
+}
+
+// forgetRefusal drops b's cached refusal: the next request for the key
+// is decided anew. The caller holds b.mu.
+func (b *bucket) forgetRefusal() {
+	if b.rare != nil {
+		b.rare.deniedUntil = 0
+	}
+}
+
+// deniedAt is when the store's refusal that b caches came (unix nanos; 0:
+// none). The caller holds b.mu.
+func (b *bucket) deniedAt() int64 {
+	if b.rare == nil {
+		return 0
+	}
+	return b.rare.deniedAt
 }
 
 // owes tells that b holds owed permits (see owe). The caller holds b.mu.
-func (b *bucket) owes() bool { return b.rare != nil && b.rare.owed > 0 }
+func (b *bucket) owes() bool { return b.rare != nil && b.rare.owed != nil && b.rare.owed.n > 0 }
 
 // rareState returns b.rare, made on first use. The caller holds b.mu.
 func (b *bucket) rareState() *bucketRare {
@@ -145,7 +220,10 @@ func (b *bucket) rareState() *bucketRare {
 // aloneState is what a key's store failures left in its bucket.
 type aloneState struct {
 	unleasedLog
-	failedAt int64 // unix nanos of the last store call for the key that failed
+	// fallbackUsed is the permits the local policy let through since the key's
+	// last store answer (fallbackRoom).
+	fallbackUsed int64
+	failedAt     int64 // unix nanos of the last store call for the key that failed
 	// failingSince is when the key's store calls began to fail (unix nanos:
 	// the first failure after an answer); see Limiter.heldShare.
 	failingSince int64
@@ -187,6 +265,14 @@ func (b *bucket) failingSince() int64 {
 	return b.alone.failingSince
 }
 
+// fallbackUsed reads b.alone's (0: none).
+func (b *bucket) fallbackUsed() int64 {
+	if b.alone == nil {
+		return 0
+	}
+	return b.alone.fallbackUsed
+}
+
 func (b *bucket) emptiedAt() int64 {
 	if b.alone == nil {
 		return 0
@@ -221,6 +307,10 @@ var unkeptBuckets = metrics.NewCounter(`sentinel_limit_local_buckets_unkept_tota
 // sweptSlight counts the slight buckets the sweep dropped before they were
 // idle for the usual time (see bucketTable.sweep).
 var sweptSlight = metrics.NewCounter(`sentinel_limit_local_buckets_swept_slight_total`)
+
+// sweptIdle counts the buckets the sweep dropped, with the in-process
+// store, once unused for a second (see bucketTable.sweep).
+var sweptIdle = metrics.NewCounter(`sentinel_limit_local_buckets_swept_idle_total`)
 
 // bucketTable maps keys to buckets, in shards whose maps are read without
 // a lock and without allocating. (A read lock would write a word that every
@@ -385,10 +475,14 @@ func (b *bucket) owe(n, ref, until int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := b.rareState()
-	if r.owed > 0 && r.owedRef != ref {
+	if r.owed == nil {
+		r.owed = new(owedPermits)
+	}
+	o := r.owed
+	if o.n > 0 && o.ref != ref {
 		return false
 	}
-	r.owed, r.owedRef, r.owedBy = r.owed+n, ref, until
+	o.n, o.ref, o.by = o.n+n, ref, until
 	return true
 }
 
@@ -416,7 +510,15 @@ func (b *bucket) owe(n, ref, until int64) bool {
 // would notice a store that lost the key's writes (a store that forgets a
 // slight count grants at most that thousandth again). Most keys of a large
 // population are slight: one or two requests each, for a limit far above.
-func (t *bucketTable) sweep(now, idleBefore int64) {
+//
+// With the in-process store (inProcess), any bucket goes once unused for a
+// second when it holds nothing but the store's last answer: no permits
+// (leased, or expired and not yet returned), no call in flight or given up
+// on, nothing rare. The store keeps the key's count, never fails and
+// answers without a round trip, so such a bucket only caches what the
+// key's next call asks it again: a key called less than once a second costs
+// the pod its count alone.
+func (t *bucketTable) sweep(now, idleBefore int64, inProcess bool) {
 	slightBefore := now - int64(inUse)
 	for i := range t.shards {
 		sh := &t.shards[i]
@@ -424,14 +526,19 @@ func (t *bucketTable) sweep(now, idleBefore int64) {
 		sh.m.Range(func(k string, b *bucket) bool {
 			used := b.lastUsed.Load()
 			if used < max(idleBefore, slightBefore) && b.mu.TryLock() {
+				bare := b.alone == nil && b.rare == nil && b.late.Load() == 0
 				drop := b.fill == nil && (used < idleBefore && (!b.hasUnleased() || now >= b.alone.unleasedUntil) ||
-					b.slight && b.alone == nil && b.rare == nil && b.late.Load() == 0)
+					b.slight && bare || inProcess && bare && b.permits == 0 && b.expired == 0)
 				if drop {
 					sh.m.Delete(k)
 					sh.n--
 					t.count.Add(-1)
-					if used >= idleBefore {
+					switch {
+					case used < idleBefore:
+					case b.slight:
 						sweptSlight.Inc()
+					default:
+						sweptIdle.Inc()
 					}
 				}
 				b.mu.Unlock()
@@ -454,5 +561,5 @@ func (b *bucket) retryFrom(now int64) time.Duration {
 	if retry < 0 {
 		return -1
 	}
-	return time.Duration(max(retry-(now-b.deniedAt), int64(time.Millisecond)))
+	return time.Duration(max(retry-(now-b.rare.deniedAt), int64(time.Millisecond)))
 }

@@ -43,7 +43,7 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 	// Counted from the decision plus the time a decided request may take to
 	// be used (forwarded), as the store counts its own grants (useWithin):
 	// a window of uses never holds more than the share.
-	res, err := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: tokens, Need: tokens, UseWithin: l.shareSlack()})
+	res, err := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Kept: s.kept, Params: p, Want: tokens, Need: tokens, UseWithin: l.shareSlack()})
 	if err != nil { // only a malformed request: decide like the store would
 		return s.decision(false, 0, l.cfg.BreakerCooldown, 0)
 	}
@@ -61,7 +61,7 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 		// that the store, once it answers again, does not grant the
 		// window's whole budget on top of these.
 		b.addUnleased(tokens, now, unleasedWidth(&s.params), s.countsUntil(now))
-		b.fallbackUsed += tokens
+		b.aloneState().fallbackUsed += tokens
 	}
 	d := s.decision(allowed, res.Remaining, res.RetryAfter, int64(res.Reset))
 	d.Limit = limit
@@ -119,14 +119,14 @@ func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool)
 		left = 0
 		credit = l.heldShare(s, b, now, open)
 		if s.params.Algorithm == store.TokenBucket && credit > 0 {
-			return float64(b.fallbackUsed+tokens) <= float64(s.limit)/pods*l.heldRefill(s, b, now, open)
+			return float64(b.fallbackUsed()+tokens) <= float64(s.limit)/pods*l.heldRefill(s, b, now, open)
 		}
 	}
 	if credit >= 1 {
 		return true
 	}
 	room := left/pods + (float64(s.limit)-left)/pods*credit
-	return float64(b.fallbackUsed+tokens) <= room
+	return float64(b.fallbackUsed()+tokens) <= room
 }
 
 // freed is the part (0..1) of the permits counted in the store's last
@@ -137,12 +137,12 @@ func (l *Limiter) fallbackRoom(s *spec, b *bucket, tokens, now int64, open bool)
 // The caller holds b.mu.
 func (b *bucket) freed(now int64) float64 {
 	switch {
-	case now < b.freeAt:
+	case now < b.freeAt():
 		return 0
 	case now >= b.resetAt:
 		return 1
 	}
-	return float64(now-b.freeAt) / float64(b.resetAt-b.freeAt)
+	return float64(now-b.freeAt()) / float64(b.resetAt-b.freeAt())
 }
 
 // countsUntil is when a permit of s used at now stops counting in any
@@ -176,14 +176,16 @@ func (l *Limiter) contested(s *spec, b *bucket) bool {
 	if s.window <= 0 || l.podsSeen() <= 1 {
 		return false // no other pod takes what the last answer left
 	}
-	return b.deniedAt > 0 && b.failingSince()-b.deniedAt < int64(s.window)
+	at := b.deniedAt()
+	return at > 0 && b.failingSince()-at < int64(s.window)
 }
 
 // contestedNow tells that the store refused b's key within a window, or
 // had when this pod's calls for it began to fail (contested): its clients
 // ask for more than the limit. The caller holds b.mu.
 func (l *Limiter) contestedNow(s *spec, b *bucket, now int64) bool {
-	return l.contested(s, b) || b.deniedAt > 0 && now-b.deniedAt < int64(s.window)
+	at := b.deniedAt()
+	return l.contested(s, b) || at > 0 && now-at < int64(s.window)
 }
 
 // refusedAlone tells that the local policy refused b's key within a window
@@ -262,7 +264,7 @@ func (s *spec) recoveryWindow() time.Duration {
 // counted the kept permits and whether it did (then the caller does not
 // count them again).
 func (l *Limiter) keepShare(ctx context.Context, s *spec, req *store.LeaseRequest, res store.LeaseResult, tokens int64, drain bool) (store.LeaseResult, int64, bool) {
-	local, err := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s),
+	local, err := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Kept: s.kept, Params: l.localShare(s),
 		Want: res.Granted, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.shareSlack()})
 	keep := local.Granted
 	if err != nil {
@@ -377,7 +379,7 @@ func (l *Limiter) useLocally(ctx context.Context, s *spec, n, remaining int64) i
 	if p.Algorithm != store.TokenBucket {
 		p.Limit = store.MaxLimit // count, never refuse
 	}
-	res, _ := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: p, Want: n, LeaseTTL: s.ttl, UseWithin: l.shareSlack()})
+	res, _ := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Kept: s.kept, Params: p, Want: n, LeaseTTL: s.ttl, UseWithin: l.shareSlack()})
 	return res.Ref
 }
 
@@ -390,5 +392,5 @@ func (l *Limiter) returnLocally(ctx context.Context, s *spec, n, ref int64) {
 	if !l.shared || l.policy != FailLocal || n <= 0 || ref == 0 { // 0: not counted (useLocally)
 		return
 	}
-	_, _ = l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Params: l.localShare(s), Return: n, ReturnRef: ref})
+	_, _ = l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Kept: s.kept, Params: l.localShare(s), Return: n, ReturnRef: ref})
 }

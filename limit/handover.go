@@ -54,7 +54,8 @@ func (l *Limiter) succeed(prev *Limiter) {
 	l.table.each(func(b *bucket) {
 		b.mu.Lock()
 		b.expired += b.permits
-		b.permits, b.deniedUntil = 0, 0
+		b.permits = 0
+		b.forgetRefusal()
 		b.mu.Unlock()
 	})
 }

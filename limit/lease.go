@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"math"
 	"time"
 
 	"github.com/sentinel-gateway/sentinel/limit/breaker"
@@ -15,7 +14,7 @@ import (
 // lease generation, to return them when a later limit rejects.
 type use struct {
 	b   *bucket
-	gen uint64
+	gen uint32
 	// usedRef is not 0 when the permits were the Need part of a lease
 	// call's grant: the store counts them from the call, not until the
 	// lease expires, so they cannot return to the bucket (whose permits
@@ -53,6 +52,7 @@ func (l *Limiter) one(ctx context.Context, s *spec, tokens int64, strict bool, r
 		}
 		b = l.table.get(key, now)
 	}
+	s.kept = b.key
 	for attempt := 0; ; attempt++ {
 		b.mu.Lock()
 		if d, u, ok := b.decideLocally(s, tokens, now); ok {
@@ -110,10 +110,7 @@ func (s *spec) overMost() verdict {
 // it decides (ok) it releases b.mu, which the caller holds.
 func (b *bucket) decideLocally(s *spec, tokens, now int64) (d verdict, u use, ok bool) {
 	if b.permits > 0 && now >= b.expires {
-		expiredPermits.Add(int(b.permits))
-		b.wasted = true
-		b.expired += b.permits
-		b.permits = 0
+		b.expire()
 	}
 	if b.permits >= tokens {
 		b.permits -= tokens
@@ -123,7 +120,7 @@ func (b *bucket) decideLocally(s *spec, tokens, now int64) (d verdict, u use, ok
 		b.mu.Unlock()
 		return d, u, true
 	}
-	if now < b.deniedUntil && tokens >= b.rare.deniedNeed { // deniedUntil is set with rare
+	if r := b.rare; r != nil && now < r.deniedUntil && tokens >= r.deniedNeed {
 		d := s.decision(false, 0, b.retryFrom(now), b.resetAt-now)
 		b.mu.Unlock()
 		cachedDenials.Inc()
@@ -132,15 +129,29 @@ func (b *bucket) decideLocally(s *spec, tokens, now int64) (d verdict, u use, ok
 	return verdict{}, use{}, false
 }
 
+// expire drops b's leased permits, which expired unused: the next lease
+// call returns them, and the next lease is smaller (leaseSize). Apart from
+// decideLocally, which it would make slower to enter on every decision.
+// The caller holds b.mu.
+//
+//go:noinline
+func (b *bucket) expire() {
+	expiredPermits.Add(int(b.permits))
+	b.rateState().wasted = true
+	b.expired += b.permits
+	b.permits = 0
+}
+
 // waitFill waits for b's lease call in flight f, its tokens counted in the
 // bucket's demand meanwhile (see leaseSize). The caller holds b.mu;
 // waitFill releases it.
 func (l *Limiter) waitFill(b *bucket, f *fill, tokens int64) {
-	b.demand += tokens
+	r := b.rateState()
+	r.demand += tokens
 	b.mu.Unlock()
 	l.wait(f)
 	b.mu.Lock()
-	b.demand -= tokens
+	r.demand -= tokens
 	b.mu.Unlock()
 }
 
@@ -184,7 +195,7 @@ const maxLogLease = 64
 // within 3/4 of its lifetime, halved when permits expired unused), capped by a share of the remaining
 // budget so that it falls to 1 near the limit; exactly tokens when strict.
 // A key starts at 1, the request's tokens and no lease, and leaves it only
-// when its own rate says a lease would be used (rateFits): a lease of 1 runs
+// when its own rate says a lease would be used (leaseRate.fits): a lease of 1 runs
 // out at once, so its running out says nothing, and a key that comes back
 // about once per lease lifetime, leased 2 on one close pair of requests,
 // would mostly give its permit back unused.
@@ -208,42 +219,51 @@ func (l *Limiter) leaseSize(s *spec, b *bucket, tokens int64, strict bool) int64
 	limit := min(max(budget/(4*pods), 1), most)
 	now := l.now().UnixNano()
 	b.learnRate(now, tokens)
-	switch {
-	case b.size == 0:
-		b.size = 1
-	case b.wasted:
-		b.size = max(1, b.size/2)
-	case now-b.leasedAt < int64(s.ttl)*3/4 && (b.size > 1 || b.rateFits(s.ttl)):
-		b.size = min(2*b.size, l.cfg.MaxLease)
+	// Without a rate yet (a key's first call): a lease of one, as the size
+	// starts, and no requests waiting (their demand would have made one).
+	size, demand := int64(1), int64(0)
+	if r := b.rate; r != nil {
+		switch {
+		case r.size == 0:
+			r.size = 1
+		case r.wasted:
+			r.size = max(1, r.size/2)
+		case now-b.leasedAt < int64(s.ttl)*3/4 && (r.size > 1 || r.fits(s.ttl)):
+			r.size = min(2*r.size, l.cfg.MaxLease)
+		}
+		r.wasted = false
+		size, demand = r.size, r.demand
 	}
-	b.wasted, b.leasedAt = false, now
+	b.leasedAt = now
 	// Requests waiting on the fill in flight will retry after it: ask for
 	// them too, so that they do not each make a call.
-	demand := min(b.demand+tokens, max(budget, 1), most)
-	return max(min(b.size, limit), demand, tokens)
+	demand = min(demand+tokens, max(budget, 1), most)
+	return max(min(size, limit), demand, tokens)
 }
 
-// rateSamples is how many gaps between a key's uses rateFits averages
+// rateSamples is how many gaps between a key's uses leaseRate.fits averages
 // before it trusts the average: one close pair of requests is chance.
 const rateSamples = 2
 
 // learnRate takes the gaps between the key's uses since its last lease
-// call, made at b.leasedAt, into b.gap (a moving average of weight 1/4),
-// for a lease call at now that asks for tokens. The caller holds b.mu.
+// call, made at b.leasedAt, into the rate's gap (a moving average of
+// weight 1/4), for a lease call at now that asks for tokens. The caller
+// holds b.mu.
 func (b *bucket) learnRate(now, tokens int64) {
 	if b.leasedAt > 0 && b.uses > 0 {
+		r := b.rateState()
 		sample := (now - b.leasedAt) / b.uses
-		if b.gaps == 0 {
-			b.gap = sample
+		if r.gaps == 0 {
+			r.gap = sample
 		} else {
-			b.gap += (sample - b.gap) / 4
+			r.gap += (sample - r.gap) / 4
 		}
-		b.gaps = min(b.gaps+1, rateSamples)
+		r.gaps = min(r.gaps+1, rateSamples)
 	}
 	b.uses = tokens
 }
 
-// rateFits reports whether the key's rate fills a lease beyond the
+// fits reports whether the key's rate fills a lease beyond the
 // request's tokens: on average two uses or more within a lease lifetime,
 // so that the next one comes within it (86% of the time for evenly random
 // arrivals). From a single gap only when it is under a quarter of the
@@ -253,11 +273,11 @@ func (b *bucket) learnRate(now, tokens int64) {
 // back unused, which halves the size to 1, and from then on the average
 // decides.
 // The caller holds b.mu.
-func (b *bucket) rateFits(ttl time.Duration) bool {
-	if b.gaps < rateSamples {
-		return b.gaps > 0 && b.gap <= int64(ttl)/4
+func (r *leaseRate) fits(ttl time.Duration) bool {
+	if r.gaps < rateSamples {
+		return r.gaps > 0 && r.gap <= int64(ttl)/4
 	}
-	return b.gap <= int64(ttl)/2
+	return r.gap <= int64(ttl)/2
 }
 
 // refill reports ret and asks the store for a lease of want permits (at
@@ -289,11 +309,14 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 		l.reportLost(s, b, res, &ret, prevAt, now)
 	}
 	b.remaining, b.slight = res.Remaining, l.slight(s, res.Remaining)
-	b.answeredAt, b.fallbackUsed = now, 0
+	b.answeredAt = now
+	if b.alone != nil {
+		b.alone.fallbackUsed = 0
+	}
 	b.resetAt = now + int64(res.Reset)
-	b.freeAt = now + int64(res.FirstFree)
+	b.setFree(res.FirstFree)
 	if res.Reset < 0 {
-		b.freeAt = math.MaxInt64 // a bucket that never refills
+		b.setFree(-1) // a bucket that never refills
 	}
 	g := grant{res: res}
 	if res.Granted >= tokens && l.recovering(s, b, now) {
@@ -319,7 +342,7 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 // used, and returns the local share's count of the returned ones, whether
 // or not the answer arrives: a return is never sent twice.
 func (l *Limiter) callLease(ctx context.Context, s *spec, b *bucket, tokens, want int64, ret report) (*store.LeaseRequest, store.LeaseResult, callTimes, error) {
-	req := &store.LeaseRequest{Key: []byte(b.key), Want: want, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.useWithin(s), Return: ret.unused, ReturnRef: ret.ref, Used: ret.used, Unleased: ret.unleased, UnleasedAgo: ret.unleasedAgo, UnleasedBefore: ret.unleasedBefore,
+	req := &store.LeaseRequest{Key: []byte(b.key), Kept: b.key, Want: want, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.useWithin(s), Return: ret.unused, ReturnRef: ret.ref, Used: ret.used, Unleased: ret.unleased, UnleasedAgo: ret.unleasedAgo, UnleasedBefore: ret.unleasedBefore,
 		Level: ret.level, LevelAgo: ret.levelAgo, LevelKnown: ret.levelKnown,
 		// Run after its caller gives up, the call would grant what only
 		// returns, and take unleased permits that the caller reports again.
@@ -349,8 +372,8 @@ func (l *Limiter) leaseFailed(ctx context.Context, s *spec, b *bucket, tokens in
 	}
 	// The store's last answer counted these as this pod's (leased);
 	// unused, they are room the pod need not share.
-	b.fallbackUsed -= ret.unused
 	b.failing(now)
+	b.alone.fallbackUsed -= ret.unused
 	return l.fallbackDecision(ctx, s, tokens, b, open || l.breakerOut(b), now)
 }
 
@@ -403,15 +426,10 @@ func (l *Limiter) keepLease(ctx context.Context, s *spec, b *bucket, g grant, to
 		b.localRef = l.useLocally(ctx, s, g.res.Granted, g.res.Remaining)
 	}
 	b.expires = sent + int64(s.ttl)
-	switch s.params.Algorithm {
-	case store.TokenBucket:
-		b.returnBy = math.MaxInt64
-	case store.Quota:
+	if s.params.Algorithm == store.Quota {
 		b.clipToPeriod(g.res, sent)
-	default:
-		b.returnBy = b.expires + int64(s.params.Window)/2
 	}
-	b.deniedUntil = 0
+	b.forgetRefusal()
 }
 
 // clipToPeriod ends a quota's lease at the end of the period it was
@@ -426,7 +444,6 @@ func (l *Limiter) keepLease(ctx context.Context, s *spec, b *bucket, g grant, to
 func (b *bucket) clipToPeriod(res store.LeaseResult, sent int64) {
 	end := sent + int64(res.Reset)
 	b.expires = min(b.expires, end)
-	b.returnBy = end
 }
 
 // cacheRefusal remembers the store's refusal of tokens in b, so that the
@@ -434,15 +451,15 @@ func (b *bucket) clipToPeriod(res store.LeaseResult, sent int64) {
 // The caller holds b.mu.
 func (b *bucket) cacheRefusal(res store.LeaseResult, tokens, now int64) {
 	r := b.rareState()
-	r.retryAfter, r.deniedNeed, b.deniedAt = int64(res.RetryAfter), tokens, now
+	r.retryAfter, r.deniedNeed, r.deniedAt = int64(res.RetryAfter), tokens, now
 	switch {
 	case b.late.Load() > 0:
 		// The refusal may come from this pod's own late leases, which
 		// return as soon as they are answered: do not cache it.
 	case res.RetryAfter < 0:
-		b.deniedUntil = now + int64(maxCachedNeverDenial)
+		r.deniedUntil = now + int64(maxCachedNeverDenial)
 	case res.RetryAfter > 0:
-		b.deniedUntil = now + int64(min(res.RetryAfter, maxCachedDenial))
+		r.deniedUntil = now + int64(min(res.RetryAfter, maxCachedDenial))
 	}
 }
 

@@ -42,7 +42,7 @@ func TestQuotaLeaseEndsAtThePeriodEnd(t *testing.T) {
 	b.mu.Lock()
 	require.Positive(t, b.permits, "no lease left over to cross the boundary")
 	assert.LessOrEqual(t, b.expires, boundary.UnixNano(), "the lease outlives its period")
-	assert.Equal(t, b.expires, b.returnBy, "unused permits return until the period's end")
+	assert.Equal(t, b.expires, b.returnBy(&s.params), "unused permits return until the period's end")
 	b.mu.Unlock()
 
 	mu.Lock()

@@ -33,7 +33,7 @@ type report struct {
 // the lease granted returns, and nothing once the lease no longer counts
 // anyway.
 // The caller holds b.mu.
-func (b *bucket) endLease(now int64) report {
+func (b *bucket) endLease(p *store.Params, now int64) report {
 	n := min(b.permits+b.expired, b.leased)
 	// Permits reserved for answers not yet settled are not reported used:
 	// they stay counted where the lease was until it expires plus a window,
@@ -45,7 +45,7 @@ func (b *bucket) endLease(now int64) report {
 	used := max(b.leased-n-reserved, 0)
 	b.permits, b.expired, b.leased = 0, 0, 0
 	b.gen++ // returns of the old lease's used permits are dropped from now on
-	if now >= b.returnBy {
+	if now >= b.returnBy(p) {
 		return report{}
 	}
 	return report{unused: n, used: used, ref: b.ref, localRef: b.localRef}
@@ -54,7 +54,7 @@ func (b *bucket) endLease(now int64) report {
 // nextReport ends b's lease and gathers what the bucket's next lease call,
 // made at now, reports (see report). The caller holds b.mu.
 func (b *bucket) nextReport(s *spec, now int64) report {
-	ret := b.endLease(now)
+	ret := b.endLease(&s.params, now)
 	if a := s.params.Algorithm; a == store.TokenBucket || a == store.Quota {
 		// A taken token, or a quota's permit, counts from its grant (in
 		// its period): no use to report.

@@ -57,11 +57,11 @@ func (l *Limiter) returnUses(uses []use, specs []spec) {
 // returns them in a call of their own, in the background. Owed permits
 // that no longer count are dropped. The caller holds b.mu.
 func (l *Limiter) settleOwed(s *spec, b *bucket, ret *report, now int64) {
-	r := b.rare
-	n, ref := r.owed, r.owedRef
-	r.owed, r.owedRef = 0, 0
+	o := b.rare.owed
+	n, ref := o.n, o.ref
+	o.n, o.ref = 0, 0
 	switch {
-	case now >= r.owedBy:
+	case now >= o.by:
 	case ret.unused == 0 && ret.used == 0:
 		ret.unused, ret.ref, ret.localRef = n, ref, 0
 	default:

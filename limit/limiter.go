@@ -156,7 +156,7 @@ func (l *Limiter) sweepLoop() {
 func (l *Limiter) sweep() {
 	now := l.now()
 	l.pods(now.UnixNano()) // a missing pod's hold counts from when it was last seen
-	l.table.sweep(now.UnixNano(), now.Add(-max(10*time.Second, 2*l.cfg.Window)).UnixNano())
+	l.table.sweep(now.UnixNano(), now.Add(-max(10*time.Second, 2*l.cfg.Window)).UnixNano(), !l.shared)
 }
 
 // LimiterStatus is the limiter's state for GET /v1/state.

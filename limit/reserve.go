@@ -38,7 +38,7 @@ type Reservation struct {
 	Name  string
 
 	b        *bucket
-	gen      uint64
+	gen      uint32
 	local    bool  // from b's lease gen: b.rare.reserved holds it
 	ref      int64 // where a return goes (0: nowhere)
 	returnBy int64 // unix nanos: later the permits no longer count
@@ -100,7 +100,7 @@ func (l *Limiter) holdReserved(r *Reservation, s *spec, u *use, now int64) {
 		b.mu.Lock()
 		if b.gen == u.gen {
 			b.rareState().reserved += u.n
-			r.local, r.gen, r.ref, r.returnBy = true, u.gen, u.ref, b.returnBy
+			r.local, r.gen, r.ref, r.returnBy = true, u.gen, u.ref, b.returnBy(&s.params)
 		}
 		b.mu.Unlock()
 	}
@@ -165,7 +165,7 @@ func (r *Reservation) settleLocally(diff, now int64) (back, over int64) {
 		}
 	}
 	if diff < 0 {
-		b.deniedUntil = 0 // the refund may be what the refused request needs
+		b.forgetRefusal() // the refund may be what the refused request needs
 	}
 	switch {
 	case diff < 0 && current && now < b.expires:
@@ -220,7 +220,7 @@ func (l *Limiter) overdraw(r *Reservation, n, now int64) {
 		}
 		b.mu.Lock()
 		b.addUnleased(n, now, unleasedWidth(&p), now+span)
-		b.fallbackUsed += n // the local share counts it too
+		b.aloneState().fallbackUsed += n // the local share counts it too
 		b.mu.Unlock()
 		overdraftsKept.Add(int(n))
 	}

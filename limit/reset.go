@@ -28,7 +28,8 @@ func (l *Limiter) Reset(ctx context.Context, key []byte, p store.Params) error {
 func (l *Limiter) Forget(key []byte) {
 	if b := l.table.find(key, true); b != nil {
 		b.mu.Lock()
-		b.permits, b.deniedUntil, b.gen = 0, 0, b.gen+1
+		b.permits, b.gen = 0, b.gen+1
+		b.forgetRefusal()
 		b.mu.Unlock()
 	}
 	_ = l.fallback.Reset(context.Background(), key, store.Params{})

@@ -31,15 +31,18 @@ type spec struct {
 	keyLen int
 	big    string
 	buf    [keyBufLen]byte
+	// kept is the key as its local bucket holds it (empty: none yet), for
+	// the in-memory stores to keep rather than a copy (LeaseRequest.Kept).
+	kept string
 }
 
 // setKey records a key built by appending to s.buf[:0].
 func (s *spec) setKey(k []byte) {
 	if len(k) <= keyBufLen && cap(k) == keyBufLen {
-		s.keyLen, s.big = len(k), ""
+		s.keyLen, s.big, s.kept = len(k), "", ""
 		return
 	}
-	s.keyLen, s.big = 0, string(k)
+	s.keyLen, s.big, s.kept = 0, string(k), ""
 }
 
 // clear zeroes every field of s but its key buffer, which is written
@@ -47,7 +50,7 @@ func (s *spec) setKey(k []byte) {
 func (s *spec) clear() {
 	s.scope, s.name, s.params, s.limit, s.most = 0, "", store.Params{}, 0, 0
 	s.window, s.ttl, s.shadow, s.counters, s.meter, s.maxWait, s.useRID = 0, 0, false, nil, nil, 0, false
-	s.keyLen, s.big = 0, ""
+	s.keyLen, s.big, s.kept = 0, "", ""
 }
 
 // key returns the spec's key; it allocates only for a key longer than the

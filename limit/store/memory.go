@@ -148,7 +148,7 @@ func (s *MemoryStore) Lease(ctx context.Context, req *LeaseRequest) (LeaseResult
 	now := s.now().UnixMilli()
 	sh := &s.shards[xxhash.Sum64(req.Key)&s.mask]
 	sh.mu.Lock()
-	e := sh.entry(req.Key, req.Params.Algorithm, now, int(s.perShard.Load()), s.evictions)
+	e := sh.entry(req.Key, req.Kept, req.Params.Algorithm, now, int(s.perShard.Load()), s.evictions)
 	if e == nil {
 		sh.mu.Unlock()
 		return noRoom(), nil
@@ -241,8 +241,9 @@ func (e *memoryEntry) leaseQuery(now int64, req *LeaseRequest, q *leaseQuery, re
 // entry finds or makes the key's entry. An expired entry, or one kept for
 // another algorithm (Redis keys differ by algorithm), starts afresh. It
 // returns nil when the key is new and the full shard has no room for it
-// (makeRoom).
-func (sh *memoryShard) entry(key []byte, alg Algorithm, now int64, limit int, ev *memoryEvictions) *memoryEntry {
+// (makeRoom). A new key's map key is kept when it holds key's bytes (see
+// LeaseRequest.Kept), else a copy.
+func (sh *memoryShard) entry(key []byte, kept string, alg Algorithm, now int64, limit int, ev *memoryEvictions) *memoryEntry {
 	e := sh.m[string(key)]
 	if e != nil && e.alg == alg && e.expireAt > now {
 		return e
@@ -252,7 +253,10 @@ func (sh *memoryShard) entry(key []byte, alg Algorithm, now int64, limit int, ev
 			return nil
 		}
 		e = &memoryEntry{}
-		sh.m[string(key)] = e
+		if kept != string(key) { // not the same bytes: a copy of its own
+			kept = string(key)
+		}
+		sh.m[kept] = e
 	}
 	*e = memoryEntry{alg: alg}
 	return e

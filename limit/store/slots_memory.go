@@ -55,7 +55,7 @@ func (s *MemoryStore) Slots(ctx context.Context, req *SlotRequest) (SlotResult, 
 	if e := sh.m[string(key)]; req.Want == 0 && (e == nil || e.alg != slotsEntry || e.expireAt <= now) {
 		return SlotResult{}, nil // nothing held, nothing taken
 	}
-	e := sh.entry(key, slotsEntry, now, int(s.perShard.Load()), s.evictions)
+	e := sh.entry(key, "", slotsEntry, now, int(s.perShard.Load()), s.evictions)
 	if e == nil {
 		return SlotResult{}, ErrNoRoom
 	}

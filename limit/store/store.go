@@ -50,7 +50,12 @@ type Params struct {
 type LeaseRequest struct {
 	// Key is the full store key, including its Redis Cluster hash tag. The store
 	// must not keep it after Lease returns.
-	Key    []byte
+	Key []byte
+	// Kept, when not empty, is Key as a string that the caller keeps
+	// (and, like any string, never changes): a store that keeps the key
+	// keeps this one rather than a copy of its own, so that the pod holds
+	// its bytes once (the in-memory store).
+	Kept   string
 	Params Params
 	// Want is the number of permits asked for (Need..MaxLimit; at most
 	// MaxLogTokens for sliding_log); the store grants 0 or Need..Want. 0
