@@ -32,7 +32,8 @@ type bucket struct {
 	mu      sync.Mutex
 	permits int64 // leased, unused permits
 	expires int64 // unix nanos after which permits are dropped
-	// uses: see the key's own rate, below.
+	// uses counts the tokens taken since the last lease call, its own
+	// included: the key's rate on the pod (learnRate).
 	uses int64
 	// remaining is the store's remaining budget after the last lease;
 	// resetAt when the budget is whole again (unix nanos: its last counted
