@@ -130,11 +130,8 @@ func (b *bucket) decideLocally(s *spec, tokens, now int64) (d verdict, u use, ok
 }
 
 // expire drops b's leased permits, which expired unused: the next lease
-// call returns them, and the next lease is smaller (leaseSize). Apart from
-// decideLocally, which it would make slower to enter on every decision.
-// The caller holds b.mu.
-//
-//go:noinline
+// call returns them, and the next lease is smaller (leaseSize). The caller
+// holds b.mu.
 func (b *bucket) expire() {
 	expiredPermits.Add(int(b.permits))
 	b.rateState().wasted = true
