@@ -54,13 +54,21 @@ type bucket struct {
 	// most a thousandth of its limit (Limiter.slight): the sweep may drop the
 	// bucket once it is idle for a second.
 	slight bool
+	// shareKind, when not 0, tells that the local share's count of the
+	// current lease is held here rather than in the share's table: localRef
+	// permits, of the share kind (algorithm and window) numbered shareKind
+	// (see shareKinds and kept.spillShare).
+	shareKind uint8
+	// unkept tells that the bucket is not in the table: it was made when
+	// the table was full, or dropped from it since. It holds no share count.
+	unkept bool
 
 	key string
 	// The current lease: where the store counted it (ref), how many
 	// permits it granted (at most that many return; until when a return is
 	// worth sending: returnBy).
 	ref      int64
-	localRef int64 // where the local share counted it (see Limiter.useLocally)
+	localRef int64 // where the local share counted it (see Limiter.useLocally), or with shareKind its count
 	leased   int64
 	expired  int64 // permits of the lease that expired unused, not yet returned
 	fill     *fill // the store call in flight for this key, or nil
@@ -321,6 +329,10 @@ type bucketTable struct {
 	mask     uint64       // the shards in use, less one: as many as hold 16 buckets (store.ShardsFor)
 	shards   [bucketShards]bucketShard
 	count    atomic.Int64
+	// spill moves the share count a bucket holds into the local share's
+	// table (kept.spillShare) before the bucket leaves the table (nil:
+	// none to move). The caller holds b.mu.
+	spill func(b *bucket, now int64)
 }
 
 type bucketShard struct {
@@ -407,7 +419,7 @@ func (t *bucketTable) get(key []byte, now int64) *bucket {
 		// request needs, so it wastes nothing; the key only loses the
 		// local fast path until there is room.
 		unkeptBuckets.Inc()
-		b := &bucket{key: string(key), remaining: -1}
+		b := &bucket{key: string(key), remaining: -1, unkept: true}
 		b.lastUsed.Store(now)
 		return b
 	}
@@ -446,9 +458,7 @@ func (t *bucketTable) makeRoom(sh *bucketShard, now int64) bool {
 			return false
 		}
 		if now-b.lastUsed.Load() >= int64(inUse) && b.holdsNothing(now) {
-			sh.m.Delete(k)
-			sh.n--
-			t.count.Add(-1)
+			t.drop(sh, k, b, now)
 			dropped++
 		}
 		return true
@@ -457,15 +467,34 @@ func (t *bucketTable) makeRoom(sh *bucketShard, now int64) bool {
 }
 
 // holdsNothing reports whether b can be dropped without losing anything
-// but its cached answers (see makeRoom). It does not wait for b.mu: a
-// bucket in use is not dropped.
+// but its cached answers (see makeRoom); the share count it may hold goes
+// to the share's table (drop). When it can, it returns with b.mu held, for
+// the caller to drop b and unlock it. It does not wait for b.mu: a bucket in
+// use is not dropped.
 func (b *bucket) holdsNothing(now int64) bool {
 	if b.late.Load() > 0 || !b.mu.TryLock() {
 		return false
 	}
-	defer b.mu.Unlock()
 	spent := b.answeredAt > 0 && b.remaining <= 0 && now < b.resetAt
-	return b.fill == nil && !b.hasUnleased() && b.permits == 0 && b.expired == 0 && !b.owes() && !spent
+	if b.fill == nil && !b.hasUnleased() && b.permits == 0 && b.expired == 0 && !b.owes() && !spent {
+		return true
+	}
+	b.mu.Unlock()
+	return false
+}
+
+// drop takes b, whose mutex the caller holds with sh.mu, out of the table
+// under key k, its share count (if it holds one) into the share's table,
+// and unlocks b.
+func (t *bucketTable) drop(sh *bucketShard, k string, b *bucket, now int64) {
+	if b.shareKind != 0 && t.spill != nil {
+		t.spill(b, now)
+	}
+	b.unkept = true
+	b.mu.Unlock()
+	sh.m.Delete(k)
+	sh.n--
+	t.count.Add(-1)
 }
 
 // owe keeps n permits that the store counted at ref for a request another
@@ -530,19 +559,19 @@ func (t *bucketTable) sweep(now, idleBefore int64, inProcess bool) {
 				bare := b.alone == nil && b.rare == nil && b.late.Load() == 0
 				drop := b.fill == nil && (used < idleBefore && (!b.hasUnleased() || now >= b.alone.unleasedUntil) ||
 					b.slight && bare || inProcess && bare && b.permits == 0 && b.expired == 0)
-				if drop {
-					sh.m.Delete(k)
-					sh.n--
-					t.count.Add(-1)
-					switch {
-					case used < idleBefore:
-					case b.slight:
-						sweptSlight.Inc()
-					default:
-						sweptIdle.Inc()
-					}
+				if !drop {
+					b.mu.Unlock()
+					return true
 				}
-				b.mu.Unlock()
+				slight := b.slight
+				t.drop(sh, k, b, now)
+				switch {
+				case used < idleBefore:
+				case slight:
+					sweptSlight.Inc()
+				default:
+					sweptIdle.Inc()
+				}
 			}
 			return true
 		})

@@ -43,6 +43,7 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 	// Counted from the decision plus the time a decided request may take to
 	// be used (forwarded), as the store counts its own grants (useWithin):
 	// a window of uses never holds more than the share.
+	l.spillShare(s, b, l.now().UnixNano())
 	res, err := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Kept: s.kept, Params: p, Want: tokens, Need: tokens, UseWithin: l.shareSlack()})
 	if err != nil { // only a malformed request: decide like the store would
 		return s.decision(false, 0, l.cfg.BreakerCooldown, 0)
@@ -262,8 +263,10 @@ func (s *spec) recoveryWindow() time.Duration {
 // rest returns to the store (unless drain: see drains), and a grant left
 // with fewer than tokens is refused whole. It returns where the share
 // counted the kept permits and whether it did (then the caller does not
-// count them again).
-func (l *Limiter) keepShare(ctx context.Context, s *spec, req *store.LeaseRequest, res store.LeaseResult, tokens int64, drain bool) (store.LeaseResult, int64, bool) {
+// count them again). b is the key's bucket, whose mutex the caller holds
+// (nil: none), and now the time.
+func (l *Limiter) keepShare(ctx context.Context, s *spec, b *bucket, req *store.LeaseRequest, res store.LeaseResult, tokens int64, drain bool, now int64) (store.LeaseResult, int64, bool) {
+	l.spillShare(s, b, now)
 	local, err := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Kept: s.kept, Params: l.localShare(s),
 		Want: res.Granted, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.shareSlack()})
 	keep := local.Granted
@@ -352,8 +355,9 @@ func (l *Limiter) slight(s *spec, remaining int64) bool {
 // already let through its share of the window from the store's permits,
 // would let through as many again from the local share (one more window's
 // worth for every stretch of timeouts). It returns where the share counted
-// them, for returnLocally. One memory-store call per store call, which the
-// local fast path does not make.
+// them, for returnLocally. At most one memory-store call per store call,
+// which the local fast path does not make; none for a lease its bucket
+// counts itself (holdShare).
 //
 // Every permit is counted, even past the share: a pod that leased more than
 // its share has used more, and its share must stay used up until those leave
@@ -367,13 +371,19 @@ func (l *Limiter) slight(s *spec, remaining int64) bool {
 // miss in a window is bounded: the last slight grant in it saw a count that
 // held every grant of the window before it, so the pods together miss a
 // thousandth of the limit at most.
-func (l *Limiter) useLocally(ctx context.Context, s *spec, n, remaining int64) int64 {
+//
+// A lease of bucket b (nil: none, or not b's lease) may be counted in b
+// itself (holdShare): the count then is what it returns.
+func (l *Limiter) useLocally(ctx context.Context, s *spec, b *bucket, n, remaining int64) int64 {
 	if !l.shared || l.policy != FailLocal || n <= 0 {
 		return 0
 	}
 	if l.slight(s, remaining) {
 		slightGrants.Inc()
 		return 0
+	}
+	if l.holdShare(s, b, n) {
+		return n
 	}
 	p := l.localShare(s)
 	if p.Algorithm != store.TokenBucket {

@@ -1,8 +1,10 @@
 package limit
 
 import (
-	"github.com/puzpuzpuz/xsync/v4"
 	"sync/atomic"
+	"time"
+
+	"github.com/puzpuzpuz/xsync/v4"
 
 	"github.com/sentinel-gateway/sentinel/limit/store"
 )
@@ -25,6 +27,9 @@ type kept struct {
 	slotOwner string
 	// firstUses count the keys' uses of this pod's reserved permits lately.
 	firstUses *firstUses
+	// shareKinds number the share kinds that the buckets' share counts
+	// name (see holdShare).
+	shareKinds shareKinds
 }
 
 // newKept returns fresh state for a limiter of cfg.
@@ -33,6 +38,7 @@ func newKept(cfg *Config, opts *Options) *kept {
 		fallback:  store.NewMemoryStore(store.MemoryOptions{MaxKeys: cfg.MaxKeys, Now: opts.Now, Role: store.RoleLocalShare}),
 		waits:     &waits{queues: xsync.NewMap[string, *waitQueue](), perKey: cfg.WaitQueuePerKey, maximum: cfg.WaitQueue},
 		slotOwner: newSlotOwner(), firstUses: newFirstUses()}
+	k.table.spill = func(b *bucket, now int64) { k.spillShare(b, now, time.Second) }
 	k.refs.Store(1)
 	return k
 }

@@ -317,14 +317,14 @@ func (l *Limiter) refill(ctx context.Context, s *spec, b *bucket, f *fill, token
 	}
 	g := grant{res: res}
 	if res.Granted >= tokens && l.recovering(s, b, now) {
-		g.res, g.keptRef, g.kept = l.keepShare(ctx, s, req, res, tokens, l.drains(s, b, now))
+		g.res, g.keptRef, g.kept = l.keepShare(ctx, s, b, req, res, tokens, l.drains(s, b, now), now)
 	}
 	switch {
 	case g.res.Granted >= tokens && b.leased > 0:
 		u := l.grantBeside(ctx, s, b, req, g, tokens)
 		return s.decision(true, b.remaining+b.permits, 0, b.resetAt-now), u
 	case g.res.Granted >= tokens:
-		l.keepLease(ctx, s, b, g, tokens, sent)
+		l.keepLease(ctx, s, b, g, tokens, sent, now)
 		if !g.kept {
 			b.cacheSpent(res, now)
 		}
@@ -397,7 +397,7 @@ func (l *Limiter) grantBeside(ctx context.Context, s *spec, b *bucket, req *stor
 		}
 	}
 	if !g.kept {
-		l.useLocally(ctx, s, tokens, g.res.Remaining)
+		l.useLocally(ctx, s, nil, tokens, g.res.Remaining)
 	}
 	if g.res.UsedRef != 0 {
 		return freshUse(b, g.res)
@@ -412,15 +412,16 @@ func (l *Limiter) grantBeside(ctx context.Context, s *spec, b *bucket, req *stor
 // their expiry. The request's unleased permits count apart (UsedRef) when the
 // store dates them at the call: they are not part of the lease that
 // returns. The caller holds b.mu.
-func (l *Limiter) keepLease(ctx context.Context, s *spec, b *bucket, g grant, tokens, sent int64) {
+func (l *Limiter) keepLease(ctx context.Context, s *spec, b *bucket, g grant, tokens, sent, now int64) {
 	leased := g.res.Granted
 	if g.res.UsedRef != 0 {
 		leased -= tokens
 	}
+	l.kept.spillShare(b, now, l.shareSlack()) // the last lease's count, if b holds it
 	b.permits, b.leased, b.ref = g.res.Granted-tokens, leased, g.res.Ref
 	b.localRef = g.keptRef
 	if !g.kept {
-		b.localRef = l.useLocally(ctx, s, g.res.Granted, g.res.Remaining)
+		b.localRef = l.useLocally(ctx, s, b, g.res.Granted, g.res.Remaining)
 	}
 	b.expires = sent + int64(s.ttl)
 	if s.params.Algorithm == store.Quota {
@@ -507,16 +508,18 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 	if b != nil && res.Granted >= tokens {
 		b.mu.Lock()
 		now := l.now().UnixNano()
-		recovering, drain := l.recovering(s, b, now), l.drains(s, b, now)
-		b.mu.Unlock()
-		if recovering {
+		if l.recovering(s, b, now) {
 			var kept bool
-			if res, _, kept = l.keepShare(ctx, s, req, res, tokens, drain); kept {
+			res, _, kept = l.keepShare(ctx, s, b, req, res, tokens, l.drains(s, b, now), now)
+			b.mu.Unlock()
+			if kept {
 				return s.decision(true, res.Remaining, res.RetryAfter, int64(res.Reset))
 			}
+		} else {
+			b.mu.Unlock()
 		}
 	}
-	l.useLocally(ctx, s, res.Granted, res.Remaining)
+	l.useLocally(ctx, s, nil, res.Granted, res.Remaining)
 	return s.decision(res.Granted >= tokens || res.Duplicate, res.Remaining, res.RetryAfter, int64(res.Reset))
 }
 

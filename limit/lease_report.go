@@ -48,6 +48,12 @@ func (b *bucket) endLease(p *store.Params, now int64) report {
 	if now >= b.returnBy(p) {
 		return report{}
 	}
+	if b.shareKind != 0 {
+		// The share's count that b holds gets the return at once (as
+		// returnLocally would, whether or not the store gets it).
+		b.localRef -= min(n, b.localRef)
+		return report{unused: n, used: used, ref: b.ref}
+	}
 	return report{unused: n, used: used, ref: b.ref, localRef: b.localRef}
 }
 

@@ -30,6 +30,7 @@ func (l *Limiter) Forget(key []byte) {
 		b.mu.Lock()
 		b.permits, b.gen = 0, b.gen+1
 		b.forgetRefusal()
+		b.shareKind, b.localRef, b.unkept = 0, 0, true
 		b.mu.Unlock()
 	}
 	_ = l.fallback.Reset(context.Background(), key, store.Params{})

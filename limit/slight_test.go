@@ -8,13 +8,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sentinel-gateway/sentinel/limit/store"
 )
 
 // TestSlightKeysTakeNoShareCountAndGoSoon: keys of a large population,
 // each a request or two under a limit far above, keep no count in the
-// local share's table, and their buckets go a second after their last use
+// local share, and their buckets go a second after their last use
 // instead of ten; a key whose count is more than a thousandth of its limit
-// keeps both.
+// keeps both (its one lease's share count in its bucket: holdShare).
 func TestSlightKeysTakeNoShareCountAndGoSoon(t *testing.T) {
 	for _, c := range []struct {
 		limit  int
@@ -40,8 +42,11 @@ func TestSlightKeysTakeNoShareCountAndGoSoon(t *testing.T) {
 				assert.Zero(t, l.fallback.Len(), "slight grants counted in the local share")
 				assert.Zero(t, l.table.len(), "slight buckets kept after a second unused")
 			} else {
-				assert.Equal(t, keys, l.fallback.Len())
 				assert.Equal(t, keys, l.table.len())
+				l.table.each(func(b *bucket) {
+					// Every permit granted: the uses and the lease's unused ones.
+					assert.GreaterOrEqual(t, shareCount(l, b, store.SlidingWindow, time.Minute), int64(firstUseMost+1), "the share's count of %s", b.key)
+				})
 			}
 		})
 	}
@@ -74,4 +79,17 @@ func TestSlightGrantsMissAThousandthAtMost(t *testing.T) {
 	t.Logf("%d from the store, %d alone", fromStore, alone)
 	assert.LessOrEqual(t, fromStore+alone, limit+limit/slightPart)
 	assert.GreaterOrEqual(t, fromStore+alone, limit, "the share refused under the limit")
+}
+
+// shareCount is the local share's count of b's key (a limit of alg over
+// window): what b holds (holdShare) and what the share's table counts.
+func shareCount(l *Limiter, b *bucket, alg store.Algorithm, window time.Duration) int64 {
+	b.mu.Lock()
+	var n int64
+	if b.shareKind != 0 {
+		n = b.localRef
+	}
+	b.mu.Unlock()
+	l.fallback.Counted([]byte(b.key), alg, window, func(_, c int64) { n += c })
+	return n
 }
