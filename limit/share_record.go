@@ -3,6 +3,7 @@ package limit
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -36,33 +37,50 @@ type shareKind struct {
 // shareKinds numbers the share kinds of the limits in use, from 1, for a
 // bucket to name its own in a byte. A limiter's kinds are few (one for each
 // window its limits have); past 255 a lease's share is counted in the table
-// as before.
+// as before. Read without a lock: every lease call of a key held in its
+// bucket looks its kind up.
 type shareKinds struct {
-	mu    sync.Mutex
-	kinds []shareKind
+	mu    sync.Mutex                  // serializes the writers
+	kinds atomic.Pointer[[]shareKind] // only ever appended to
 }
 
 // number returns k's number, numbering it when new (0: no number left).
 func (ks *shareKinds) number(k shareKind) uint8 {
+	if n := ks.find(k); n != 0 {
+		return n
+	}
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	for i, have := range ks.kinds {
-		if have == k {
-			return uint8(i + 1)
-		}
+	if n := ks.find(k); n != 0 {
+		return n
 	}
-	if len(ks.kinds) == 255 {
+	var kinds []shareKind
+	if p := ks.kinds.Load(); p != nil {
+		kinds = *p
+	}
+	if len(kinds) == 255 {
 		return 0
 	}
-	ks.kinds = append(ks.kinds, k)
-	return uint8(len(ks.kinds))
+	kinds = append(kinds[:len(kinds):len(kinds)], k) // a new array: readers keep theirs
+	ks.kinds.Store(&kinds)
+	return uint8(len(kinds))
+}
+
+// find returns k's number (0: none yet).
+func (ks *shareKinds) find(k shareKind) uint8 {
+	if p := ks.kinds.Load(); p != nil {
+		for i, have := range *p {
+			if have == k {
+				return uint8(i + 1)
+			}
+		}
+	}
+	return 0
 }
 
 // kind returns the share kind numbered n (1..).
 func (ks *shareKinds) kind(n uint8) shareKind {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	return ks.kinds[n-1]
+	return (*ks.kinds.Load())[n-1]
 }
 
 // holdShare counts the n permits of b's new lease for the local share in b

@@ -62,3 +62,17 @@ func TestShareCountLeavesWithItsBucket(t *testing.T) {
 	alone, _ := allowN(l, &Request{IP: ip}, 10)
 	assert.Zero(t, alone, "let through alone past the pod's share: the dropped bucket's count was lost")
 }
+
+// TestShareKindsNumberEachKindOnce: a kind keeps its number, and past 255
+// kinds a new one gets none (its leases' share counts go to the table).
+func TestShareKindsNumberEachKindOnce(t *testing.T) {
+	var ks shareKinds
+	for i := range 255 {
+		k := shareKind{alg: store.SlidingWindow, window: time.Duration(i+1) * time.Second}
+		require.Equal(t, uint8(i+1), ks.number(k))
+		require.Equal(t, uint8(i+1), ks.number(k), "numbered twice")
+		require.Equal(t, k, ks.kind(uint8(i+1)))
+	}
+	assert.Zero(t, ks.number(shareKind{alg: store.SlidingLog, window: time.Second}), "a 256th kind got a number")
+	assert.Equal(t, uint8(1), ks.number(shareKind{alg: store.SlidingWindow, window: time.Second}))
+}
