@@ -52,7 +52,7 @@ func (s *MemoryStore) Slots(ctx context.Context, req *SlotRequest) (SlotResult, 
 	sh := &s.shards[xxhash.Sum64(key)&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.m[string(key)]; req.Want == 0 && (e == nil || e.alg != slotsEntry || e.expireAt <= now) {
+	if e := sh.m[string(key)]; req.Want == 0 && (e == nil || e.alg() != slotsEntry || e.expireAt <= now) {
 		return SlotResult{}, nil // nothing held, nothing taken
 	}
 	e := sh.entry(key, "", slotsEntry, now, int(s.perShard.Load()), s.evictions)
