@@ -121,7 +121,10 @@ func (k *kept) spillShare(b *bucket, now int64, slack time.Duration) {
 	used := n - held
 	// lastUsed is kept to the millisecond (bucketTable.lookup).
 	at := min(now, min(b.lastUsed.Load()+int64(time.Millisecond), b.expires)+int64(slack))
-	if held == 0 && (used <= 0 || now-at >= int64(kind.window)) {
+	if now-at >= int64(kind.window) {
+		used = 0 // they left the window
+	}
+	if held == 0 && used <= 0 {
 		return // nothing that counts still
 	}
 	req := &store.LeaseRequest{Key: []byte(b.key), Kept: b.key,
