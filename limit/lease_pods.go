@@ -28,7 +28,8 @@ var aloneWhileHeld = metrics.NewCounter(`sentinel_limit_alone_while_held_total`)
 
 // blindHolds counts the store calls of contested keys sent with the
 // limit lowered by every other pod's share because this pod's heartbeats
-// had failed long enough for the others' to have too (Limiter.blind).
+// had failed long enough for the others' to have too, or for its count of
+// the live pods to be stale (Limiter.blind).
 var blindHolds = metrics.NewCounter(`sentinel_limit_blind_held_calls_total`)
 
 // podCount remembers the most pods seen live within PartitionHold: a pod
@@ -93,7 +94,7 @@ func (l *Limiter) storeParams(s *spec, now int64, contested bool) store.Params {
 	}
 	if contested {
 		live = max(live-int64(l.suspectPods()), 1)
-		if live > 1 && l.blind(now) {
+		if live > 1 && l.blind(s, now) {
 			blindHolds.Inc()
 			live = 1
 		}
@@ -195,13 +196,29 @@ func (l *Limiter) lastBeat() int64 {
 // itself (storeParams); of the keys whose clients ask less than the
 // limit, no pod takes more than they ask. When only this pod cannot reach
 // the heartbeats, the others hold its share as well: the store gets less
-// of a contested key meanwhile, never more. A heartbeat is at most an
-// interval old while the exchanges work, so a pod is never blind before
-// two (with pressure_ttl under three intervals, a pod may then go blind
-// after another decides alone, by the difference).
-func (l *Limiter) blind(now int64) bool {
+// of a contested key meanwhile, never more.
+//
+// The pod's count of the live pods is as old as its last heartbeat
+// exchange too. A pod cut off since grants its share of s's key alone
+// (heldShare) from a window and a lease after the others can have noticed
+// it missing, which this pod's last exchange had not (it counted it live):
+// so from a window and a lease after that exchange, this pod may count
+// live a pod that grants alone, and take its share from the store as well
+// (its own exchanges failing across that pod's notice time, briefly, and
+// its calls coming back before its next exchange: the model's
+// GATEWAY_STALE). For s's key the pod is blind from then, if sooner.
+//
+// A heartbeat is at most an interval old while the exchanges work, so a
+// pod is never blind before two (with pressure_ttl under three intervals,
+// or a window and a lease under two, a pod may then go blind after another
+// decides alone, by the difference).
+func (l *Limiter) blind(s *spec, now int64) bool {
 	beat := l.lastBeat()
-	return l.heartbeatTTL > 0 && beat > 0 && now-beat > max(l.heartbeatTTL-l.heartbeatEvery, 2*l.heartbeatEvery)
+	if l.heartbeatTTL <= 0 || beat <= 0 {
+		return false
+	}
+	after := min(l.heartbeatTTL-l.heartbeatEvery, int64(s.window+s.ttl))
+	return now-beat > max(after, 2*l.heartbeatEvery)
 }
 
 // storeEmptied counts the answers that showed a store that lost a key's

@@ -349,23 +349,33 @@ func TestBlindPodHoldsTheOthersShares(t *testing.T) {
 }
 
 // TestBlindNotWhileTheHeartbeatsWork: a pod is blind a heartbeat interval
-// short of HeartbeatTTL after its last heartbeat, but never while its
-// heartbeat is under two intervals old, which it is while the exchanges
-// work, however short pressure_ttl is set.
+// short of HeartbeatTTL after its last heartbeat, or for a key a window
+// and a lease after it if sooner (its count of the live pods may be stale
+// by then), but never while its heartbeat is under two intervals old,
+// which it is while the exchanges work, however short pressure_ttl, the
+// window or the lease.
 func TestBlindNotWhileTheHeartbeatsWork(t *testing.T) {
+	const hour = time.Hour
 	for _, tc := range []struct {
-		ttl, every, age time.Duration
-		blind           bool
+		ttl, every, window, lease, age time.Duration
+		blind                          bool
 	}{
-		{3 * time.Second, 500 * time.Millisecond, 2400 * time.Millisecond, false},
-		{3 * time.Second, 500 * time.Millisecond, 2600 * time.Millisecond, true},
-		{600 * time.Millisecond, 500 * time.Millisecond, 700 * time.Millisecond, false},
-		{600 * time.Millisecond, 500 * time.Millisecond, 1100 * time.Millisecond, true},
+		{3 * time.Second, 500 * time.Millisecond, hour, time.Second, 2400 * time.Millisecond, false},
+		{3 * time.Second, 500 * time.Millisecond, hour, time.Second, 2600 * time.Millisecond, true},
+		{600 * time.Millisecond, 500 * time.Millisecond, hour, time.Second, 700 * time.Millisecond, false},
+		{600 * time.Millisecond, 500 * time.Millisecond, hour, time.Second, 1100 * time.Millisecond, true},
+		// A window of a second and a lease of 200 ms: from 1.2 s.
+		{3 * time.Second, 500 * time.Millisecond, time.Second, 200 * time.Millisecond, 1100 * time.Millisecond, false},
+		{3 * time.Second, 500 * time.Millisecond, time.Second, 200 * time.Millisecond, 1300 * time.Millisecond, true},
+		// Shorter than two intervals: from two intervals.
+		{3 * time.Second, 500 * time.Millisecond, 100 * time.Millisecond, 50 * time.Millisecond, 900 * time.Millisecond, false},
+		{3 * time.Second, 500 * time.Millisecond, 100 * time.Millisecond, 50 * time.Millisecond, 1100 * time.Millisecond, true},
 	} {
 		_, now, mem, _ := clockedStore(t)
 		beat := now().Add(-tc.age)
 		l := newTestLimiter(t, testLimitsConfig(nil), mem, Options{Now: now,
 			HeartbeatAt: func() time.Time { return beat }, HeartbeatTTL: tc.ttl, HeartbeatEvery: tc.every})
-		assert.Equal(t, tc.blind, l.blind(now().UnixNano()), "pressure_ttl %v, every %v, heartbeat %v old", tc.ttl, tc.every, tc.age)
+		s := &spec{window: tc.window, ttl: tc.lease}
+		assert.Equal(t, tc.blind, l.blind(s, now().UnixNano()), "pressure_ttl %v, every %v, window %v, lease %v, heartbeat %v old", tc.ttl, tc.every, tc.window, tc.lease, tc.age)
 	}
 }
