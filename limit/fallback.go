@@ -43,8 +43,7 @@ func (l *Limiter) fallbackDecision(ctx context.Context, s *spec, tokens int64, b
 	// Counted from the decision plus the time a decided request may take to
 	// be used (forwarded), as the store counts its own grants (useWithin):
 	// a window of uses never holds more than the share.
-	l.spillShare(s, b, l.now().UnixNano())
-	res, err := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Kept: s.kept, Params: p, Want: tokens, Need: tokens, UseWithin: l.shareSlack()})
+	res, err := l.shareOf(s, b, l.now().UnixNano()).Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Kept: s.kept, Params: p, Want: tokens, Need: tokens, UseWithin: l.shareSlack()})
 	if err != nil { // only a malformed request: decide like the store would
 		return s.decision(false, 0, l.cfg.BreakerCooldown, 0)
 	}
@@ -266,8 +265,7 @@ func (s *spec) recoveryWindow() time.Duration {
 // count them again). b is the key's bucket, whose mutex the caller holds
 // (nil: none), and now the time.
 func (l *Limiter) keepShare(ctx context.Context, s *spec, b *bucket, req *store.LeaseRequest, res store.LeaseResult, tokens int64, drain bool, now int64) (store.LeaseResult, int64, bool) {
-	l.spillShare(s, b, now)
-	local, err := l.fallback.Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Kept: s.kept, Params: l.localShare(s),
+	local, err := l.shareOf(s, b, now).Lease(ctx, &store.LeaseRequest{Key: bytes.Clone(s.key()), Kept: s.kept, Params: l.localShare(s),
 		Want: res.Granted, Need: tokens, LeaseTTL: s.ttl, UseWithin: l.shareSlack()})
 	keep := local.Granted
 	if err != nil {

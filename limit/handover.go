@@ -38,6 +38,7 @@ func newKept(cfg *Config, opts *Options) *kept {
 		fallback:  store.NewMemoryStore(store.MemoryOptions{MaxKeys: cfg.MaxKeys, Now: opts.Now, Role: store.RoleLocalShare}),
 		waits:     &waits{queues: xsync.NewMap[string, *waitQueue](), perKey: cfg.WaitQueuePerKey, maximum: cfg.WaitQueue},
 		slotOwner: newSlotOwner(), firstUses: newFirstUses()}
+	// A second, the longest shareSlack: dated later, a permit counts longer, never shorter.
 	k.table.spill = func(b *bucket, now int64) { k.spillShare(b, now, time.Second) }
 	k.refs.Store(1)
 	return k

@@ -507,16 +507,13 @@ func (l *Limiter) direct(ctx context.Context, s *spec, b *bucket, tokens int64, 
 	countRepeat(&res)
 	if b != nil && res.Granted >= tokens {
 		b.mu.Lock()
-		now := l.now().UnixNano()
+		now, kept := l.now().UnixNano(), false
 		if l.recovering(s, b, now) {
-			var kept bool
 			res, _, kept = l.keepShare(ctx, s, b, req, res, tokens, l.drains(s, b, now), now)
-			b.mu.Unlock()
-			if kept {
-				return s.decision(true, res.Remaining, res.RetryAfter, int64(res.Reset))
-			}
-		} else {
-			b.mu.Unlock()
+		}
+		b.mu.Unlock()
+		if kept {
+			return s.decision(true, res.Remaining, res.RetryAfter, int64(res.Reset))
 		}
 	}
 	l.useLocally(ctx, s, nil, res.Granted, res.Remaining)

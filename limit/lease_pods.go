@@ -298,8 +298,7 @@ func (l *Limiter) reportLost(s *spec, b *bucket, res store.LeaseResult, ret *rep
 		return
 	}
 	var lost []store.UnleasedPart // N permits counted from Ago: here a time (ms)
-	l.spillShare(s, b, now)
-	l.fallback.Counted(s.key(), alg, w, func(at, n int64) {
+	l.shareOf(s, b, now).Counted(s.key(), alg, w, func(at, n int64) {
 		lost = append(lost, store.UnleasedPart{N: n, Ago: time.Duration(at)})
 	})
 	// Not twice: what the call reported, and what the log holds already

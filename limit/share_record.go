@@ -143,22 +143,24 @@ func (k *kept) spillShare(b *bucket, now int64, slack time.Duration) {
 	spilledShares.Inc()
 }
 
-// spillShare moves the share count that s's key's bucket holds, if any,
-// into the local share's table, before the table's count of the key is read
-// or changed: b is the bucket the caller holds (b.mu), or nil when it holds
-// none, and then the table's bucket for the key, if any, is looked up.
-func (l *Limiter) spillShare(s *spec, b *bucket, now int64) {
+// shareOf returns the local share's table for reading or changing s's
+// key's count there, with the count that the key's bucket holds moved into
+// it first (kept.spillShare): every such read goes through here. b is the
+// bucket the caller holds (b.mu), or nil when it holds none, and then the
+// table's bucket for the key, if any, is looked up; now is the time.
+func (l *Limiter) shareOf(s *spec, b *bucket, now int64) *store.MemoryStore {
 	if !l.shared || l.policy != FailLocal {
-		return
+		return l.fallback
 	}
 	if b == nil || b.unkept {
 		kb := l.table.find(s.key(), false)
 		if kb == nil || kb == b {
-			return
+			return l.fallback
 		}
 		kb.mu.Lock()
 		defer kb.mu.Unlock()
 		b = kb
 	}
 	l.kept.spillShare(b, now, l.shareSlack())
+	return l.fallback
 }
