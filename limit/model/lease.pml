@@ -181,6 +181,9 @@
  *                   the first uses
  *   -DFIRST_USES -DFU_FORGET  a reload forgets the pod's first uses
  *   -DGATEWAY_HOLD  the gateway's hold, as it is
+ *   -DGATEWAY_HOLD -DANSWERED_ONLY -DUNANSWERED_I2  the other choice for a
+ *                   pod with no answer for the key: it refuses, and the
+ *                   refusal is held to I2 (which ANSWERED_ONLY exempts)
  * and of the gateway's hold with the four narrowing macros above:
  *   -DAT_NOTICE     a pod cut off takes its share of a contested key as
  *                   soon as the others may hold it, not a window later
@@ -443,6 +446,11 @@ inline alone(p) {
 	/* Not I2's: the other pod may be taking this share meanwhile. */
 	:: !ok && !ans[p] ->
 		printf("pod%d: refuses alone (no answer for the key)\n", p)
+#ifdef UNANSWERED_I2
+		/* The refusal that ANSWERED_ONLY makes, held to I2: the
+		 * share and the window may both have room. */
+		; refused(p)
+#endif
 	:: !ok && ans[p] && contested(p) ->
 		printf("pod%d: refuses alone (contested, its share not held for it yet)\n", p)
 	:: !ok && ans[p] && !contested(p) ->

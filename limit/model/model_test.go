@@ -141,8 +141,8 @@ func TestLeaseProtocolHolds(t *testing.T) {
 
 // wrong are known-wrong variants of the protocol: each must break the
 // invariant named (I1 is the window's uses, I2 the refusal's room), with
-// the shortest counterexample kept in testdata/NAME.trail; with is a
-// macro the variant needs beside its own.
+// the shortest counterexample kept in testdata/NAME.trail; with are the
+// macros the variant needs beside its own, space-separated.
 var wrong = []struct{ name, invariant, with string }{
 	{"WHOLE_SHARE", "use[0]+use[1]", ""},             // the fallback share is the whole limit
 	{"REPORT_NOW", "total+1", ""},                    // reports dated when sent
@@ -154,6 +154,9 @@ var wrong = []struct{ name, invariant, with string }{
 	{"FU_UNRESERVED", "use[0]+use[1]", "FIRST_USES"}, // the store grants the whole limit beside the first uses
 	{"FU_FORGET", "use[0]+use[1]", "FIRST_USES"},     // a reload forgets the pod's first uses
 	{"GATEWAY_HOLD", "use[0]+use[1]", ""},            // the gateway's hold: a pod with no answer grants its share
+	// The other choice for that pod: it refuses, held to I2. With
+	// GATEWAY_HOLD, each choice breaks one invariant.
+	{"UNANSWERED_I2", "total+1", "GATEWAY_HOLD ANSWERED_ONLY"},
 }
 
 // TestWrongVariantsBreakTheInvariants shows that the check can fail: each
@@ -165,8 +168,8 @@ func TestWrongVariantsBreakTheInvariants(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
 			macros := []string{"-DBFS", "-D" + v.name}
-			if v.with != "" {
-				macros = append(macros, "-D"+v.with)
+			for _, m := range strings.Fields(v.with) {
+				macros = append(macros, "-D"+m)
 			}
 			breaks(t, v.name, v.invariant, exhaustive, macros)
 		})
